@@ -1,0 +1,43 @@
+"""The course's test runner: `pdm run test --week 1 --day 3 [-- PYTEST_ARGS]`.
+
+`pdm run test` checks the learner's package (src/tiny_llm); `pdm run test-refsol`
+checks the reference (src/tiny_llm_ref). The exit status is pytest's, so CI fails
+whenever a test fails.
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_files(week: int | None, day: int | None) -> list[str]:
+    if week is None and day is not None:
+        sys.exit("error: --day needs --week")
+    if week is None:
+        return [str(ROOT / "tests")]
+    pattern = f"test_week_{week}_day_{day}.py" if day else f"test_week_{week}_day_*.py"
+    files = sorted(str(p) for p in (ROOT / "tests").glob(pattern))
+    if not files:
+        sys.exit(f"error: no tests match week {week}" + (f" day {day}" if day else ""))
+    return files
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--solution", choices=["learner", "ref"], default="learner")
+    parser.add_argument("--week", type=int)
+    parser.add_argument("--day", type=int)
+    args, pytest_args = parser.parse_known_args()
+    if pytest_args[:1] == ["--"]:
+        pytest_args = pytest_args[1:]
+    os.environ["TINY_LLM_SOLUTION"] = args.solution
+    return pytest.main([*test_files(args.week, args.day), *pytest_args])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Install hook (`pdm install` runs it): give MLX a fast BLAS on Linux.
+
+On Linux the mlx-cpu wheel's own BLAS is ~30x slower than OpenBLAS. Where OpenBLAS is
+missing and this user can install Debian packages (root, or password-less sudo), it
+installs `libopenblas0-pthread`; otherwise it prints one hint and carries on.
+"""
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location(
+    "fast_blas", Path(__file__).parents[1] / "src/tiny_llm_ref/fast_blas.py"
+)
+fast_blas = importlib.util.module_from_spec(spec)
+sys.modules["fast_blas"] = fast_blas
+spec.loader.exec_module(fast_blas)
+
+
+def apt_command() -> list[str] | None:
+    if shutil.which("apt-get") is None:
+        return None
+    if os.geteuid() == 0:
+        return []
+    sudo_ok = shutil.which("sudo") and subprocess.run(
+        ["sudo", "-n", "true"], capture_output=True
+    ).returncode == 0
+    return ["sudo", "-n"] if sudo_ok else None
+
+
+def main() -> int:
+    if not fast_blas.needs_openblas() or fast_blas.find_openblas():
+        return 0
+    prefix = apt_command()
+    if prefix is None:
+        print(f"tiny-llm: hint: {fast_blas.activate().hint}", file=sys.stderr)
+        return 0
+    print(f"tiny-llm: installing {fast_blas.DEBIAN_PACKAGE} for fast float32 matmul")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for args in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", fast_blas.DEBIAN_PACKAGE]):
+        if subprocess.run(prefix + args, env=env).returncode != 0:
+            print(
+                f"tiny-llm: hint: could not install {fast_blas.DEBIAN_PACKAGE}; "
+                "MLX will run with its slow reference BLAS",
+                file=sys.stderr,
+            )
+            return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""tiny-llm, the reference solution. One module per concept, in the book's order."""
+
+from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
+from .loader import ModelLoadError, load_model
+from .basics import linear, silu, softmax
+from .attention import (
+    SimpleMultiHeadAttention,
+    causal_mask,
+    scaled_dot_product_attention_grouped,
+    scaled_dot_product_attention_simple,
+)
+from .positional_encoding import RoPE
+from .layer_norm import RMSNorm
+from .embedding import Embedding
+from .qwen2_week1 import Qwen2MLP, Qwen2ModelWeek1
+from .sampler import make_sampler
+from .generate import simple_generate

@@ -25,9 +25,10 @@ def apt_command() -> list[str] | None:
         return None
     if os.geteuid() == 0:
         return []
-    sudo_ok = shutil.which("sudo") and subprocess.run(
-        ["sudo", "-n", "true"], capture_output=True
-    ).returncode == 0
+    sudo_ok = (
+        shutil.which("sudo")
+        and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0
+    )
     return ["sudo", "-n"] if sudo_ok else None
 
 
@@ -40,7 +41,10 @@ def main() -> int:
         return 0
     print(f"tiny-llm: installing {fast_blas.DEBIAN_PACKAGE} for fast float32 matmul")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for args in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", fast_blas.DEBIAN_PACKAGE]):
+    for args in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", fast_blas.DEBIAN_PACKAGE],
+    ):
         if subprocess.run(prefix + args, env=env).returncode != 0:
             print(
                 f"tiny-llm: hint: could not install {fast_blas.DEBIAN_PACKAGE}; "

@@ -15,3 +15,11 @@ from .embedding import Embedding
 from .qwen2_week1 import Qwen2MLP, Qwen2ModelWeek1
 from .sampler import make_sampler
 from .generate import simple_generate
+from .kv_cache import BatchingKvCache, TinyKvCache, TinyKvFullCache
+from .quantize import QuantizedWeights, choose_weight_format, dequantize_weight, quantized_matmul
+from .qwen2_week2 import Qwen2ModelWeek2
+from .flash_attention import flash_attention
+from .metrics import RequestMetrics, RunMetrics
+from .request import GenerationResult, PromptSpec, Request
+from .chunking import AdaptiveChunker, select_chunk_size
+from .scheduler import BatchResults, SchedulerSnapshot, SlotView, batch_generate

@@ -104,10 +104,13 @@ def ensure_embedded_model(
 def folder_is_complete(folder: Path) -> bool:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-        return all(
-            (folder / name).stat().st_size == size
-            for name, size in manifest["sizes"].items()
-        ) and manifest["source_sha256"] == GGUF_SHA256
+        return (
+            all(
+                (folder / name).stat().st_size == size
+                for name, size in manifest["sizes"].items()
+            )
+            and manifest["source_sha256"] == GGUF_SHA256
+        )
     except (OSError, ValueError, KeyError):
         return False
 

@@ -66,7 +66,9 @@ def activate() -> BlasStatus:
     if os.environ.get("TINY_LLM_FAST_BLAS") == "0":
         return BlasStatus(None, "fast BLAS disabled by TINY_LLM_FAST_BLAS=0")
     if "mlx.core" in sys.modules:
-        return BlasStatus(None, "mlx.core was imported before tiny_llm: import tiny_llm first")
+        return BlasStatus(
+            None, "mlx.core was imported before tiny_llm: import tiny_llm first"
+        )
     path = find_openblas()
     if path is None:
         return BlasStatus(

@@ -15,7 +15,9 @@ class ModelLoadError(RuntimeError):
     """A model that cannot be loaded; the message says what to do instead."""
 
 
-def load_model(name: str | None = None, progress: Progress | None = None) -> tuple[nn.Module, object]:
+def load_model(
+    name: str | None = None, progress: Progress | None = None
+) -> tuple[nn.Module, object]:
     """Return `(mlx_model, tokenizer)` as mlx-lm loads them.
 
     name: None for the embedded SmolLM2-135M-Instruct (converted on first use), a

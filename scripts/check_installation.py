@@ -1,0 +1,33 @@
+"""`pdm run check-installation`: device, BLAS in use and the measured float32 matmul rate."""
+
+import time
+
+import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
+import mlx.core as mx
+
+from tiny_llm_ref.fast_blas import STATUS
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
+    a = mx.random.normal((n, n))
+    b = mx.random.normal((n, n))
+    mx.eval(a @ b)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        mx.eval(a @ b)
+    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e9
+
+
+def main() -> None:
+    print(f"mlx {mx.__version__}, default device: {mx.default_device()}")
+    if STATUS.active:
+        print(f"BLAS: OpenBLAS preloaded from {STATUS.library}")
+    elif STATUS.hint:
+        print(f"BLAS: MLX's bundled reference BLAS (hint: {STATUS.hint})")
+    else:
+        print("BLAS: the platform's own (Accelerate on macOS, cuBLAS on CUDA)")
+    print(f"float32 1024x1024 matmul: {matmul_gflops():.1f} GFLOP/s")
+
+
+if __name__ == "__main__":
+    main()

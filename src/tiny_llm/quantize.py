@@ -1,0 +1,67 @@
+"""Quantized matmul: multiply by a weight stored as 2-, 4- or 8-bit integers.
+
+MLX's affine quantization cuts each row of a weight into groups of `group_size`
+consecutive values. Each group keeps one `scale` and one `bias`, and each value
+becomes a small unsigned integer `q` with
+
+    value = scale * q + bias
+
+The integers are packed into uint32 words, the first value of a word in its lowest
+bits. A 4-bit [N, K] weight is therefore a uint32 [N, K / 8] array plus scales and
+biases of shape [N, K / group_size].
+"""
+
+import mlx.core as mx
+
+# Infrastructure, not course material: the same objects as the reference's.
+from tiny_llm_ref.quantize import QuantizedWeights, choose_weight_format  # noqa: F401
+
+
+def unpack_quantized(packed: mx.array, bits: int) -> mx.array:
+    """Split each uint32 word into its `32 / bits` integers, lowest bits first.
+
+    packed: [..., K * bits / 32] uint32 -> [..., K] uint32, each value < 2**bits.
+    bits must divide 32 (2, 4 or 8); raise ValueError otherwise.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 2: unpack_quantized: shift each word right by 0, bits, 2*bits, ... "
+        "and mask with 2**bits - 1"
+    )
+
+
+def dequantize_weight(
+    scales: mx.array, biases: mx.array, group_size: int, bits: int, b: mx.array
+) -> mx.array:
+    """Rebuild the float weight: `scale * q + bias`, one scale and bias per group.
+
+    b: [N, K * bits / 32] uint32; scales, biases: [N, K / group_size]
+    -> [N, K] in the dtype of `scales`. Scales that do not fit b's shape and
+    group_size raise ValueError.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 2: dequantize_weight: unpack, reshape to [N, K / group_size, "
+        "group_size], apply scale and bias per group"
+    )
+
+
+def quantized_matmul(
+    scales: mx.array,
+    biases: mx.array,
+    group_size: int,
+    bits: int,
+    a: mx.array,
+    b: mx.array,
+    transpose_b: bool = True,
+) -> mx.array:
+    """`a @ dequant(b).T` (or `a @ dequant(b)` with transpose_b=False).
+
+    a: [..., K]; b: [N, K * bits / 32] uint32 with scales, biases: [N, K / group_size]
+    -> [..., N]. With transpose_b=False, b holds a [K, N] weight quantized along N
+    and the result is again [..., N].
+    The weight is rebuilt in the result dtype (a's and scales' promoted, as
+    mx.quantized_matmul returns): float32 inputs with float16 scales must not round
+    the rebuilt weight to float16.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 2: quantized_matmul: dequantize b in the result dtype, then matmul"
+    )

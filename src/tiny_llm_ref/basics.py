@@ -1,0 +1,31 @@
+"""The three building blocks every later layer is made of: softmax, linear, SiLU."""
+
+import mlx.core as mx
+
+
+def softmax(x: mx.array, axis: int) -> mx.array:
+    """exp(x) / sum(exp(x)) along `axis`.
+
+    Subtracting the maximum first changes nothing mathematically but keeps `exp`
+    from overflowing; the sum is done in float32 and the result has x's dtype.
+    """
+    x32 = x.astype(mx.float32)
+    exps = mx.exp(x32 - mx.max(x32, axis=axis, keepdims=True))
+    return (exps / mx.sum(exps, axis=axis, keepdims=True)).astype(x.dtype)
+
+
+def linear(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
+    """x: [..., I], w: [O, I], bias: [O] -> [..., O].
+
+    Weights are stored one output row per neuron (the PyTorch / MLX layout), so the
+    product is x @ w.T.
+    """
+    y = x @ w.T
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def silu(x: mx.array) -> mx.array:
+    """x * sigmoid(x), elementwise (also called swish)."""
+    return x * mx.sigmoid(x)

@@ -1,0 +1,147 @@
+"""KV caches: keep every layer's past keys and values so each step computes only new ones.
+
+Shapes: keys and values are `[B, H, L, D]` going in (this step's L tokens) and
+`[B, H, S, D]` coming out (everything the queries may attend to). `update_and_fetch`
+also returns the mask for this step, so every path applies the one chunk-mask rule:
+query i of a step that starts at position `offset` sees key j iff `j <= offset + i`.
+"""
+
+import mlx.core as mx
+
+
+class TinyKvCache:
+    """One layer's cache. `offset` counts the tokens stored so far."""
+
+    offset: int
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array | str | None]:
+        """Store this step's keys/values [B, H, L, D]; return all keys, values and the mask."""
+        raise NotImplementedError
+
+
+class TinyKvFullCache(TinyKvCache):
+    """A growing cache for one sequence (or B sequences of equal length).
+
+    Storage is preallocated and doubles when full, so a step copies only its own
+    L new tokens (amortized), never all past keys: decoding stays linear, not quadratic.
+    """
+
+    INITIAL_CAPACITY = 256
+
+    def __init__(self) -> None:
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.offset = 0
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array | str | None]:
+        B, H, L, D = keys.shape
+        end = self.offset + L
+        if self.keys is None or end > self.keys.shape[2]:
+            self.grow(
+                B,
+                H,
+                max(end, 2 * self.capacity(), self.INITIAL_CAPACITY),
+                D,
+                keys.dtype,
+            )
+        self.keys[:, :, self.offset : end, :] = keys
+        self.values[:, :, self.offset : end, :] = values
+        self.offset = end
+        mask = "causal" if L > 1 else None
+        return self.keys[:, :, :end, :], self.values[:, :, :end, :], mask
+
+    def capacity(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def grow(self, B: int, H: int, capacity: int, D: int, dtype: mx.Dtype) -> None:
+        keys = mx.zeros((B, H, capacity, D), dtype)
+        values = mx.zeros((B, H, capacity, D), dtype)
+        if self.keys is not None:
+            keys[:, :, : self.offset, :] = self.keys[:, :, : self.offset, :]
+            values[:, :, : self.offset, :] = self.values[:, :, : self.offset, :]
+        self.keys, self.values = keys, values
+
+    def fetch(self) -> tuple[mx.array, mx.array]:
+        """All stored keys and values: [B, H, offset, D]."""
+        return self.keys[:, :, : self.offset, :], self.values[:, :, : self.offset, :]
+
+
+def batch_causal_mask(offsets: mx.array, L: int, S: int, dtype: mx.Dtype) -> mx.array:
+    """The chunk mask with one offset per row: [B, 1, L, S].
+
+    Row b's query i sees key j iff j <= offsets[b] + i. An empty row (offset 0) still
+    sees key 0, so no row is all -inf and softmax never makes NaN.
+    """
+    visible = (
+        mx.arange(S)[None, None, :]
+        <= offsets[:, None, None] + mx.arange(L)[None, :, None]
+    )
+    return mx.where(visible, mx.array(0, dtype), mx.array(-mx.inf, dtype))[
+        :, None, :, :
+    ]
+
+
+class BatchingKvCache(TinyKvCache):
+    """One layer's cache for up to `max_active_requests` sequences of different lengths.
+
+    Each request owns a slot (a batch row) of a preallocated
+    [max_active_requests, H, max_seq_len, D] buffer; row b holds its keys at positions
+    0 .. offsets[b] - 1 and its mask comes from its own offset, so rows never see each
+    other's keys, nor what a removed request left behind.
+    """
+
+    def __init__(self, max_active_requests: int, max_seq_len: int) -> None:
+        self.max_active_requests = max_active_requests
+        self.max_seq_len = max_seq_len
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+        self.offsets = [0] * max_active_requests
+
+    @property
+    def offset(self) -> list[int]:
+        return list(self.offsets)
+
+    def allocate(self, H: int, D: int, dtype: mx.Dtype) -> None:
+        shape = (self.max_active_requests, H, self.max_seq_len, D)
+        self.keys, self.values = mx.zeros(shape, dtype), mx.zeros(shape, dtype)
+
+    def add_request(self, prefilled: TinyKvFullCache, slot: int) -> None:
+        """Copy a prefilled request's keys/values [1, H, S, D] into row `slot`."""
+        keys, values = prefilled.fetch()
+        _, H, S, D = keys.shape
+        if S > self.max_seq_len:
+            raise ValueError(
+                f"a request of {S} tokens does not fit max_seq_len={self.max_seq_len}"
+            )
+        if self.keys is None:
+            self.allocate(H, D, keys.dtype)
+        self.keys[slot, :, :S, :] = keys[0]
+        self.values[slot, :, :S, :] = values[0]
+        self.offsets[slot] = S
+
+    def remove_request(self, slot: int) -> None:
+        """Free row `slot`: its offset goes back to 0, so its old keys are never seen."""
+        self.offsets[slot] = 0
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        """keys/values: [max_active_requests, H, L, D], row b written at offsets[b]."""
+        _, H, L, D = keys.shape
+        if self.keys is None:
+            self.allocate(H, D, keys.dtype)
+        if max(self.offsets) + L > self.max_seq_len:
+            raise ValueError(f"a request would pass max_seq_len={self.max_seq_len}")
+        offsets = mx.array(self.offsets)
+        positions = (offsets[:, None] + mx.arange(L)[None, :])[:, None, :, None]
+        self.keys = mx.put_along_axis(self.keys, positions, keys, axis=2)
+        self.values = mx.put_along_axis(self.values, positions, values, axis=2)
+        S = max(self.offsets) + L
+        mask = batch_causal_mask(offsets, L, S, keys.dtype)
+        # An empty slot (offset 0) stays empty: its row is computed but never kept.
+        self.offsets = [offset + L if offset else 0 for offset in self.offsets]
+        return self.keys[:, :, :S, :], self.values[:, :, :S, :], mask

@@ -1,0 +1,134 @@
+"""Quantized matmul: multiply by a weight stored as 2-, 4- or 8-bit integers.
+
+MLX's affine quantization cuts each row of a weight into groups of `group_size`
+consecutive values. Each group keeps one `scale` and one `bias`, and each value
+becomes a small unsigned integer `q` with
+
+    value = scale * q + bias
+
+The integers are packed into uint32 words, the first value of a word in its lowest
+bits. A 4-bit [N, K] weight is therefore a uint32 [N, K / 8] array plus scales and
+biases of shape [N, K / group_size]: about 4.5 bits per value instead of 16 or 32.
+"""
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+from mlx import nn
+
+SUPPORTED_BITS = (2, 4, 8)
+
+
+def _check_bits(bits: int) -> None:
+    if bits not in SUPPORTED_BITS:
+        raise ValueError(
+            f"bits={bits} is not supported: use one of {SUPPORTED_BITS} "
+            "(these widths divide 32, so no value straddles two uint32 words)"
+        )
+
+
+def unpack_quantized(packed: mx.array, bits: int) -> mx.array:
+    """Split each uint32 word into its `32 / bits` integers, lowest bits first.
+
+    packed: [..., K * bits / 32] uint32 -> [..., K] uint32, each value < 2**bits.
+    bits must divide 32 (2, 4 or 8); raise ValueError otherwise.
+    """
+    _check_bits(bits)
+    per_word = 32 // bits
+    shifts = mx.arange(per_word, dtype=mx.uint32) * bits
+    mask = (1 << bits) - 1
+    values = (packed[..., None] >> shifts) & mask  # [..., K * bits / 32, per_word]
+    return values.reshape(*packed.shape[:-1], packed.shape[-1] * per_word)
+
+
+def dequantize_weight(
+    scales: mx.array, biases: mx.array, group_size: int, bits: int, b: mx.array
+) -> mx.array:
+    """Rebuild the float weight: `scale * q + bias`, one scale and bias per group.
+
+    b: [N, K * bits / 32] uint32; scales, biases: [N, K / group_size]
+    -> [N, K] in the dtype of `scales`. Scales that do not fit b's shape and
+    group_size raise ValueError.
+    """
+    q = unpack_quantized(b, bits)
+    rows, cols = q.shape
+    if scales.shape != (rows, cols // group_size) or cols % group_size != 0:
+        raise ValueError(
+            f"scales of shape {scales.shape} do not fit a {bits}-bit weight of "
+            f"{rows}x{cols} values with group_size={group_size}: expected "
+            f"({rows}, {cols // group_size}); pass the group_size and bits the "
+            "weight was quantized with"
+        )
+    groups = q.reshape(rows, cols // group_size, group_size).astype(scales.dtype)
+    values = groups * scales[..., None] + biases[..., None]
+    return values.reshape(rows, cols)
+
+
+def quantized_matmul(
+    scales: mx.array,
+    biases: mx.array,
+    group_size: int,
+    bits: int,
+    a: mx.array,
+    b: mx.array,
+    transpose_b: bool = True,
+) -> mx.array:
+    """`a @ dequant(b).T` (or `a @ dequant(b)` with transpose_b=False).
+
+    a: [..., K]; b: [N, K * bits / 32] uint32 with scales, biases: [N, K / group_size]
+    -> [..., N]. With transpose_b=False, b holds a [K, N] weight quantized along N
+    and the result is again [..., N].
+    The weight is rebuilt in the result dtype (a's and scales' promoted, as
+    mx.quantized_matmul returns): float32 inputs with float16 scales must not round
+    the rebuilt weight to float16.
+    """
+    dtype = mx.result_type(a, scales)
+    weight = dequantize_weight(
+        scales.astype(dtype), biases.astype(dtype), group_size, bits, b
+    )
+    return a @ (weight.T if transpose_b else weight)
+
+
+@dataclass(frozen=True)
+class QuantizedWeights:
+    """A quantized matrix as MLX stores it, with what is needed to read it back.
+
+    weight: [N, K * bits / 32] uint32; scales, biases: [N, K / group_size].
+    A QuantizedLinear's own additive `bias` (Qwen2's q/k/v) is not part of this.
+    """
+
+    weight: mx.array
+    scales: mx.array
+    biases: mx.array
+    group_size: int
+    bits: int
+
+    @classmethod
+    def from_mlx_layer(
+        cls, layer: nn.QuantizedLinear | nn.QuantizedEmbedding
+    ) -> "QuantizedWeights":
+        mode = getattr(layer, "mode", "affine")
+        if mode != "affine":
+            raise ValueError(
+                f"{type(layer).__name__} uses mode={mode!r}; only affine "
+                "quantization (scale * q + bias) is supported"
+            )
+        return cls(
+            layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits
+        )
+
+
+def choose_weight_format(device: mx.Device | None = None) -> str:
+    """How to keep linear weights on `device` (default: MLX's default device).
+
+    "float32" on the CPU: dequantize once at load time. MLX's CPU kernels for
+    quantized and half-precision matmul do not use BLAS, while float32 matmul runs
+    on OpenBLAS; the benchmark in scripts/bench_quantized.py (table in the book's
+    week 2 day 2 chapter) measured float32 fastest on this course's CPUs, for
+    decode (M=1) and prefill (M=128) alike.
+    "quantized" on a GPU (Metal or CUDA): decode is bound by memory bandwidth and
+    a 4-bit weight is about 7x fewer bytes to read than float32, so keep weights
+    quantized and call quantized_matmul.
+    """
+    device = device or mx.default_device()
+    return "float32" if device.type == mx.cpu else "quantized"

@@ -1,0 +1,211 @@
+"""Qwen2 (and Llama, the same architecture without q/k/v biases), written by hand.
+
+The weights come from a model mlx-lm loaded; everything that runs them is here.
+Week 1 has no cache: every call recomputes attention over the whole sequence.
+"""
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .attention import scaled_dot_product_attention_grouped
+from .basics import linear, silu
+from .embedding import Embedding
+from .layer_norm import RMSNorm
+from .positional_encoding import RoPE
+
+DEFAULT_MAX_SEQ_LEN = 32768
+
+
+def dequantize_linear(layer: nn.Module, dtype: mx.Dtype | None = None) -> mx.array:
+    """The float weight of an mlx-lm (Quantized)Linear or (Quantized)Embedding.
+
+    Returns [out, in] for a linear layer, [vocab, dim] for an embedding. Quantized
+    layers store packed integers plus a scale and bias per group of group_size
+    weights; mx.dequantize expands them. dtype: the result's dtype (default: the
+    layer's own float dtype); dequantizing straight into it avoids a lossy detour
+    through float16.
+    """
+    if "scales" not in layer:
+        return layer.weight if dtype is None else layer.weight.astype(dtype)
+    return mx.dequantize(
+        layer.weight,
+        layer.scales,
+        layer.get("biases"),
+        group_size=layer.group_size,
+        bits=layer.bits,
+        mode=layer.mode,
+        dtype=dtype,
+    )
+
+
+class Qwen2MLP:
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
+
+    w_gate, w_up: [hidden_dim, dim], w_down: [dim, hidden_dim]. The gate decides,
+    per hidden unit, how much of up(x) passes.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        hidden_dim: int,
+        w_gate: mx.array,
+        w_up: mx.array,
+        w_down: mx.array,
+    ):
+        self.dim = dim
+        self.hidden_dim = hidden_dim
+        self.w_gate, self.w_up, self.w_down = w_gate, w_up, w_down
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """x: [..., dim] -> [..., dim]."""
+        return linear(silu(linear(x, self.w_gate)) * linear(x, self.w_up), self.w_down)
+
+
+class Qwen2MultiHeadAttention:
+    """Causal grouped-query self-attention with RoPE on q and k.
+
+    wq: [H_q * D, E], wk and wv: [H * D, E], wo: [E, H_q * D]; biases optional
+    (Qwen2 has them on q, k, v; Llama usually has none).
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int,
+        wq: mx.array,
+        wk: mx.array,
+        wv: mx.array,
+        wo: mx.array,
+        rope: RoPE,
+        bq: mx.array | None = None,
+        bk: mx.array | None = None,
+        bv: mx.array | None = None,
+        bo: mx.array | None = None,
+    ):
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = wq.shape[0] // num_heads
+        self.wq, self.wk, self.wv, self.wo = wq, wk, wv, wo
+        self.bq, self.bk, self.bv, self.bo = bq, bk, bv, bo
+        self.rope = rope
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """x: [B, L, E] -> [B, L, E]; position p attends to positions 0 .. p."""
+        batch, length, _ = x.shape
+        q = linear(x, self.wq, self.bq).reshape(batch, length, self.num_heads, -1)
+        k = linear(x, self.wk, self.bk).reshape(batch, length, self.num_kv_heads, -1)
+        v = linear(x, self.wv, self.bv).reshape(batch, length, self.num_kv_heads, -1)
+        q, k = self.rope(q), self.rope(k)
+        out = scaled_dot_product_attention_grouped(
+            q.swapaxes(1, 2),  # [B, H_q, L, D]
+            k.swapaxes(1, 2),
+            v.swapaxes(1, 2),
+            scale=self.head_dim**-0.5,
+            mask="causal",
+        )
+        return linear(out.swapaxes(1, 2).reshape(batch, length, -1), self.wo, self.bo)
+
+
+class Qwen2TransformerBlock:
+    """Pre-norm residual block: h = x + attention(norm(x)); out = h + mlp(norm(h))."""
+
+    def __init__(
+        self,
+        attention: Qwen2MultiHeadAttention,
+        mlp: Qwen2MLP,
+        input_norm: RMSNorm,
+        post_attention_norm: RMSNorm,
+    ):
+        self.attention = attention
+        self.mlp = mlp
+        self.input_norm = input_norm
+        self.post_attention_norm = post_attention_norm
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """x: [B, L, E] -> [B, L, E]."""
+        h = x + self.attention(self.input_norm(x))
+        return h + self.mlp(self.post_attention_norm(h))
+
+
+class Qwen2ModelWeek1:
+    """A hand-written copy of an mlx-lm qwen2 or llama model: inputs [B, L] -> logits.
+
+    Quantized layers are dequantized once, here. The weights take the dtype of the
+    model's unquantized parameters (its norms): float32 for the embedded model, so
+    matmuls go through the fast float32 BLAS; bfloat16 for a bfloat16 checkpoint.
+    """
+
+    def __init__(self, mlx_model: nn.Module):
+        args = mlx_model.args
+        if args.rope_scaling is not None:
+            raise ValueError(
+                f"this model uses rope_scaling {args.rope_scaling}, which tiny-llm's "
+                "RoPE does not implement: pick a model without rope_scaling"
+            )
+        if getattr(args, "mlp_bias", False):
+            raise ValueError("MLP biases are not supported: pick a model without mlp_bias")
+        inner = mlx_model.model
+        self.dtype = inner.norm.weight.dtype
+        self.vocab_size = args.vocab_size
+        self.embedding = Embedding(
+            args.vocab_size, args.hidden_size, self._weight(inner.embed_tokens)
+        )
+        head_dim = inner.layers[0].self_attn.q_proj.weight.shape[0] // (
+            args.num_attention_heads
+        )
+        # One RoPE table, shared by every layer.
+        rope = RoPE(
+            head_dim,
+            args.max_position_embeddings or DEFAULT_MAX_SEQ_LEN,
+            base=args.rope_theta,
+            traditional=args.rope_traditional,
+        )
+        self.layers = [self._block(layer, args, rope) for layer in inner.layers]
+        self.norm = RMSNorm(args.hidden_size, inner.norm.weight, eps=args.rms_norm_eps)
+        self.lm_head = (
+            None if args.tie_word_embeddings else self._weight(mlx_model.lm_head)
+        )
+
+    def _weight(self, layer: nn.Module) -> mx.array:
+        return dequantize_linear(layer, self.dtype)
+
+    def _bias(self, layer: nn.Module) -> mx.array | None:
+        return layer["bias"].astype(self.dtype) if "bias" in layer else None
+
+    def _block(self, layer: nn.Module, args, rope: RoPE) -> Qwen2TransformerBlock:
+        attn, mlp = layer.self_attn, layer.mlp
+        attention = Qwen2MultiHeadAttention(
+            args.num_attention_heads,
+            args.num_key_value_heads,
+            *(self._weight(p) for p in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)),
+            rope=rope,
+            bq=self._bias(attn.q_proj),
+            bk=self._bias(attn.k_proj),
+            bv=self._bias(attn.v_proj),
+            bo=self._bias(attn.o_proj),
+        )
+        feed_forward = Qwen2MLP(
+            args.hidden_size,
+            args.intermediate_size,
+            self._weight(mlp.gate_proj),
+            self._weight(mlp.up_proj),
+            self._weight(mlp.down_proj),
+        )
+        eps = args.rms_norm_eps
+        return Qwen2TransformerBlock(
+            attention,
+            feed_forward,
+            RMSNorm(args.hidden_size, layer.input_layernorm.weight, eps=eps),
+            RMSNorm(args.hidden_size, layer.post_attention_layernorm.weight, eps=eps),
+        )
+
+    def __call__(self, inputs: mx.array) -> mx.array:
+        """inputs: [B, L] token ids -> logits [B, L, vocab_size], causal, no cache."""
+        h = self.embedding(inputs)
+        for layer in self.layers:
+            h = layer(h)
+        h = self.norm(h)
+        if self.lm_head is None:
+            return self.embedding.as_linear(h)
+        return linear(h, self.lm_head)

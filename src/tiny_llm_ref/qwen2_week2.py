@@ -1,0 +1,242 @@
+"""Qwen2 with a KV cache: each call runs only the new tokens.
+
+`model(inputs [B, L], offset, cache) -> logits [B, L, V]`: offset is the absolute
+position of inputs[:, 0] (an int, or one int per row when rows are at different
+points of their sequences), and cache holds one TinyKvCache per layer. The cache
+returns this step's mask, so a whole prompt, a prefill chunk and a decode step all
+go through the same code.
+
+Two switches: `weights` keeps linear layers dequantized ("float32") or quantized
+("quantized", run by quantized_matmul), "auto" picks per device; `use_fast_kernels`
+swaps the hand-written RMSNorm, RoPE, attention and quantized matmul for mx.fast's
+fused kernels (week 2 day 3).
+"""
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .attention import scaled_dot_product_attention_grouped
+from .basics import linear, silu
+from .embedding import Embedding
+from .kv_cache import TinyKvCache, TinyKvFullCache
+from .layer_norm import RMSNorm
+from .positional_encoding import RoPE
+from .quantize import QuantizedWeights, choose_weight_format, quantized_matmul
+from .qwen2_week1 import DEFAULT_MAX_SEQ_LEN, dequantize_linear
+
+Weight = mx.array | QuantizedWeights
+
+
+def project(
+    x: mx.array, w: Weight, bias: mx.array | None = None, fast: bool = False
+) -> mx.array:
+    """x: [..., in] -> [..., out] through a dense [out, in] or a quantized weight."""
+    if isinstance(w, mx.array):
+        return linear(x, w, bias)
+    matmul = mx.quantized_matmul if fast else quantized_matmul
+    if fast:
+        out = matmul(
+            x,
+            w.weight,
+            w.scales,
+            w.biases,
+            transpose=True,
+            group_size=w.group_size,
+            bits=w.bits,
+        )
+    else:
+        out = matmul(w.scales, w.biases, w.group_size, w.bits, x, w.weight)
+    return out if bias is None else out + bias
+
+
+@mx.compile
+def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    return silu(gate) * up
+
+
+class WeightLoader:
+    """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
+
+    def __init__(self, quantized: bool, dtype: mx.Dtype):
+        self.quantized = quantized
+        self.dtype = dtype
+
+    def weight(self, layer: nn.Module) -> Weight:
+        if self.quantized and "scales" in layer:
+            return QuantizedWeights.from_mlx_layer(layer)
+        return dequantize_linear(layer, self.dtype)
+
+    def bias(self, layer: nn.Module) -> mx.array | None:
+        return layer["bias"].astype(self.dtype) if "bias" in layer else None
+
+
+class Qwen2AttentionWeek2:
+    """Grouped-query attention over the cache: only this step's q, k, v are computed."""
+
+    def __init__(self, layer: nn.Module, args, load: WeightLoader, fast: bool):
+        self.num_heads = args.num_attention_heads
+        self.num_kv_heads = args.num_key_value_heads
+        self.head_dim = layer.q_proj.weight.shape[0] // self.num_heads
+        self.scale = self.head_dim**-0.5
+        self.wq, self.wk, self.wv, self.wo = (
+            load.weight(p)
+            for p in (layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj)
+        )
+        self.bq, self.bk, self.bv = (
+            load.bias(p) for p in (layer.q_proj, layer.k_proj, layer.v_proj)
+        )
+        max_positions = args.max_position_embeddings or DEFAULT_MAX_SEQ_LEN
+        self.rope = RoPE(
+            self.head_dim, max_positions, args.rope_theta, args.rope_traditional
+        )
+        self.rope_base = args.rope_theta
+        self.fast = fast
+
+    def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
+        """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
+        if self.fast:
+            return mx.fast.rope(
+                x,
+                self.head_dim,
+                traditional=self.rope.traditional,
+                base=self.rope_base,
+                scale=1.0,
+                offset=offset,
+            )
+        return self.rope(x.swapaxes(1, 2), offset).swapaxes(1, 2)
+
+    def __call__(
+        self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
+    ) -> mx.array:
+        """x: [B, L, E] -> [B, L, E]."""
+        B, L, _ = x.shape
+
+        def heads(w: Weight, b: mx.array | None, n: int) -> mx.array:
+            return (
+                project(x, w, b, self.fast)
+                .reshape(B, L, n, self.head_dim)
+                .swapaxes(1, 2)
+            )
+
+        q = self.apply_rope(heads(self.wq, self.bq, self.num_heads), offset)
+        k = self.apply_rope(heads(self.wk, self.bk, self.num_kv_heads), offset)
+        v = heads(self.wv, self.bv, self.num_kv_heads)
+        keys, values, mask = cache.update_and_fetch(k, v)
+        attend = (
+            mx.fast.scaled_dot_product_attention
+            if self.fast
+            else scaled_dot_product_attention_grouped
+        )
+        out = attend(q, keys, values, scale=self.scale, mask=mask)
+        return project(out.swapaxes(1, 2).reshape(B, L, -1), self.wo, fast=self.fast)
+
+
+class Qwen2BlockWeek2:
+    """Pre-norm residual block: h = x + attention(norm(x)); out = h + mlp(norm(h))."""
+
+    def __init__(self, layer: nn.Module, args, load: WeightLoader, fast: bool):
+        self.attention = Qwen2AttentionWeek2(layer.self_attn, args, load, fast)
+        mlp = layer.mlp
+        self.w_gate, self.w_up, self.w_down = (
+            load.weight(p) for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        )
+        self.input_norm = RMSNorm(
+            args.hidden_size, layer.input_layernorm.weight, args.rms_norm_eps
+        )
+        self.post_attention_norm = RMSNorm(
+            args.hidden_size, layer.post_attention_layernorm.weight, args.rms_norm_eps
+        )
+        self.eps = args.rms_norm_eps
+        self.fast = fast
+
+    def norm(self, norm: RMSNorm, x: mx.array) -> mx.array:
+        return mx.fast.rms_norm(x, norm.weight, self.eps) if self.fast else norm(x)
+
+    def __call__(
+        self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
+    ) -> mx.array:
+        h = x + self.attention(self.norm(self.input_norm, x), offset, cache)
+        y = self.norm(self.post_attention_norm, h)
+        gate, up = (
+            project(y, self.w_gate, fast=self.fast),
+            project(y, self.w_up, fast=self.fast),
+        )
+        hidden = swiglu(gate, up) if self.fast else silu(gate) * up
+        return h + project(hidden, self.w_down, fast=self.fast)
+
+
+class Qwen2ModelWeek2:
+    """A hand-written mlx-lm qwen2/llama model with a KV cache.
+
+    weights: "float32" dequantizes linear layers once (fastest on CPUs, where float32
+    matmul uses BLAS), "quantized" keeps quantized layers packed, "auto" asks
+    choose_weight_format() for this device. use_fast_kernels: mx.fast instead of the
+    hand-written kernels (same results within float tolerance).
+    """
+
+    def __init__(
+        self,
+        mlx_model: nn.Module,
+        weights: str = "auto",
+        use_fast_kernels: bool = False,
+    ):
+        if weights == "auto":
+            weights = choose_weight_format()
+        if weights not in ("float32", "quantized"):
+            raise ValueError(
+                f"weights must be 'auto', 'float32' or 'quantized', not {weights!r}"
+            )
+        args = mlx_model.args
+        if args.rope_scaling is not None:
+            raise ValueError(
+                f"rope_scaling {args.rope_scaling} is not implemented: pick a model without it"
+            )
+        inner = mlx_model.model
+        dtype = inner.norm.weight.dtype if weights == "quantized" else mx.float32
+        if weights == "float32" and "scales" not in inner.embed_tokens:
+            dtype = (
+                inner.norm.weight.dtype
+            )  # an unquantized checkpoint keeps its own dtype
+        load = WeightLoader(weights == "quantized", dtype)
+        self.args = args
+        self.num_layers = len(inner.layers)
+        self.weights = weights
+        self.embedding = Embedding(
+            args.vocab_size,
+            args.hidden_size,
+            dequantize_linear(inner.embed_tokens, dtype),
+        )
+        self.layers = [
+            Qwen2BlockWeek2(layer, args, load, use_fast_kernels)
+            for layer in inner.layers
+        ]
+        self.norm = RMSNorm(args.hidden_size, inner.norm.weight, args.rms_norm_eps)
+        self.lm_head = (
+            None if args.tie_word_embeddings else load.weight(mlx_model.lm_head)
+        )
+        self.fast = use_fast_kernels
+
+    def create_kv_cache(self) -> list[TinyKvFullCache]:
+        """One empty cache per layer."""
+        return [TinyKvFullCache() for _ in range(self.num_layers)]
+
+    def __call__(
+        self,
+        inputs: mx.array,
+        offset: int | list[int] | mx.array,
+        cache: list[TinyKvCache],
+    ) -> mx.array:
+        """inputs: [B, L] -> logits [B, L, V]; offset: int or one int per row."""
+        if not isinstance(offset, int):
+            offset = mx.array(offset)
+        h = self.embedding(inputs)
+        for layer, layer_cache in zip(self.layers, cache):
+            h = layer(h, offset, layer_cache)
+        h = (
+            mx.fast.rms_norm(h, self.norm.weight, self.args.rms_norm_eps)
+            if self.fast
+            else self.norm(h)
+        )
+        if self.lm_head is None:
+            return self.embedding.as_linear(h)
+        return project(h, self.lm_head, fast=self.fast)

@@ -1,0 +1,287 @@
+"""Continuous batching with chunked prefill.
+
+Every iteration of the loop does two things: one prefill chunk for the most urgent
+waiting request, then one decode step that gives every decoding request its next
+token. A request whose prefill is done takes a free decode slot at once, and a
+finished request frees its slot for the next one. A long prompt therefore never
+stalls the decoders for longer than one chunk.
+
+Priorities: an interactive request's chunks go ahead of a batch request's remaining
+chunks (the batch prefill pauses between chunks and resumes at its offset), and
+`reserved_interactive_slots` decode slots are kept for interactive requests.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from .chunking import AdaptiveChunker
+from .kv_cache import BatchingKvCache
+from .metrics import RunMetrics
+from .request import PromptSpec, Request, greedy
+
+ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
+
+
+@dataclass
+class SlotView:
+    """What one decode slot holds, for live views."""
+
+    request: int
+    priority: str
+    offset: int
+    generated: int
+    text_tail: str
+
+
+@dataclass
+class SchedulerSnapshot:
+    """Reported to `on_step` after every iteration."""
+
+    step: int
+    slots: list[SlotView | None]
+    prefilling: tuple[int, int, int] | None  # (request, offset, prompt tokens)
+    finished: int
+    total: int
+    metrics: RunMetrics
+
+
+class BatchResults(list):
+    """One GenerationResult per prompt, in prompt order, plus the run's metrics."""
+
+    metrics: RunMetrics
+
+
+def batch_generate(
+    model,
+    tokenizer,
+    prompts: Sequence[str | list[int] | PromptSpec],
+    batch_size: int = 5,
+    prefill_step: ChunkPolicy = 128,
+    max_seq_len: int = 512,
+    max_tokens: int | None = None,
+    sampler: Callable[[mx.array], mx.array] | None = None,
+    reserved_interactive_slots: int = 0,
+    on_step: Callable[[SchedulerSnapshot], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> BatchResults:
+    """Generate for every prompt, batch_size at a time; returns results in prompt order.
+
+    prefill_step: tokens per prefill chunk; None prefills each prompt whole; or a
+    policy: select_chunk_size or an AdaptiveChunker. max_tokens and sampler are
+    defaults that a PromptSpec may override (sampler default: greedy).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if max_seq_len < 1:
+        raise ValueError(f"max_seq_len must be at least 1, got {max_seq_len}")
+    if isinstance(prefill_step, int) and prefill_step < 1:
+        raise ValueError(
+            f"prefill_step must be at least 1 (or None for no chunking), got {prefill_step}"
+        )
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1 (or None), got {max_tokens}")
+    if not 0 <= reserved_interactive_slots < batch_size:
+        raise ValueError(
+            f"reserved_interactive_slots must be in [0, batch_size), got {reserved_interactive_slots}"
+        )
+    specs = [p if isinstance(p, PromptSpec) else PromptSpec(p) for p in prompts]
+    requests = [
+        Request(
+            model,
+            tokenizer,
+            spec.prompt,
+            max_tokens=spec.max_tokens or max_tokens,
+            max_seq_len=max_seq_len,
+            sampler=spec.sampler or sampler or greedy,
+            priority=spec.priority,
+            clock=clock,
+        )
+        for spec in specs
+    ]
+    scheduler = Scheduler(
+        model,
+        requests,
+        [s.arrival_step for s in specs],
+        batch_size,
+        prefill_step,
+        max_seq_len,
+        reserved_interactive_slots,
+        clock,
+    )
+    scheduler.run(on_step)
+    results = BatchResults(r.result() for r in requests)
+    results.metrics = scheduler.metrics
+    return results
+
+
+class Scheduler:
+    """The state of one batch_generate run: waiting requests, decode slots, caches."""
+
+    def __init__(
+        self,
+        model,
+        requests,
+        arrival_steps,
+        batch_size,
+        prefill_step,
+        max_seq_len,
+        reserved_interactive_slots,
+        clock,
+    ):
+        self.model = model
+        self.requests = requests
+        self.arrival_steps = arrival_steps
+        self.batch_size = batch_size
+        self.prefill_step = prefill_step
+        self.batch_slots = batch_size - reserved_interactive_slots
+        self.clock = clock
+        self.slots: list[Request | None] = [None] * batch_size
+        self.waiting: list[Request] = []
+        self.cache = [
+            BatchingKvCache(batch_size, max_seq_len) for _ in model.create_kv_cache()
+        ]
+        self.metrics = RunMetrics()
+        self.step = 0
+
+    def run(self, on_step=None) -> None:
+        mx.reset_peak_memory()
+        start = self.clock()
+        while not all(r.is_finished for r in self.requests):
+            self.admit_arrivals()
+            prefilled = self.prefill_one_chunk()
+            self.move_prefilled_to_free_slots()
+            self.decode_one_step()
+            self.step += 1
+            self.count_requests(start)
+            if on_step:
+                on_step(self.snapshot(prefilled))
+        self.metrics.peak_memory_bytes = mx.get_peak_memory()
+
+    def admit_arrivals(self) -> None:
+        for request, arrival in zip(self.requests, self.arrival_steps):
+            if arrival == self.step:
+                request.metrics.arrival = self.clock()
+                if (
+                    not request.is_finished
+                ):  # invalid prompts finish with an error at once
+                    self.waiting.append(request)
+
+    def prefill_one_chunk(self) -> Request | None:
+        """Run one chunk of the most urgent request that will have a slot when done."""
+        candidates = [
+            r
+            for r in self.waiting
+            if not r.is_prefill_done and self.slot_for(r) is not None
+        ]
+        if not candidates:
+            return None
+        request = min(
+            candidates, key=lambda r: r.priority != "interactive"
+        )  # stable: FIFO
+        if request.metrics.prefill_start is None:
+            request.metrics.prefill_start = self.clock()
+        start = self.clock()
+        try:
+            tokens = request.try_prefill(self.chunk_size(request))
+        except Exception as error:  # noqa: BLE001  (one bad request must not stop the others)
+            request.fail(f"prefill failed: {type(error).__name__}: {error}")
+            self.waiting.remove(request)
+            return None
+        seconds = self.clock() - start
+        self.metrics.record_prefill_chunk(tokens, seconds)
+        request.metrics.prefill_chunks += 1
+        if isinstance(self.prefill_step, AdaptiveChunker):
+            self.prefill_step.record(seconds)
+        if request.is_finished:  # its first token was EOS, or max_tokens is 1
+            self.waiting.remove(request)
+        return request
+
+    def chunk_size(self, request: Request) -> int | None:
+        policy = self.prefill_step
+        if policy is None or isinstance(policy, int):
+            return policy
+        decoding = sum(slot is not None for slot in self.slots)
+        if isinstance(policy, AdaptiveChunker):
+            return policy.select_chunk_size(decoding, self.batch_size)
+        return policy(len(request.prefill_tokens), decoding, self.batch_size)
+
+    def slot_for(self, request: Request) -> int | None:
+        """A free slot this request may take, leaving one for each prefilled request."""
+        ready = [r for r in self.waiting if r.is_prefill_done and r is not request]
+        free = [i for i, slot in enumerate(self.slots) if slot is None][len(ready) :]
+        batch_held = sum(
+            r.priority == "batch" for r in self.slots + ready if r is not None
+        )
+        if not free or (request.priority == "batch" and batch_held >= self.batch_slots):
+            return None
+        return free[0]
+
+    def move_prefilled_to_free_slots(self) -> None:
+        for request in sorted(self.waiting, key=lambda r: r.priority != "interactive"):
+            slot = self.slot_for(request) if request.is_prefill_done else None
+            if slot is None:
+                continue
+            for layer_cache, request_cache in zip(self.cache, request.kv_cache):
+                layer_cache.add_request(request_cache, slot)
+            request.kv_cache = None  # its keys live in the batch cache now
+            self.slots[slot] = request
+            self.waiting.remove(request)
+
+    def decode_one_step(self) -> None:
+        """One token for every decoding request; an empty slot runs a dummy row."""
+        active = [(slot, r) for slot, r in enumerate(self.slots) if r is not None]
+        if not active:
+            return
+        start = self.clock()
+        tokens = mx.array([[r.next_token if r else 0] for r in self.slots])
+        offsets = [r.offset if r else 0 for r in self.slots]
+        logits = self.model(tokens, offsets, self.cache)[:, -1, :]
+        sampled = [r.sample(logits[slot : slot + 1]) for slot, r in active]
+        mx.eval(*sampled)
+        for (slot, request), token in zip(active, sampled):
+            request.offset += 1
+            request.accept(token.item())
+            times = request.metrics.token_times
+            self.metrics.longest_decode_stall = max(
+                self.metrics.longest_decode_stall, times[-1] - times[-2]
+            )
+            if request.is_finished:
+                self.slots[slot] = None
+                for layer_cache in self.cache:
+                    layer_cache.remove_request(slot)
+        self.metrics.record_decode_step(len(active), self.clock() - start)
+
+    def count_requests(self, start: float) -> None:
+        self.metrics.total_seconds = self.clock() - start
+        self.metrics.running = sum(r is not None for r in self.slots)
+        self.metrics.waiting = len(self.waiting)
+        self.metrics.finished = sum(r.is_finished for r in self.requests)
+
+    def snapshot(self, prefilled: Request | None) -> SchedulerSnapshot:
+        index = {id(r): i for i, r in enumerate(self.requests)}
+        views = [
+            None
+            if r is None
+            else SlotView(
+                index[id(r)], r.priority, r.offset, len(r.generated), r.text[-40:]
+            )
+            for r in self.slots
+        ]
+        prefilling = None
+        if prefilled is not None and not prefilled.is_prefill_done:
+            prefilling = (
+                index[id(prefilled)],
+                prefilled.offset,
+                len(prefilled.prefill_tokens),
+            )
+        return SchedulerSnapshot(
+            self.step,
+            views,
+            prefilling,
+            self.metrics.finished,
+            len(self.requests),
+            self.metrics,
+        )

@@ -1,0 +1,72 @@
+"""The learner skeleton and the reference expose the same public API, and the
+skeleton's course functions fail loudly with NotImplementedError naming the day."""
+
+import ast
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tiny_llm
+import tiny_llm_ref
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def public_api(package) -> dict[str, str]:
+    api = {}
+    for name in dir(package):
+        value = getattr(package, name)
+        if name.startswith("_") or inspect.ismodule(value):
+            continue
+        api[name] = describe(value)
+        if inspect.isclass(value):
+            for member, attr in vars(value).items():
+                if inspect.isfunction(attr) and (member == "__init__" or member == "__call__" or not member.startswith("_")):
+                    api[f"{name}.{member}"] = describe(attr)
+    return api
+
+
+def describe(value) -> str:
+    try:
+        return str(inspect.signature(value))
+    except (TypeError, ValueError):
+        return type(value).__name__
+
+
+def test_public_apis_are_identical():
+    reference, learner = public_api(tiny_llm_ref), public_api(tiny_llm)
+    assert sorted(reference) == sorted(learner), "names differ between tiny_llm_ref and tiny_llm"
+    for name, signature in reference.items():
+        assert learner[name] == signature, f"{name}: reference {signature} != learner {learner[name]}"
+
+
+def skeleton_modules() -> list[Path]:
+    return sorted(p for p in (ROOT / "src/tiny_llm").glob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", skeleton_modules(), ids=lambda p: p.name)
+def test_skeleton_functions_raise_not_implemented_with_the_day(path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.FunctionDef) or node.name == "__init__":
+            continue
+        raises = [n for n in ast.walk(node) if isinstance(n, ast.Raise)]
+        messages = [ast.unparse(r.exc) for r in raises if r.exc is not None]
+        assert any(re.search(r"NotImplementedError\(['\"]Week \d Day \d", m) for m in messages), (
+            f"{path.name}:{node.lineno} {node.name} must raise NotImplementedError('Week W Day D: ...')"
+        )
+
+
+def test_untouched_skeleton_fails_with_not_implemented_not_import_errors():
+    env = dict(os.environ, TINY_LLM_SOLUTION="learner")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_week_1_day_1.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "NotImplementedError: Week 1 Day 1" in result.stdout
+    assert "ImportError" not in result.stdout and "errors during collection" not in result.stdout

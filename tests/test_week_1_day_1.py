@@ -1,0 +1,114 @@
+"""Week 1 Day 1: softmax, linear, silu, scaled dot-product attention, multi-head attention.
+
+References: mlx.core/mlx.nn functions and mx.fast.scaled_dot_product_attention.
+"""
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from .solution import tiny
+
+TOLERANCE = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
+DTYPES = [mx.float32, mx.float16, mx.bfloat16]
+
+
+def assert_close(actual: mx.array, expected: mx.array, dtype: mx.Dtype, scale: float = 1.0):
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype
+    tol = TOLERANCE[dtype] * scale
+    np.testing.assert_allclose(
+        np.array(actual.astype(mx.float32)),
+        np.array(expected.astype(mx.float32)),
+        atol=tol,
+        rtol=tol,
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax(dtype, axis):
+    x = mx.random.normal((5, 7, 11)).astype(dtype)
+    assert_close(tiny.softmax(x, axis=axis), mx.softmax(x, axis=axis), dtype)
+
+
+def test_softmax_is_stable_for_large_inputs():
+    x = mx.array([[1000.0, 1001.0, 1002.0], [-1000.0, -1000.0, -999.0]])
+    expected = np.exp(np.array([[-2.0, -1.0, 0.0], [-1.0, -1.0, 0.0]]))
+    expected /= expected.sum(axis=-1, keepdims=True)
+    np.testing.assert_allclose(np.array(tiny.softmax(x, axis=-1)), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear(dtype, with_bias):
+    layer = nn.Linear(13, 6, bias=with_bias)
+    layer.set_dtype(dtype)
+    x = mx.random.normal((2, 3, 13)).astype(dtype)
+    bias = layer.bias if with_bias else None
+    assert_close(tiny.linear(x, layer.weight, bias), layer(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu(dtype):
+    x = (4 * mx.random.normal((4, 9))).astype(dtype)
+    assert_close(tiny.silu(x), nn.silu(x), dtype)
+
+
+def random_qkv(batch, heads, length, source_length, dim, dtype):
+    q = mx.random.normal((batch, heads, length, dim)).astype(dtype)
+    k = mx.random.normal((batch, heads, source_length, dim)).astype(dtype)
+    v = mx.random.normal((batch, heads, source_length, dim)).astype(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 8), (2, 3, 5, 7, 16), (3, 2, 9, 9, 12)])
+def test_attention_simple(dtype, shape):
+    q, k, v = random_qkv(*shape, dtype)
+    scale = 1.0 / np.sqrt(shape[-1])
+    expected = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
+    assert_close(tiny.scaled_dot_product_attention_simple(q, k, v), expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_simple_with_scale_and_mask(dtype):
+    q, k, v = random_qkv(2, 3, 4, 6, 8, dtype)
+    mask = mx.random.normal((2, 3, 4, 6)).astype(dtype)
+    expected = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.7, mask=mask)
+    actual = tiny.scaled_dot_product_attention_simple(q, k, v, scale=0.7, mask=mask)
+    assert_close(actual, expected, dtype)
+
+
+def test_attention_simple_with_leading_dims_only():
+    q = mx.random.normal((5, 8))
+    k = mx.random.normal((7, 8))
+    v = mx.random.normal((7, 3))
+    scores = np.array(q) @ np.array(k).T / np.sqrt(8)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    actual = tiny.scaled_dot_product_attention_simple(q, k, v)
+    np.testing.assert_allclose(np.array(actual), weights @ np.array(v), atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_simple_multi_head_attention(dtype, with_mask):
+    batch, length, source_length, hidden, heads = 2, 5, 7, 24, 3
+    reference = nn.MultiHeadAttention(hidden, heads)
+    reference.set_dtype(dtype)
+    attention = tiny.SimpleMultiHeadAttention(
+        hidden,
+        heads,
+        reference.query_proj.weight,
+        reference.key_proj.weight,
+        reference.value_proj.weight,
+        reference.out_proj.weight,
+    )
+    query = mx.random.normal((batch, length, hidden)).astype(dtype)
+    key = mx.random.normal((batch, source_length, hidden)).astype(dtype)
+    value = mx.random.normal((batch, source_length, hidden)).astype(dtype)
+    mask = mx.random.normal((length, source_length)).astype(dtype) if with_mask else None
+    expected = reference(query, key, value, mask=mask)
+    assert_close(attention(query, key, value, mask=mask), expected, dtype, scale=2)

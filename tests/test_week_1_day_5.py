@@ -1,0 +1,109 @@
+"""Week 1 Day 5: Embedding and the whole hand-written model.
+
+References: mlx.nn.Embedding, and mlx-lm's own qwen2/llama models holding the same
+weights: random ones at unusual sizes (tests/random_models.py) and the embedded,
+quantized SmolLM2.
+"""
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from .random_models import random_model, random_models
+from .solution import tiny
+
+TOLERANCE = {mx.float32: 1e-5, mx.float16: 3e-3, mx.bfloat16: 2e-2}
+DTYPES = [mx.float32, mx.float16, mx.bfloat16]
+
+
+def assert_close(actual, expected, dtype):
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype
+    tol = TOLERANCE[dtype]
+    np.testing.assert_allclose(
+        np.array(actual.astype(mx.float32)),
+        np.array(expected.astype(mx.float32)),
+        atol=tol,
+        rtol=tol,
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embedding(dtype):
+    vocab, dim = 101, 24
+    reference = nn.Embedding(vocab, dim)
+    reference.set_dtype(dtype)
+    embedding = tiny.Embedding(vocab, dim, reference.weight)
+    ids = mx.array([[0, 5, 100, 5], [17, 3, 99, 42]])
+    assert_close(embedding(ids), reference(ids), dtype)
+    x = mx.random.normal((2, 3, dim)).astype(dtype)
+    assert_close(embedding.as_linear(x), reference.as_linear(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_model_matches_mlx_lm_on_random_models(dtype):
+    for reference in random_models(dtype):
+        model = tiny.Qwen2ModelWeek1(reference)
+        inputs = mx.random.randint(0, reference.args.vocab_size, (2, 13))
+        assert_close(model(inputs), reference(inputs), dtype)
+
+
+def test_model_single_token_and_batch_rows_are_independent():
+    reference = random_model("qwen2", 64, 4, 2, 48, 2, 97, tied=False, seed=5)
+    model = tiny.Qwen2ModelWeek1(reference)
+    inputs = mx.random.randint(0, 97, (3, 6))
+    assert_close(model(inputs[:, :1]), reference(inputs[:, :1]), mx.float32)
+    batched = model(inputs)
+    for row in range(3):
+        assert_close(batched[row : row + 1], model(inputs[row : row + 1]), mx.float32)
+
+
+def test_model_is_causal():
+    """Logits at position p must not change when later tokens change."""
+    model = tiny.Qwen2ModelWeek1(random_model("llama", 72, 3, 1, 120, 2, 173, tied=True))
+    first = mx.array([[3, 14, 15, 92, 65, 35]])
+    second = mx.array([[3, 14, 15, 9, 26, 5]])
+    np.testing.assert_allclose(
+        np.array(model(first)[:, :3]), np.array(model(second)[:, :3]), atol=1e-6
+    )
+
+
+# The embedded model: mlx-lm multiplies by its 4-bit weights directly (with a
+# float16 embedding table), the hand-written model by weights dequantized once to
+# float32. Both are rounding the same numbers differently; logits span about +-40.
+EMBEDDED_LOGIT_ATOL = 0.3
+
+
+@pytest.fixture(scope="module")
+def embedded_logits(embedded_model):
+    mlx_model, tokenizer = embedded_model
+    ids = tokenizer.encode("The capital of France is Paris, and the capital of Italy is")
+    inputs = mx.array(ids)[None]
+    model = tiny.Qwen2ModelWeek1(mlx_model)
+    return np.array(model(inputs)[0]), np.array(mlx_model(inputs)[0]), model
+
+
+def test_embedded_model_keeps_float32(embedded_logits):
+    _, _, model = embedded_logits
+    logits = model(mx.array([[1, 2, 3]]))
+    assert logits.dtype == mx.float32
+    assert logits.shape == (1, 3, 49152)
+
+
+def test_embedded_model_logits(embedded_logits):
+    ours, reference, _ = embedded_logits
+    assert ours.shape == reference.shape
+    np.testing.assert_allclose(ours, reference, atol=EMBEDDED_LOGIT_ATOL, rtol=0)
+
+
+def test_embedded_model_greedy_tokens(embedded_logits):
+    ours, reference, _ = embedded_logits
+    top_two = np.sort(reference, axis=-1)[:, -2:]
+    clear = top_two[:, 1] - top_two[:, 0] > 2 * EMBEDDED_LOGIT_ATOL
+    # Where the reference's best token wins clearly, the greedy choices must agree;
+    # near-ties may go either way.
+    assert clear.sum() >= 8
+    np.testing.assert_array_equal(
+        ours.argmax(axis=-1)[clear], reference.argmax(axis=-1)[clear]
+    )

@@ -1,0 +1,128 @@
+"""Week 1 Day 6: generating text with the week-1 model.
+
+Reference: mlx-lm's own greedy generation (`mlx_lm.generate`, KV cache, quantized
+weights) on the same chat-templated prompt. Generation without a cache is quadratic
+in length, so the answers are kept short.
+"""
+
+import mlx.core as mx
+import mlx_lm
+import pytest
+from mlx_lm.sample_utils import make_sampler as mlx_lm_make_sampler
+
+from .solution import tiny
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three prime numbers.",
+]
+MAX_TOKENS = 12
+
+
+@pytest.fixture(scope="module")
+def week1_model(embedded_model):
+    return tiny.Qwen2ModelWeek1(embedded_model[0])
+
+
+@pytest.fixture(scope="module")
+def generations(embedded_model, week1_model):
+    """prompt -> (our text, our on_text segments, mlx-lm's text), each made once."""
+    mlx_model, tokenizer = embedded_model
+    results = {}
+    for prompt in PROMPTS:
+        segments = []
+        ours = tiny.simple_generate(
+            week1_model,
+            tokenizer,
+            prompt,
+            sampler=tiny.make_sampler(0.0),
+            max_tokens=MAX_TOKENS,
+            on_text=segments.append,
+        )
+        prompt_ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True
+        )
+        expected = mlx_lm.generate(
+            mlx_model,
+            tokenizer,
+            prompt_ids,
+            max_tokens=MAX_TOKENS,
+            sampler=mlx_lm_make_sampler(temp=0.0),
+        )
+        results[prompt] = (ours, segments, expected)
+    return results
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_text_matches_mlx_lm(generations, prompt):
+    ours, _, expected = generations[prompt]
+    assert ours == expected
+    assert len(ours) > 0
+
+
+def test_capital_of_france(generations):
+    ours, _, _ = generations["What is the capital of France?"]
+    assert "Paris" in ours
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_on_text_segments_make_up_the_text(generations, prompt):
+    ours, segments, _ = generations[prompt]
+    assert all(segments)
+    assert "".join(segments) == ours
+
+
+def test_default_sampler_is_greedy_and_max_tokens_truncates(
+    embedded_model, week1_model, generations
+):
+    _, tokenizer = embedded_model
+    prompt = PROMPTS[0]
+    short = tiny.simple_generate(week1_model, tokenizer, prompt, max_tokens=3)
+    assert 0 < len(short) < len(generations[prompt][0])
+    assert generations[prompt][0].startswith(short)
+
+
+class ScriptedSampler:
+    """Returns fixed tokens, one per call, and records what it was given."""
+
+    def __init__(self, tokens):
+        self.tokens = list(tokens)
+        self.calls = []
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        self.calls.append(logprobs)
+        return mx.array([self.tokens[len(self.calls) - 1]])
+
+
+def test_sampler_sees_logprobs_and_eos_stops(embedded_model, week1_model):
+    _, tokenizer = embedded_model
+    words = tokenizer.encode(" tiny llm")
+    eos = next(iter(tokenizer.eos_token_ids))
+    sampler = ScriptedSampler([*words, eos, *words])
+    segments = []
+    text = tiny.simple_generate(
+        week1_model, tokenizer, "Hi", sampler=sampler, max_tokens=20, on_text=segments.append
+    )
+    assert text == tokenizer.decode(words)
+    assert "".join(segments) == text
+    assert len(sampler.calls) == len(words) + 1
+    for logprobs in sampler.calls:
+        assert logprobs.shape == (1, 49152)
+        # Log-probabilities: they exponentiate to a distribution.
+        assert abs(mx.logsumexp(logprobs, axis=-1).item()) < 1e-3
+
+
+def test_immediate_eos_gives_empty_text(embedded_model, week1_model):
+    _, tokenizer = embedded_model
+    eos = next(iter(tokenizer.eos_token_ids))
+    segments = []
+    text = tiny.simple_generate(
+        week1_model,
+        tokenizer,
+        "Hi",
+        sampler=ScriptedSampler([eos]),
+        on_text=segments.append,
+    )
+    assert text == ""
+    assert segments == []

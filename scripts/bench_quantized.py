@@ -6,10 +6,12 @@ model's layer shapes, decode-shaped (M=1) and prefill-shaped (M=128), in one run
 Formats, all computing x [M, K] @ w.T for a weight w [N, K]:
 - float32:  the dequantized weight in float32, plain `@` (OpenBLAS on Linux CPUs)
 - float16, bfloat16: the dequantized weight and x in half precision, plain `@`
-- mlx q4:   mx.quantized_matmul, 4 bits, group size 32, float16 x and scales (the
-            embedded model's own format)
+- mlx q4:   mx.quantized_matmul, 4 bits, group size 32, float16 scales and biases
+            (the embedded model's storage) with float32 x
+- mlx q4 f16: the same with float16 x, the all-half-precision path; its CPU cost
+            grows with M so steeply that it is timed at M=1 only
 - tiny q4:  tiny_llm_ref.quantized_matmul on the same weight with float32 x: it
-            dequantizes the weight on every call, then multiplies in float32
+            dequantizes the weight to float32 on every call, then uses `@`
 
 The "all matmuls" row adds up, from the rows above, the linear layers of one decode
 step (M=1) or one 128-token prefill (M=128) of the embedded model: 30 layers of q, k,
@@ -18,15 +20,17 @@ v, o, gate, up, down, and the tied 49152-row head. Attention itself is not inclu
 
 import argparse
 import json
+import os
 import platform
-import statistics
 import time
 
+import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
+
+# isort: split
 import mlx.core as mx
 from rich.console import Console
 from rich.table import Table
 
-import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
 from tiny_llm_ref.fast_blas import STATUS
 
 GROUP_SIZE = 32
@@ -34,14 +38,15 @@ BITS = 4
 NUM_LAYERS = 30
 # (N, K) of each weight, and how often the embedded model uses it per token.
 SHAPES = {
-    "q_proj, o_proj": ((576, 576), 2 * NUM_LAYERS),
-    "k_proj, v_proj": ((192, 576), 2 * NUM_LAYERS),
+    "q, o": ((576, 576), 2 * NUM_LAYERS),
+    "k, v": ((192, 576), 2 * NUM_LAYERS),
     "gate, up": ((1536, 576), 2 * NUM_LAYERS),
     "down": ((576, 1536), NUM_LAYERS),
     "lm_head": ((49152, 576), 1),
 }
 ROWS = (1, 128)
-FORMATS = ("float32", "float16", "bfloat16", "mlx q4", "tiny q4")
+FORMATS = ("float32", "float16", "bfloat16", "mlx q4", "mlx q4 f16", "tiny q4")
+DECODE_ONLY = {"mlx q4 f16"}
 
 
 def matmul_for(fmt: str, m: int, n: int, k: int):
@@ -56,8 +61,8 @@ def matmul_for(fmt: str, m: int, n: int, k: int):
         w, xs = weight.astype(dtype), x.astype(dtype)
         mx.eval(w, xs)
         return lambda: xs @ w.T
-    if fmt == "mlx q4":
-        xs = x.astype(mx.float16)
+    if fmt in ("mlx q4", "mlx q4 f16"):
+        xs = x.astype(mx.float16) if fmt == "mlx q4 f16" else x
         mx.eval(xs, packed, scales, biases)
         return lambda: mx.quantized_matmul(
             xs, packed, scales, biases, group_size=GROUP_SIZE, bits=BITS
@@ -69,7 +74,8 @@ def matmul_for(fmt: str, m: int, n: int, k: int):
 
 
 def time_ms(fn, repeats: int, budget_s: float = 2.0) -> float:
-    """Median milliseconds per call after one warm-up; fewer repeats for slow calls."""
+    """Best milliseconds per call after one warm-up (the least disturbed by other
+    work on the machine); fewer repeats for slow calls."""
     mx.eval(fn())
     times = []
     started = time.perf_counter()
@@ -79,7 +85,49 @@ def time_ms(fn, repeats: int, budget_s: float = 2.0) -> float:
         start = time.perf_counter()
         mx.eval(fn())
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return min(times)
+
+
+def measure(repeats: int, console: Console) -> dict[tuple[int, str, str], float]:
+    """{(M, layer, format): ms} for every shape and format (decode-only ones at M=1)."""
+    ms = {}
+    for m in ROWS:
+        for layer, ((n, k), _) in SHAPES.items():
+            for fmt in FORMATS:
+                if m > 1 and fmt in DECODE_ONLY:
+                    continue
+                with console.status(f"M={m} {layer} [{n}x{k}] {fmt}"):
+                    ms[m, layer, fmt] = time_ms(matmul_for(fmt, m, n, k), repeats)
+        for fmt in FORMATS:
+            if (m, "q, o", fmt) in ms:
+                ms[m, "all matmuls", fmt] = sum(
+                    uses * ms[m, layer, fmt] for layer, (_, uses) in SHAPES.items()
+                )
+    return ms
+
+
+def render(ms: dict[tuple[int, str, str], float]) -> Table:
+    table = Table(
+        title="ms per matmul x[M, K] @ w[N, K].T (best of --repeats; fastest in bold)"
+    )
+    for column in ("M", "layer", "N x K", *FORMATS):
+        table.add_column(column, justify="left" if column == "layer" else "right")
+    for m in ROWS:
+        for layer in (*SHAPES, "all matmuls"):
+            row = {fmt: ms[m, layer, fmt] for fmt in FORMATS if (m, layer, fmt) in ms}
+            fastest = min(row.values())
+            cells = [cell(row.get(fmt), fastest) for fmt in FORMATS]
+            size = "{}x{}".format(*SHAPES[layer][0]) if layer in SHAPES else ""
+            table.add_row(
+                str(m), layer, size, *cells, end_section=layer == "all matmuls"
+            )
+    return table
+
+
+def cell(ms: float | None, fastest: float) -> str:
+    if ms is None:
+        return "-"
+    return f"[bold]{ms:.2f}[/bold]" if ms == fastest else f"{ms:.2f}"
 
 
 def main() -> None:
@@ -89,63 +137,33 @@ def main() -> None:
     args = parser.parse_args()
 
     console = Console()
+    if not console.is_terminal:  # keep the table whole when piped to a file
+        console = Console(width=120)
     blas = (
         f"OpenBLAS ({STATUS.library})"
         if STATUS.active
         else (STATUS.hint or "platform BLAS")
     )
     console.print(
-        f"mlx {mx.__version__} on {mx.default_device()}, {platform.machine()}; {blas}"
+        f"mlx {mx.__version__} on {mx.default_device()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs; {blas}"
     )
-
-    results = []
-    for m in ROWS:
-        for name, ((n, k), _) in SHAPES.items():
-            for fmt in FORMATS:
-                with console.status(f"M={m} {name} [{n}x{k}] {fmt}"):
-                    ms = time_ms(matmul_for(fmt, m, n, k), args.repeats)
-                results.append(
-                    {"m": m, "layer": name, "n": n, "k": k, "format": fmt, "ms": ms}
-                )
-
-    table = Table(title="ms per matmul x[M, K] @ w[N, K].T (median; fastest in bold)")
-    table.add_column("M", justify="right")
-    table.add_column("layer")
-    table.add_column("N x K", justify="right")
-    for fmt in FORMATS:
-        table.add_column(fmt, justify="right")
-    for m in ROWS:
-        totals = dict.fromkeys(FORMATS, 0.0)
-        for name, ((n, k), uses) in SHAPES.items():
-            row = {
-                r["format"]: r["ms"]
-                for r in results
-                if r["m"] == m and r["layer"] == name
-            }
-            for fmt in FORMATS:
-                totals[fmt] += uses * row[fmt]
-            table.add_row(str(m), name, f"{n}x{k}", *cells(row))
-        table.add_row(str(m), "all matmuls", "", *cells(totals), end_section=True)
-        for fmt in FORMATS:
-            results.append(
-                {"m": m, "layer": "all matmuls", "format": fmt, "ms": totals[fmt]}
-            )
-    console.print(table)
-
+    ms = measure(args.repeats, console)
+    console.print(render(ms))
     if args.out:
-        meta = {"mlx": mx.__version__, "device": str(mx.default_device()), "blas": blas}
+        meta = {
+            "mlx": mx.__version__,
+            "device": str(mx.default_device()),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "blas": blas,
+        }
+        results = [
+            {"m": m, "layer": layer, "format": fmt, "ms": value}
+            for (m, layer, fmt), value in ms.items()
+        ]
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=2)
-
-
-def cells(ms_by_format: dict[str, float]) -> list[str]:
-    fastest = min(ms_by_format.values())
-    return [
-        f"[bold]{ms_by_format[f]:.2f}[/bold]"
-        if ms_by_format[f] == fastest
-        else f"{ms_by_format[f]:.2f}"
-        for f in FORMATS
-    ]
 
 
 if __name__ == "__main__":

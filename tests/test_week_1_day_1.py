@@ -4,9 +4,9 @@ References: mlx.core/mlx.nn functions and mx.fast.scaled_dot_product_attention.
 """
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx import nn
 
 from .solution import tiny
 
@@ -14,7 +14,9 @@ TOLERANCE = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
 
 
-def assert_close(actual: mx.array, expected: mx.array, dtype: mx.Dtype, scale: float = 1.0):
+def assert_close(
+    actual: mx.array, expected: mx.array, dtype: mx.Dtype, scale: float = 1.0
+):
     assert actual.shape == expected.shape
     assert actual.dtype == expected.dtype
     tol = TOLERANCE[dtype] * scale
@@ -109,6 +111,8 @@ def test_simple_multi_head_attention(dtype, with_mask):
     query = mx.random.normal((batch, length, hidden)).astype(dtype)
     key = mx.random.normal((batch, source_length, hidden)).astype(dtype)
     value = mx.random.normal((batch, source_length, hidden)).astype(dtype)
-    mask = mx.random.normal((length, source_length)).astype(dtype) if with_mask else None
+    mask = (
+        mx.random.normal((length, source_length)).astype(dtype) if with_mask else None
+    )
     expected = reference(query, key, value, mask=mask)
     assert_close(attention(query, key, value, mask=mask), expected, dtype, scale=2)

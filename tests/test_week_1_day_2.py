@@ -74,7 +74,9 @@ def test_rope_single_token_decode_offsets():
     x = mx.random.normal((3, 1, 4, 8))
     offsets = mx.array([5, 0, 19])
     rope = tiny.RoPE(8, seq_len=20)
-    assert_close(rope(x, offsets), reference_rope(x, 8, 10000.0, False, offsets), mx.float32)
+    assert_close(
+        rope(x, offsets), reference_rope(x, 8, 10000.0, False, offsets), mx.float32
+    )
 
 
 def test_rope_scores_depend_only_on_distance():

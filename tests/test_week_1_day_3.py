@@ -42,7 +42,9 @@ def test_causal_mask(L, S, dtype):
     mask = tiny.causal_mask(L, S, dtype)
     assert mask.shape == (L, S)
     assert mask.dtype == dtype
-    np.testing.assert_array_equal(np.array(mask.astype(mx.float32)), numpy_chunk_mask(L, S))
+    np.testing.assert_array_equal(
+        np.array(mask.astype(mx.float32)), numpy_chunk_mask(L, S)
+    )
 
 
 def test_causal_mask_square_is_lower_triangular():
@@ -62,7 +64,12 @@ def random_qkv(batch, q_heads, kv_heads, L, S, dim, dtype):
 
 
 # (batch, query heads, key/value heads, L, S, head dim)
-SHAPES = [(1, 6, 2, 5, 5, 16), (2, 9, 3, 7, 7, 8), (3, 4, 4, 4, 6, 12), (1, 8, 1, 3, 3, 32)]
+SHAPES = [
+    (1, 6, 2, 5, 5, 16),
+    (2, 9, 3, 7, 7, 8),
+    (3, 4, 4, 4, 6, 12),
+    (1, 8, 1, 3, 3, 32),
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -79,7 +86,9 @@ def test_grouped_attention_no_mask(dtype, shape):
 def test_grouped_attention_causal_square(dtype, shape):
     q, k, v = random_qkv(*shape, dtype)
     expected = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask="causal")
-    actual = tiny.scaled_dot_product_attention_grouped(q, k, v, scale=0.3, mask="causal")
+    actual = tiny.scaled_dot_product_attention_grouped(
+        q, k, v, scale=0.3, mask="causal"
+    )
     assert_close(actual, expected, dtype)
 
 
@@ -89,7 +98,9 @@ def test_grouped_attention_causal_chunk(dtype, L, S):
     q, k, v = random_qkv(2, 6, 3, L, S, 16, dtype)
     mask = mx.array(numpy_chunk_mask(L, S)).astype(dtype)
     expected = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
-    actual = tiny.scaled_dot_product_attention_grouped(q, k, v, scale=0.25, mask="causal")
+    actual = tiny.scaled_dot_product_attention_grouped(
+        q, k, v, scale=0.25, mask="causal"
+    )
     assert_close(actual, expected, dtype)
 
 

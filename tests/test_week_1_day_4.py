@@ -5,9 +5,9 @@ Qwen2 MLP holding the same weights.
 """
 
 import mlx.core as mx
-import mlx.nn as nn
 import numpy as np
 import pytest
+from mlx import nn
 from mlx_lm.models import qwen2
 
 from .solution import tiny
@@ -57,7 +57,9 @@ def test_rms_norm_float16_large_activations():
     expected *= np.array(weight).astype(np.float64)
     assert actual.dtype == mx.float16
     assert np.isfinite(np.array(actual)).all()
-    np.testing.assert_allclose(np.array(actual).astype(np.float64), expected, atol=1e-2, rtol=2e-3)
+    np.testing.assert_allclose(
+        np.array(actual).astype(np.float64), expected, atol=1e-2, rtol=2e-3
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -73,12 +73,10 @@ def test_on_text_segments_make_up_the_text(generations, prompt):
     assert "".join(segments) == ours
 
 
-def test_default_sampler_is_greedy_and_max_tokens_truncates(
-    embedded_model, week1_model, generations
-):
+def test_default_sampler_is_greedy(embedded_model, week1_model, generations):
     _, tokenizer = embedded_model
     prompt = PROMPTS[0]
-    short = tiny.simple_generate(week1_model, tokenizer, prompt, max_tokens=3)
+    short = tiny.simple_generate(week1_model, tokenizer, prompt, max_tokens=2)
     assert 0 < len(short) < len(generations[prompt][0])
     assert generations[prompt][0].startswith(short)
 
@@ -97,12 +95,17 @@ class ScriptedSampler:
 
 def test_sampler_sees_logprobs_and_eos_stops(embedded_model, week1_model):
     _, tokenizer = embedded_model
-    words = tokenizer.encode(" tiny llm")
+    words = tokenizer.encode("Tiny LLM, hi!")
     eos = next(iter(tokenizer.eos_token_ids))
     sampler = ScriptedSampler([*words, eos, *words])
     segments = []
     text = tiny.simple_generate(
-        week1_model, tokenizer, "Hi", sampler=sampler, max_tokens=20, on_text=segments.append
+        week1_model,
+        tokenizer,
+        "Hi",
+        sampler=sampler,
+        max_tokens=20,
+        on_text=segments.append,
     )
     assert text == tokenizer.decode(words)
     assert "".join(segments) == text
@@ -111,6 +114,17 @@ def test_sampler_sees_logprobs_and_eos_stops(embedded_model, week1_model):
         assert logprobs.shape == (1, 49152)
         # Log-probabilities: they exponentiate to a distribution.
         assert abs(mx.logsumexp(logprobs, axis=-1).item()) < 1e-3
+
+
+def test_max_tokens_stops_generation(embedded_model, week1_model):
+    _, tokenizer = embedded_model
+    words = tokenizer.encode("Tiny LLM, hi!")
+    sampler = ScriptedSampler(words)
+    text = tiny.simple_generate(
+        week1_model, tokenizer, "Hi", sampler=sampler, max_tokens=2
+    )
+    assert len(sampler.calls) == 2
+    assert text == tokenizer.decode(words[:2])
 
 
 def test_immediate_eos_gives_empty_text(embedded_model, week1_model):

@@ -47,7 +47,9 @@ def frequencies(tokens: np.ndarray, vocab: int) -> np.ndarray:
 
 
 def random_logits(vocab: int, seed: int, spread: float = 1.5) -> np.ndarray:
-    return (spread * np.random.default_rng(seed).standard_normal(vocab)).astype(np.float32)
+    return (spread * np.random.default_rng(seed).standard_normal(vocab)).astype(
+        np.float32
+    )
 
 
 def test_greedy_is_argmax():

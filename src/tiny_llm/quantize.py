@@ -8,7 +8,8 @@ becomes a small unsigned integer `q` with
 
 The integers are packed into uint32 words, the first value of a word in its lowest
 bits. A 4-bit [N, K] weight is therefore a uint32 [N, K / 8] array plus scales and
-biases of shape [N, K / group_size].
+biases of shape [N, K / group_size]: 4.5 to 5 bits per value (float16 scales and
+biases, group size 64 or 32) instead of 16 or 32.
 """
 
 import mlx.core as mx
@@ -34,9 +35,10 @@ def dequantize_weight(
 ) -> mx.array:
     """Rebuild the float weight: `scale * q + bias`, one scale and bias per group.
 
-    b: [N, K * bits / 32] uint32; scales, biases: [N, K / group_size]
-    -> [N, K] in the dtype of `scales`. Scales that do not fit b's shape and
-    group_size raise ValueError.
+    b: [..., N, K * bits / 32] uint32; scales, biases: [..., N, K / group_size]
+    -> [..., N, K] in the dtype of `scales`. Leading dims let an embedding look up
+    rows first (`b[ids]`, `scales[ids]`, ...) and rebuild only those. Scales that do
+    not fit b's shape and group_size raise ValueError.
     """
     raise NotImplementedError(
         "Week 2 Day 2: dequantize_weight: unpack, reshape to [N, K / group_size, "

@@ -66,7 +66,9 @@ class SimpleMultiHeadAttention:
         def split_heads(x: mx.array, w: mx.array) -> mx.array:
             # [N, T, E] -> [N, H, T, D]: each head attends independently.
             projected = linear(x, w)
-            return projected.reshape(n, -1, self.num_heads, self.head_dim).swapaxes(1, 2)
+            return projected.reshape(n, -1, self.num_heads, self.head_dim).swapaxes(
+                1, 2
+            )
 
         out = scaled_dot_product_attention_simple(
             split_heads(query, self.wq),
@@ -107,7 +109,9 @@ def scaled_dot_product_attention_grouped(
     *batch, h_q, length, dim = query.shape
     h_kv, s = key.shape[-3], key.shape[-2]
     if h_q % h_kv != 0:
-        raise ValueError(f"{h_q} query heads cannot share {h_kv} key/value heads evenly")
+        raise ValueError(
+            f"{h_q} query heads cannot share {h_kv} key/value heads evenly"
+        )
     n_repeats = h_q // h_kv
     if isinstance(mask, str):
         if mask != "causal":

@@ -1,10 +1,12 @@
-"""Generating text with the week-1 model: the whole sequence goes through it each step."""
+"""Generating text: with the week-1 model the whole sequence goes through it each
+step; with the week-2 model and its KV cache, only the new token does."""
 
 from collections.abc import Callable
 
 import mlx.core as mx
 
 from .qwen2_week1 import Qwen2ModelWeek1
+from .qwen2_week2 import Qwen2ModelWeek2
 from .sampler import Sampler, make_sampler
 
 
@@ -45,6 +47,52 @@ def simple_generate(
         if token in tokenizer.eos_token_ids:
             break
         tokens.append(token)
+        detokenizer.add_token(token)
+        emit(detokenizer.last_segment)
+    detokenizer.finalize()
+    emit(detokenizer.last_segment)
+    return "".join(pieces)
+
+
+def simple_generate_with_kv_cache(
+    model: Qwen2ModelWeek2,
+    tokenizer,
+    prompt: str,
+    sampler: Sampler | None = None,
+    max_tokens: int = 256,
+    on_text: Callable[[str], None] | None = None,
+) -> str:
+    """simple_generate with a KV cache: each step feeds the model only its new tokens.
+
+    The first step runs the whole chat-templated prompt at offset 0 (the prefill) and
+    fills one cache per layer; every later step runs the one token just sampled, at
+    offset = the number of tokens already in the cache. A step's work no longer
+    grows with the length of the sequence, only its attention does. Same arguments,
+    stopping rule and streaming as simple_generate.
+    """
+    sampler = sampler or make_sampler(0.0)
+    prompt_tokens = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True
+    )
+    cache = model.create_kv_cache()
+    detokenizer = tokenizer.detokenizer  # a fresh streaming detokenizer
+    pieces = []
+
+    def emit(segment: str) -> None:
+        if segment:
+            pieces.append(segment)
+            if on_text is not None:
+                on_text(segment)
+
+    offset, new_tokens = 0, prompt_tokens
+    for _ in range(max_tokens):
+        logits = model(mx.array(new_tokens)[None], offset, cache)[:, -1, :]
+        offset += len(new_tokens)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        token = sampler(logprobs).item()
+        if token in tokenizer.eos_token_ids:
+            break
+        new_tokens = [token]
         detokenizer.add_token(token)
         emit(detokenizer.last_segment)
     detokenizer.finalize()

@@ -20,7 +20,9 @@ class RoPE:
         self, dims: int, seq_len: int, base: float = 10000, traditional: bool = False
     ):
         if dims % 2 != 0:
-            raise ValueError(f"RoPE rotates pairs of features: dims {dims} must be even")
+            raise ValueError(
+                f"RoPE rotates pairs of features: dims {dims} must be even"
+            )
         self.dims = dims
         self.seq_len = seq_len
         self.traditional = traditional
@@ -36,7 +38,7 @@ class RoPE:
         mx.array [B] with one start position per row (rows of a batch that are at
         different points of their sequences).
         """
-        batch, length, _, dim = x.shape
+        _, length, _, dim = x.shape
         if isinstance(offset, int) and offset + length > self.seq_len:
             raise ValueError(
                 f"positions up to {offset + length - 1} exceed RoPE's seq_len "

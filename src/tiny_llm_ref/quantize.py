@@ -8,7 +8,8 @@ becomes a small unsigned integer `q` with
 
 The integers are packed into uint32 words, the first value of a word in its lowest
 bits. A 4-bit [N, K] weight is therefore a uint32 [N, K / 8] array plus scales and
-biases of shape [N, K / group_size]: about 4.5 bits per value instead of 16 or 32.
+biases of shape [N, K / group_size]: 4.5 to 5 bits per value (float16 scales and
+biases, group size 64 or 32) instead of 16 or 32.
 """
 
 from dataclasses import dataclass
@@ -46,22 +47,24 @@ def dequantize_weight(
 ) -> mx.array:
     """Rebuild the float weight: `scale * q + bias`, one scale and bias per group.
 
-    b: [N, K * bits / 32] uint32; scales, biases: [N, K / group_size]
-    -> [N, K] in the dtype of `scales`. Scales that do not fit b's shape and
-    group_size raise ValueError.
+    b: [..., N, K * bits / 32] uint32; scales, biases: [..., N, K / group_size]
+    -> [..., N, K] in the dtype of `scales`. Leading dims let an embedding look up
+    rows first (`b[ids]`, `scales[ids]`, ...) and rebuild only those. Scales that do
+    not fit b's shape and group_size raise ValueError.
     """
     q = unpack_quantized(b, bits)
-    rows, cols = q.shape
-    if scales.shape != (rows, cols // group_size) or cols % group_size != 0:
+    *rows, cols = q.shape
+    groups = cols // group_size
+    if cols % group_size != 0 or scales.shape != (*rows, groups):
         raise ValueError(
-            f"scales of shape {scales.shape} do not fit a {bits}-bit weight of "
-            f"{rows}x{cols} values with group_size={group_size}: expected "
-            f"({rows}, {cols // group_size}); pass the group_size and bits the "
-            "weight was quantized with"
+            f"scales of shape {scales.shape} do not fit a {bits}-bit weight of shape "
+            f"{(*rows, cols)} with group_size={group_size}: expected "
+            f"{(*rows, groups)}; pass the group_size and bits the weight was "
+            "quantized with"
         )
-    groups = q.reshape(rows, cols // group_size, group_size).astype(scales.dtype)
-    values = groups * scales[..., None] + biases[..., None]
-    return values.reshape(rows, cols)
+    grouped = q.reshape(*rows, groups, group_size).astype(scales.dtype)
+    values = grouped * scales[..., None] + biases[..., None]
+    return values.reshape(*rows, cols)
 
 
 def quantized_matmul(
@@ -107,6 +110,7 @@ class QuantizedWeights:
     def from_mlx_layer(
         cls, layer: nn.QuantizedLinear | nn.QuantizedEmbedding
     ) -> "QuantizedWeights":
+        """The packed weight, scales, biases, group size and bits of an mlx layer."""
         mode = getattr(layer, "mode", "affine")
         if mode != "affine":
             raise ValueError(
@@ -127,7 +131,7 @@ def choose_weight_format(device: mx.Device | None = None) -> str:
     week 2 day 2 chapter) measured float32 fastest on this course's CPUs, for
     decode (M=1) and prefill (M=128) alike.
     "quantized" on a GPU (Metal or CUDA): decode is bound by memory bandwidth and
-    a 4-bit weight is about 7x fewer bytes to read than float32, so keep weights
+    a 4-bit weight is about 6x fewer bytes to read than float32, so keep weights
     quantized and call quantized_matmul.
     """
     device = device or mx.default_device()

@@ -5,7 +5,7 @@ Week 1 has no cache: every call recomputes attention over the whole sequence.
 """
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 
 from .attention import scaled_dot_product_attention_grouped
 from .basics import linear, silu
@@ -19,22 +19,27 @@ DEFAULT_MAX_SEQ_LEN = 32768
 def dequantize_linear(layer: nn.Module, dtype: mx.Dtype | None = None) -> mx.array:
     """The float weight of an mlx-lm (Quantized)Linear or (Quantized)Embedding.
 
-    Returns [out, in] for a linear layer, [vocab, dim] for an embedding. Quantized
-    layers store packed integers plus a scale and bias per group of group_size
-    weights; mx.dequantize expands them. dtype: the result's dtype (default: the
-    layer's own float dtype); dequantizing straight into it avoids a lossy detour
-    through float16.
+    Returns [out, in] for a linear layer, [vocab, dim] for an embedding, in dtype
+    (default: the layer's own float dtype). A quantized layer stores packed
+    integers q plus a scale and a bias per group of group_size weights, and each
+    weight is scale * q + bias. mx.dequantize computes that in the scales' dtype, so
+    the scales and biases are cast to dtype first: float16 arithmetic would round
+    every weight before it reaches a float32 model.
     """
     if "scales" not in layer:
         return layer.weight if dtype is None else layer.weight.astype(dtype)
+    if layer.mode != "affine":
+        raise ValueError(
+            f"{layer.mode} quantization is not supported: use an affine-quantized "
+            "or unquantized model"
+        )
+    dtype = dtype or layer.scales.dtype
     return mx.dequantize(
         layer.weight,
-        layer.scales,
-        layer.get("biases"),
+        layer.scales.astype(dtype),
+        layer.biases.astype(dtype),
         group_size=layer.group_size,
         bits=layer.bits,
-        mode=layer.mode,
-        dtype=dtype,
     )
 
 
@@ -131,9 +136,11 @@ class Qwen2TransformerBlock:
 class Qwen2ModelWeek1:
     """A hand-written copy of an mlx-lm qwen2 or llama model: inputs [B, L] -> logits.
 
-    Quantized layers are dequantized once, here. The weights take the dtype of the
-    model's unquantized parameters (its norms): float32 for the embedded model, so
-    matmuls go through the fast float32 BLAS; bfloat16 for a bfloat16 checkpoint.
+    Quantized layers are dequantized once, here. All weights take the dtype of the
+    model's unquantized parameters, its norms: that is the precision the checkpoint
+    computes in (bfloat16 for a bfloat16 checkpoint). The embedded model's norms are
+    float32, and so is its model: float32 matmuls go through the fast BLAS, while
+    float16 ones (its quantization scales' dtype) are slow on a CPU.
     """
 
     def __init__(self, mlx_model: nn.Module):
@@ -144,15 +151,17 @@ class Qwen2ModelWeek1:
                 "RoPE does not implement: pick a model without rope_scaling"
             )
         if getattr(args, "mlp_bias", False):
-            raise ValueError("MLP biases are not supported: pick a model without mlp_bias")
+            raise ValueError(
+                "MLP biases are not supported: pick a model without mlp_bias"
+            )
         inner = mlx_model.model
         self.dtype = inner.norm.weight.dtype
         self.vocab_size = args.vocab_size
         self.embedding = Embedding(
             args.vocab_size, args.hidden_size, self._weight(inner.embed_tokens)
         )
-        head_dim = inner.layers[0].self_attn.q_proj.weight.shape[0] // (
-            args.num_attention_heads
+        head_dim = getattr(args, "head_dim", None) or (
+            args.hidden_size // args.num_attention_heads
         )
         # One RoPE table, shared by every layer.
         rope = RoPE(
@@ -178,7 +187,10 @@ class Qwen2ModelWeek1:
         attention = Qwen2MultiHeadAttention(
             args.num_attention_heads,
             args.num_key_value_heads,
-            *(self._weight(p) for p in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)),
+            self._weight(attn.q_proj),
+            self._weight(attn.k_proj),
+            self._weight(attn.v_proj),
+            self._weight(attn.o_proj),
             rope=rope,
             bq=self._bias(attn.q_proj),
             bk=self._bias(attn.k_proj),

@@ -13,7 +13,7 @@ fused kernels (week 2 day 3).
 """
 
 import mlx.core as mx
-import mlx.nn as nn
+from mlx import nn
 
 from .attention import scaled_dot_product_attention_grouped
 from .basics import linear, silu
@@ -54,6 +54,18 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     return silu(gate) * up
 
 
+def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
+    """x: [..., dim] normalized by `norm`, by hand or by mx.fast.rms_norm.
+
+    RMSNorm keeps its weight in float32; the fused kernel takes it in x's dtype so
+    that, like the hand-written norm, it returns x's dtype (a float32 weight would
+    promote a bfloat16 model's activations to float32).
+    """
+    if fast:
+        return mx.fast.rms_norm(x, norm.weight.astype(x.dtype), norm.eps)
+    return norm(x)
+
+
 class WeightLoader:
     """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
 
@@ -73,7 +85,9 @@ class WeightLoader:
 class Qwen2AttentionWeek2:
     """Grouped-query attention over the cache: only this step's q, k, v are computed."""
 
-    def __init__(self, layer: nn.Module, args, load: WeightLoader, fast: bool):
+    def __init__(
+        self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
+    ):
         self.num_heads = args.num_attention_heads
         self.num_kv_heads = args.num_key_value_heads
         self.head_dim = layer.q_proj.weight.shape[0] // self.num_heads
@@ -82,13 +96,12 @@ class Qwen2AttentionWeek2:
             load.weight(p)
             for p in (layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj)
         )
-        self.bq, self.bk, self.bv = (
-            load.bias(p) for p in (layer.q_proj, layer.k_proj, layer.v_proj)
+        # Qwen2 has q/k/v biases; a Llama with attention_bias has an o_proj bias too.
+        self.bq, self.bk, self.bv, self.bo = (
+            load.bias(p)
+            for p in (layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj)
         )
-        max_positions = args.max_position_embeddings or DEFAULT_MAX_SEQ_LEN
-        self.rope = RoPE(
-            self.head_dim, max_positions, args.rope_theta, args.rope_traditional
-        )
+        self.rope = rope
         self.rope_base = args.rope_theta
         self.fast = fast
 
@@ -128,14 +141,17 @@ class Qwen2AttentionWeek2:
             else scaled_dot_product_attention_grouped
         )
         out = attend(q, keys, values, scale=self.scale, mask=mask)
-        return project(out.swapaxes(1, 2).reshape(B, L, -1), self.wo, fast=self.fast)
+        out = out.swapaxes(1, 2).reshape(B, L, -1)
+        return project(out, self.wo, self.bo, self.fast)
 
 
 class Qwen2BlockWeek2:
     """Pre-norm residual block: h = x + attention(norm(x)); out = h + mlp(norm(h))."""
 
-    def __init__(self, layer: nn.Module, args, load: WeightLoader, fast: bool):
-        self.attention = Qwen2AttentionWeek2(layer.self_attn, args, load, fast)
+    def __init__(
+        self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
+    ):
+        self.attention = Qwen2AttentionWeek2(layer.self_attn, args, load, rope, fast)
         mlp = layer.mlp
         self.w_gate, self.w_up, self.w_down = (
             load.weight(p) for p in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
@@ -146,17 +162,13 @@ class Qwen2BlockWeek2:
         self.post_attention_norm = RMSNorm(
             args.hidden_size, layer.post_attention_layernorm.weight, args.rms_norm_eps
         )
-        self.eps = args.rms_norm_eps
         self.fast = fast
-
-    def norm(self, norm: RMSNorm, x: mx.array) -> mx.array:
-        return mx.fast.rms_norm(x, norm.weight, self.eps) if self.fast else norm(x)
 
     def __call__(
         self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
     ) -> mx.array:
-        h = x + self.attention(self.norm(self.input_norm, x), offset, cache)
-        y = self.norm(self.post_attention_norm, h)
+        h = x + self.attention(rms_norm(self.input_norm, x, self.fast), offset, cache)
+        y = rms_norm(self.post_attention_norm, h, self.fast)
         gate, up = (
             project(y, self.w_gate, fast=self.fast),
             project(y, self.w_up, fast=self.fast),
@@ -191,6 +203,10 @@ class Qwen2ModelWeek2:
             raise ValueError(
                 f"rope_scaling {args.rope_scaling} is not implemented: pick a model without it"
             )
+        if getattr(args, "mlp_bias", False):
+            raise ValueError(
+                "MLP biases are not supported: pick a model without mlp_bias"
+            )
         inner = mlx_model.model
         dtype = inner.norm.weight.dtype if weights == "quantized" else mx.float32
         if weights == "float32" and "scales" not in inner.embed_tokens:
@@ -206,8 +222,18 @@ class Qwen2ModelWeek2:
             args.hidden_size,
             dequantize_linear(inner.embed_tokens, dtype),
         )
+        head_dim = inner.layers[0].self_attn.q_proj.weight.shape[0] // (
+            args.num_attention_heads
+        )
+        # One RoPE table, shared by every layer.
+        rope = RoPE(
+            head_dim,
+            args.max_position_embeddings or DEFAULT_MAX_SEQ_LEN,
+            args.rope_theta,
+            args.rope_traditional,
+        )
         self.layers = [
-            Qwen2BlockWeek2(layer, args, load, use_fast_kernels)
+            Qwen2BlockWeek2(layer, args, load, rope, use_fast_kernels)
             for layer in inner.layers
         ]
         self.norm = RMSNorm(args.hidden_size, inner.norm.weight, args.rms_norm_eps)
@@ -232,11 +258,7 @@ class Qwen2ModelWeek2:
         h = self.embedding(inputs)
         for layer, layer_cache in zip(self.layers, cache):
             h = layer(h, offset, layer_cache)
-        h = (
-            mx.fast.rms_norm(h, self.norm.weight, self.args.rms_norm_eps)
-            if self.fast
-            else self.norm(h)
-        )
+        h = rms_norm(self.norm, h, self.fast)
         if self.lm_head is None:
             return self.embedding.as_linear(h)
         return project(h, self.lm_head, fast=self.fast)

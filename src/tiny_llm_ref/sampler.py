@@ -20,7 +20,9 @@ def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> S
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p}")
     if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, or None to keep every token; got {top_k}")
+        raise ValueError(
+            f"top_k must be >= 1, or None to keep every token; got {top_k}"
+        )
 
     def sample(logprobs: mx.array) -> mx.array:
         if temp == 0:

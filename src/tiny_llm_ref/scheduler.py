@@ -88,11 +88,14 @@ def batch_generate(
             f"reserved_interactive_slots must be in [0, batch_size), got {reserved_interactive_slots}"
         )
     specs = [p if isinstance(p, PromptSpec) else PromptSpec(p) for p in prompts]
+    if any(spec.arrival_step < 0 for spec in specs):
+        raise ValueError("arrival_step must be at least 0 (0: the request arrives at once)")
     requests = [
         Request(
             model,
             tokenizer,
             spec.prompt,
+            prefill_max_step=None,  # chunk sizes come from Scheduler.chunk_size
             max_tokens=spec.max_tokens or max_tokens,
             max_seq_len=max_seq_len,
             sampler=spec.sampler or sampler or greedy,
@@ -193,6 +196,8 @@ class Scheduler:
         seconds = self.clock() - start
         self.metrics.record_prefill_chunk(tokens, seconds)
         request.metrics.prefill_chunks += 1
+        if request.is_prefill_done:  # the last chunk sampled the first token
+            self.metrics.generated_tokens += 1
         if isinstance(self.prefill_step, AdaptiveChunker):
             self.prefill_step.record(seconds)
         if request.is_finished:  # its first token was EOS, or max_tokens is 1

@@ -1,0 +1,283 @@
+"""Serve many prompts at once: continuous batching with chunked prefill, watched live.
+
+pdm run batch-main
+pdm run batch-main --batch-size 3 --prefill-step none --max-tokens 32
+pdm run batch-main --prompts-file prompts.txt --solution learner
+
+A terminal gets a live table of the decode slots; otherwise (a pipe, a log file) only
+the periodic engine lines are printed. Both end with every prompt's answer, shortened.
+"""
+
+import argparse
+import importlib
+import time
+from pathlib import Path
+
+import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
+
+# isort: split
+import mlx.core as mx
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from scripts.cli import ModelProgress, fail
+
+DEFAULT_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about autumn leaves.",
+    "Explain in two sentences why the sky is blue.",
+    "List five animals that live in the ocean.",
+    "Hi!",
+    "Give me three tips for learning a new language.",
+    "What is 17 multiplied by 23? Show your steps.",
+    (
+        "Summarize the following text in one sentence. The printing press, developed "
+        "by Johannes Gutenberg around 1440, combined movable metal type, oil-based inks "
+        "and a screw press adapted from wine making. Before it, books were copied by hand, "
+        "which made them rare and expensive. Within fifty years presses were working in "
+        "more than two hundred European cities and had produced millions of volumes. "
+        "Cheaper books spread literacy beyond the clergy and the nobility, helped "
+        "scientists share and check each other's results, and let new religious and "
+        "political ideas travel faster than any authority could suppress them. Historians "
+        "often count it among the inventions that opened the modern age."
+    ),
+    "Write a short story opening about a lighthouse keeper who finds a letter.",
+    "What are the differences between a list and a tuple in Python?",
+]
+LOG_INTERVAL = 2.0  # seconds between engine lines, like vLLM's periodic stats
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Generate for many prompts with continuous batching."
+    )
+    parser.add_argument(
+        "--model", help="local model folder or Hub repo id (default: embedded SmolLM2)"
+    )
+    parser.add_argument("--prompts-file", help="a text file with one prompt per line")
+    parser.add_argument("--batch-size", type=int, default=5)
+    parser.add_argument(
+        "--prefill-step",
+        default="128",
+        help="prompt tokens per prefill chunk, or 'none' to prefill whole prompts",
+    )
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--max-seq-len", type=int, default=512)
+    parser.add_argument("--solution", default="ref", help="ref | learner")
+    parser.error = fail
+    args = parser.parse_args()
+    for name in ("batch_size", "max_tokens", "max_seq_len"):
+        if getattr(args, name) < 1:
+            option = "--" + name.replace("_", "-")
+            fail(f"{option} must be at least 1, got {getattr(args, name)}")
+    args.prefill_step = parse_prefill_step(args.prefill_step)
+    if args.solution not in ("ref", "learner"):
+        fail(f"unknown --solution {args.solution!r}: choose ref or learner")
+    args.prompts = read_prompts(args.prompts_file) if args.prompts_file else None
+    return args
+
+
+def parse_prefill_step(value: str) -> int | None:
+    if value.strip().lower() == "none":
+        return None
+    try:
+        step = int(value)
+    except ValueError:
+        fail(f"--prefill-step must be a number of tokens or 'none', got {value!r}")
+    if step < 1:
+        fail(f"--prefill-step must be at least 1 (or 'none'), got {step}")
+    return step
+
+
+def read_prompts(path: str) -> list[str]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        fail(f"cannot read --prompts-file {path}: {error.strerror}")
+    except UnicodeDecodeError:
+        fail(f"--prompts-file {path} is not UTF-8 text")
+    prompts = [line.strip() for line in lines if line.strip()]
+    if not prompts:
+        fail(f"--prompts-file {path} has no prompts: write one prompt per line")
+    return prompts
+
+
+class EngineLog:
+    """Every LOG_INTERVAL seconds, one line of throughput over the interval and queue
+    sizes, in the style of vLLM's engine log."""
+
+    def __init__(self, write) -> None:
+        self.write = write
+        self.last_time = time.perf_counter()
+        self.last_prompt_tokens = 0
+        self.last_generated_tokens = 0
+
+    def update(self, snapshot, force: bool = False) -> None:
+        now = time.perf_counter()
+        elapsed = now - self.last_time
+        if elapsed < LOG_INTERVAL and not force:
+            return
+        metrics = snapshot.metrics
+        prompt_rate = (metrics.prefill_tokens - self.last_prompt_tokens) / elapsed
+        generation_rate = (
+            metrics.generated_tokens - self.last_generated_tokens
+        ) / elapsed
+        self.write(
+            f"Avg prompt throughput: {prompt_rate:.1f} tokens/s, "
+            f"Avg generation throughput: {generation_rate:.1f} tokens/s, "
+            f"Running: {metrics.running} reqs, Waiting: {metrics.waiting} reqs, "
+            f"Finished: {snapshot.finished}/{snapshot.total}, "
+            f"chunk avg: {1000 * metrics.chunk_time_average:.0f} ms, "
+            f"longest stall: {1000 * metrics.longest_decode_stall:.0f} ms"
+        )
+        self.last_time = now
+        self.last_prompt_tokens = metrics.prefill_tokens
+        self.last_generated_tokens = metrics.generated_tokens
+
+
+def one_line(text: str) -> str:
+    return text.replace("\n", " ").replace("\r", " ")
+
+
+def live_view(snapshot) -> Group:
+    """The decode slots, the request being prefilled, and the finished requests."""
+    slots = Table(title=f"decode slots (step {snapshot.step})", expand=True)
+    slots.add_column("slot", justify="right")
+    slots.add_column("request", justify="right")
+    slots.add_column("priority")
+    slots.add_column("position", justify="right")
+    slots.add_column("generated", justify="right")
+    slots.add_column("text so far", ratio=1, no_wrap=True, overflow="ellipsis")
+    for number, view in enumerate(snapshot.slots):
+        if view is None:
+            slots.add_row(str(number), "-", "", "", "", Text("(free)", style="dim"))
+        else:
+            slots.add_row(
+                str(number),
+                f"#{view.request}",
+                view.priority,
+                str(view.offset),
+                str(view.generated),
+                one_line(view.text_tail),
+            )
+    progress = Table.grid(padding=(0, 1))
+    progress.add_column(width=12)
+    progress.add_column(width=40)
+    progress.add_column()
+    if snapshot.prefilling is None:
+        progress.add_row("prefilling", "", Text("-", style="dim"))
+    else:
+        request, offset, prompt_tokens = snapshot.prefilling
+        progress.add_row(
+            "prefilling",
+            ProgressBar(total=prompt_tokens, completed=offset),
+            f"#{request}: {offset}/{prompt_tokens} prompt tokens",
+        )
+    progress.add_row(
+        "finished",
+        ProgressBar(total=snapshot.total, completed=snapshot.finished),
+        f"{snapshot.finished}/{snapshot.total} requests",
+    )
+    return Group(slots, progress)
+
+
+def run(package, model, tokenizer, prompts, args, console: Console):
+    def generate(on_step):
+        return package.batch_generate(
+            model,
+            tokenizer,
+            prompts,
+            batch_size=args.batch_size,
+            prefill_step=args.prefill_step,
+            max_seq_len=args.max_seq_len,
+            max_tokens=args.max_tokens,
+            on_step=on_step,
+        )
+
+    if not console.is_terminal:
+        log = EngineLog(lambda line: print(line, flush=True))
+        return generate(log.update)
+    with Live(console=console, auto_refresh=False, transient=True) as live:
+        log = EngineLog(live.console.print)
+
+        def on_step(snapshot) -> None:
+            log.update(snapshot)
+            live.update(live_view(snapshot), refresh=True)
+
+        return generate(on_step)
+
+
+def print_summary(results, console: Console) -> None:
+    table = Table(title="results", expand=True)
+    table.add_column("#", justify="right")
+    table.add_column("finish")
+    table.add_column("prompt", justify="right")
+    table.add_column("tokens", justify="right")
+    table.add_column("TTFT", justify="right")
+    table.add_column("answer", ratio=1, no_wrap=True, overflow="ellipsis")
+    for number, result in enumerate(results):
+        ttft = result.metrics.time_to_first_token
+        answer = result.error if result.error else one_line(result.text)
+        table.add_row(
+            str(number),
+            result.finish_reason,
+            str(result.metrics.prompt_tokens),
+            str(len(result.tokens)),
+            "-" if ttft is None else f"{ttft:.2f} s",
+            answer,
+        )
+    console.print(table)
+    metrics = results.metrics
+    prompt_tokens = sum(r.metrics.prompt_tokens for r in results)
+    generated = sum(len(r.tokens) for r in results)
+    seconds = max(metrics.total_seconds, 1e-9)  # 0 when every prompt failed at once
+    console.print(
+        f"{len(results)} requests in {metrics.total_seconds:.1f} s: "
+        f"{prompt_tokens} prompt tokens ({prompt_tokens / seconds:.1f} tokens/s), "
+        f"{generated} generated tokens ({generated / seconds:.1f} tokens/s); "
+        f"{metrics.prefill_chunks} prefill chunks, {metrics.decode_steps} decode steps, "
+        f"longest decode stall {1000 * metrics.longest_decode_stall:.0f} ms, "
+        f"peak memory {metrics.peak_memory_bytes / 2**20:.0f} MiB",
+        highlight=False,
+    )
+
+
+def warm_up(model) -> None:
+    """One token through the model: weights are dequantized lazily, on first use, and
+    that one-time cost would otherwise count as the first prefill chunk."""
+    mx.eval(model(mx.array([[0]]), 0, model.create_kv_cache()))
+
+
+def main() -> None:
+    args = parse_args()
+    prompts = args.prompts or DEFAULT_PROMPTS
+    try:
+        with ModelProgress() as progress:
+            mlx_model, tokenizer = tiny_llm_ref.load_model(
+                args.model, progress=progress
+            )
+    except (
+        tiny_llm_ref.ModelLoadError,
+        tiny_llm_ref.embedded_model.EmbeddedModelError,
+    ) as error:
+        fail(str(error), status=1)
+    package = importlib.import_module(
+        "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
+    )
+    console = Console()
+    try:
+        model = package.Qwen2ModelWeek2(mlx_model, use_fast_kernels=True)
+        warm_up(model)
+        results = run(package, model, tokenizer, prompts, args, console)
+    except NotImplementedError as error:
+        fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
+    except ValueError as error:
+        fail(str(error))
+    print_summary(results, console)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""tiny-llm, your implementation: the course functions raise NotImplementedError until
+you write them. Infrastructure (fast BLAS, model loading) comes from tiny_llm_ref."""
+
+from tiny_llm_ref import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
+from tiny_llm_ref.loader import ModelLoadError, load_model
+from .basics import linear, silu, softmax
+from .attention import (
+    SimpleMultiHeadAttention,
+    causal_mask,
+    scaled_dot_product_attention_grouped,
+    scaled_dot_product_attention_simple,
+)
+from .positional_encoding import RoPE
+from .layer_norm import RMSNorm
+from .embedding import Embedding
+from .qwen2_week1 import Qwen2MLP, Qwen2ModelWeek1
+from .sampler import make_sampler
+from .generate import simple_generate
+from .kv_cache import BatchingKvCache, TinyKvCache, TinyKvFullCache
+from .quantize import QuantizedWeights, choose_weight_format, dequantize_weight, quantized_matmul
+from .qwen2_week2 import Qwen2ModelWeek2
+from .flash_attention import flash_attention
+from .metrics import RequestMetrics, RunMetrics
+from .request import GenerationResult, PromptSpec, Request
+from .chunking import AdaptiveChunker, select_chunk_size
+from .scheduler import BatchResults, SchedulerSnapshot, SlotView, batch_generate

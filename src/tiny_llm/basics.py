@@ -1,0 +1,28 @@
+"""The three building blocks every later layer is made of: softmax, linear, SiLU."""
+
+import mlx.core as mx
+
+
+def softmax(x: mx.array, axis: int) -> mx.array:
+    """exp(x) / sum(exp(x)) along `axis`.
+
+    Subtract the maximum along `axis` first: it changes nothing mathematically but
+    keeps `exp` from overflowing. Sum in float32; return x's dtype.
+    """
+    raise NotImplementedError(
+        "Week 1 Day 1: softmax (subtract the max, exp, normalize)"
+    )
+
+
+def linear(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
+    """x: [..., I], w: [O, I], bias: [O] -> [..., O].
+
+    Weights are stored one output row per neuron (the PyTorch / MLX layout), so the
+    product is x @ w.T; add bias when given.
+    """
+    raise NotImplementedError("Week 1 Day 1: linear (x @ w.T + bias)")
+
+
+def silu(x: mx.array) -> mx.array:
+    """x * sigmoid(x), elementwise (also called swish)."""
+    raise NotImplementedError("Week 1 Day 1: silu (x * sigmoid(x))")

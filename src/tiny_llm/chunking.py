@@ -1,0 +1,63 @@
+"""How many prompt tokens to prefill in the next chunk.
+
+A small chunk lets decoding requests take a step sooner (short stalls) but pays the
+per-call overhead more often; a large chunk is efficient but stalls every decoding
+request while it runs. `batch_generate` takes a fixed `prefill_step`, None for no
+chunking, `select_chunk_size`, or an `AdaptiveChunker`.
+"""
+
+
+def select_chunk_size(
+    sequence_length: int, active_decode_requests: int, batch_size: int
+) -> int:
+    """A static policy: protect decoders when most slots decode, else favour efficiency.
+
+    - more than 80% of the slots decoding: 64 tokens, so no decoder waits long;
+    - a prompt longer than 2048 tokens: 256 tokens, fewer passes over the weights;
+    - otherwise the balanced default of 128.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 7: select_chunk_size: 64 when active_decode_requests > "
+        "0.8 * batch_size, else 256 for prompts longer than 2048 tokens, else 128"
+    )
+
+
+class AdaptiveChunker:
+    """A chunk size that follows measured chunk times.
+
+    Under decode pressure (the fraction of slots decoding above `pressure_threshold`)
+    the size halves; while the recent chunks' mean time stays under
+    `decode_latency_target` it doubles; when the mean time exceeds the target it
+    halves. The size stays in [min_chunk_size, max_chunk_size].
+    """
+
+    def __init__(
+        self,
+        initial_chunk_size: int = 128,
+        min_chunk_size: int = 32,
+        max_chunk_size: int = 512,
+        decode_latency_target: float = 0.05,
+        pressure_threshold: float = 0.8,
+        window: int = 4,
+    ) -> None:
+        raise NotImplementedError(
+            "Week 2 Day 7: AdaptiveChunker: check 1 <= min_chunk_size <= "
+            "initial_chunk_size <= max_chunk_size (ValueError otherwise), keep the "
+            "settings, the current chunk size and the last `window` chunk times"
+        )
+
+    def record(self, seconds: float) -> None:
+        """Report how long the last chunk took."""
+        raise NotImplementedError(
+            "Week 2 Day 7: AdaptiveChunker.record: remember the chunk time "
+            "(only the last `window` count)"
+        )
+
+    def select_chunk_size(self, active_decode_requests: int, batch_size: int) -> int:
+        """The next chunk's size, given how many of the batch_size slots are decoding."""
+        raise NotImplementedError(
+            "Week 2 Day 7: AdaptiveChunker.select_chunk_size: halve under decode "
+            "pressure, else double while the mean recent chunk time is under the "
+            "target and halve when it is over; clamp to [min, max]; forget the old "
+            "times when the size changes"
+        )

@@ -1,0 +1,56 @@
+"""Generating text with the week-1 model: the whole sequence goes through it each step."""
+
+from collections.abc import Callable
+
+from .qwen2_week1 import Qwen2ModelWeek1
+from .qwen2_week2 import Qwen2ModelWeek2
+from .sampler import Sampler
+
+
+def simple_generate(
+    model: Qwen2ModelWeek1,
+    tokenizer,
+    prompt: str,
+    sampler: Sampler | None = None,
+    max_tokens: int = 256,
+    on_text: Callable[[str], None] | None = None,
+) -> str:
+    """Answer `prompt` (one user message, chat-templated); return the generated text.
+
+    Each step runs the full sequence (prompt plus tokens so far) through the model
+    and samples from the last position's logits: simple, but the work grows
+    quadratically with length, which week 2's KV cache removes. Stops at an
+    end-of-sequence token or after max_tokens tokens. sampler defaults to greedy.
+    on_text(segment) is called with each newly readable piece of text; the pieces
+    concatenate to the returned string.
+
+    Hints: tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+    add_generation_prompt=True) gives the prompt's token ids; the sampler wants
+    log-probabilities (logits - logsumexp); tokenizer.eos_token_ids; a fresh
+    `tokenizer.detokenizer` takes add_token(id), gives last_segment, and needs
+    finalize() at the end.
+    """
+    raise NotImplementedError("Week 1 Day 6: simple_generate (the generation loop)")
+
+
+def simple_generate_with_kv_cache(
+    model: Qwen2ModelWeek2,
+    tokenizer,
+    prompt: str,
+    sampler: Sampler | None = None,
+    max_tokens: int = 256,
+    on_text: Callable[[str], None] | None = None,
+) -> str:
+    """simple_generate with a KV cache: each step feeds the model only its new tokens.
+
+    The first step runs the whole chat-templated prompt at offset 0 (the prefill) and
+    fills one cache per layer; every later step runs the one token just sampled, at
+    offset = the number of tokens already in the cache. A step's work no longer
+    grows with the length of the sequence, only its attention does. Same arguments,
+    stopping rule and streaming as simple_generate.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 1: simple_generate_with_kv_cache: like simple_generate, but "
+        "create the model's KV cache once, run the prompt at offset 0, then feed "
+        "only the last sampled token at offset = the tokens already cached"
+    )

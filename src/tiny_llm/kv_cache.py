@@ -1,0 +1,132 @@
+"""KV caches: keep every layer's past keys and values so each step computes only new ones.
+
+Shapes: keys and values are `[B, H, L, D]` going in (this step's L tokens) and
+`[B, H, S, D]` coming out (everything the queries may attend to). `update_and_fetch`
+also returns the mask for this step, so every path applies the one chunk-mask rule:
+query i of a step that starts at position `offset` sees key j iff `j <= offset + i`.
+"""
+
+import mlx.core as mx
+
+
+class TinyKvCache:
+    """One layer's cache. `offset` counts the tokens stored so far."""
+
+    offset: int
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array | str | None]:
+        """Store this step's keys/values [B, H, L, D]; return all keys, values and the mask."""
+        raise NotImplementedError(
+            "Week 2 Day 1: TinyKvCache is the interface; TinyKvFullCache (and on "
+            "Day 5 BatchingKvCache) implement update_and_fetch"
+        )
+
+
+class TinyKvFullCache(TinyKvCache):
+    """A growing cache for one sequence (or B sequences of equal length).
+
+    Storage is preallocated and doubles when full, so a step copies only its own
+    L new tokens (amortized), never all past keys: decoding stays linear, not quadratic.
+    """
+
+    INITIAL_CAPACITY = 256
+
+    def __init__(self) -> None:
+        raise NotImplementedError(
+            "Week 2 Day 1: TinyKvFullCache: start empty: no key/value storage yet "
+            "and offset 0"
+        )
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array | str | None]:
+        raise NotImplementedError(
+            "Week 2 Day 1: update_and_fetch: grow the storage if offset + L does not "
+            "fit, write keys/values at offset .. offset + L - 1, advance offset, and "
+            "return keys[:, :, :offset], values[:, :, :offset] and the mask "
+            '("causal" when L > 1, None for one token)'
+        )
+
+    def capacity(self) -> int:
+        raise NotImplementedError(
+            "Week 2 Day 1: capacity: how many tokens the storage holds (0 when empty)"
+        )
+
+    def grow(self, B: int, H: int, capacity: int, D: int, dtype: mx.Dtype) -> None:
+        raise NotImplementedError(
+            "Week 2 Day 1: grow: allocate [B, H, capacity, D] keys and values and copy "
+            "the first offset tokens over (update_and_fetch asks for at least twice "
+            "the old capacity, and INITIAL_CAPACITY the first time)"
+        )
+
+    def fetch(self) -> tuple[mx.array, mx.array]:
+        """All stored keys and values: [B, H, offset, D]."""
+        raise NotImplementedError(
+            "Week 2 Day 1: fetch: the stored keys and values up to offset"
+        )
+
+
+def batch_causal_mask(offsets: mx.array, L: int, S: int, dtype: mx.Dtype) -> mx.array:
+    """The chunk mask with one offset per row: [B, 1, L, S].
+
+    Row b's query i sees key j iff j <= offsets[b] + i. An empty row (offset 0) still
+    sees key 0, so no row is all -inf and softmax never makes NaN.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 5: batch_causal_mask: compare arange(S) with offsets[b] + "
+        "arange(L) per row; 0 where visible, -inf elsewhere; add the head axis"
+    )
+
+
+class BatchingKvCache(TinyKvCache):
+    """One layer's cache for up to `max_active_requests` sequences of different lengths.
+
+    Each request owns a slot (a batch row) of a preallocated
+    [max_active_requests, H, max_seq_len, D] buffer; row b holds its keys at positions
+    0 .. offsets[b] - 1 and its mask comes from its own offset, so rows never see each
+    other's keys, nor what a removed request left behind.
+    """
+
+    def __init__(self, max_active_requests: int, max_seq_len: int) -> None:
+        raise NotImplementedError(
+            "Week 2 Day 5: BatchingKvCache: keep the sizes, no storage yet (it is "
+            "allocated when the head count and dtype are known) and one offset 0 "
+            "per slot"
+        )
+
+    @property
+    def offset(self) -> list[int]:
+        raise NotImplementedError(
+            "Week 2 Day 5: BatchingKvCache.offset: a copy of the per-slot offsets"
+        )
+
+    def allocate(self, H: int, D: int, dtype: mx.Dtype) -> None:
+        raise NotImplementedError(
+            "Week 2 Day 5: allocate: zeroed [max_active_requests, H, max_seq_len, D] "
+            "keys and values"
+        )
+
+    def add_request(self, prefilled: TinyKvFullCache, slot: int) -> None:
+        """Copy a prefilled request's keys/values [1, H, S, D] into row `slot`."""
+        raise NotImplementedError(
+            "Week 2 Day 5: add_request: ValueError if S > max_seq_len; allocate on "
+            "first use; copy the prefilled keys/values into row slot; offset S"
+        )
+
+    def remove_request(self, slot: int) -> None:
+        """Free row `slot`: its offset goes back to 0, so its old keys are never seen."""
+        raise NotImplementedError(
+            "Week 2 Day 5: remove_request: set the slot's offset back to 0"
+        )
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        """keys/values: [max_active_requests, H, L, D], row b written at offsets[b]."""
+        raise NotImplementedError(
+            "Week 2 Day 5: update_and_fetch: write row b's L keys/values at offsets[b] "
+            "(ValueError past max_seq_len), build batch_causal_mask for S = "
+            "max(offsets) + L, advance the non-empty rows, return [:, :, :S] and the mask"
+        )

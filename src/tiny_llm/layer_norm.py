@@ -1,0 +1,22 @@
+"""RMSNorm: rescale each vector to unit root-mean-square, then by a learned weight."""
+
+import mlx.core as mx
+
+
+class RMSNorm:
+    """y = x / sqrt(mean(x^2) + eps) * weight, over the last axis.
+
+    weight: [dim]. Take the mean of squares in float32: in float16 the squares of
+    activations in the hundreds already overflow. Return x's dtype.
+    """
+
+    def __init__(self, dim: int, weight: mx.array, eps: float = 1e-5):
+        raise NotImplementedError(
+            "Week 1 Day 4: RMSNorm.__init__ (keep weight and eps)"
+        )
+
+    def __call__(self, x: mx.array) -> mx.array:
+        """x: [..., dim] -> [..., dim]."""
+        raise NotImplementedError(
+            "Week 1 Day 4: RMSNorm (normalize in float32, scale by weight)"
+        )

@@ -1,0 +1,182 @@
+"""Qwen2 with a KV cache: each call runs only the new tokens.
+
+`model(inputs [B, L], offset, cache) -> logits [B, L, V]`: offset is the absolute
+position of inputs[:, 0] (an int, or one int per row when rows are at different
+points of their sequences), and cache holds one TinyKvCache per layer. The cache
+returns this step's mask, so a whole prompt, a prefill chunk and a decode step all
+go through the same code.
+
+Two switches: `weights` keeps linear layers dequantized ("float32") or quantized
+("quantized", run by quantized_matmul), "auto" picks per device; `use_fast_kernels`
+swaps the hand-written RMSNorm, RoPE, attention and quantized matmul for mx.fast's
+fused kernels (week 2 day 3).
+
+Day 1 builds the model with float32 weights and hand-written kernels; Day 2 adds the
+"quantized" and "auto" weights; Day 3 adds use_fast_kernels. Your week-1 modules
+(linear, silu, RoPE, RMSNorm, Embedding, grouped attention, dequantize_linear) are
+the building blocks.
+"""
+
+import mlx.core as mx
+from mlx import nn
+
+from .attention import scaled_dot_product_attention_grouped  # noqa: F401
+from .basics import linear, silu  # noqa: F401
+from .embedding import Embedding  # noqa: F401
+from .kv_cache import TinyKvCache, TinyKvFullCache
+from .layer_norm import RMSNorm
+from .positional_encoding import RoPE
+from .quantize import QuantizedWeights, choose_weight_format, quantized_matmul  # noqa: F401
+from .qwen2_week1 import DEFAULT_MAX_SEQ_LEN, dequantize_linear  # noqa: F401
+
+Weight = mx.array | QuantizedWeights
+
+
+def project(
+    x: mx.array, w: Weight, bias: mx.array | None = None, fast: bool = False
+) -> mx.array:
+    """x: [..., in] -> [..., out] through a dense [out, in] or a quantized weight."""
+    raise NotImplementedError(
+        "Week 2 Day 1: project: linear(x, w, bias) for a dense weight. Day 2: a "
+        "QuantizedWeights w goes through quantized_matmul(w.scales, w.biases, "
+        "w.group_size, w.bits, x, w.weight). Day 3: with fast, mx.quantized_matmul"
+    )
+
+
+def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    raise NotImplementedError(
+        "Week 2 Day 3: swiglu: silu(gate) * up, decorated with @mx.compile so the "
+        "elementwise ops run as one fused pass"
+    )
+
+
+def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
+    """x: [..., dim] normalized by `norm`, by hand or by mx.fast.rms_norm.
+
+    RMSNorm keeps its weight in float32; the fused kernel takes it in x's dtype so
+    that, like the hand-written norm, it returns x's dtype (a float32 weight would
+    promote a bfloat16 model's activations to float32).
+    """
+    raise NotImplementedError(
+        "Week 2 Day 1: rms_norm: norm(x). Day 3: with fast, "
+        "mx.fast.rms_norm(x, norm.weight.astype(x.dtype), norm.eps)"
+    )
+
+
+class WeightLoader:
+    """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
+
+    def __init__(self, quantized: bool, dtype: mx.Dtype):
+        raise NotImplementedError(
+            "Week 2 Day 1: WeightLoader: keep `quantized` (always False until Day 2) "
+            "and the dtype of the dense weights"
+        )
+
+    def weight(self, layer: nn.Module) -> Weight:
+        raise NotImplementedError(
+            "Week 2 Day 1: WeightLoader.weight: dequantize_linear(layer, dtype). "
+            'Day 2: when quantized and "scales" in layer, '
+            "QuantizedWeights.from_mlx_layer(layer) instead"
+        )
+
+    def bias(self, layer: nn.Module) -> mx.array | None:
+        raise NotImplementedError(
+            'Week 2 Day 1: WeightLoader.bias: layer["bias"] in dtype, or None when '
+            "the layer has no bias"
+        )
+
+
+class Qwen2AttentionWeek2:
+    """Grouped-query attention over the cache: only this step's q, k, v are computed."""
+
+    def __init__(
+        self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
+    ):
+        raise NotImplementedError(
+            "Week 2 Day 1: Qwen2AttentionWeek2: head counts and head_dim (q_proj's "
+            "output size / num_attention_heads), wq wk wv wo and their biases (o_proj "
+            "has one in a Llama with attention_bias) through `load`, the shared rope"
+        )
+
+    def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
+        """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
+        raise NotImplementedError(
+            "Week 2 Day 1: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and 2 "
+            "around it. Day 3: with fast, mx.fast.rope(x, head_dim, traditional=..., "
+            "base=rope_theta, scale=1.0, offset=offset) on [B, H, L, D] directly"
+        )
+
+    def __call__(
+        self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
+    ) -> mx.array:
+        """x: [B, L, E] -> [B, L, E]."""
+        raise NotImplementedError(
+            "Week 2 Day 1: Qwen2AttentionWeek2: project q, k, v to [B, heads, L, D]; "
+            "RoPE on q and k at `offset`; keys, values, mask = "
+            "cache.update_and_fetch(k, v); grouped attention with that mask; back to "
+            "[B, L, E] and through wo. Day 3: with fast, "
+            "mx.fast.scaled_dot_product_attention"
+        )
+
+
+class Qwen2BlockWeek2:
+    """Pre-norm residual block: h = x + attention(norm(x)); out = h + mlp(norm(h))."""
+
+    def __init__(
+        self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
+    ):
+        raise NotImplementedError(
+            "Week 2 Day 1: Qwen2BlockWeek2: the attention, the MLP's gate/up/down "
+            "weights through `load`, the two RMSNorms"
+        )
+
+    def __call__(
+        self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
+    ) -> mx.array:
+        raise NotImplementedError(
+            "Week 2 Day 1: Qwen2BlockWeek2: as week 1's block, with offset and this "
+            "layer's cache passed to attention. Day 3: swiglu when fast"
+        )
+
+
+class Qwen2ModelWeek2:
+    """A hand-written mlx-lm qwen2/llama model with a KV cache.
+
+    weights: "float32" dequantizes linear layers once (fastest on CPUs, where float32
+    matmul uses BLAS), "quantized" keeps quantized layers packed, "auto" asks
+    choose_weight_format() for this device. use_fast_kernels: mx.fast instead of the
+    hand-written kernels (same results within float tolerance).
+    """
+
+    def __init__(
+        self,
+        mlx_model: nn.Module,
+        weights: str = "auto",
+        use_fast_kernels: bool = False,
+    ):
+        raise NotImplementedError(
+            "Week 2 Day 1: Qwen2ModelWeek2: as week 1's model, with weights='float32' "
+            "(dequantized to float32; an unquantized checkpoint keeps its dtype), one "
+            "RoPE shared by the layers, and use_fast_kernels kept for Day 3. Day 2: "
+            "'auto' asks choose_weight_format(), 'quantized' keeps packed weights, "
+            "anything else is a ValueError"
+        )
+
+    def create_kv_cache(self) -> list[TinyKvFullCache]:
+        """One empty cache per layer."""
+        raise NotImplementedError(
+            "Week 2 Day 1: create_kv_cache: one TinyKvFullCache per layer"
+        )
+
+    def __call__(
+        self,
+        inputs: mx.array,
+        offset: int | list[int] | mx.array,
+        cache: list[TinyKvCache],
+    ) -> mx.array:
+        """inputs: [B, L] -> logits [B, L, V]; offset: int or one int per row."""
+        raise NotImplementedError(
+            "Week 2 Day 1: Qwen2ModelWeek2: a list offset becomes an mx.array; embed, "
+            "run every layer with its own cache, final norm, lm head (the embedding's "
+            "as_linear when tied)"
+        )

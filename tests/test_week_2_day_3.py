@@ -1,0 +1,106 @@
+"""Week 2 Day 3: fast paths.
+
+use_fast_kernels=True runs mx.fast.rms_norm, mx.fast.rope,
+mx.fast.scaled_dot_product_attention and mx.quantized_matmul instead of the
+hand-written kernels. References: mlx-lm's own models on the whole sequence without
+a cache (random qwen2/llama ones at unusual sizes, and the embedded SmolLM2), and
+the same model with use_fast_kernels=False: the switch may change rounding, never
+results. No timings here: `pdm run bench` measures speed.
+"""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from .random_models import random_models
+from .solution import tiny
+
+# Absolute, on logits of size ~0.5 (random models), as on day 1.
+TOLERANCE = {mx.float32: 1e-4, mx.bfloat16: 2e-2}
+# Embedded model against mlx-lm (its own 4-bit matmuls, logits up to ~40) as on
+# day 1; fast against hand-written kernels on the same float32 weights is tighter.
+EMBEDDED_LOGIT_ATOL = 0.3
+FAST_VS_SLOW_ATOL = 5e-3
+PREFILL_THEN_DECODE = [5, 1, 1, 1, 1, 1, 1]
+CHUNKS = [4, 3, 1, 3]
+
+
+def feed(model, inputs: mx.array, lengths: list[int], shift=0) -> mx.array:
+    """Run inputs [B, T] through a fresh cache in pieces of `lengths` tokens; return
+    the logits of all T positions. Each piece's offset is shift + its start, where
+    shift is an int or an mx.array with one shift per row."""
+    cache = model.create_kv_cache()
+    logits, start = [], 0
+    for length in lengths:
+        logits.append(model(inputs[:, start : start + length], shift + start, cache))
+        start += length
+    return mx.concatenate(logits, axis=1)
+
+
+def assert_close(actual: mx.array, expected: mx.array, atol: float) -> None:
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype
+    np.testing.assert_allclose(
+        np.array(actual.astype(mx.float32)),
+        np.array(expected.astype(mx.float32)),
+        atol=atol,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize(
+    "dtype", [mx.float32, mx.bfloat16], ids=["float32", "bfloat16"]
+)
+@pytest.mark.parametrize(
+    "lengths", [PREFILL_THEN_DECODE, CHUNKS], ids=["prefill-decode", "chunks"]
+)
+def test_fast_kernels_match_mlx_lm_and_the_hand_written_ones(dtype, lengths):
+    for reference in random_models(dtype):
+        fast = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=True)
+        slow = tiny.Qwen2ModelWeek2(reference, weights="float32")
+        inputs = mx.random.randint(0, reference.args.vocab_size, (2, 11))
+        actual = feed(fast, inputs, lengths)
+        assert_close(actual, reference(inputs), TOLERANCE[dtype])
+        assert_close(actual, feed(slow, inputs, lengths), TOLERANCE[dtype])
+
+
+def test_fast_kernels_take_one_offset_per_row():
+    """Rows shifted to different positions: RoPE makes attention depend only on the
+    distance between positions, so each row's logits stay those of mlx-lm's
+    unshifted run, with mx.fast.rope and with the hand-written RoPE alike."""
+    shift = mx.array([0, 37, 250])
+    for reference in random_models()[:2]:
+        fast = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=True)
+        slow = tiny.Qwen2ModelWeek2(reference, weights="float32")
+        inputs = mx.random.randint(0, reference.args.vocab_size, (3, 9))
+        expected = reference(inputs)
+        actual = feed(fast, inputs, [5, 1, 1, 2], shift)
+        assert_close(actual, expected, TOLERANCE[mx.float32])
+        assert_close(actual, feed(slow, inputs, [5, 1, 1, 2], shift), 1e-4)
+
+
+@pytest.fixture(scope="module")
+def embedded_inputs(embedded_model):
+    """(mlx-lm model, token ids [1, T], mlx-lm's logits for them without a cache)."""
+    mlx_model, tokenizer = embedded_model
+    ids = tokenizer.encode(
+        "The capital of France is Paris, and the capital of Italy is"
+    )
+    inputs = mx.array(ids)[None]
+    return mlx_model, inputs, mlx_model(inputs)
+
+
+@pytest.mark.parametrize("weights", ["float32", "quantized"])
+def test_embedded_model_fast_kernels_match_mlx_lm(embedded_inputs, weights):
+    """weights="quantized" multiplies by the packed 4-bit weights: with
+    quantized_matmul by hand, mx.quantized_matmul on the fast path."""
+    mlx_model, inputs, expected = embedded_inputs
+    lengths = [inputs.shape[1] - 3, 1, 1, 1]
+    results = {}
+    for use_fast_kernels in (False, True):
+        model = tiny.Qwen2ModelWeek2(
+            mlx_model, weights=weights, use_fast_kernels=use_fast_kernels
+        )
+        results[use_fast_kernels] = feed(model, inputs, lengths)
+        assert_close(results[use_fast_kernels], expected, EMBEDDED_LOGIT_ATOL)
+    assert_close(results[True], results[False], FAST_VS_SLOW_ATOL)

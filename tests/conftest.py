@@ -1,7 +1,7 @@
+from .solution import tiny  # noqa: F401, I001  (first: the fast BLAS must load before mlx)
+
 import mlx.core as mx
 import pytest
-
-from .solution import tiny  # noqa: F401  (imports tiny_llm first: fast BLAS before mlx)
 
 
 @pytest.fixture(scope="session")

@@ -105,6 +105,7 @@ class Run:
     longest_stall_s: float
     peak_memory_mb: float
     tokens: list[list[int]] = field(repr=False)
+    requests: list[dict] = field(repr=False, default_factory=list)
 
     @property
     def prompt_tps(self) -> float:
@@ -205,7 +206,9 @@ def summarize(
     token_times: list[list[float]],
     tokens: list[list[int]],
     peak_bytes: int,
+    start: float,
 ) -> Run:
+    """The run's numbers from each request's arrival and token timestamps."""
     ttft = [times[0] - arrival for times, arrival in zip(token_times, arrivals)]
     gaps = [b - a for times in token_times for a, b in pairwise(times)]
     short_ttft = [t for t, short in zip(ttft, workload.short) if short]
@@ -223,6 +226,16 @@ def summarize(
         longest_stall_s=max(gaps, default=0.0),
         peak_memory_mb=peak_bytes / 2**20,
         tokens=tokens,
+        requests=[
+            {
+                "arrival_s": arrival - start,
+                "first_token_s": times[0] - start,
+                "last_token_s": times[-1] - start,
+                "longest_gap_s": max((b - a for a, b in pairwise(times)), default=0.0),
+                "tokens": len(times),
+            }
+            for arrival, times in zip(arrivals, token_times)
+        ],
     )
 
 
@@ -254,6 +267,7 @@ def run_ours(model, tokenizer, workload: Workload, chunk: int | None, sampler) -
         [r.metrics.token_times for r in results],
         [r.tokens for r in results],
         results.metrics.peak_memory_bytes - base,
+        start,
     )
 
 
@@ -306,6 +320,7 @@ def run_mlx_lm(peer, workload: Workload, chunk: int | None, sampler) -> Run:
         token_times,
         tokens,
         peak,
+        start,
     )
 
 

@@ -2,7 +2,7 @@
 
 import time
 
-import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
+import tiny_llm_ref  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 import mlx.core as mx
 
 from tiny_llm_ref.fast_blas import STATUS

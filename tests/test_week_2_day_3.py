@@ -64,6 +64,18 @@ def test_fast_kernels_match_mlx_lm_and_the_hand_written_ones(dtype, lengths):
         assert_close(actual, feed(slow, inputs, lengths), TOLERANCE[dtype])
 
 
+def test_fast_kernels_on_long_chunks():
+    """Prompt chunks of hundreds of tokens, the second one after cached keys (the
+    reference splits long causal chunks into query blocks on a CPU)."""
+    for reference in random_models()[::3]:
+        fast = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=True)
+        slow = tiny.Qwen2ModelWeek2(reference, weights="float32")
+        inputs = mx.random.randint(0, reference.args.vocab_size, (1, 400))
+        actual = feed(fast, inputs, [260, 139, 1])
+        assert_close(actual, reference(inputs), TOLERANCE[mx.float32])
+        assert_close(actual, feed(slow, inputs, [260, 139, 1]), TOLERANCE[mx.float32])
+
+
 def test_fast_kernels_take_one_offset_per_row():
     """Rows shifted to different positions: RoPE makes attention depend only on the
     distance between positions, so each row's logits stay those of mlx-lm's

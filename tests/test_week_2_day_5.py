@@ -82,7 +82,10 @@ class Batch:
 
 
 def decode_together(model, prompts: dict[int, list[int]], slots, steps, max_seq_len):
-    """Prompts by slot, decoded as one batch: slot -> (tokens [steps], logits [steps + 1, V])."""
+    """Prompts by slot, decoded as one batch.
+
+    Returns slot -> (tokens [steps], logits [steps + 1, V]), as decode_alone does.
+    """
     batch = Batch(model, slots, max_seq_len)
     rows = {slot: [batch.add(slot, prompt)] for slot, prompt in prompts.items()}
     tokens = {slot: [] for slot in prompts}
@@ -99,7 +102,11 @@ def random_prompt(length: int, vocab: int, seed: int) -> list[int]:
     return np.random.default_rng(seed).integers(0, vocab, length).tolist()
 
 
-@pytest.fixture(scope="module", params=range(len(SIZES)), ids=lambda i: SIZES[i][0])
+@pytest.fixture(
+    scope="module",
+    params=range(len(SIZES)),
+    ids=lambda i: f"{SIZES[i][0]}-{SIZES[i][1]}",
+)
 def reference(request):
     return random_model(*SIZES[request.param], seed=request.param)
 
@@ -129,8 +136,8 @@ def embedded_float32(embedded_model):
     dequantized to float32, and Qwen2ModelWeek2 dequantizing them itself."""
     mlx_model, tokenizer = embedded_model
     reference, _ = tiny.load_model()  # a copy: dequantize_model changes it in place
+    reference.set_dtype(mx.float32)  # scales too: dequantize in float32, not float16
     dequantize_model(reference)
-    reference.set_dtype(mx.float32)
     return reference, tiny.Qwen2ModelWeek2(mlx_model, weights="float32"), tokenizer
 
 
@@ -196,7 +203,7 @@ def test_empty_slots_give_finite_logits_in_every_row(fast):
         assert list(layer.offset) == [0, 0, 9, 0]  # empty slots stay at offset 0
 
 
-@pytest.mark.parametrize("size", [0, 2], ids=lambda i: SIZES[i][0])
+@pytest.mark.parametrize("size", [0, 2], ids=lambda i: f"{SIZES[i][0]}-{SIZES[i][1]}")
 def test_removed_request_leaves_every_layer(size):
     reference = random_model(*SIZES[size], seed=size)
     model = tiny.Qwen2ModelWeek2(reference, weights="float32")
@@ -224,7 +231,7 @@ def test_removed_request_leaves_every_layer(size):
 
 
 @pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
-@pytest.mark.parametrize("size", [1, 3], ids=lambda i: SIZES[i][0])
+@pytest.mark.parametrize("size", [1, 3], ids=lambda i: f"{SIZES[i][0]}-{SIZES[i][1]}")
 def test_reused_slot_never_sees_the_previous_keys(size, fast):
     reference = random_model(*SIZES[size], seed=size)
     model = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=fast)

@@ -81,8 +81,8 @@ def embedded_run(embedded_model):
         on_step=snapshots.append,
     )
     reference, _ = tiny.load_model()  # a copy: dequantize_model changes it in place
+    reference.set_dtype(mx.float32)  # scales too: dequantize in float32, not float16
     dequantize_model(reference)
-    reference.set_dtype(mx.float32)
     expected = [
         mlx_lm_greedy(reference, tokenizer, chat_ids(tokenizer, q), MAX_TOKENS)
         for q in QUESTIONS
@@ -109,26 +109,23 @@ def test_a_freed_slot_is_taken_at_once(embedded_run):
     results, snapshots, _, _ = embedded_run
     assert snapshots, "on_step was never called"
     assert snapshots[-1].finished == snapshots[-1].total == len(QUESTIONS)
-    seen = set()
+    everyone = set(range(len(QUESTIONS)))
+    seen = set()  # requests that held a slot before this step
     for step, snapshot in enumerate(snapshots):
         now = running(snapshot)
         assert len(snapshot.slots) == BATCH_SIZE
         assert len(now) == len(set(now)), f"step {step}: a request holds two slots"
-        seen |= set(now)
-        if step == 0:
-            continue
-        finished = set(running(snapshots[step - 1])) - set(now)
-        unstarted = set(range(len(QUESTIONS))) - seen
+        finished = set(running(snapshots[step - 1])) - set(now) if step else set()
+        unstarted = everyone - seen
         if finished and unstarted:
-            # It entered a slot in this iteration or enters one in the next.
-            entered = set(now) | set(
-                running(snapshots[min(step + 1, len(snapshots) - 1)])
-            )
-            assert entered & unstarted, (
+            # One of them takes the free slot in this iteration or in the next.
+            later = running(snapshots[step + 1]) if step + 1 < len(snapshots) else []
+            assert (set(now) | set(later)) & unstarted, (
                 f"step {step}: request(s) {finished} finished but none of the "
                 f"waiting requests {sorted(unstarted)} took the free slot"
             )
-    assert seen == set(range(len(QUESTIONS)))
+        seen |= set(now)
+    assert seen == everyone
     assert all(len(r.tokens) > 0 for r in results)
 
 

@@ -114,18 +114,19 @@ def reference_generate(mlx_model, prompt, max_tokens, eos_ids, banned=()):
 
 
 def assert_same_tokens(actual, expected, gaps, what):
-    """Equal token lists; a divergence is allowed only where mlx-lm nearly tied."""
-    for i, (ours, theirs) in enumerate(zip(actual, expected)):
+    """Equal token lists; a divergence is allowed only where mlx-lm nearly tied.
+
+    A list that ends early stopped at EOS: that counts as a divergence too.
+    """
+    for i in range(max(len(actual), len(expected))):
+        ours = actual[i] if i < len(actual) else "the end"
+        theirs = expected[i] if i < len(expected) else "the end"
         if ours != theirs:
-            assert gaps[i] < NEAR_TIE, (
-                f"{what}: token {i} is {ours}, mlx-lm's greedy token is {theirs} "
-                f"(its top two logits differ by {gaps[i]:.2e})"
+            assert i < len(gaps) and gaps[i] < NEAR_TIE, (
+                f"{what}: token {i} is {ours}, mlx-lm's greedy choice is {theirs} "
+                f"(ours: {actual}, mlx-lm: {expected})"
             )
             return
-    assert len(actual) == len(expected), (
-        f"{what}: {len(actual)} tokens, mlx-lm generated {len(expected)}: "
-        f"{actual} vs {expected}"
-    )
 
 
 def mlx_lm_cache(cache) -> tuple[mx.array, mx.array]:
@@ -133,11 +134,15 @@ def mlx_lm_cache(cache) -> tuple[mx.array, mx.array]:
     return cache.keys[:, :, : cache.offset], cache.values[:, :, : cache.offset]
 
 
-def is_evaluated(array: mx.array) -> bool:
-    """True when the array has no pending graph: export_to_dot then draws no op."""
+def pending_ops(array: mx.array) -> int:
+    """How many operations MLX has yet to run to produce `array`.
+
+    export_to_dot draws every unevaluated operation as a rectangle; an evaluated
+    array has none.
+    """
     dot = io.StringIO()
     mx.export_to_dot(dot, array)
-    return "shape=rectangle" not in dot.getvalue()
+    return dot.getvalue().count("shape=rectangle")
 
 
 def token_ids(rng, vocab, length):
@@ -261,9 +266,13 @@ def test_chunked_prefill_evaluates_the_cache_after_every_chunk(pair, tokenizer):
     for _ in range(2):  # two of the three chunks: the cache is still the request's
         request.try_prefill()
         for layer, cache in enumerate(request.kv_cache):
-            assert is_evaluated(cache.keys) and is_evaluated(cache.values), (
-                f"layer {layer}: the cache still holds a lazy graph after a chunk; "
-                "mx.eval it so the graph never spans chunks"
+            # fetch() may slice the evaluated storage: one pending op at most. A
+            # lazy cache still holds the layer's projections, RoPE, the write...
+            pending = [pending_ops(array) for array in cache.fetch()]
+            assert max(pending) <= 1, (
+                f"layer {layer}: the cache still holds a lazy graph after a chunk "
+                f"({pending} pending operations in keys, values); mx.eval it so "
+                "the graph never spans chunks"
             )
 
 
@@ -304,7 +313,7 @@ def test_chunked_prefill_cache_equals_whole_prompt_cache(pair, tokenizer, no_eos
 
 
 @settings(
-    max_examples=20,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -17,7 +17,13 @@ from .qwen2_week1 import Qwen2MLP, Qwen2ModelWeek1
 from .sampler import make_sampler
 from .generate import simple_generate
 from .kv_cache import BatchingKvCache, TinyKvCache, TinyKvFullCache
-from .quantize import QuantizedWeights, choose_weight_format, dequantize_weight, quantized_matmul
+from .quantize import (
+    QuantizedWeights,
+    choose_weight_format,
+    dequantize_weight,
+    quantized_matmul,
+    unpack_quantized,
+)
 from .qwen2_week2 import Qwen2ModelWeek2
 from .flash_attention import flash_attention
 from .metrics import RequestMetrics, RunMetrics

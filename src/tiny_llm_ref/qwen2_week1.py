@@ -177,7 +177,9 @@ class Qwen2ModelWeek1:
         )
 
     def _weight(self, layer: nn.Module) -> mx.array:
-        return dequantize_linear(layer, self.dtype)
+        weight = dequantize_linear(layer, self.dtype)
+        mx.eval(weight)  # dequantize now, once, not lazily inside the first forward
+        return weight
 
     def _bias(self, layer: nn.Module) -> mx.array | None:
         return layer["bias"].astype(self.dtype) if "bias" in layer else None

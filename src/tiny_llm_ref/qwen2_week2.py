@@ -51,7 +51,43 @@ def project(
 
 @mx.compile
 def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up, [..., hidden]: compiled, the elementwise ops run as one pass."""
     return silu(gate) * up
+
+
+QUERY_BLOCK = 128
+
+
+def fast_attention(
+    q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | str | None
+) -> mx.array:
+    """mx.fast.scaled_dot_product_attention; on a CPU, a long causal chunk in blocks.
+
+    q: [B, H_q, L, D], k and v: [B, H, S, D] -> [B, H_q, L, D]. MLX's CPU attention
+    computes all L x S scores, masked ones included, and the exps of its softmax
+    dominate a long prefill. Under the chunk mask, queries start .. end - 1 see only
+    the first S - L + end keys: a block of queries given just those keys is again a
+    "causal" problem, and most of the masked triangle is never computed. (GPU
+    kernels skip masked tiles themselves.)
+    """
+    L, S = q.shape[2], k.shape[2]
+    on_cpu = mx.default_device().type == mx.cpu
+    if not (on_cpu and isinstance(mask, str) and L > QUERY_BLOCK):
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+    blocks = []
+    for start in range(0, L, QUERY_BLOCK):
+        end = min(start + QUERY_BLOCK, L)
+        visible = S - L + end
+        blocks.append(
+            mx.fast.scaled_dot_product_attention(
+                q[:, :, start:end],
+                k[:, :, :visible],
+                v[:, :, :visible],
+                scale=scale,
+                mask="causal",
+            )
+        )
+    return mx.concatenate(blocks, axis=2)
 
 
 def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
@@ -135,11 +171,7 @@ class Qwen2AttentionWeek2:
         k = self.apply_rope(heads(self.wk, self.bk, self.num_kv_heads), offset)
         v = heads(self.wv, self.bv, self.num_kv_heads)
         keys, values, mask = cache.update_and_fetch(k, v)
-        attend = (
-            mx.fast.scaled_dot_product_attention
-            if self.fast
-            else scaled_dot_product_attention_grouped
-        )
+        attend = fast_attention if self.fast else scaled_dot_product_attention_grouped
         out = attend(q, keys, values, scale=self.scale, mask=mask)
         out = out.swapaxes(1, 2).reshape(B, L, -1)
         return project(out, self.wo, self.bo, self.fast)

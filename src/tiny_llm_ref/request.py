@@ -100,11 +100,13 @@ class Request:
             raise ValueError(
                 f"prefill_max_step must be at least 1 (or None), got {self.prefill_max_step}"
             )
-        if self.priority not in PRIORITIES:
-            raise ValueError(
-                f"priority must be one of {PRIORITIES}, got {self.priority!r}"
-            )
         self.prefill_tokens = []
+        if self.priority not in PRIORITIES:
+            self.fail(f"priority must be one of {PRIORITIES}, got {self.priority!r}")
+            return
+        if self.max_tokens is not None and self.max_tokens < 1:
+            self.fail(f"max_tokens must be at least 1 (or None), got {self.max_tokens}")
+            return
         try:
             self.prefill_tokens = prompt_token_ids(self.tokenizer, self.prompt)
         except ValueError as error:

@@ -96,7 +96,7 @@ def batch_generate(
             tokenizer,
             spec.prompt,
             prefill_max_step=None,  # chunk sizes come from Scheduler.chunk_size
-            max_tokens=spec.max_tokens or max_tokens,
+            max_tokens=max_tokens if spec.max_tokens is None else spec.max_tokens,
             max_seq_len=max_seq_len,
             sampler=spec.sampler or sampler or greedy,
             priority=spec.priority,

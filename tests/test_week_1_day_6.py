@@ -1,7 +1,7 @@
 """Week 1 Day 6: generating text with the week-1 model.
 
-Reference: mlx-lm's own greedy generation (`mlx_lm.generate`, KV cache, quantized
-weights) on the same chat-templated prompt. Generation without a cache is quadratic
+Reference: mlx-lm's own greedy generation (`mlx_lm.generate`, KV cache) with the
+same weights, dequantized to float32, on the same chat-templated prompt. Generation without a cache is quadratic
 in length, so the answers are kept short.
 """
 
@@ -29,9 +29,9 @@ def week1_model(embedded_model):
 
 
 @pytest.fixture(scope="module")
-def generations(embedded_model, week1_model):
+def generations(embedded_model, embedded_float32_reference, week1_model):
     """prompt -> (our text, our on_text segments, mlx-lm's text), each made once."""
-    mlx_model, tokenizer = embedded_model
+    _, tokenizer = embedded_model
     results = {}
     for prompt in PROMPTS:
         segments = []
@@ -47,7 +47,7 @@ def generations(embedded_model, week1_model):
             [{"role": "user", "content": prompt}], add_generation_prompt=True
         )
         expected = mlx_lm.generate(
-            mlx_model,
+            embedded_float32_reference,
             tokenizer,
             prompt_ids,
             max_tokens=MAX_TOKENS,

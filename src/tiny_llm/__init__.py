@@ -15,7 +15,7 @@ from .layer_norm import RMSNorm
 from .embedding import Embedding
 from .qwen2_week1 import Qwen2MLP, Qwen2ModelWeek1
 from .sampler import make_sampler
-from .generate import simple_generate
+from .generate import simple_generate, simple_generate_with_kv_cache
 from .kv_cache import BatchingKvCache, TinyKvCache, TinyKvFullCache
 from .quantize import (
     QuantizedWeights,

@@ -44,9 +44,33 @@ def project(
 
 
 def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up, [..., hidden]: compiled, the elementwise ops run as one pass."""
     raise NotImplementedError(
         "Week 2 Day 3: swiglu: silu(gate) * up, decorated with @mx.compile so the "
         "elementwise ops run as one fused pass"
+    )
+
+
+QUERY_BLOCK = 128
+
+
+def fast_attention(
+    q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | str | None
+) -> mx.array:
+    """mx.fast.scaled_dot_product_attention; on a CPU, a long causal chunk in blocks.
+
+    q: [B, H_q, L, D], k and v: [B, H, S, D] -> [B, H_q, L, D]. MLX's CPU attention
+    computes all L x S scores, masked ones included, and the exps of its softmax
+    dominate a long prefill. Under the chunk mask, queries start .. end - 1 see only
+    the first S - L + end keys: a block of queries given just those keys is again a
+    "causal" problem, and most of the masked triangle is never computed. (GPU
+    kernels skip masked tiles themselves.)
+    """
+    raise NotImplementedError(
+        "Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v, "
+        "scale=scale, mask=mask) passes the tests; then, on the CPU and for a "
+        '"causal" mask with L > QUERY_BLOCK, run blocks of QUERY_BLOCK queries, '
+        "each against the first S - L + end keys, and concatenate"
     )
 
 
@@ -114,8 +138,7 @@ class Qwen2AttentionWeek2:
             "Week 2 Day 1: Qwen2AttentionWeek2: project q, k, v to [B, heads, L, D]; "
             "RoPE on q and k at `offset`; keys, values, mask = "
             "cache.update_and_fetch(k, v); grouped attention with that mask; back to "
-            "[B, L, E] and through wo. Day 3: with fast, "
-            "mx.fast.scaled_dot_product_attention"
+            "[B, L, E] and through wo. Day 3: with fast, fast_attention"
         )
 
 

@@ -57,10 +57,11 @@ class Request:
 
     def __post_init__(self) -> None:
         raise NotImplementedError(
-            "Week 2 Day 6: Request: raise ValueError for prefill_max_step < 1 or an "
-            "unknown priority; tokenize the prompt with prompt_token_ids (an empty "
-            "prompt or one longer than max_seq_len fails the request, it does not "
-            "raise); create the model's KV cache and take tokenizer.detokenizer"
+            "Week 2 Day 6: Request: raise ValueError for prefill_max_step < 1; a bad "
+            "priority, max_tokens < 1, an empty prompt (see prompt_token_ids) or one "
+            "longer than max_seq_len fails this request alone (fail(), no raise); "
+            "otherwise keep the prompt's token ids, create the model's KV cache, take "
+            "tokenizer.detokenizer and record the prompt length in metrics"
         )
 
     @property

@@ -19,12 +19,14 @@ import mlx.core as mx
 # Infrastructure, not course material: the same objects as the reference's.
 from tiny_llm_ref.scheduler import (  # noqa: F401
     BatchResults,
-    ChunkPolicy,
     SchedulerSnapshot,
     SlotView,
 )
 
+from .chunking import AdaptiveChunker
 from .request import PromptSpec
+
+ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
 
 
 def batch_generate(

@@ -33,9 +33,8 @@ def project(
     """x: [..., in] -> [..., out] through a dense [out, in] or a quantized weight."""
     if isinstance(w, mx.array):
         return linear(x, w, bias)
-    matmul = mx.quantized_matmul if fast else quantized_matmul
     if fast:
-        out = matmul(
+        out = mx.quantized_matmul(
             x,
             w.weight,
             w.scales,
@@ -45,7 +44,7 @@ def project(
             bits=w.bits,
         )
     else:
-        out = matmul(w.scales, w.biases, w.group_size, w.bits, x, w.weight)
+        out = quantized_matmul(w.scales, w.biases, w.group_size, w.bits, x, w.weight)
     return out if bias is None else out + bias
 
 
@@ -93,7 +92,7 @@ def fast_attention(
 def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
     """x: [..., dim] normalized by `norm`, by hand or by mx.fast.rms_norm.
 
-    RMSNorm keeps its weight in float32; the fused kernel takes it in x's dtype so
+    RMSNorm keeps its weight in float32; mx.fast.rms_norm gets it in x's dtype so
     that, like the hand-written norm, it returns x's dtype (a float32 weight would
     promote a bfloat16 model's activations to float32).
     """
@@ -240,11 +239,10 @@ class Qwen2ModelWeek2:
                 "MLP biases are not supported: pick a model without mlp_bias"
             )
         inner = mlx_model.model
-        dtype = inner.norm.weight.dtype if weights == "quantized" else mx.float32
-        if weights == "float32" and "scales" not in inner.embed_tokens:
-            dtype = (
-                inner.norm.weight.dtype
-            )  # an unquantized checkpoint keeps its own dtype
+        # "float32" dequantizes a quantized checkpoint to float32; an unquantized
+        # checkpoint, and "quantized" weights, keep the dtype the checkpoint computes in.
+        to_float32 = weights == "float32" and "scales" in inner.embed_tokens
+        dtype = mx.float32 if to_float32 else inner.norm.weight.dtype
         load = WeightLoader(weights == "quantized", dtype)
         self.args = args
         self.num_layers = len(inner.layers)

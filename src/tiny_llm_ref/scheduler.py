@@ -89,7 +89,9 @@ def batch_generate(
         )
     specs = [p if isinstance(p, PromptSpec) else PromptSpec(p) for p in prompts]
     if any(spec.arrival_step < 0 for spec in specs):
-        raise ValueError("arrival_step must be at least 0 (0: the request arrives at once)")
+        raise ValueError(
+            "arrival_step must be at least 0 (0: the request arrives at once)"
+        )
     requests = [
         Request(
             model,

@@ -92,17 +92,14 @@ def generate_with_course(package, mlx_model, tokenizer, args, sampler):
         sample_times.append(time.perf_counter())
         return token
 
-    start = time.perf_counter()
     if args.loader == "week1":
         model = package.Qwen2ModelWeek1(mlx_model)
-        package.simple_generate(
-            model, tokenizer, args.prompt, timed_sampler, args.max_tokens, print_text
-        )
+        generate = package.simple_generate
     else:
         model = package.Qwen2ModelWeek2(mlx_model)
-        package.simple_generate_with_kv_cache(
-            model, tokenizer, args.prompt, timed_sampler, args.max_tokens, print_text
-        )
+        generate = package.simple_generate_with_kv_cache
+    start = time.perf_counter()
+    generate(model, tokenizer, args.prompt, timed_sampler, args.max_tokens, print_text)
     prompt_tokens = len(chat_prompt(tokenizer, args.prompt))
     prefill_s = sample_times[0] - start
     decode_s = sample_times[-1] - sample_times[0]

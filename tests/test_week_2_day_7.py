@@ -313,7 +313,7 @@ def test_chunked_prefill_cache_equals_whole_prompt_cache(pair, tokenizer, no_eos
 
 
 @settings(
-    max_examples=30,
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

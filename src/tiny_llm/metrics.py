@@ -24,7 +24,7 @@ class RequestMetrics:
 
     def record_token(self, now: float) -> None:
         raise NotImplementedError(
-            "Week 2 Day 7: record_token: append `now` to token_times and count the token"
+            "Week 2 Day 6: record_token: append `now` to token_times and count the token"
         )
 
     @property

@@ -27,31 +27,11 @@ def simple_generate(
     on_text(segment) is called with each newly readable piece of text; the pieces
     concatenate to the returned string.
     """
-    sampler = sampler or make_sampler(0.0)
-    tokens = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True
-    )
-    detokenizer = tokenizer.detokenizer  # a fresh streaming detokenizer
-    pieces = []
 
-    def emit(segment: str) -> None:
-        if segment:
-            pieces.append(segment)
-            if on_text is not None:
-                on_text(segment)
+    def next_logits(tokens: list[int]) -> mx.array:
+        return model(mx.array(tokens)[None])[:, -1, :]
 
-    for _ in range(max_tokens):
-        logits = model(mx.array(tokens)[None])[:, -1, :]
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        token = sampler(logprobs).item()
-        if token in tokenizer.eos_token_ids:
-            break
-        tokens.append(token)
-        detokenizer.add_token(token)
-        emit(detokenizer.last_segment)
-    detokenizer.finalize()
-    emit(detokenizer.last_segment)
-    return "".join(pieces)
+    return generate_text(next_logits, tokenizer, prompt, sampler, max_tokens, on_text)
 
 
 def simple_generate_with_kv_cache(
@@ -70,11 +50,31 @@ def simple_generate_with_kv_cache(
     grows with the length of the sequence, only its attention does. Same arguments,
     stopping rule and streaming as simple_generate.
     """
+    cache = model.create_kv_cache()
+    offset = 0  # tokens already in the cache
+
+    def next_logits(tokens: list[int]) -> mx.array:
+        nonlocal offset
+        logits = model(mx.array(tokens[offset:])[None], offset, cache)[:, -1, :]
+        offset = len(tokens)
+        return logits
+
+    return generate_text(next_logits, tokenizer, prompt, sampler, max_tokens, on_text)
+
+
+def generate_text(
+    next_logits: Callable[[list[int]], mx.array],
+    tokenizer,
+    prompt: str,
+    sampler: Sampler | None,
+    max_tokens: int,
+    on_text: Callable[[str], None] | None,
+) -> str:
+    """The loop both generators share; next_logits(all tokens so far) -> logits [1, V]."""
     sampler = sampler or make_sampler(0.0)
-    prompt_tokens = tokenizer.apply_chat_template(
+    tokens = tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], add_generation_prompt=True
     )
-    cache = model.create_kv_cache()
     detokenizer = tokenizer.detokenizer  # a fresh streaming detokenizer
     pieces = []
 
@@ -84,15 +84,13 @@ def simple_generate_with_kv_cache(
             if on_text is not None:
                 on_text(segment)
 
-    offset, new_tokens = 0, prompt_tokens
     for _ in range(max_tokens):
-        logits = model(mx.array(new_tokens)[None], offset, cache)[:, -1, :]
-        offset += len(new_tokens)
+        logits = next_logits(tokens)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         token = sampler(logprobs).item()
         if token in tokenizer.eos_token_ids:
             break
-        new_tokens = [token]
+        tokens.append(token)
         detokenizer.add_token(token)
         emit(detokenizer.last_segment)
     detokenizer.finalize()

@@ -169,9 +169,8 @@ class Scheduler:
         for request, arrival in zip(self.requests, self.arrival_steps):
             if arrival == self.step:
                 request.metrics.arrival = self.clock()
-                if (
-                    not request.is_finished
-                ):  # invalid prompts finish with an error at once
+                # An invalid prompt has already finished with an error.
+                if not request.is_finished:
                     self.waiting.append(request)
 
     def prefill_one_chunk(self) -> Request | None:
@@ -183,15 +182,14 @@ class Scheduler:
         ]
         if not candidates:
             return None
-        request = min(
-            candidates, key=lambda r: r.priority != "interactive"
-        )  # stable: FIFO
+        # Interactive first; min is stable, so FIFO within a priority.
+        request = min(candidates, key=lambda r: r.priority != "interactive")
         if request.metrics.prefill_start is None:
             request.metrics.prefill_start = self.clock()
         start = self.clock()
         try:
             tokens = request.try_prefill(self.chunk_size(request))
-        except Exception as error:  # noqa: BLE001  (one bad request must not stop the others)
+        except Exception as error:  # one bad request must not stop the others
             request.fail(f"prefill failed: {type(error).__name__}: {error}")
             self.waiting.remove(request)
             return None

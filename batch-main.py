@@ -13,7 +13,7 @@ import importlib
 import time
 from pathlib import Path
 
-import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
+import tiny_llm_ref  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
 import mlx.core as mx
@@ -23,7 +23,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from scripts.cli import ModelProgress, fail
+from scripts.cli import fail, load_model_or_exit
 
 DEFAULT_PROMPTS = [
     "What is the capital of France?",
@@ -254,16 +254,7 @@ def warm_up(model) -> None:
 def main() -> None:
     args = parse_args()
     prompts = args.prompts or DEFAULT_PROMPTS
-    try:
-        with ModelProgress() as progress:
-            mlx_model, tokenizer = tiny_llm_ref.load_model(
-                args.model, progress=progress
-            )
-    except (
-        tiny_llm_ref.ModelLoadError,
-        tiny_llm_ref.embedded_model.EmbeddedModelError,
-    ) as error:
-        fail(str(error), status=1)
+    mlx_model, tokenizer = load_model_or_exit(args.model)
     package = importlib.import_module(
         "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
     )

@@ -11,7 +11,7 @@ import sys
 import time
 
 import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
-from scripts.cli import ModelProgress, fail
+from scripts.cli import fail, load_model_or_exit
 
 DEFAULT_PROMPT = "Give me a short introduction to large language models."
 
@@ -49,16 +49,7 @@ def main() -> None:
         sampler = tiny_llm_ref.make_sampler(args.temp, args.top_p, args.top_k)
     except ValueError as error:
         fail(str(error))
-    try:
-        with ModelProgress() as progress:
-            mlx_model, tokenizer = tiny_llm_ref.load_model(
-                args.model, progress=progress
-            )
-    except (
-        tiny_llm_ref.ModelLoadError,
-        tiny_llm_ref.embedded_model.EmbeddedModelError,
-    ) as error:
-        fail(str(error), status=1)
+    mlx_model, tokenizer = load_model_or_exit(args.model)
 
     if args.solution == "mlx":
         stats = generate_with_mlx_lm(mlx_model, tokenizer, args, sampler)

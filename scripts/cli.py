@@ -48,3 +48,15 @@ class ModelProgress:
     def __exit__(self, *exc) -> None:
         for bar in self.bars.values():
             bar.close()
+
+
+def load_model_or_exit(name: str | None):
+    """load_model with progress bars; a model that cannot be loaded exits with status 1."""
+    from tiny_llm_ref import ModelLoadError, load_model
+    from tiny_llm_ref.embedded_model import EmbeddedModelError
+
+    try:
+        with ModelProgress() as progress:
+            return load_model(name, progress=progress)
+    except (ModelLoadError, EmbeddedModelError) as error:
+        fail(str(error), status=1)

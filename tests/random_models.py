@@ -46,7 +46,10 @@ def random_model(
         model = llama.Model(llama.ModelArgs(**common))
     mx.random.seed(seed)
     model.update(
-        tree_map(lambda p: (0.1 * mx.random.normal(p.shape)).astype(dtype), model.parameters())
+        tree_map(
+            lambda p: (0.1 * mx.random.normal(p.shape)).astype(dtype),
+            model.parameters(),
+        )
     )
     mx.eval(model.parameters())
     return model

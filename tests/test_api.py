@@ -26,7 +26,11 @@ def public_api(package) -> dict[str, str]:
         api[name] = describe(value)
         if inspect.isclass(value):
             for member, attr in vars(value).items():
-                if inspect.isfunction(attr) and (member == "__init__" or member == "__call__" or not member.startswith("_")):
+                if inspect.isfunction(attr) and (
+                    member == "__init__"
+                    or member == "__call__"
+                    or not member.startswith("_")
+                ):
                     api[f"{name}.{member}"] = describe(attr)
     return api
 
@@ -42,13 +46,19 @@ def describe(value) -> str:
 
 def test_public_apis_are_identical():
     reference, learner = public_api(tiny_llm_ref), public_api(tiny_llm)
-    assert sorted(reference) == sorted(learner), "names differ between tiny_llm_ref and tiny_llm"
+    assert sorted(reference) == sorted(learner), (
+        "names differ between tiny_llm_ref and tiny_llm"
+    )
     for name, signature in reference.items():
-        assert learner[name] == signature, f"{name}: reference {signature} != learner {learner[name]}"
+        assert learner[name] == signature, (
+            f"{name}: reference {signature} != learner {learner[name]}"
+        )
 
 
 def skeleton_modules() -> list[Path]:
-    return sorted(p for p in (ROOT / "src/tiny_llm").glob("*.py") if p.name != "__init__.py")
+    return sorted(
+        p for p in (ROOT / "src/tiny_llm").glob("*.py") if p.name != "__init__.py"
+    )
 
 
 @pytest.mark.parametrize("path", skeleton_modules(), ids=lambda p: p.name)
@@ -58,7 +68,9 @@ def test_skeleton_functions_raise_not_implemented_with_the_day(path):
             continue
         raises = [n for n in ast.walk(node) if isinstance(n, ast.Raise)]
         messages = [ast.unparse(r.exc) for r in raises if r.exc is not None]
-        assert any(re.search(r"NotImplementedError\(['\"]Week \d Day \d", m) for m in messages), (
+        assert any(
+            re.search(r"NotImplementedError\(['\"]Week \d Day \d", m) for m in messages
+        ), (
             f"{path.name}:{node.lineno} {node.name} must raise NotImplementedError('Week W Day D: ...')"
         )
 
@@ -66,9 +78,25 @@ def test_skeleton_functions_raise_not_implemented_with_the_day(path):
 def test_untouched_skeleton_fails_with_not_implemented_not_import_errors():
     env = dict(os.environ, TINY_LLM_SOLUTION="learner")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/test_week_1_day_1.py"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_week_1_day_1.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 1, result.stdout[-2000:]
     assert "NotImplementedError: Week 1 Day 1" in result.stdout
-    assert "ImportError" not in result.stdout and "errors during collection" not in result.stdout
+    assert (
+        "ImportError" not in result.stdout
+        and "errors during collection" not in result.stdout
+    )

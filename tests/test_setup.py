@@ -24,24 +24,39 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
         return
     path = fast_blas.find_openblas()
     if path is None:
-        assert not fast_blas.STATUS.active and fast_blas.DEBIAN_PACKAGE in fast_blas.STATUS.hint
+        assert (
+            not fast_blas.STATUS.active
+            and fast_blas.DEBIAN_PACKAGE in fast_blas.STATUS.hint
+        )
         return
     assert fast_blas.STATUS.library == path
     # libmlx binds cblas_sgemm through the global scope: it must be OpenBLAS's.
     process = ctypes.CDLL(None)
-    assert symbol_address(process, "cblas_sgemm") == symbol_address(ctypes.CDLL(path), "cblas_sgemm")
-    assert path in Path("/proc/self/maps").read_text() or Path(path).resolve().as_posix() in Path(
-        "/proc/self/maps"
-    ).read_text()
+    assert symbol_address(process, "cblas_sgemm") == symbol_address(
+        ctypes.CDLL(path), "cblas_sgemm"
+    )
+    assert (
+        path in Path("/proc/self/maps").read_text()
+        or Path(path).resolve().as_posix() in Path("/proc/self/maps").read_text()
+    )
 
 
 def test_embedded_model_folder_is_complete_and_pinned(embedded_model):
-    folder = store.default_models_dir() / store.MODEL_DIR_NAME  # converted by the fixture
+    folder = (
+        store.default_models_dir() / store.MODEL_DIR_NAME
+    )  # converted by the fixture
     assert store.folder_is_complete(folder)
     config = json.loads((folder / "config.json").read_text())
-    assert (config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"]) == (30, 576, 9)
+    assert (
+        config["num_hidden_layers"],
+        config["hidden_size"],
+        config["num_attention_heads"],
+    ) == (30, 576, 9)
     tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
-    assert tokenizer_config["eos_token"] == "<|im_end|>" and "im_start" in tokenizer_config["chat_template"]
+    assert (
+        tokenizer_config["eos_token"] == "<|im_end|>"
+        and "im_start" in tokenizer_config["chat_template"]
+    )
 
 
 def test_a_damaged_model_folder_is_detected_and_rebuilt(tmp_path):
@@ -51,7 +66,9 @@ def test_a_damaged_model_folder_is_detected_and_rebuilt(tmp_path):
     (folder / "model.safetensors").write_bytes(b"truncated")
     assert not store.folder_is_complete(folder)
     events.clear()
-    assert store.ensure_embedded_model(tmp_path, lambda *e: events.append(e[0])) == folder
+    assert (
+        store.ensure_embedded_model(tmp_path, lambda *e: events.append(e[0])) == folder
+    )
     assert events[0] == "rebuild" and store.folder_is_complete(folder)
 
 
@@ -70,13 +87,17 @@ def test_load_model_explains_a_folder_that_is_not_a_model(tmp_path):
 
 
 def test_load_model_explains_a_name_that_is_neither_folder_nor_repo():
-    with pytest.raises(ModelLoadError, match="neither a local folder nor a Hub repo id"):
+    with pytest.raises(
+        ModelLoadError, match="neither a local folder nor a Hub repo id"
+    ):
         load_model("no-such-model")
 
 
 def test_load_model_explains_an_unreachable_hub_repo(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError, match="could not load 'tiny-llm-test/absent-model'"):
+    with pytest.raises(
+        ModelLoadError, match="could not load 'tiny-llm-test/absent-model'"
+    ):
         load_model("tiny-llm-test/absent-model")
 
 
@@ -94,7 +115,11 @@ def test_load_model_explains_an_unreachable_hub_repo(monkeypatch):
 )
 def test_main_rejects_bad_input_with_one_line(args, message):
     result = subprocess.run(
-        [sys.executable, "main.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "main.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error:")
@@ -103,7 +128,15 @@ def test_main_rejects_bad_input_with_one_line(args, message):
 
 def test_check_installation_reports_device_blas_and_rate():
     result = subprocess.run(
-        [sys.executable, "scripts/check_installation.py"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "scripts/check_installation.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert "default device" in result.stdout and "BLAS:" in result.stdout and "GFLOP/s" in result.stdout
+    assert (
+        "default device" in result.stdout
+        and "BLAS:" in result.stdout
+        and "GFLOP/s" in result.stdout
+    )

@@ -8,24 +8,10 @@ import numpy as np
 import pytest
 from mlx import nn
 
+from .helpers import assert_close
 from .solution import tiny
 
-TOLERANCE = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
-
-
-def assert_close(
-    actual: mx.array, expected: mx.array, dtype: mx.Dtype, scale: float = 1.0
-):
-    assert actual.shape == expected.shape
-    assert actual.dtype == expected.dtype
-    tol = TOLERANCE[dtype] * scale
-    np.testing.assert_allclose(
-        np.array(actual.astype(mx.float32)),
-        np.array(expected.astype(mx.float32)),
-        atol=tol,
-        rtol=tol,
-    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

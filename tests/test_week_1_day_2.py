@@ -8,9 +8,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from .helpers import assert_close
 from .solution import tiny
-
-TOLERANCE = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
 
 
 def reference_rope(x, dims, base, traditional, offset):
@@ -23,18 +22,6 @@ def reference_rope(x, dims, base, traditional, offset):
         offset=offset,
     )
     return rotated.swapaxes(1, 2)
-
-
-def assert_close(actual, expected, dtype):
-    assert actual.shape == expected.shape
-    assert actual.dtype == expected.dtype
-    tol = TOLERANCE[dtype]
-    np.testing.assert_allclose(
-        np.array(actual.astype(mx.float32)),
-        np.array(expected.astype(mx.float32)),
-        atol=tol,
-        rtol=tol,
-    )
 
 
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])

@@ -8,9 +8,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from .helpers import assert_close
 from .solution import tiny
 
-TOLERANCE = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
 
 
@@ -22,18 +22,6 @@ def numpy_chunk_mask(L: int, S: int) -> np.ndarray:
             if j > S - L + i:
                 mask[i, j] = -np.inf
     return mask
-
-
-def assert_close(actual, expected, dtype):
-    assert actual.shape == expected.shape
-    assert actual.dtype == expected.dtype
-    tol = TOLERANCE[dtype]
-    np.testing.assert_allclose(
-        np.array(actual.astype(mx.float32)),
-        np.array(expected.astype(mx.float32)),
-        atol=tol,
-        rtol=tol,
-    )
 
 
 @pytest.mark.parametrize("L, S", [(1, 1), (4, 4), (3, 7), (1, 9), (5, 12)])

@@ -5,28 +5,19 @@ weights: random ones at unusual sizes (tests/random_models.py) and the embedded,
 quantized SmolLM2.
 """
 
+import functools
 import mlx.core as mx
 import numpy as np
 import pytest
 from mlx import nn
 
 from .random_models import random_model, random_models
+from . import helpers
 from .solution import tiny
 
 TOLERANCE = {mx.float32: 1e-5, mx.float16: 3e-3, mx.bfloat16: 2e-2}
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
-
-
-def assert_close(actual, expected, dtype):
-    assert actual.shape == expected.shape
-    assert actual.dtype == expected.dtype
-    tol = TOLERANCE[dtype]
-    np.testing.assert_allclose(
-        np.array(actual.astype(mx.float32)),
-        np.array(expected.astype(mx.float32)),
-        atol=tol,
-        rtol=tol,
-    )
+assert_close = functools.partial(helpers.assert_close, tolerance=TOLERANCE)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

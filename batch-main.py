@@ -13,7 +13,7 @@ import importlib
 import time
 from pathlib import Path
 
-import tiny_llm_ref  # noqa: F401  (first: loads the fast BLAS before mlx.core)
+import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
 import mlx.core as mx

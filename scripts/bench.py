@@ -46,7 +46,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from rich.console import Console
 from rich.table import Table
 
-from tiny_llm_ref.fast_blas import STATUS
+from tiny_llm_base.fast_blas import STATUS
 
 DECODE_PROMPT_TOKENS = 16
 BANDWIDTH_BYTES = 256 * 1024 * 1024

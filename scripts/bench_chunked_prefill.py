@@ -24,7 +24,7 @@ Writes a JSON file (--out, default bench-results/chunked_prefill.json) and a plo
 next to it (.png). Nothing is asserted: the goals are reported.
 """
 
-import tiny_llm_ref  # noqa: F401  (first: loads the fast BLAS before mlx.core)
+import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
 import argparse
@@ -45,8 +45,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tiny_llm_ref import PromptSpec, Qwen2ModelWeek2, batch_generate, load_model
-from tiny_llm_ref.fast_blas import STATUS
-from tiny_llm_ref.qwen2_week1 import dequantize_linear
+from tiny_llm_base.fast_blas import STATUS
+from tiny_llm_base import dequantize_linear
 
 BATCH_SIZE = 5
 SHORT_QUESTIONS = [

@@ -31,7 +31,7 @@ import mlx.core as mx
 from rich.console import Console
 from rich.table import Table
 
-from tiny_llm_ref.fast_blas import STATUS
+from tiny_llm_base.fast_blas import STATUS
 
 GROUP_SIZE = 32
 BITS = 4

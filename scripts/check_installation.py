@@ -2,10 +2,10 @@
 
 import time
 
-import tiny_llm_ref  # noqa: F401  (first: loads the fast BLAS before mlx.core)
+import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 import mlx.core as mx
 
-from tiny_llm_ref.fast_blas import STATUS
+from tiny_llm_base.fast_blas import STATUS
 
 
 def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:

@@ -52,8 +52,7 @@ class ModelProgress:
 
 def load_model_or_exit(name: str | None):
     """load_model with progress bars; a model that cannot be loaded exits with status 1."""
-    from tiny_llm_ref import ModelLoadError, load_model
-    from tiny_llm_ref.embedded_model import EmbeddedModelError
+    from tiny_llm_base import EmbeddedModelError, ModelLoadError, load_model
 
     try:
         with ModelProgress() as progress:

@@ -7,7 +7,7 @@ import pytest
 @pytest.fixture(scope="session")
 def embedded_model():
     """(mlx_model, tokenizer) of the embedded SmolLM2 model, loaded once per run."""
-    from tiny_llm_ref import load_model
+    from tiny_llm_base import load_model
 
     return load_model()
 
@@ -26,7 +26,7 @@ def embedded_float32_reference():
     """
     from mlx_lm.utils import dequantize_model
 
-    from tiny_llm_ref import load_model
+    from tiny_llm_base import load_model
 
     model, _ = load_model()  # a fresh copy: dequantize_model changes it in place
     model.set_dtype(mx.float32)

@@ -55,6 +55,26 @@ def test_public_apis_are_identical():
         )
 
 
+def test_learner_package_does_not_load_the_reference():
+    code = "import sys, tiny_llm; print('tiny_llm_ref' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False", "import tiny_llm loaded tiny_llm_ref"
+
+
+def test_nothing_outside_the_reference_imports_its_submodules():
+    pattern = re.compile(r"(from|import)\s+tiny_llm_ref\.\w+")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in ROOT.glob("**/*.py")
+        if "tiny_llm_ref" not in path.parts
+        and ".venv" not in path.parts
+        and pattern.search(path.read_text())
+    ]
+    assert offenders == [], f"import tiny_llm_ref's public names instead: {offenders}"
+
+
 def skeleton_modules() -> list[Path]:
     return sorted(
         p for p in (ROOT / "src/tiny_llm").glob("*.py") if p.name != "__init__.py"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tiny_llm_ref import ModelLoadError, fast_blas, load_model
-from tiny_llm_ref import embedded_model as store
+from tiny_llm_base import ModelLoadError, fast_blas, load_model
+from tiny_llm_base import embedded_model as store
 
 ROOT = Path(__file__).resolve().parents[1]
 

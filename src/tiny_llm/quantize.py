@@ -14,9 +14,6 @@ biases, group size 64 or 32) instead of 16 or 32.
 
 import mlx.core as mx
 
-# Infrastructure, not course material: the same objects as the reference's.
-from tiny_llm_ref.quantize import QuantizedWeights, choose_weight_format  # noqa: F401
-
 
 def unpack_quantized(packed: mx.array, bits: int) -> mx.array:
     """Split each uint32 word into its `32 / bits` integers, lowest bits first.

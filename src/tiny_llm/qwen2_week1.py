@@ -7,25 +7,14 @@ Week 1 has no cache: every call recomputes attention over the whole sequence.
 import mlx.core as mx
 from mlx import nn
 
+from tiny_llm_base import (  # noqa: F401  (given: use them in Qwen2ModelWeek1)
+    DEFAULT_MAX_SEQ_LEN,
+    check_supported_architecture,
+    dequantize_linear,
+)
+
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
-
-DEFAULT_MAX_SEQ_LEN = 32768
-
-
-def dequantize_linear(layer: nn.Module, dtype: mx.Dtype | None = None) -> mx.array:
-    """The float weight of an mlx-lm (Quantized)Linear or (Quantized)Embedding.
-
-    Returns [out, in] for a linear layer, [vocab, dim] for an embedding, in dtype
-    (default: the layer's own float dtype). A quantized layer ("scales" in layer)
-    stores packed integers q plus a scale and a bias per group of group_size
-    weights, and each weight is scale * q + bias: mx.dequantize(layer.weight,
-    scales, biases, group_size=layer.group_size, bits=layer.bits) expands them. It
-    computes in the scales' dtype, so cast the scales and biases to dtype first:
-    float16 arithmetic would round every weight before it reaches a float32 model.
-    Raise ValueError for a layer.mode other than "affine".
-    """
-    raise NotImplementedError("Week 1 Day 5: dequantize_linear (mx.dequantize)")
 
 
 class Qwen2MLP:
@@ -119,9 +108,12 @@ class Qwen2ModelWeek1:
         mlx_model.model has embed_tokens, layers[i].self_attn.{q,k,v,o}_proj,
         layers[i].mlp.{gate,up,down}_proj, layers[i].input_layernorm,
         layers[i].post_attention_layernorm and norm; mlx_model.lm_head exists when
-        the embeddings are not tied. `dequantize_linear(layer, dtype)` gives any
-        of those layers' weight as a float array; a layer has a bias when
-        "bias" in layer. The head dim is q_proj's output size / num_attention_heads.
+        the embeddings are not tied. Given by tiny_llm_base:
+        `check_supported_architecture(args)` raises for what the course does not
+        implement (call it first); `dequantize_linear(layer, dtype)` gives any of
+        those layers' weight as a float array. A layer has a bias when "bias" in
+        layer. The head dim is q_proj's output size / num_attention_heads; RoPE's
+        table covers max_position_embeddings or DEFAULT_MAX_SEQ_LEN positions.
         """
         raise NotImplementedError(
             "Week 1 Day 5: Qwen2ModelWeek1.__init__ (copy the weights)"

@@ -13,12 +13,21 @@ fused kernels (week 2 day 3).
 
 Day 1 builds the model with float32 weights and hand-written kernels; Day 2 adds the
 "quantized" and "auto" weights; Day 3 adds use_fast_kernels. Your week-1 modules
-(linear, silu, RoPE, RMSNorm, Embedding, grouped attention, dequantize_linear) are
-the building blocks.
+(linear, silu, RoPE, RMSNorm, Embedding, grouped attention) are the building
+blocks; tiny_llm_base gives dequantize_linear, QuantizedWeights and the
+architecture check.
 """
 
 import mlx.core as mx
 from mlx import nn
+
+from tiny_llm_base import (  # noqa: F401  (given: use them in the model)
+    DEFAULT_MAX_SEQ_LEN,
+    QuantizedWeights,
+    check_supported_architecture,
+    choose_weight_format,
+    dequantize_linear,
+)
 
 from .attention import scaled_dot_product_attention_grouped  # noqa: F401
 from .basics import linear, silu  # noqa: F401
@@ -26,8 +35,7 @@ from .embedding import Embedding  # noqa: F401
 from .kv_cache import TinyKvCache, TinyKvFullCache
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
-from .quantize import QuantizedWeights, choose_weight_format, quantized_matmul  # noqa: F401
-from .qwen2_week1 import DEFAULT_MAX_SEQ_LEN, dequantize_linear  # noqa: F401
+from .quantize import quantized_matmul  # noqa: F401
 
 Weight = mx.array | QuantizedWeights
 

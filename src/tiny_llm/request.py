@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-# Infrastructure, not course material: the same objects as the reference's.
-from tiny_llm_ref.request import (  # noqa: F401
+# Infrastructure, not course material: given by tiny_llm_base.
+from tiny_llm_base import (  # noqa: F401
     PRIORITIES,
     GenerationResult,
     PromptSpec,

@@ -16,11 +16,12 @@ from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 
-# Infrastructure, not course material: the same objects as the reference's.
-from tiny_llm_ref.scheduler import (  # noqa: F401
+# Infrastructure, not course material: given by tiny_llm_base.
+from tiny_llm_base import (  # noqa: F401
     BatchResults,
     SchedulerSnapshot,
     SlotView,
+    greedy,
 )
 
 from .chunking import AdaptiveChunker

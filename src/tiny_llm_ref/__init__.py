@@ -1,7 +1,17 @@
 """tiny-llm, the reference solution. One module per concept, in the book's order."""
 
-from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
-from .loader import ModelLoadError, load_model
+from tiny_llm_base import fast_blas  # noqa: F401  (first: OpenBLAS before mlx.core)
+from tiny_llm_base import (
+    BatchResults,
+    GenerationResult,
+    ModelLoadError,
+    PromptSpec,
+    QuantizedWeights,
+    SchedulerSnapshot,
+    SlotView,
+    choose_weight_format,
+    load_model,
+)
 from .basics import linear, silu, softmax
 from .attention import (
     SimpleMultiHeadAttention,
@@ -17,8 +27,6 @@ from .sampler import make_sampler
 from .generate import simple_generate, simple_generate_with_kv_cache
 from .kv_cache import BatchingKvCache, TinyKvCache, TinyKvFullCache
 from .quantize import (
-    QuantizedWeights,
-    choose_weight_format,
     dequantize_weight,
     quantized_matmul,
     unpack_quantized,
@@ -26,6 +34,6 @@ from .quantize import (
 from .qwen2_week2 import Qwen2ModelWeek2
 from .flash_attention import flash_attention
 from .metrics import RequestMetrics, RunMetrics
-from .request import GenerationResult, PromptSpec, Request
+from .request import Request
 from .chunking import AdaptiveChunker, select_chunk_size
-from .scheduler import BatchResults, SchedulerSnapshot, SlotView, batch_generate
+from .scheduler import batch_generate

@@ -9,7 +9,9 @@ chunking, `select_chunk_size`, or an `AdaptiveChunker`.
 from collections import deque
 
 
-def select_chunk_size(sequence_length: int, active_decode_requests: int, batch_size: int) -> int:
+def select_chunk_size(
+    sequence_length: int, active_decode_requests: int, batch_size: int
+) -> int:
     """A static policy: protect decoders when most slots decode, else favour efficiency.
 
     - more than 80% of the slots decoding: 64 tokens, so no decoder waits long;

@@ -86,7 +86,11 @@ class RunMetrics:
     @property
     def interleaving_ratio(self) -> float:
         """Prefill chunks per decode step: how finely prefill is mixed into decoding."""
-        return self.prefill_chunks / self.decode_steps if self.decode_steps else float("inf")
+        return (
+            self.prefill_chunks / self.decode_steps
+            if self.decode_steps
+            else float("inf")
+        )
 
     @property
     def prompt_throughput(self) -> float:

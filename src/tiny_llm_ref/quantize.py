@@ -12,10 +12,7 @@ biases of shape [N, K / group_size]: 4.5 to 5 bits per value (float16 scales and
 biases, group size 64 or 32) instead of 16 or 32.
 """
 
-from dataclasses import dataclass
-
 import mlx.core as mx
-from mlx import nn
 
 SUPPORTED_BITS = (2, 4, 8)
 
@@ -90,49 +87,3 @@ def quantized_matmul(
         scales.astype(dtype), biases.astype(dtype), group_size, bits, b
     )
     return a @ (weight.T if transpose_b else weight)
-
-
-@dataclass(frozen=True)
-class QuantizedWeights:
-    """A quantized matrix as MLX stores it, with what is needed to read it back.
-
-    weight: [N, K * bits / 32] uint32; scales, biases: [N, K / group_size].
-    A QuantizedLinear's own additive `bias` (Qwen2's q/k/v) is not part of this.
-    """
-
-    weight: mx.array
-    scales: mx.array
-    biases: mx.array
-    group_size: int
-    bits: int
-
-    @classmethod
-    def from_mlx_layer(
-        cls, layer: nn.QuantizedLinear | nn.QuantizedEmbedding
-    ) -> "QuantizedWeights":
-        """The packed weight, scales, biases, group size and bits of an mlx layer."""
-        mode = getattr(layer, "mode", "affine")
-        if mode != "affine":
-            raise ValueError(
-                f"{type(layer).__name__} uses mode={mode!r}; only affine "
-                "quantization (scale * q + bias) is supported"
-            )
-        return cls(
-            layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits
-        )
-
-
-def choose_weight_format(device: mx.Device | None = None) -> str:
-    """How to keep linear weights on `device` (default: MLX's default device).
-
-    "float32" on the CPU: dequantize once at load time. MLX's CPU kernels for
-    quantized and half-precision matmul do not use BLAS, while float32 matmul runs
-    on OpenBLAS; the benchmark in scripts/bench_quantized.py (table in the book's
-    week 2 day 2 chapter) measured float32 fastest on this course's CPUs, for
-    decode (M=1) and prefill (M=128) alike.
-    "quantized" on a GPU (Metal or CUDA): decode is bound by memory bandwidth and
-    a 4-bit weight is about 6x fewer bytes to read than float32, so keep weights
-    quantized and call quantized_matmul.
-    """
-    device = device or mx.default_device()
-    return "float32" if device.type == mx.cpu else "quantized"

@@ -7,40 +7,17 @@ Week 1 has no cache: every call recomputes attention over the whole sequence.
 import mlx.core as mx
 from mlx import nn
 
+from tiny_llm_base import (
+    DEFAULT_MAX_SEQ_LEN,
+    check_supported_architecture,
+    dequantize_linear,
+)
+
 from .attention import scaled_dot_product_attention_grouped
 from .basics import linear, silu
 from .embedding import Embedding
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
-
-DEFAULT_MAX_SEQ_LEN = 32768
-
-
-def dequantize_linear(layer: nn.Module, dtype: mx.Dtype | None = None) -> mx.array:
-    """The float weight of an mlx-lm (Quantized)Linear or (Quantized)Embedding.
-
-    Returns [out, in] for a linear layer, [vocab, dim] for an embedding, in dtype
-    (default: the layer's own float dtype). A quantized layer stores packed
-    integers q plus a scale and a bias per group of group_size weights, and each
-    weight is scale * q + bias. mx.dequantize computes that in the scales' dtype, so
-    the scales and biases are cast to dtype first: float16 arithmetic would round
-    every weight before it reaches a float32 model.
-    """
-    if "scales" not in layer:
-        return layer.weight if dtype is None else layer.weight.astype(dtype)
-    if layer.mode != "affine":
-        raise ValueError(
-            f"{layer.mode} quantization is not supported: use an affine-quantized "
-            "or unquantized model"
-        )
-    dtype = dtype or layer.scales.dtype
-    return mx.dequantize(
-        layer.weight,
-        layer.scales.astype(dtype),
-        layer.biases.astype(dtype),
-        group_size=layer.group_size,
-        bits=layer.bits,
-    )
 
 
 class Qwen2MLP:
@@ -145,15 +122,7 @@ class Qwen2ModelWeek1:
 
     def __init__(self, mlx_model: nn.Module):
         args = mlx_model.args
-        if args.rope_scaling is not None:
-            raise ValueError(
-                f"this model uses rope_scaling {args.rope_scaling}, which tiny-llm's "
-                "RoPE does not implement: pick a model without rope_scaling"
-            )
-        if getattr(args, "mlp_bias", False):
-            raise ValueError(
-                "MLP biases are not supported: pick a model without mlp_bias"
-            )
+        check_supported_architecture(args)
         inner = mlx_model.model
         self.dtype = inner.norm.weight.dtype
         self.vocab_size = args.vocab_size

@@ -15,14 +15,21 @@ fused kernels (week 2 day 3).
 import mlx.core as mx
 from mlx import nn
 
+from tiny_llm_base import (
+    DEFAULT_MAX_SEQ_LEN,
+    QuantizedWeights,
+    check_supported_architecture,
+    choose_weight_format,
+    dequantize_linear,
+)
+
 from .attention import scaled_dot_product_attention_grouped
 from .basics import linear, silu
 from .embedding import Embedding
 from .kv_cache import TinyKvCache, TinyKvFullCache
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
-from .quantize import QuantizedWeights, choose_weight_format, quantized_matmul
-from .qwen2_week1 import DEFAULT_MAX_SEQ_LEN, dequantize_linear
+from .quantize import quantized_matmul
 
 Weight = mx.array | QuantizedWeights
 
@@ -230,14 +237,7 @@ class Qwen2ModelWeek2:
                 f"weights must be 'auto', 'float32' or 'quantized', not {weights!r}"
             )
         args = mlx_model.args
-        if args.rope_scaling is not None:
-            raise ValueError(
-                f"rope_scaling {args.rope_scaling} is not implemented: pick a model without it"
-            )
-        if getattr(args, "mlp_bias", False):
-            raise ValueError(
-                "MLP biases are not supported: pick a model without mlp_bias"
-            )
+        check_supported_architecture(args)
         inner = mlx_model.model
         # "float32" dequantizes a quantized checkpoint to float32; an unquantized
         # checkpoint, and "quantized" weights, keep the dtype the checkpoint computes in.

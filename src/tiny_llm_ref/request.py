@@ -14,58 +14,17 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
+from tiny_llm_base import (
+    PRIORITIES,
+    GenerationResult,
+    PromptSpec,
+    Sampler,
+    greedy,
+    prompt_token_ids,
+)
+
 from .kv_cache import TinyKvCache
 from .metrics import RequestMetrics
-
-Sampler = Callable[[mx.array], mx.array]
-PRIORITIES = ("interactive", "batch")
-
-
-def greedy(logprobs: mx.array) -> mx.array:
-    return mx.argmax(logprobs, axis=-1)
-
-
-@dataclass
-class PromptSpec:
-    """A prompt with its own settings. prompt: text (chat-templated) or token ids.
-
-    arrival_step: the scheduler iteration at which the request arrives (0: at once).
-    """
-
-    prompt: str | list[int]
-    max_tokens: int | None = None
-    sampler: Sampler | None = None
-    priority: str = "batch"
-    arrival_step: int = 0
-
-
-@dataclass
-class GenerationResult:
-    """What batch_generate returns per prompt, in prompt order.
-
-    finish_reason: "stop" (EOS), "length" (max_tokens), "max_seq_len" (the cache is
-    full) or "error" (then `error` says why and the other requests are unaffected).
-    """
-
-    text: str
-    tokens: list[int]
-    finish_reason: str
-    metrics: RequestMetrics
-    error: str | None = None
-    prompt: str | list[int] = ""
-    priority: str = "batch"
-
-
-def prompt_token_ids(tokenizer, prompt: str | list[int]) -> list[int]:
-    """Token ids of a prompt: text goes through the chat template as one user turn."""
-    if isinstance(prompt, str):
-        if not prompt.strip():
-            raise ValueError("the prompt is empty: give the model something to answer")
-        messages = [{"role": "user", "content": prompt}]
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-    if len(prompt) == 0:
-        raise ValueError("the prompt has no tokens")
-    return list(prompt)
 
 
 @dataclass(eq=False)

@@ -13,45 +13,17 @@ chunks (the batch prefill pauses between chunks and resumes at its offset), and
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import mlx.core as mx
+
+from tiny_llm_base import BatchResults, SchedulerSnapshot, SlotView, greedy
 
 from .chunking import AdaptiveChunker
 from .kv_cache import BatchingKvCache
 from .metrics import RunMetrics
-from .request import PromptSpec, Request, greedy
+from .request import PromptSpec, Request
 
 ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
-
-
-@dataclass
-class SlotView:
-    """What one decode slot holds, for live views."""
-
-    request: int
-    priority: str
-    offset: int
-    generated: int
-    text_tail: str
-
-
-@dataclass
-class SchedulerSnapshot:
-    """Reported to `on_step` after every iteration."""
-
-    step: int
-    slots: list[SlotView | None]
-    prefilling: tuple[int, int, int] | None  # (request, offset, prompt tokens)
-    finished: int
-    total: int
-    metrics: RunMetrics
-
-
-class BatchResults(list):
-    """One GenerationResult per prompt, in prompt order, plus the run's metrics."""
-
-    metrics: RunMetrics
 
 
 def batch_generate(

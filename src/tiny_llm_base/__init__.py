@@ -1,0 +1,23 @@
+"""tiny-llm's infrastructure: what both the reference and the learner's package use
+but neither teaches. The fast BLAS, model loading and the embedded model, the objects
+a request and a scheduler report in, and the weight helpers around mlx-lm's layers."""
+
+from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
+from .embedded_model import EmbeddedModelError
+from .loader import ModelLoadError, load_model
+from .prompts import (
+    PRIORITIES,
+    GenerationResult,
+    PromptSpec,
+    Sampler,
+    greedy,
+    prompt_token_ids,
+)
+from .reports import BatchResults, SchedulerSnapshot, SlotView
+from .weights import (
+    DEFAULT_MAX_SEQ_LEN,
+    QuantizedWeights,
+    check_supported_architecture,
+    choose_weight_format,
+    dequantize_linear,
+)

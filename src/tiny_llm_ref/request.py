@@ -17,7 +17,6 @@ import mlx.core as mx
 from tiny_llm_base import (
     PRIORITIES,
     GenerationResult,
-    PromptSpec,
     Sampler,
     greedy,
     prompt_token_ids,

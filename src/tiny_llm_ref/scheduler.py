@@ -16,12 +16,18 @@ from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 
-from tiny_llm_base import BatchResults, SchedulerSnapshot, SlotView, greedy
+from tiny_llm_base import (
+    BatchResults,
+    PromptSpec,
+    SchedulerSnapshot,
+    SlotView,
+    greedy,
+)
 
 from .chunking import AdaptiveChunker
 from .kv_cache import BatchingKvCache
 from .metrics import RunMetrics
-from .request import PromptSpec, Request
+from .request import Request
 
 ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
 

@@ -20,8 +20,13 @@ def test_files(week: int | None, day: int | None) -> list[str]:
         sys.exit("error: --day needs --week")
     if week is None:
         return [str(ROOT / "tests")]
-    pattern = f"test_week_{week}_day_{day}.py" if day else f"test_week_{week}_day_*.py"
-    files = sorted(str(p) for p in (ROOT / "tests").glob(pattern))
+    # A day's suite may span several files: test_week_3_day_1.py, test_week_3_day_1_*.py.
+    patterns = (
+        [f"test_week_{week}_day_{day}.py", f"test_week_{week}_day_{day}_*.py"]
+        if day
+        else [f"test_week_{week}_day_*.py"]
+    )
+    files = sorted(str(p) for pat in patterns for p in (ROOT / "tests").glob(pat))
     if not files:
         sys.exit(f"error: no tests match week {week}" + (f" day {day}" if day else ""))
     return files

@@ -1,28 +1,37 @@
-"""Checks that the book in book/ hangs together: pure file checks, no tiny_llm imports.
+"""Checks that the book in book/ builds and hangs together; no tiny_llm imports.
 
-- every chapter linked from SUMMARY.md exists;
-- every `{{#include path}}` (mdbook's include, `:anchor` or `:lines` stripped) resolves,
-  relative to the chapter that contains it;
-- every relative link between chapters (outside code blocks) resolves;
-- every `pdm run test --week W --day D` a chapter tells the reader to run has its
-  tests/test_week_W_day_D.py;
-- the preface and the setup chapter exist.
+- mdbook builds it (scripts/book.py --build, into a temporary folder) without
+  printing one warning or error, and every chapter comes out as a page;
+- SUMMARY.md links every chapter file, and every chapter it links exists;
+- every `{{#include path:anchor}}` resolves, relative to the chapter that contains
+  it, and the anchor is marked (`ANCHOR: name` ... `ANCHOR_END: name`) in that file;
+- every relative link between chapters (outside code blocks) resolves, and so does
+  its `#anchor`, against the heading ids mdbook gives the target page;
+- every day chapter (weekW-0D-*.md) tells the reader to run `pdm run test --week W
+  --day D`, and every test command a chapter mentions has its test files.
 
 A failure lists each problem as `book/src/CHAPTER.md:LINE: what is wrong`.
 """
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 SRC = BOOK / "src"
 TESTS = ROOT / "tests"
+SUMMARY = SRC / "SUMMARY.md"
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)]*)\)")
 INCLUDE = re.compile(r"(?<!\\)\{\{\s*#(?:rustdoc_)?include\s+([^}\s]+)\s*\}\}")
 TEST_COMMAND = re.compile(r"pdm run test(?:-refsol)?((?:\s+--(?:week|day)\s+\d+)+)")
 OPTION = re.compile(r"--(week|day)\s+(\d+)")
+DAY_CHAPTER = re.compile(r"week(\d+)-0*(\d+)-.*\.md")
+HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
+CUSTOM_ID = re.compile(r"\s*\{#([\w-]+)\}\s*$")
+HTML_ID = re.compile(r'\bid="([^"]+)"')
 
 
 def chapters() -> list[Path]:
@@ -37,51 +46,6 @@ def numbered_lines(path: Path):
     yield from enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
 
 
-def report(problems: list[str]) -> str:
-    return "\n" + "\n".join(problems)
-
-
-def test_book_toml_points_at_src():
-    book_toml = (BOOK / "book.toml").read_text(encoding="utf-8")
-    assert re.search(r'^src\s*=\s*"src"\s*$', book_toml, re.MULTILINE), (
-        'book/book.toml must say src = "src"'
-    )
-
-
-def test_summary_links_exist():
-    summary = SRC / "SUMMARY.md"
-    assert summary.is_file(), "book/src/SUMMARY.md is missing"
-    problems = []
-    linked = 0
-    for number, line in numbered_lines(summary):
-        for target in LINK.findall(line):
-            target = target.split("#", 1)[0].strip()
-            if target.startswith(("http://", "https://")):
-                continue
-            linked += 1
-            if not target:
-                problems.append(f"{where(summary, number)}: chapter has no file")
-            elif not (SRC / target).is_file():
-                problems.append(f"{where(summary, number)}: {target} does not exist")
-    assert linked > 0, "book/src/SUMMARY.md links no chapters"
-    assert not problems, report(problems)
-
-
-def test_includes_resolve():
-    problems = []
-    for chapter in chapters():
-        for number, line in numbered_lines(chapter):
-            for argument in INCLUDE.findall(line):
-                target = argument.split(":", 1)[0]
-                if not (chapter.parent / target).is_file():
-                    problems.append(
-                        f"{where(chapter, number)}: {{{{#include {argument}}}}} "
-                        f"does not resolve: {target} does not exist "
-                        "(paths are relative to the chapter)"
-                    )
-    assert not problems, report(problems)
-
-
 def prose_lines(path: Path):
     """Numbered lines outside fenced code blocks, where `[text](target)` is a link."""
     in_code = False
@@ -92,21 +56,175 @@ def prose_lines(path: Path):
             yield number, line
 
 
+def report(problems: list[str]) -> str:
+    return "\n" + "\n".join(problems)
+
+
+def summary_targets() -> list[tuple[int, str]]:
+    """(line, target) of every chapter link in SUMMARY.md, anchors stripped."""
+    return [
+        (number, target.split("#", 1)[0].strip())
+        for number, line in numbered_lines(SUMMARY)
+        for target in LINK.findall(line)
+        if not target.startswith(("http://", "https://"))
+    ]
+
+
+def heading_id(text: str) -> str:
+    """mdbook's id for a heading: its text lowercased, whitespace to '-', and every
+    character that is not a letter, digit, '_' or '-' dropped."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link counts as its text
+    text = text.replace("`", "").replace("*", "")
+    return "".join(
+        "-" if ch.isspace() else ch.lower()
+        for ch in text
+        if ch.isalnum() or ch in "_-" or ch.isspace()
+    )
+
+
+def heading_ids(path: Path) -> list[str]:
+    """The ids mdbook gives the headings of a page, repeats numbered -1, -2, ..."""
+    ids: list[str] = []
+    for _, line in prose_lines(path):
+        match = HEADING.match(line)
+        if not match:
+            continue
+        text = match.group(1)
+        custom = CUSTOM_ID.search(text)
+        if custom:
+            ids.append(custom.group(1))
+            continue
+        base = heading_id(text)
+        candidate, repeat = base, 0
+        while candidate in ids:
+            repeat += 1
+            candidate = f"{base}-{repeat}"
+        ids.append(candidate)
+    return ids
+
+
+def test_book_toml_points_at_src():
+    book_toml = (BOOK / "book.toml").read_text(encoding="utf-8")
+    assert re.search(r'^src\s*=\s*"src"\s*$', book_toml, re.MULTILINE), (
+        'book/book.toml must say src = "src"'
+    )
+
+
+def test_preface_and_setup_exist():
+    missing = [
+        name for name in ("preface.md", "setup.md") if not (SRC / name).is_file()
+    ]
+    assert not missing, f"book/src is missing {', '.join(missing)}"
+
+
+def test_summary_links_exist():
+    assert SUMMARY.is_file(), "book/src/SUMMARY.md is missing"
+    targets = summary_targets()
+    assert targets, "book/src/SUMMARY.md links no chapters"
+    problems = []
+    for number, target in targets:
+        if not target:
+            problems.append(f"{where(SUMMARY, number)}: chapter has no file")
+        elif not (SRC / target).is_file():
+            problems.append(f"{where(SUMMARY, number)}: {target} does not exist")
+    assert not problems, report(problems)
+
+
+def test_every_chapter_is_in_summary():
+    linked = {(SRC / target).resolve() for _, target in summary_targets() if target}
+    missing = [
+        f"{chapter.relative_to(ROOT)}: not linked from book/src/SUMMARY.md, so mdbook "
+        "leaves it out of the book: add it there"
+        for chapter in chapters()
+        if chapter != SUMMARY and chapter.resolve() not in linked
+    ]
+    assert not missing, report(missing)
+
+
+def anchor_of(argument: str) -> str | None:
+    """The anchor of an include argument `path:anchor`; None for a whole file or a
+    line range (`path:10:20`, `path:10:`, `path::20`)."""
+    parts = argument.split(":")[1:]
+    if not parts or all(part == "" or part.isdigit() for part in parts):
+        return None
+    return parts[0]
+
+
+def test_includes_resolve():
+    problems = []
+    for chapter in chapters():
+        for number, line in numbered_lines(chapter):
+            for argument in INCLUDE.findall(line):
+                target = chapter.parent / argument.split(":", 1)[0]
+                if not target.is_file():
+                    problems.append(
+                        f"{where(chapter, number)}: {{{{#include {argument}}}}} "
+                        f"does not resolve: {argument.split(':', 1)[0]} "
+                        "does not exist (paths are relative to the chapter)"
+                    )
+                    continue
+                anchor = anchor_of(argument)
+                if anchor is None:
+                    continue
+                text = target.read_text(encoding="utf-8")
+                for marker in ("ANCHOR", "ANCHOR_END"):
+                    if not re.search(rf"\b{marker}:\s*{re.escape(anchor)}\b", text):
+                        problems.append(
+                            f"{where(chapter, number)}: {{{{#include {argument}}}}}: "
+                            f"no `{marker}: {anchor}` in {target.resolve().relative_to(ROOT)}"
+                            " (mdbook would include nothing, silently)"
+                        )
+    assert not problems, report(problems)
+
+
 def test_links_between_chapters_resolve():
     problems = []
     for chapter in chapters():
-        if chapter.name == "SUMMARY.md":
+        if chapter == SUMMARY:
             continue  # test_summary_links_exist reports these
         for number, line in prose_lines(chapter):
             for target in LINK.findall(line):
-                path = target.split("#", 1)[0].strip()
-                if not path or ":" in path or " " in path:
-                    continue  # an anchor in the same page, a URL, or not a link
-                if not (chapter.parent / path).exists():
+                path, _, anchor = target.strip().partition("#")
+                if ":" in path or " " in path:
+                    continue  # a URL, or not a link
+                page = chapter.parent / path if path else chapter
+                if not page.exists():
                     problems.append(
                         f"{where(chapter, number)}: link to {path} is broken"
                     )
+                elif (
+                    anchor and page.suffix == ".md" and anchor not in heading_ids(page)
+                ):
+                    problems.append(
+                        f"{where(chapter, number)}: link to {target}: {page.name} has no "
+                        f"heading with id {anchor!r} (ids: lowercase heading text, "
+                        "spaces as '-', punctuation dropped)"
+                    )
     assert not problems, report(problems)
+
+
+def test_day_chapters_name_their_test_command():
+    problems = []
+    for chapter in chapters():
+        match = DAY_CHAPTER.fullmatch(chapter.name)
+        if not match:
+            continue
+        week, day = match.groups()
+        command = re.compile(rf"pdm run test\s+--week\s+{week}\s+--day\s+{day}\b")
+        if not command.search(chapter.read_text(encoding="utf-8")):
+            problems.append(
+                f"{chapter.relative_to(ROOT)}: never tells the reader to run "
+                f"`pdm run test --week {week} --day {day}`"
+            )
+    assert not problems, report(problems)
+
+
+def day_test_files(week: str, day: str) -> list[Path]:
+    """What `pdm run test --week W --day D` runs: test_week_W_day_D[_*].py."""
+    return [
+        *TESTS.glob(f"test_week_{week}_day_{day}.py"),
+        *TESTS.glob(f"test_week_{week}_day_{day}_*.py"),
+    ]
 
 
 def test_test_commands_have_test_files():
@@ -123,7 +241,7 @@ def test_test_commands_have_test_files():
                         problems.append(
                             f"{where(chapter, number)}: no tests/test_week_{week}_day_*.py"
                         )
-                elif not (TESTS / f"test_week_{week}_day_{day}.py").is_file():
+                elif not day_test_files(week, day):
                     problems.append(
                         f"{where(chapter, number)}: "
                         f"tests/test_week_{week}_day_{day}.py does not exist"
@@ -131,8 +249,42 @@ def test_test_commands_have_test_files():
     assert not problems, report(problems)
 
 
-def test_preface_and_setup_exist():
-    missing = [
-        name for name in ("preface.md", "setup.md") if not (SRC / name).is_file()
+def test_book_builds_without_warnings(tmp_path):
+    dest = tmp_path / "html"
+    result = subprocess.run(
+        [sys.executable, "scripts/book.py", "--build", "--dest", str(dest)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"building the book failed:\n{output}"
+    complaints = [
+        line
+        for line in result.stdout.splitlines() + result.stderr.splitlines()
+        if re.match(r"\s*(WARN|ERROR)\b", line)
     ]
-    assert not missing, f"book/src is missing {', '.join(missing)}"
+    assert not complaints, "mdbook warned:\n" + "\n".join(complaints)
+
+    problems = []
+    for chapter in chapters():
+        if chapter == SUMMARY:
+            continue
+        page = dest / chapter.relative_to(SRC).with_suffix(".html")
+        if not page.is_file():
+            problems.append(f"{chapter.relative_to(ROOT)}: no {page.name} was built")
+            continue
+        html = page.read_text(encoding="utf-8")
+        if "{{#" in html:
+            problems.append(
+                f"{chapter.relative_to(ROOT)}: an mdbook directive was left unexpanded"
+            )
+        built_ids = set(HTML_ID.findall(html))
+        for anchor in heading_ids(chapter):
+            if anchor not in built_ids:
+                problems.append(
+                    f"{chapter.relative_to(ROOT)}: this test computes heading id "
+                    f"{anchor!r}, which mdbook did not produce"
+                )
+    assert not problems, report(problems)

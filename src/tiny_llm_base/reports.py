@@ -6,10 +6,15 @@ from dataclasses import dataclass
 
 @dataclass
 class SlotView:
-    """What one decode slot holds, for live views.
+    """One occupied decode slot at the end of a scheduler iteration.
 
-    request: the request's index in the prompt list; offset: tokens in its cache;
-    generated: tokens generated so far; text_tail: the last 40 characters of its text.
+    request: the request's index in batch_generate's prompt list.
+    priority: its priority, "batch" or "interactive".
+    offset: tokens in its KV cache: the prompt, plus every token fed back in a
+        decode step (the token sampled last is not in the cache yet).
+    generated: tokens generated so far, the one its last prefill chunk sampled
+        included; an EOS never counts, since the request leaves its slot at once.
+    text_tail: the last 40 characters of its text so far.
     """
 
     request: int
@@ -21,12 +26,22 @@ class SlotView:
 
 @dataclass
 class SchedulerSnapshot:
-    """Reported to `on_step` after every iteration.
+    """What `on_step` receives at the end of every scheduler iteration, after its
+    decode step.
 
-    step: iterations done so far (1 after the first). slots: one SlotView or None per
-    decode slot. prefilling: (request index, offset, prompt tokens) of the request
-    whose chunk ran this iteration and still has prompt left, else None. finished,
-    total: requests finished and requests in the run. metrics: the run's RunMetrics.
+    step: iterations done, this one included: 1 in the first snapshot. A request with
+        arrival_step s is admitted in the iteration whose snapshot says s + 1.
+    slots: batch_size entries: slot i's SlotView, or None where slot i is free. A
+        request that finished in this iteration has already left its slot.
+    prefilling: (request index, offset, prompt tokens) of the request whose prefill
+        chunk ran in this iteration, if its prefill is not done: offset counts the
+        prompt tokens prefilled so far, this chunk's included. None when no chunk ran
+        or the chunk was the request's last (it then holds a slot, waits for one, or
+        has finished).
+    finished: requests finished so far, whatever the reason (RunMetrics.finished).
+    total: requests in the run, len(prompts).
+    metrics: the run's RunMetrics: the same object in every snapshot, updated in
+        place, so copy a value to keep it.
     """
 
     step: int
@@ -38,7 +53,7 @@ class SchedulerSnapshot:
 
 
 class BatchResults(list):
-    """One GenerationResult per prompt, in prompt order, plus `.metrics`, the run's
-    RunMetrics."""
+    """A list of GenerationResult, one per prompt in prompt order, plus `.metrics`:
+    the run's RunMetrics, final (the object the snapshots carried)."""
 
     metrics: object

@@ -1,7 +1,8 @@
 """What a batch run measures: per request and per run.
 
-The scheduler records times from its clock; nothing here prints. The CLIs and the
-benchmark turn these numbers into tables, live views and plots.
+Every time is a reading of batch_generate's `clock` (seconds; time.perf_counter by
+default). The scheduler and the requests record; nothing here prints: the CLIs and
+the benchmarks turn these numbers into tables, live views and plots.
 """
 
 from dataclasses import dataclass, field
@@ -9,10 +10,26 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RequestMetrics:
-    """Times are seconds on the scheduler's clock.
+    """One request's counts and times.
 
-    queue_time: arrival -> first prefill chunk. time_to_first_token: arrival -> first
-    generated token. inter_token_latencies: gaps between consecutive tokens.
+    prompt_tokens: the prompt's length in tokens, set when the Request is created (0
+        for a prompt it rejects).
+    generated_tokens: tokens sampled and accepted, one per record_token call: the
+        first, sampled by the last prefill chunk, counts, and so does the EOS that
+        ends a request (then it is len(GenerationResult.tokens) + 1).
+    arrival: read by the scheduler when it admits the request, at the start of the
+        iteration its arrival_step names (a rejected prompt gets one too).
+    prefill_start: read by the scheduler just before the request's first prefill chunk.
+    token_times: one time per generated token, EOS included, read by Request.accept
+        when it takes the token: for the first, after the last prefill chunk; for the
+        others, after the decode step that sampled them.
+    prefill_chunks: prefill chunks the request took (1 for a prompt prefilled whole),
+        counted by the scheduler.
+
+    queue_time: arrival -> prefill_start. time_to_first_token (TTFT): arrival ->
+    token_times[0]. Both are None until their times are known.
+    inter_token_latencies: the gaps between consecutive token_times; longest_stall:
+    the largest of them (0.0 with fewer than two tokens).
     """
 
     prompt_tokens: int = 0
@@ -23,42 +40,61 @@ class RequestMetrics:
     prefill_chunks: int = 0
 
     def record_token(self, now: float) -> None:
+        """Count one generated token, accepted at time `now`."""
         raise NotImplementedError(
-            "Week 2 Day 6: record_token: append `now` to token_times and count the token"
+            "Week 2 Day 6: record_token: append `now` to token_times and count the "
+            "token in generated_tokens"
         )
 
     @property
     def queue_time(self) -> float | None:
         raise NotImplementedError(
-            "Week 2 Day 7: queue_time: prefill_start - arrival (None until both are known)"
+            "Week 2 Day 6: queue_time: prefill_start - arrival (None until both are known)"
         )
 
     @property
     def time_to_first_token(self) -> float | None:
         raise NotImplementedError(
-            "Week 2 Day 7: time_to_first_token: first token time - arrival "
+            "Week 2 Day 6: time_to_first_token: first token time - arrival "
             "(None before the arrival or the first token)"
         )
 
     @property
     def inter_token_latencies(self) -> list[float]:
         raise NotImplementedError(
-            "Week 2 Day 7: inter_token_latencies: the gaps between consecutive token_times"
+            "Week 2 Day 6: inter_token_latencies: the gaps between consecutive token_times"
         )
 
     @property
     def longest_stall(self) -> float:
         raise NotImplementedError(
-            "Week 2 Day 7: longest_stall: the largest inter-token latency (0.0 if none)"
+            "Week 2 Day 6: longest_stall: the largest inter-token latency (0.0 if none)"
         )
 
 
 @dataclass
 class RunMetrics:
-    """Counters over a whole batch_generate run.
+    """Counters over a whole batch_generate run, kept by the scheduler.
 
-    chunk_time_average is an exponential moving average (weight 0.1 on the newest
-    chunk), so it follows the chunk size the scheduler currently uses.
+    prefill_chunks, prefill_tokens, prefill_seconds: the prefill chunks run, the
+        prompt tokens they processed and the time they took (record_prefill_chunk).
+    chunk_time_average: an exponential moving average of chunk times: the first chunk
+        sets it, then average = 0.9 * average + 0.1 * seconds, so it follows the chunk
+        size in use.
+    decode_steps, decode_seconds: the decode steps run (none in an iteration with no
+        request in a slot) and the time they took (record_decode_step).
+    generated_tokens: tokens sampled, EOS included: one for each request whose last
+        prefill chunk sampled its first token, plus one per occupied slot in every
+        decode step.
+    total_seconds: from the start of the run to the end of its latest iteration.
+    running, waiting, finished: at the end of the latest iteration, the requests in
+        a decode slot; the requests admitted but not yet in a slot (prefilling, or
+        prefilled and waiting for a slot); the requests finished, whatever the reason
+        (a prompt rejected when its Request was created counts from the start).
+    longest_decode_stall: the longest gap between two consecutive tokens of any one
+        request: the largest RequestMetrics.longest_stall.
+    peak_memory_bytes: mx.get_peak_memory() when the run ends (the peak is reset when
+        it starts); 0 until then.
     """
 
     prefill_chunks: int = 0
@@ -76,22 +112,24 @@ class RunMetrics:
     peak_memory_bytes: int = 0
 
     def record_prefill_chunk(self, tokens: int, seconds: float) -> None:
+        """Count one prefill chunk of `tokens` prompt tokens that took `seconds`."""
         raise NotImplementedError(
-            "Week 2 Day 7: record_prefill_chunk: count the chunk and its tokens, add its "
+            "Week 2 Day 6: record_prefill_chunk: count the chunk and its tokens, add its "
             "seconds, and update chunk_time_average (the first chunk sets it; later "
             "ones weigh 0.1)"
         )
 
     def record_decode_step(self, tokens: int, seconds: float) -> None:
+        """Count one decode step that generated `tokens` tokens in `seconds`."""
         raise NotImplementedError(
-            "Week 2 Day 7: record_decode_step: count the step, its tokens and its seconds"
+            "Week 2 Day 6: record_decode_step: count the step, its tokens and its seconds"
         )
 
     @property
     def interleaving_ratio(self) -> float:
         """Prefill chunks per decode step: how finely prefill is mixed into decoding."""
         raise NotImplementedError(
-            "Week 2 Day 7: interleaving_ratio: prefill_chunks / decode_steps "
+            "Week 2 Day 6: interleaving_ratio: prefill_chunks / decode_steps "
             "(inf before the first decode step)"
         )
 
@@ -99,13 +137,13 @@ class RunMetrics:
     def prompt_throughput(self) -> float:
         """Prompt tokens prefilled per second of the whole run."""
         raise NotImplementedError(
-            "Week 2 Day 7: prompt_throughput: prefill_tokens / total_seconds (0.0 at 0 s)"
+            "Week 2 Day 6: prompt_throughput: prefill_tokens / total_seconds (0.0 at 0 s)"
         )
 
     @property
     def generation_throughput(self) -> float:
         """Tokens generated per second of the whole run."""
         raise NotImplementedError(
-            "Week 2 Day 7: generation_throughput: generated_tokens / total_seconds "
+            "Week 2 Day 6: generation_throughput: generated_tokens / total_seconds "
             "(0.0 at 0 s)"
         )

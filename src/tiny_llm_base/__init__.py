@@ -10,8 +10,11 @@ from .prompts import (
     GenerationResult,
     PromptSpec,
     Sampler,
+    check_int,
     greedy,
+    is_int,
     prompt_token_ids,
+    sampled_token_id,
 )
 from .reports import BatchResults, SchedulerSnapshot, SlotView
 from .weights import (

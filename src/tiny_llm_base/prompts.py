@@ -2,6 +2,7 @@
 prompt (GenerationResult), with the helpers both sides share: the default sampler and
 a prompt's token ids."""
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,20 +71,76 @@ class GenerationResult:
     priority: str = "batch"
 
 
-def prompt_token_ids(tokenizer, prompt: str | list[int]) -> list[int]:
-    """Token ids of a prompt: a text goes through the tokenizer's chat template as one
-    user turn, with the assistant's turn opened after it; a list of ids is copied.
+def is_int(value) -> bool:
+    """An int or a NumPy integer; a bool is not (True would pass for 1)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
-    Raises ValueError("the prompt is empty: give the model something to answer") for
-    a text that is empty or only whitespace, and ValueError("the prompt has no
-    tokens") for an empty list. Request catches it: that request fails with the
-    message as its error, and batch_generate runs the others.
+
+def check_int(name: str, value, minimum: int, allow_none: bool = False) -> None:
+    """TypeError unless `value` is an int (or None when allowed); ValueError below minimum."""
+    if value is None and allow_none:
+        return
+    if not is_int(value):
+        kind = "an int or None" if allow_none else "an int"
+        raise TypeError(f"{name} must be {kind}, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+
+
+def prompt_token_ids(
+    tokenizer, prompt: str | list[int], vocab_size: int | None = None
+) -> list[int]:
+    """Token ids of a prompt: text goes through the chat template as one user turn.
+
+    Raises TypeError for a prompt that is neither text nor a list of int ids, and
+    ValueError for a blank text, an empty list, or an id outside [0, vocab_size).
     """
     if isinstance(prompt, str):
         if not prompt.strip():
             raise ValueError("the prompt is empty: give the model something to answer")
         messages = [{"role": "user", "content": prompt}]
         return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    if not isinstance(prompt, (list, tuple)):
+        raise TypeError(
+            f"a prompt must be text or a list of token ids, got {type(prompt).__name__}"
+        )
     if len(prompt) == 0:
         raise ValueError("the prompt has no tokens")
-    return list(prompt)
+    for position, token in enumerate(prompt):
+        if not is_int(token):
+            raise TypeError(
+                f"prompt token {position} is {type(token).__name__} {token!r}: "
+                "token ids are ints"
+            )
+        if vocab_size is not None and not 0 <= token < vocab_size:
+            raise ValueError(
+                f"prompt token {position} is {token}, outside the model's vocabulary "
+                f"[0, {vocab_size}): give ids the model's tokenizer made"
+            )
+    return [int(token) for token in prompt]
+
+
+def sampled_token_id(sampled, vocab_size: int) -> int:
+    """The token id a sampler returned: one integer in an mx.array, in [0, vocab_size).
+
+    Raises TypeError or ValueError that say what a sampler must return.
+    """
+    usage = "a sampler returns one token id as an mx.array, e.g. mx.argmax(logprobs, axis=-1)"
+    if not isinstance(sampled, mx.array):
+        raise TypeError(f"the sampler returned {type(sampled).__name__}: {usage}")
+    if sampled.size != 1:
+        raise ValueError(
+            f"the sampler returned an array of shape {tuple(sampled.shape)}: {usage}"
+        )
+    if not mx.issubdtype(sampled.dtype, mx.integer):
+        raise TypeError(
+            f"the sampler returned {sampled.item()} ({sampled.dtype}), not an integer "
+            f"token id: {usage}"
+        )
+    token = sampled.item()
+    if not 0 <= token < vocab_size:
+        raise ValueError(
+            f"the sampler returned token id {token}, outside the model's vocabulary "
+            f"[0, {vocab_size})"
+        )
+    return token

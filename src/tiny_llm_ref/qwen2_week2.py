@@ -225,7 +225,8 @@ class Qwen2ModelWeek2:
     weights: "float32" dequantizes linear layers once (fastest on CPUs, where float32
     matmul uses BLAS), "quantized" keeps quantized layers packed, "auto" asks
     choose_weight_format() for this device. use_fast_kernels: mx.fast instead of the
-    hand-written kernels (same results within float tolerance).
+    hand-written kernels (same results within float tolerance). vocab_size and
+    context_length bound the token ids and positions it accepts.
     """
 
     def __init__(
@@ -250,6 +251,9 @@ class Qwen2ModelWeek2:
         load = WeightLoader(weights == "quantized", dtype)
         self.args = args
         self.num_layers = len(inner.layers)
+        self.vocab_size = args.vocab_size
+        # The positions it was trained for (a llama config may leave them out).
+        self.context_length = args.max_position_embeddings or DEFAULT_MAX_SEQ_LEN
         self.weights = weights
         self.embedding = Embedding(
             args.vocab_size,
@@ -262,7 +266,7 @@ class Qwen2ModelWeek2:
         # One RoPE table, shared by every layer.
         rope = RoPE(
             head_dim,
-            args.max_position_embeddings or DEFAULT_MAX_SEQ_LEN,
+            self.context_length,
             args.rope_theta,
             args.rope_traditional,
         )

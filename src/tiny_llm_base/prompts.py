@@ -1,6 +1,6 @@
 """What a caller hands batch_generate (PromptSpec) and what it gets back for each
-prompt (GenerationResult), with the helpers both sides share: the default sampler and
-a prompt's token ids."""
+prompt (GenerationResult), with the helpers both sides share: the default sampler, a
+prompt's token ids, and the checks of int arguments and of what a sampler returns."""
 
 import numbers
 from collections.abc import Callable
@@ -28,9 +28,11 @@ class PromptSpec:
         prompt_token_ids).
     max_tokens: the most tokens to generate for this prompt. None: batch_generate's
         max_tokens (if that is None too: until EOS or a full cache). Below 1: this
-        request alone fails (finish_reason "error").
+        request alone fails (finish_reason "error"), and so does a non-int.
     sampler: log-probabilities [1, V] -> token id [1] for this prompt alone. None:
-        batch_generate's sampler, or greedy if that is None too.
+        batch_generate's sampler, or greedy if that is None too. A sampler that is not
+        callable, raises, or returns anything but one token id (see sampled_token_id)
+        fails this request alone.
     priority: "batch" or "interactive". An interactive request's prefill chunks go
         first, and it may take any free decode slot, while batch requests together
         hold at most batch_size - reserved_interactive_slots of them. Anything else:
@@ -38,7 +40,8 @@ class PromptSpec:
     arrival_step: how many scheduler iterations must be done before the request is
         admitted: 0 joins the first iteration, s joins the iteration whose
         SchedulerSnapshot.step is s + 1 (empty iterations run until then if nothing
-        else is left). Below 0: batch_generate raises ValueError.
+        else is left). Below 0: batch_generate raises ValueError; not an int:
+        TypeError.
     """
 
     prompt: str | list[int]
@@ -90,10 +93,16 @@ def check_int(name: str, value, minimum: int, allow_none: bool = False) -> None:
 def prompt_token_ids(
     tokenizer, prompt: str | list[int], vocab_size: int | None = None
 ) -> list[int]:
-    """Token ids of a prompt: text goes through the chat template as one user turn.
+    """Token ids of a prompt: a text goes through the tokenizer's chat template as one
+    user turn, with the assistant's turn opened after it; a list (or tuple) of ids is
+    copied.
 
-    Raises TypeError for a prompt that is neither text nor a list of int ids, and
-    ValueError for a blank text, an empty list, or an id outside [0, vocab_size).
+    Raises ValueError("the prompt is empty: give the model something to answer") for
+    a text that is empty or only whitespace, ValueError("the prompt has no tokens")
+    for an empty list, TypeError for a prompt that is neither (None, say) or an id that
+    is not an int (a float or a bool), and, given vocab_size, ValueError naming the
+    first id outside [0, vocab_size). Request catches them: that request fails with
+    the message as its error, and batch_generate runs the others.
     """
     if isinstance(prompt, str):
         if not prompt.strip():

@@ -5,7 +5,8 @@ tokens while it prefills, then one more per decode step) and the generated token
 `is_prefill_done` is derived from them, never stored.
 Prefill runs in chunks: each `try_prefill` call pushes at most `prefill_max_step`
 prompt tokens through the model, starting at `offset`, and the last chunk samples
-the first generated token.
+the first generated token. Every sampled token goes through `accept`, the one place
+that decides whether the request is done.
 """
 
 import time
@@ -32,8 +33,30 @@ from .metrics import RequestMetrics
 class Request:
     """A prompt being prefilled (offset < prompt length), decoded, or finished.
 
-    kv_cache: the request's own cache while it prefills; a decode slot copies it into
-    the batch cache. next_token: the last sampled token, not yet in any cache.
+    model: called as model(tokens [1, L], offset, kv_cache) -> logits [1, L, V];
+        model.create_kv_cache() gives one cache per layer.
+    tokenizer: its chat template (through prompt_token_ids), `detokenizer` and
+        `eos_token_ids`.
+    prompt: text or token ids (see prompt_token_ids).
+    prefill_max_step: try_prefill's chunk size when it is given none; None: the whole
+        rest of the prompt.
+    max_tokens, max_seq_len: finish with "length" after max_tokens generated tokens,
+        with "max_seq_len" once offset reaches max_seq_len (None: no limit).
+    sampler: log-probabilities [1, V] -> token id [1]. priority: "batch" or
+        "interactive". clock: read once per accepted token (metrics.token_times).
+
+    prefill_tokens: the prompt's token ids.
+    offset: tokens in the request's KV cache: 0, then each prefill chunk's length,
+        then 1 per decode step (the scheduler adds it before accept).
+    next_token: the token sampled last, not yet in any cache: the next decode step's
+        input. None before the first token and once finished.
+    generated: the generated tokens; an EOS is never kept.
+    finish_reason: None while the request runs, then "stop", "length",
+        "max_seq_len" or "error" (then `error` says why).
+    metrics: the request's RequestMetrics.
+    detokenizer: tokenizer.detokenizer, fed every kept token; `text` reads it.
+    kv_cache: the request's own cache (model.create_kv_cache()) while it prefills;
+        None once a decode slot has copied it into the batch cache, or once finished.
     """
 
     model: object
@@ -85,17 +108,20 @@ class Request:
     def try_prefill(self, max_step: int | None = None) -> int:
         """Prefill the next chunk; return how many prompt tokens it processed.
 
-        The chunk starts at `offset` and has at most `max_step` tokens (default:
-        prefill_max_step; None means the whole rest). Its queries see the cached
-        earlier chunks through the chunk mask. The cache is evaluated here, so the
-        lazy graph never spans chunks. The last chunk samples the first token.
+        The chunk is prefill_tokens[offset : offset + step], step being `max_step`,
+        else prefill_max_step (None: the whole rest). It runs through the model at
+        `offset` with kv_cache, whose earlier chunks its queries see through the chunk
+        mask, and offset advances by its length. The cache is evaluated here, so the
+        lazy graph never spans chunks. The last chunk samples the first token from
+        its last position and accepts it. ValueError once the prefill is done.
         """
         raise NotImplementedError(
-            "Week 2 Day 7: try_prefill: ValueError once prefill is done; run "
+            "Week 2 Day 6: try_prefill: ValueError once prefill is done; run "
             "prefill_tokens[offset : offset + step] through the model at `offset` "
-            "with this request's cache, advance offset, evaluate the cache, and on "
-            "the last chunk sample and accept the first token (Day 6 only needs the "
-            "whole prompt in one call)"
+            "with kv_cache (step: max_step, else prefill_max_step; None: the whole "
+            "rest), advance offset, mx.eval the cache, and on the last chunk sample "
+            "and accept the first token. Day 6 calls it once per prompt, with the "
+            "whole prompt; Day 7's tests call it chunk by chunk"
         )
 
     def sample(self, logits: mx.array) -> mx.array:
@@ -106,7 +132,14 @@ class Request:
         )
 
     def accept(self, token: int) -> None:
-        """Take a sampled token: finish on EOS, max_tokens, or a full cache."""
+        """Take a sampled token: finish on EOS, max_tokens, or a full cache.
+
+        Its time is recorded first (metrics.record_token(clock())), EOS included.
+        EOS finishes with "stop" and is not kept. Any other token is kept: generated,
+        the detokenizer, next_token; then the request finishes with "length" once it
+        has max_tokens tokens, or with "max_seq_len" once offset has reached
+        max_seq_len (no room left in the cache to feed the token).
+        """
         raise NotImplementedError(
             "Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept); "
             "otherwise keep it, feed the detokenizer, make it next_token, and finish "
@@ -114,17 +147,21 @@ class Request:
         )
 
     def finish(self, reason: str) -> None:
+        """End the request: finish_reason, no next_token, no cache, the detokenizer
+        flushed. Its decode slot, if any, is the scheduler's to free."""
         raise NotImplementedError(
             "Week 2 Day 6: finish: set finish_reason, drop next_token and the cache, "
             "finalize the detokenizer"
         )
 
     def fail(self, message: str) -> None:
+        """Finish this request alone with "error", `message` saying why."""
         raise NotImplementedError(
             "Week 2 Day 6: fail: keep the error message and finish with 'error'"
         )
 
     def result(self) -> GenerationResult:
+        """This request's GenerationResult."""
         raise NotImplementedError(
             "Week 2 Day 6: result: a GenerationResult of this request's text, "
             "tokens, finish reason, metrics, error, prompt and priority"

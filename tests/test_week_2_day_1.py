@@ -8,6 +8,7 @@ the embedded SmolLM2; for generation, mlx_lm.generate.
 
 import itertools
 import math
+import re
 
 import mlx.core as mx
 import mlx_lm
@@ -27,6 +28,9 @@ TOLERANCE = {mx.float32: 1e-4, mx.bfloat16: 2e-2}
 # The embedded model: mlx-lm multiplies by its 4-bit weights directly, this model by
 # the same weights dequantized to float32; logits span about +-40 (as in week 1).
 EMBEDDED_LOGIT_ATOL = 0.3
+# The embedded model against mlx-lm's on the same float32 weights (logits up to ~40):
+# the two only add the same float32 numbers in different orders.
+EMBEDDED_FLOAT32_ATOL = 2e-3
 
 # How a sequence of 11 tokens is fed: a prompt, then one token per step; or chunks.
 PREFILL_THEN_DECODE = [5, 1, 1, 1, 1, 1, 1]
@@ -193,6 +197,48 @@ def test_a_list_offset_gives_each_row_its_position():
     assert_close(last, reference(inputs)[:, 4:], TOLERANCE[mx.float32])
 
 
+@pytest.mark.parametrize("wrong", [12, 14, [13, 12]], ids=["behind", "ahead", "row"])
+def test_an_offset_that_is_not_the_cache_length_names_both_numbers(wrong):
+    """RoPE takes the offset it is given, the mask comes from the cache's own count:
+    when they differ the model must refuse before it writes into any layer's cache."""
+    reference = random_models()[0]
+    model = tiny.Qwen2ModelWeek2(reference, weights="float32")
+    inputs = mx.random.randint(0, reference.args.vocab_size, (2, 14))
+    cache = model.create_kv_cache()
+    model(inputs[:, :13], 0, cache)
+    with pytest.raises(ValueError) as error:
+        model(inputs[:, 13:], wrong, cache)
+    message = str(error.value)
+    given = wrong if isinstance(wrong, int) else wrong[1]
+    assert re.search(rf"\b{given}\b", message) and re.search(r"\b13\b", message), (
+        f"the message must name the offset given ({given}) and the cache's (13): "
+        f"{message!r}"
+    )
+    assert [layer.offset for layer in cache] == [13] * len(cache)
+    last = model(inputs[:, 13:], 13, cache)  # the right offset still works
+    assert_close(last, reference(inputs)[:, 13:], TOLERANCE[mx.float32])
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
+@pytest.mark.parametrize("lengths", [[11], [4, 7]], ids=["whole", "chunks"])
+def test_last_position_only_gives_mlx_lm_last_logits(fast, lengths):
+    """A prefill chunk samples only after its last token: [B, 1, V], mlx-lm's last row."""
+    for reference in random_models():
+        model = tiny.Qwen2ModelWeek2(
+            reference, weights="float32", use_fast_kernels=fast
+        )
+        inputs = mx.random.randint(0, reference.args.vocab_size, (2, sum(lengths)))
+        cache, offset = model.create_kv_cache(), 0
+        for length in lengths:
+            chunk = inputs[:, offset : offset + length]
+            last = model(chunk, offset, cache, last_position_only=True)
+            offset += length
+            assert last.shape == (2, 1, reference.args.vocab_size)
+            expected = reference(inputs[:, :offset])[:, -1:, :]
+            assert_close(last, expected, TOLERANCE[mx.float32])
+        assert [layer.offset for layer in cache] == [offset] * len(cache)
+
+
 # --- The embedded model -----------------------------------------------------------
 
 
@@ -216,6 +262,27 @@ def test_embedded_model_prefill_then_decode_matches_mlx_lm(embedded_week2):
     assert_close(actual, expected, EMBEDDED_LOGIT_ATOL)
     chunked = feed(model, inputs, [3, prompt - 3, 2, 3])
     assert_close(chunked, expected, EMBEDDED_LOGIT_ATOL)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
+def test_embedded_model_last_position_only_matches_mlx_lm_float32(
+    embedded_week2, embedded_float32_reference, fast
+):
+    """On the same float32 weights as mlx-lm's model: a prompt prefilled in two
+    chunks, each giving only its last position's logits."""
+    _, mlx_model, tokenizer = embedded_week2
+    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=fast)
+    ids = tokenizer.encode(
+        "The capital of France is Paris, and the capital of Italy is"
+    )
+    inputs = mx.array(ids)[None]
+    cache = model.create_kv_cache()
+    split = len(ids) // 2
+    first = model(inputs[:, :split], 0, cache, last_position_only=True)
+    last = model(inputs[:, split:], split, cache, last_position_only=True)
+    for actual, end in [(first, split), (last, len(ids))]:
+        expected = embedded_float32_reference(inputs[:, :end])[:, -1:, :]
+        assert_close(actual, expected, EMBEDDED_FLOAT32_ATOL)
 
 
 GENERATION_PROMPTS = ["What is the capital of France?", "Write a haiku about the sea."]

@@ -11,6 +11,7 @@ results. No timings here: `pdm run bench` measures speed.
 import mlx.core as mx
 import numpy as np
 import pytest
+from mlx import nn
 
 from .random_models import random_models
 from .solution import tiny
@@ -77,18 +78,25 @@ def test_fast_kernels_on_long_chunks():
 
 
 def test_fast_kernels_take_one_offset_per_row():
-    """Rows shifted to different positions: RoPE makes attention depend only on the
-    distance between positions, so each row's logits stay those of mlx-lm's
-    unshifted run, with mx.fast.rope and with the hand-written RoPE alike."""
-    shift = mx.array([0, 37, 250])
+    """Rows of a batch sit at different positions (day 5): apply_rope with one offset
+    per row rotates each row as mlx.nn.RoPE rotates it alone at its offset, with
+    mx.fast.rope and with the hand-written RoPE alike."""
+    offsets = [0, 37, 250]
     for reference in random_models()[:2]:
-        fast = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=True)
-        slow = tiny.Qwen2ModelWeek2(reference, weights="float32")
-        inputs = mx.random.randint(0, reference.args.vocab_size, (3, 9))
-        expected = reference(inputs)
-        actual = feed(fast, inputs, [5, 1, 1, 2], shift)
-        assert_close(actual, expected, TOLERANCE[mx.float32])
-        assert_close(actual, feed(slow, inputs, [5, 1, 1, 2], shift), 1e-4)
+        args = reference.args
+        for use_fast_kernels in (False, True):
+            model = tiny.Qwen2ModelWeek2(
+                reference, weights="float32", use_fast_kernels=use_fast_kernels
+            )
+            attention = model.layers[0].attention
+            head_dim = args.hidden_size // args.num_attention_heads
+            x = mx.random.normal((len(offsets), args.num_attention_heads, 5, head_dim))
+            rope = nn.RoPE(head_dim, args.rope_traditional, base=args.rope_theta)
+            expected = mx.concatenate(
+                [rope(x[row : row + 1], offset) for row, offset in enumerate(offsets)]
+            )
+            actual = attention.apply_rope(x, mx.array(offsets))
+            assert_close(actual, expected, TOLERANCE[mx.float32])
 
 
 @pytest.fixture(scope="module")

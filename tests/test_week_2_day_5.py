@@ -8,6 +8,8 @@ embedded SmolLM2 with its weights dequantized to float32 on both sides.
 The mask rule itself is checked against a NumPy mask.
 """
 
+import re
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -263,6 +265,32 @@ def test_reused_slot_never_sees_the_previous_keys(size, fast):
         np.testing.assert_allclose(
             logits[1], other_logits[step + 4], atol=RANDOM_ATOL, rtol=0
         )
+
+
+def test_a_row_offset_that_is_not_its_cache_length_names_both_numbers():
+    """Each row's offset must be its own count in the batch cache (an empty slot
+    runs a dummy token, at offset 0 here); a wrong one is refused before any layer's
+    cache is written."""
+    reference = random_model(*SIZES[0], seed=0)
+    model = tiny.Qwen2ModelWeek2(reference, weights="float32")
+    vocab = reference.args.vocab_size
+    batch = Batch(model, slots=3, max_seq_len=32)
+    batch.add(0, random_prompt(11, vocab, 10))
+    batch.add(2, random_prompt(17, vocab, 11))
+    for layer in batch.cache:
+        assert isinstance(layer.offset, list), "BatchingKvCache.offset: one per row"
+    inputs = mx.array([[1], [DUMMY_TOKEN], [2]])
+    with pytest.raises(ValueError) as error:
+        model(inputs, [11, 0, 16], batch.cache)
+    message = str(error.value)
+    assert re.search(r"\b16\b", message) and re.search(r"\b17\b", message), (
+        f"the message must name row 2's offset given (16) and held (17): {message!r}"
+    )
+    for layer in batch.cache:
+        assert list(layer.offset) == [11, 0, 17]
+    batch.step()  # the right offsets still work
+    for layer in batch.cache:
+        assert list(layer.offset) == [12, 0, 18]
 
 
 def test_max_seq_len_is_enforced():

@@ -263,9 +263,9 @@ class RecordingModel:
         self.model = model
         self.input_shapes = []
 
-    def __call__(self, inputs, offset, cache):
+    def __call__(self, inputs, offset, cache, **options):
         self.input_shapes.append(tuple(inputs.shape))
-        return self.model(inputs, offset, cache)
+        return self.model(inputs, offset, cache, **options)
 
     def __getattr__(self, name):
         return getattr(self.model, name)

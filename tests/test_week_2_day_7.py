@@ -167,10 +167,10 @@ class TimedModel:
     def create_kv_cache(self):
         return self.model.create_kv_cache()
 
-    def __call__(self, inputs, offset, cache):
+    def __call__(self, inputs, offset, cache, **options):
         self.now += inputs.shape[1]
         self.lengths.append(inputs.shape[1])
-        return self.model(inputs, offset, cache)
+        return self.model(inputs, offset, cache, **options)
 
 
 # --- fixtures ---------------------------------------------------------------------

@@ -39,3 +39,4 @@ from .metrics import RequestMetrics, RunMetrics
 from .request import Request
 from .chunking import AdaptiveChunker, select_chunk_size
 from .scheduler import batch_generate
+from .mixed_step import PrefillChunk, mixed_forward

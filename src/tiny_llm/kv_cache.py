@@ -10,9 +10,12 @@ import mlx.core as mx
 
 
 class TinyKvCache:
-    """One layer's cache. `offset` counts the tokens stored so far."""
+    """One layer's cache. `offset` counts the tokens stored so far: an int when all
+    rows hold the same number (TinyKvFullCache), a list with one count per row when
+    they differ (BatchingKvCache). The model's offset must equal it (check_offset).
+    """
 
-    offset: int
+    offset: int | list[int]
 
     def update_and_fetch(
         self, keys: mx.array, values: mx.array

@@ -18,6 +18,8 @@ blocks; tiny_llm_base gives dequantize_linear, QuantizedWeights and the
 architecture check.
 """
 
+from collections.abc import Callable
+
 import mlx.core as mx
 from mlx import nn
 
@@ -38,6 +40,8 @@ from .positional_encoding import RoPE
 from .quantize import quantized_matmul  # noqa: F401
 
 Weight = mx.array | QuantizedWeights
+# attend(q, k, v) -> attention output: the per-sequence step of a block.
+Attend = Callable[[mx.array, mx.array, mx.array], mx.array]
 
 
 def project(
@@ -95,6 +99,25 @@ def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
     )
 
 
+def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None:
+    """Raise ValueError unless `offset` is the number of tokens the cache holds.
+
+    Two counts meet in a step: RoPE rotates the new tokens to `offset`, while the
+    cache stores them, and builds the mask, after its own `cache.offset` tokens.
+    When they differ the output is quietly wrong, so an off-by-one stops here.
+    offset: an int, or one per row. A TinyKvFullCache holds one count for all its
+    rows; a BatchingKvCache one per row, and an empty row (0 tokens) runs a dummy
+    token at any position.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 1: check_offset: compare each row's offset (an int is every "
+        "row's) with cache.offset and raise ValueError naming both numbers, e.g. "
+        "'offset 7 (row 0) does not match the KV cache, which holds 6 tokens'. Day 5: "
+        "a BatchingKvCache's offset is a list, one count per row; skip its empty "
+        "rows (count 0)"
+    )
+
+
 class WeightLoader:
     """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
 
@@ -138,15 +161,41 @@ class Qwen2AttentionWeek2:
             "base=rope_theta, scale=1.0, offset=offset) on [B, H, L, D] directly"
         )
 
-    def __call__(
-        self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
-    ) -> mx.array:
-        """x: [B, L, E] -> [B, L, E]."""
+    def project_qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """x: [B, L, E] -> q: [B, H_q, L, D], k and v: [B, H, L, D], not yet rotated.
+
+        Each token is projected alone: tokens of different sequences can share a call.
+        """
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2AttentionWeek2: project q, k, v to [B, heads, L, D]; "
-            "RoPE on q and k at `offset`; keys, values, mask = "
-            "cache.update_and_fetch(k, v); grouped attention with that mask; back to "
-            "[B, L, E] and through wo. Day 3: with fast, fast_attention"
+            "Week 2 Day 1: project_qkv: project x through wq/wk/wv (with their "
+            "biases), reshape to [B, L, heads, head_dim] and swap axes 1 and 2"
+        )
+
+    def attend(
+        self,
+        q: mx.array,
+        k: mx.array,
+        v: mx.array,
+        offset: int | mx.array,
+        cache: TinyKvCache,
+    ) -> mx.array:
+        """q: [B, H_q, L, D], k and v: [B, H, L, D] at positions offset .. offset + L - 1
+        -> [B, H_q, L, D].
+
+        The one step where tokens meet: RoPE at their positions, the keys and values
+        stored in the cache, and attention to everything it holds under its mask.
+        """
+        raise NotImplementedError(
+            "Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask = "
+            "cache.update_and_fetch(k, v); grouped attention with scale and that mask. "
+            "Day 3: with fast, fast_attention"
+        )
+
+    def project_out(self, out: mx.array) -> mx.array:
+        """out: [B, H_q, L, D] -> [B, L, E]: the heads side by side, through wo."""
+        raise NotImplementedError(
+            "Week 2 Day 1: project_out: swap axes 1 and 2, reshape to [B, L, H_q * D], "
+            "project through wo (and its bias)"
         )
 
 
@@ -164,9 +213,24 @@ class Qwen2BlockWeek2:
     def __call__(
         self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
     ) -> mx.array:
+        """x: [B, L, E] at positions offset .. offset + L - 1 -> [B, L, E]."""
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2BlockWeek2: as week 1's block, with offset and this "
-            "layer's cache passed to attention. Day 3: swiglu when fast"
+            "Week 2 Day 1: Qwen2BlockWeek2: self.forward(x, attend) with attend(q, k, "
+            "v) = self.attention.attend(q, k, v, offset, cache)"
+        )
+
+    def forward(self, x: mx.array, attend: Attend) -> mx.array:
+        """x: [B, L, E] -> [B, L, E], with attention's middle step given.
+
+        attend(q, k, v) -> [B, H_q, L, D] is the only step where a token sees other
+        tokens; the norms, projections and MLP work on each token alone. So tokens
+        of different sequences can share one call, if attend gives each sequence's
+        tokens their own positions and cache (the mixed step, week 3 day 1).
+        """
+        raise NotImplementedError(
+            "Week 2 Day 1: forward: as week 1's block: h = x + project_out(attend("
+            "*project_qkv(input_norm(x)))); out = h + MLP(post_attention_norm(h)), "
+            "the norms through rms_norm. Day 3: swiglu when fast"
         )
 
 
@@ -204,10 +268,26 @@ class Qwen2ModelWeek2:
         inputs: mx.array,
         offset: int | list[int] | mx.array,
         cache: list[TinyKvCache],
+        last_position_only: bool = False,
     ) -> mx.array:
-        """inputs: [B, L] -> logits [B, L, V]; offset: int or one int per row."""
+        """inputs: [B, L] -> logits [B, L, V], or [B, 1, V] with last_position_only.
+
+        offset: the position of inputs[:, 0], an int or one int per row; it must be
+        what each layer's cache holds (check_offset). A prefill chunk samples only
+        after its last token: last_position_only skips the LM head on the other
+        L - 1 positions, which would cost L x V floats.
+        """
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2ModelWeek2: a list offset becomes an mx.array; embed, "
-            "run every layer with its own cache, final norm, lm head (the embedding's "
-            "as_linear when tied)"
+            "Week 2 Day 1: Qwen2ModelWeek2: check_offset(offset, layer_cache) for every "
+            "layer first; a list offset becomes an mx.array; embed, run every layer "
+            "with its own cache, then self.logits on every position, or on h[:, -1:] "
+            "with last_position_only"
+        )
+
+    def logits(self, h: mx.array) -> mx.array:
+        """h: [..., E] -> [..., V]: the final norm, then the LM head (the embedding
+        matrix when the two are tied)."""
+        raise NotImplementedError(
+            "Week 2 Day 1: logits: rms_norm with the final norm, then the lm head "
+            "(the embedding's as_linear when tied)"
         )

@@ -12,6 +12,8 @@ swaps the hand-written RMSNorm, RoPE, attention and quantized matmul for mx.fast
 fused kernels (week 2 day 3).
 """
 
+from collections.abc import Callable
+
 import mlx.core as mx
 from mlx import nn
 
@@ -32,6 +34,8 @@ from .positional_encoding import RoPE
 from .quantize import quantized_matmul
 
 Weight = mx.array | QuantizedWeights
+# attend(q, k, v) -> attention output: the per-sequence step of a block.
+Attend = Callable[[mx.array, mx.array, mx.array], mx.array]
 
 
 def project(
@@ -112,6 +116,33 @@ def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
     return norm(x)
 
 
+def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None:
+    """Raise ValueError unless `offset` is the number of tokens the cache holds.
+
+    Two counts meet in a step: RoPE rotates the new tokens to `offset`, while the
+    cache stores them, and builds the mask, after its own `cache.offset` tokens.
+    When they differ the output is quietly wrong, so an off-by-one stops here.
+    offset: an int, or one per row. A TinyKvFullCache holds one count for all its
+    rows; a BatchingKvCache one per row, and an empty row (0 tokens) runs a dummy
+    token at any position.
+    """
+    held = cache.offset
+    given = [offset] if isinstance(offset, int) else mx.array(offset).tolist()
+    if isinstance(held, int):
+        rows = [(row, position, held) for row, position in enumerate(given)]
+    else:
+        given = given * len(held) if len(given) == 1 else given
+        rows = [(row, p, count) for row, (p, count) in enumerate(zip(given, held))]
+        rows = [(row, p, count) for row, p, count in rows if count > 0]
+    for row, position, count in rows:
+        if position != count:
+            raise ValueError(
+                f"offset {position} (row {row}) does not match the KV cache, which "
+                f"holds {count} tokens: a step's offset is the number of tokens "
+                "already in its cache"
+            )
+
+
 class WeightLoader:
     """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
 
@@ -164,10 +195,11 @@ class Qwen2AttentionWeek2:
             )
         return self.rope(x.swapaxes(1, 2), offset).swapaxes(1, 2)
 
-    def __call__(
-        self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
-    ) -> mx.array:
-        """x: [B, L, E] -> [B, L, E]."""
+    def project_qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
+        """x: [B, L, E] -> q: [B, H_q, L, D], k and v: [B, H, L, D], not yet rotated.
+
+        Each token is projected alone: tokens of different sequences can share a call.
+        """
         B, L, _ = x.shape
 
         def heads(w: Weight, b: mx.array | None, n: int) -> mx.array:
@@ -177,14 +209,39 @@ class Qwen2AttentionWeek2:
                 .swapaxes(1, 2)
             )
 
-        q = self.apply_rope(heads(self.wq, self.bq, self.num_heads), offset)
-        k = self.apply_rope(heads(self.wk, self.bk, self.num_kv_heads), offset)
-        v = heads(self.wv, self.bv, self.num_kv_heads)
+        return (
+            heads(self.wq, self.bq, self.num_heads),
+            heads(self.wk, self.bk, self.num_kv_heads),
+            heads(self.wv, self.bv, self.num_kv_heads),
+        )
+
+    def attend(
+        self,
+        q: mx.array,
+        k: mx.array,
+        v: mx.array,
+        offset: int | mx.array,
+        cache: TinyKvCache,
+    ) -> mx.array:
+        """q: [B, H_q, L, D], k and v: [B, H, L, D] at positions offset .. offset + L - 1
+        -> [B, H_q, L, D].
+
+        The one step where tokens meet: RoPE at their positions, the keys and values
+        stored in the cache, and attention to everything it holds under its mask.
+        """
+        q, k = self.apply_rope(q, offset), self.apply_rope(k, offset)
         keys, values, mask = cache.update_and_fetch(k, v)
-        attend = fast_attention if self.fast else scaled_dot_product_attention_grouped
-        out = attend(q, keys, values, scale=self.scale, mask=mask)
-        out = out.swapaxes(1, 2).reshape(B, L, -1)
-        return project(out, self.wo, self.bo, self.fast)
+        attention = (
+            fast_attention if self.fast else scaled_dot_product_attention_grouped
+        )
+        return attention(q, keys, values, scale=self.scale, mask=mask)
+
+    def project_out(self, out: mx.array) -> mx.array:
+        """out: [B, H_q, L, D] -> [B, L, E]: the heads side by side, through wo."""
+        B, _, L, _ = out.shape
+        return project(
+            out.swapaxes(1, 2).reshape(B, L, -1), self.wo, self.bo, self.fast
+        )
 
 
 class Qwen2BlockWeek2:
@@ -209,7 +266,22 @@ class Qwen2BlockWeek2:
     def __call__(
         self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
     ) -> mx.array:
-        h = x + self.attention(rms_norm(self.input_norm, x, self.fast), offset, cache)
+        """x: [B, L, E] at positions offset .. offset + L - 1 -> [B, L, E]."""
+        return self.forward(
+            x, lambda q, k, v: self.attention.attend(q, k, v, offset, cache)
+        )
+
+    def forward(self, x: mx.array, attend: Attend) -> mx.array:
+        """x: [B, L, E] -> [B, L, E], with attention's middle step given.
+
+        attend(q, k, v) -> [B, H_q, L, D] is the only step where a token sees other
+        tokens; the norms, projections and MLP work on each token alone. So tokens
+        of different sequences can share one call, if attend gives each sequence's
+        tokens their own positions and cache (the mixed step, week 3 day 1).
+        """
+        attention = self.attention
+        q, k, v = attention.project_qkv(rms_norm(self.input_norm, x, self.fast))
+        h = x + attention.project_out(attend(q, k, v))
         y = rms_norm(self.post_attention_norm, h, self.fast)
         gate, up = (
             project(y, self.w_gate, fast=self.fast),
@@ -289,13 +361,27 @@ class Qwen2ModelWeek2:
         inputs: mx.array,
         offset: int | list[int] | mx.array,
         cache: list[TinyKvCache],
+        last_position_only: bool = False,
     ) -> mx.array:
-        """inputs: [B, L] -> logits [B, L, V]; offset: int or one int per row."""
+        """inputs: [B, L] -> logits [B, L, V], or [B, 1, V] with last_position_only.
+
+        offset: the position of inputs[:, 0], an int or one int per row; it must be
+        what each layer's cache holds (check_offset). A prefill chunk samples only
+        after its last token: last_position_only skips the LM head on the other
+        L - 1 positions, which would cost L x V floats.
+        """
+        for layer_cache in cache:
+            check_offset(offset, layer_cache)
         if not isinstance(offset, int):
             offset = mx.array(offset)
         h = self.embedding(inputs)
         for layer, layer_cache in zip(self.layers, cache):
             h = layer(h, offset, layer_cache)
+        return self.logits(h[:, -1:, :] if last_position_only else h)
+
+    def logits(self, h: mx.array) -> mx.array:
+        """h: [..., E] -> [..., V]: the final norm, then the LM head (the embedding
+        matrix when the two are tied)."""
         h = rms_norm(self.norm, h, self.fast)
         if self.lm_head is None:
             return self.embedding.as_linear(h)

@@ -109,7 +109,7 @@ class Request:
             else min(self.offset + step, len(self.prefill_tokens))
         )
         chunk = mx.array([self.prefill_tokens[self.offset : end]])
-        logits = self.model(chunk, self.offset, self.kv_cache)
+        logits = self.model(chunk, self.offset, self.kv_cache, last_position_only=True)
         processed, self.offset = end - self.offset, end
         cache_state = [c.keys for c in self.kv_cache] + [
             c.values for c in self.kv_cache

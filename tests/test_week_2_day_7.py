@@ -167,6 +167,9 @@ class TimedModel:
     def create_kv_cache(self):
         return self.model.create_kv_cache()
 
+    def __getattr__(self, name):  # vocab_size, context_length
+        return getattr(self.model, name)
+
     def __call__(self, inputs, offset, cache, **options):
         self.now += inputs.shape[1]
         self.lengths.append(inputs.shape[1])
@@ -525,10 +528,11 @@ def test_chunked_prefill_policies_keep_the_tokens(random_pairs, tokenizer, polic
 def test_chunked_prefill_metrics_on_a_fake_clock(pair, tokenizer, no_eos):
     """Two prompts (10 and 3 tokens), chunks of 4, two slots, 3 tokens each.
 
-    step 0: A[0:4]  t 0->4      step 1: A[4:8]  t ->8
-    step 2: A[8:10] t ->10, A's token 1 at 10; decode A: token 2 at 11
-    step 3: B[0:3]  t ->14, B's token 1 at 14; decode A, B: A's 3rd and B's 2nd at 15
-    step 4: decode B: its 3rd at 16
+    Numbered like SchedulerSnapshot.step (iterations done, 1 after the first):
+    step 1: A[0:4]  t 0->4      step 2: A[4:8]  t ->8
+    step 3: A[8:10] t ->10, A's token 1 at 10; decode A: token 2 at 11
+    step 4: B[0:3]  t ->14, B's token 1 at 14; decode A, B: A's 3rd and B's 2nd at 15
+    step 5: decode B: its 3rd at 16
     """
     mlx_model, model = pair
     sampler, banned = no_eos
@@ -695,6 +699,58 @@ def test_chunked_prefill_reserved_slot_waits_for_interactive(
     expected = expected_tokens(mlx_model, prompts, 4, tokenizer, banned)
     for i, (result, (tokens, gaps)) in enumerate(zip(results, expected)):
         assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
+
+
+def test_chunked_prefill_reserved_slots_limit_batch_requests_not_interactive_ones(
+    pair, tokenizer, no_eos
+):
+    """reserved_interactive_slots=k caps the slots batch requests hold at
+    batch_size - k, even with no interactive request in the run; it does not confine
+    interactive requests to k slots: they may take any free one."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(15)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, 3) for _ in range(6)]
+
+    def run(specs, max_tokens):
+        held = []  # per iteration: (slots held by batch, by interactive requests)
+        results = tiny.batch_generate(
+            model,
+            tokenizer,
+            specs,
+            batch_size=3,
+            prefill_step=None,
+            max_tokens=max_tokens,
+            sampler=sampler,
+            reserved_interactive_slots=1,
+            on_step=lambda s: held.append(
+                tuple(
+                    sum(v is not None and v.priority == kind for v in s.slots)
+                    for kind in ("batch", "interactive")
+                )
+            ),
+        )
+        return results, held
+
+    # Batch requests only, long enough to overlap: one slot stays free although no
+    # interactive request will ever use it.
+    results, held = run(prompts[:4], max_tokens=8)
+    assert max(batch for batch, _ in held) == 2
+    expected = expected_tokens(mlx_model, prompts[:4], 8, tokenizer, banned)
+    for i, (result, (tokens, gaps)) in enumerate(zip(results, expected)):
+        assert_same_tokens(result.tokens, tokens, gaps, f"batch only, prompt {i}")
+
+    # Three interactive requests, long enough to overlap, fill all three slots.
+    specs = [tiny.PromptSpec(p) for p in prompts[:3]] + [
+        tiny.PromptSpec(p, priority="interactive", max_tokens=8) for p in prompts[3:]
+    ]
+    results, held = run(specs, max_tokens=4)
+    assert max(interactive for _, interactive in held) == 3
+    assert max(batch for batch, _ in held) <= 2
+    expected = expected_tokens(mlx_model, prompts[:3], 4, tokenizer, banned)
+    expected += expected_tokens(mlx_model, prompts[3:], 8, tokenizer, banned)
+    for i, (result, (tokens, gaps)) in enumerate(zip(results, expected)):
+        assert_same_tokens(result.tokens, tokens, gaps, f"mixed, prompt {i}")
 
 
 # --- bad input --------------------------------------------------------------------

@@ -5,25 +5,35 @@ pdm run batch-main --batch-size 3 --prefill-step none --max-tokens 32
 pdm run batch-main --prompts-file prompts.txt --solution learner
 
 A terminal gets a live table of the decode slots; otherwise (a pipe, a log file) only
-the periodic engine lines are printed. Both end with every prompt's answer, shortened.
+the periodic engine lines are printed. Both end with every prompt's answer, shortened,
+and the whole error of each request that failed; the exit status is then 1.
 """
 
 import argparse
 import importlib
+import sys
 import time
 from pathlib import Path
 
-import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
+from scripts.cli import exit_on_interrupt
 
-# isort: split
-import mlx.core as mx
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
+exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
 
-from scripts.cli import fail, load_model_or_exit
+import tiny_llm_base  # noqa: E402, F401  (before mlx.core: loads the fast BLAS)
+from rich.console import Console, Group  # noqa: E402
+from rich.live import Live  # noqa: E402
+from rich.progress_bar import ProgressBar  # noqa: E402
+from rich.table import Table  # noqa: E402
+from rich.text import Text  # noqa: E402
+
+from scripts.cli import (  # noqa: E402
+    context_length,
+    fail,
+    load_model_or_exit,
+    newest_model,
+    note_slow_blas,
+    require_model_name,
+)
 
 DEFAULT_PROMPTS = [
     "What is the capital of France?",
@@ -69,6 +79,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--solution", default="ref", help="ref | learner")
     parser.error = fail
     args = parser.parse_args()
+    require_model_name(args.model)
     for name in ("batch_size", "max_tokens", "max_seq_len"):
         if getattr(args, name) < 1:
             option = "--" + name.replace("_", "-")
@@ -245,29 +256,48 @@ def print_summary(results, console: Console) -> None:
     )
 
 
-def warm_up(model) -> None:
-    """One token through the model: weights are dequantized lazily, on first use, and
-    that one-time cost would otherwise count as the first prefill chunk."""
-    mx.eval(model(mx.array([[0]]), 0, model.create_kv_cache()))
+def print_failures(results) -> int:
+    """Each failed request's whole error on stderr (the table cuts it); their count."""
+    failed = [(n, r) for n, r in enumerate(results) if r.finish_reason == "error"]
+    for number, result in failed:
+        print(f"request #{number} failed: {result.error}", file=sys.stderr)
+    return len(failed)
+
+
+def clamp_max_seq_len(args, mlx_model) -> None:
+    """A decode slot cannot hold more positions than the model was trained for."""
+    limit = context_length(mlx_model)
+    if args.max_seq_len > limit:
+        print(
+            f"note: --max-seq-len {args.max_seq_len} is beyond the model's context "
+            f"of {limit} positions (max_position_embeddings): using {limit}",
+            file=sys.stderr,
+        )
+        args.max_seq_len = limit
 
 
 def main() -> None:
     args = parse_args()
     prompts = args.prompts or DEFAULT_PROMPTS
+    note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
+    clamp_max_seq_len(args, mlx_model)
     package = importlib.import_module(
         "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
     )
+    # Fast kernels are week 2 day 3; a learner's days 1-2 model runs without them.
+    kinds = ["week2-fast", "week2"] if args.solution == "learner" else ["week2-fast"]
     console = Console()
     try:
-        model = package.Qwen2ModelWeek2(mlx_model, use_fast_kernels=True)
-        warm_up(model)
+        model, _ = newest_model(package, mlx_model, kinds)
         results = run(package, model, tokenizer, prompts, args, console)
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:
         fail(str(error))
     print_summary(results, console)
+    if print_failures(results):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,14 @@
 """Chat once with a model through the course's hand-written Qwen2.
 
 pdm run main --prompt "What is the capital of France?"
-pdm run main --solution learner --loader week2
+echo "Why is the sky blue?" | pdm run main
+pdm run main --solution learner      # the newest model src/tiny_llm can run
 pdm run main --solution mlx          # mlx-lm's own model, for comparison
+
+By default the week 2 model answers, with its KV cache and mx.fast kernels. With
+--solution learner, main tries the week 2 model with fast kernels, then with the
+hand-written ones, then the week 1 model, and says on stderr which one answers;
+--loader picks one.
 """
 
 import argparse
@@ -10,8 +16,24 @@ import importlib
 import sys
 import time
 
-import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
-from scripts.cli import fail, load_model_or_exit
+from scripts.cli import exit_on_interrupt
+
+exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
+
+import tiny_llm_ref  # noqa: E402  (before mlx.core: loads the fast BLAS)
+
+from scripts.cli import (  # noqa: E402
+    MODEL_KINDS,
+    context_length,
+    fail,
+    load_model_or_exit,
+    newest_model,
+    note_slow_blas,
+    read_piped_stdin,
+    read_stdin,
+    require_finite,
+    require_model_name,
+)
 
 DEFAULT_PROMPT = "Give me a short introduction to large language models."
 
@@ -21,26 +43,49 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--model", help="local model folder or Hub repo id (default: embedded SmolLM2)"
     )
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument(
+        "--prompt",
+        help="the question; '-' reads it from standard input, as does a pipe or a "
+        "redirected file when --prompt is left out",
+    )
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temp", type=float, default=0.0)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--solution", default="ref", help="ref | learner | mlx")
     parser.add_argument(
-        "--loader", default="week1", help="week1 (no cache) | week2 (KV cache)"
+        "--loader",
+        default="auto",
+        help="auto (the newest that runs) | week2-fast | week2 | week1",
     )
     parser.error = fail
     args = parser.parse_args()
-    if not args.prompt.strip():
-        fail("--prompt is empty: give the model something to answer")
+    require_model_name(args.model)
     if args.max_tokens < 1:
         fail(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    require_finite("--temp", args.temp)
+    require_finite("--top-p", args.top_p)
     if args.solution not in ("ref", "learner", "mlx"):
         fail(f"unknown --solution {args.solution!r}: choose ref, learner or mlx")
-    if args.loader not in ("week1", "week2"):
-        fail(f"unknown --loader {args.loader!r}: choose week1 or week2")
+    if args.loader not in ("auto", *MODEL_KINDS):
+        fail(f"unknown --loader {args.loader!r}: choose auto, {', '.join(MODEL_KINDS)}")
+    args.prompt = read_prompt(args.prompt)
     return args
+
+
+def read_prompt(option: str | None) -> str:
+    """--prompt, else standard input when piped (or with `--prompt -`), else the default."""
+    if option == "-":
+        prompt, source = read_stdin(), "standard input"
+    elif option is None:
+        prompt, source = read_piped_stdin(), "standard input"
+        if prompt is None:
+            return DEFAULT_PROMPT
+    else:
+        prompt, source = option, "--prompt"
+    if not prompt.strip():
+        fail(f"the prompt on {source} is empty: give the model something to answer")
+    return prompt.strip()
 
 
 def main() -> None:
@@ -49,7 +94,9 @@ def main() -> None:
         sampler = tiny_llm_ref.make_sampler(args.temp, args.top_p, args.top_k)
     except ValueError as error:
         fail(str(error))
+    note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
+    check_context_length(mlx_model, tokenizer, args)
 
     if args.solution == "mlx":
         stats = generate_with_mlx_lm(mlx_model, tokenizer, args, sampler)
@@ -57,10 +104,19 @@ def main() -> None:
         package = importlib.import_module(
             "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
         )
+        kinds = list(MODEL_KINDS) if args.loader == "auto" else [args.loader]
         try:
-            stats = generate_with_course(package, mlx_model, tokenizer, args, sampler)
+            model, kind = newest_model(package, mlx_model, kinds)
+            generate = (
+                package.simple_generate
+                if kind == "week1"
+                else package.simple_generate_with_kv_cache
+            )
+            stats = generate_with_course(generate, model, tokenizer, args, sampler)
         except NotImplementedError as error:
             fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
+        except ValueError as error:  # a model the hand-written code does not support
+            fail(str(error), status=1)
     prompt_tokens, prompt_tps, gen_tokens, gen_tps = stats
     print(
         f"\n\nprompt: {prompt_tokens} tokens, {prompt_tps:.1f} tokens/s | "
@@ -69,11 +125,24 @@ def main() -> None:
     )
 
 
+def check_context_length(mlx_model, tokenizer, args) -> None:
+    """The prompt and every token generated after it need a position the model knows."""
+    limit = context_length(mlx_model)
+    prompt_tokens = len(chat_prompt(tokenizer, args.prompt))
+    if prompt_tokens + args.max_tokens > limit:
+        fail(
+            f"the prompt ({prompt_tokens} tokens) plus --max-tokens {args.max_tokens} "
+            f"needs {prompt_tokens + args.max_tokens} positions, beyond the model's "
+            f"context of {limit} (max_position_embeddings): shorten the prompt or "
+            "lower --max-tokens"
+        )
+
+
 def print_text(segment: str) -> None:
     print(segment, end="", flush=True)
 
 
-def generate_with_course(package, mlx_model, tokenizer, args, sampler):
+def generate_with_course(generate, model, tokenizer, args, sampler):
     """Time the sampler's calls: the first one ends the prefill, each one is a token."""
     sample_times = []
 
@@ -83,12 +152,6 @@ def generate_with_course(package, mlx_model, tokenizer, args, sampler):
         sample_times.append(time.perf_counter())
         return token
 
-    if args.loader == "week1":
-        model = package.Qwen2ModelWeek1(mlx_model)
-        generate = package.simple_generate
-    else:
-        model = package.Qwen2ModelWeek2(mlx_model)
-        generate = package.simple_generate_with_kv_cache
     start = time.perf_counter()
     generate(model, tokenizer, args.prompt, timed_sampler, args.max_tokens, print_text)
     prompt_tokens = len(chat_prompt(tokenizer, args.prompt))

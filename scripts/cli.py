@@ -1,6 +1,18 @@
-"""What the command-line programs share: one-line errors and model-preparation progress."""
+"""What the command-line programs share: one-line errors, Ctrl-C, model loading with
+progress bars, and the notes a user should see about speed and context length.
 
+Imports nothing from MLX at module level: main.py and batch-main.py import this module
+before the project, which must load the fast BLAS before mlx.core.
+"""
+
+import atexit
+import math
+import os
+import signal
+import stat
 import sys
+import threading
+import time
 from typing import NoReturn
 
 from tqdm import tqdm
@@ -9,6 +21,13 @@ STAGES = {
     "verify": "checking the embedded model file",
     "convert": "converting the GGUF model for MLX",
 }
+MODEL_KINDS = {
+    "week2-fast": "the week 2 model with the KV cache and fast kernels",
+    "week2": "the week 2 model with the KV cache and hand-written kernels",
+    "week1": "the week 1 model (no KV cache: every token reruns the whole sequence)",
+}
+INTERRUPTED_STATUS = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+FORCED_EXIT_AFTER_S = 0.5
 
 
 def fail(message: str, status: int = 2) -> NoReturn:
@@ -17,18 +36,87 @@ def fail(message: str, status: int = 2) -> NoReturn:
     sys.exit(status)
 
 
+def exit_on_interrupt() -> None:
+    """Make Ctrl-C end the program at once: one line on stderr, status 130, no traceback.
+
+    The handler raises SystemExit, so `with` blocks still restore the terminal, and
+    the line is printed at exit, below whatever they leave. MLX computes with the GIL
+    released, so a long prefill would keep the main thread from running the handler
+    until it returns: a watcher thread, woken by the signal itself through
+    signal.set_wakeup_fd, ends the process if the main thread has not within
+    FORCED_EXIT_AFTER_S. A second Ctrl-C kills at once (the default action).
+    """
+    announced = threading.Lock()
+
+    def announce_once() -> None:
+        if announced.acquire(blocking=False):
+            prefix = "\n" if sys.stderr.isatty() else ""
+            print(f"{prefix}interrupted", file=sys.stderr, flush=True)
+
+    def on_interrupt(signum, frame) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        atexit.register(announce_once)  # last: after progress bars clear their lines
+        raise SystemExit(INTERRUPTED_STATUS)
+
+    def watch(wakeups: int) -> None:
+        while os.read(wakeups, 1) != bytes([signal.SIGINT]):
+            pass
+        time.sleep(FORCED_EXIT_AFTER_S)
+        announce_once()
+        if sys.stdout.isatty():
+            sys.stdout.write("\x1b[?25h")  # show the cursor a live display hid
+        sys.stdout.flush()
+        os._exit(INTERRUPTED_STATUS)
+
+    wakeups, wakeup_writes = os.pipe()
+    os.set_blocking(wakeup_writes, False)
+    signal.set_wakeup_fd(wakeup_writes, warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, on_interrupt)
+    threading.Thread(target=watch, args=(wakeups,), daemon=True).start()
+
+
+def require_finite(option: str, value: float) -> None:
+    """NaN and infinity pass every `<` and `>` check a range makes: refuse them first."""
+    if not math.isfinite(value):
+        fail(f"{option} must be a finite number, got {value}")
+
+
+def require_model_name(name: str | None) -> None:
+    if name is not None and not name.strip():
+        fail(
+            "--model is empty: give a model folder or a Hub repo id, or leave --model "
+            "out for the embedded model"
+        )
+
+
+def note_slow_blas() -> None:
+    """One line on stderr when float32 matmul runs on MLX's slow reference BLAS."""
+    import mlx.core as mx
+
+    from tiny_llm_base.fast_blas import STATUS
+
+    if STATUS.hint and mx.default_device().type == mx.cpu:
+        print(f"note: {STATUS.hint}", file=sys.stderr)
+
+
+def context_length(mlx_model) -> int:
+    """The positions the model was trained for: its config's max_position_embeddings."""
+    from tiny_llm_base import DEFAULT_MAX_SEQ_LEN
+
+    return getattr(mlx_model.args, "max_position_embeddings", None) or (
+        DEFAULT_MAX_SEQ_LEN
+    )
+
+
 class ModelProgress:
-    """Renders load_model's progress(stage, done, total) reports as tqdm bars."""
+    """Renders load_model's progress(stage, done, total) reports as tqdm bars and lines."""
 
     def __init__(self) -> None:
         self.bars: dict[str, tqdm] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage == "rebuild":
-            print(
-                "the converted model folder is incomplete or damaged: rebuilding it",
-                file=sys.stderr,
-            )
+        if stage in ("rebuild", "replace-file", "wait"):
+            print(self.announcement(stage), file=sys.stderr)
             return
         if stage not in self.bars:
             unit = "B" if stage == "verify" else "tensor"
@@ -41,6 +129,22 @@ class ModelProgress:
             )
         bar = self.bars[stage]
         bar.update(done - bar.n)
+
+    @staticmethod
+    def announcement(stage: str) -> str:
+        from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
+
+        folder = default_models_dir() / MODEL_DIR_NAME
+        if stage == "rebuild":
+            return (
+                f"the converted model folder {folder} is incomplete, damaged or from "
+                "an older tiny-llm: rebuilding it"
+            )
+        if stage == "replace-file":
+            return f"{folder} is a file, not the converted model folder: replacing it"
+        return (
+            f"another process is converting the embedded model into {folder}: waiting"
+        )
 
     def __enter__(self) -> "ModelProgress":
         return self
@@ -59,3 +163,60 @@ def load_model_or_exit(name: str | None):
             return load_model(name, progress=progress)
     except (ModelLoadError, EmbeddedModelError) as error:
         fail(str(error), status=1)
+
+
+def build_model(package, mlx_model, kind: str):
+    """`package`'s model of `kind` (a MODEL_KINDS key), after one token through it.
+
+    The token raises NotImplementedError where the learner has not written that day
+    yet, and dequantizes the lazily loaded weights before anything is timed.
+    """
+    import mlx.core as mx
+
+    token = mx.array([[0]])
+    if kind == "week1":
+        model = package.Qwen2ModelWeek1(mlx_model)
+        mx.eval(model(token))
+    else:
+        fast = kind == "week2-fast"
+        model = package.Qwen2ModelWeek2(mlx_model, use_fast_kernels=fast)
+        mx.eval(model(token, 0, model.create_kv_cache()))
+    return model
+
+
+def newest_model(package, mlx_model, kinds: list[str]):
+    """(model, kind) for the first of `kinds` that `package` runs; says which on stderr.
+
+    Exits with status 1 and the last NotImplementedError when none runs yet.
+    """
+    for kind in kinds:
+        try:
+            model = build_model(package, mlx_model, kind)
+        except NotImplementedError as error:
+            if kind == kinds[-1]:
+                fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
+            continue
+        print(f"{package.__name__}: {MODEL_KINDS[kind]}", file=sys.stderr)
+        return model, kind
+
+
+def read_piped_stdin() -> str | None:
+    """The text on standard input when it is a pipe or a redirected file, else None.
+
+    A terminal, /dev/null or a closed stdin is not read: `pdm run main` alone must
+    not wait for input nobody is going to type.
+    """
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return read_stdin()
+
+
+def read_stdin() -> str:
+    try:
+        return sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError:
+        fail("standard input is not UTF-8 text")

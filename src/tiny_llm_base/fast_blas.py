@@ -7,13 +7,17 @@ float32 matmul (about 30x faster on the course's 2-core machines). macOS uses
 Accelerate and needs nothing. Set `TINY_LLM_FAST_BLAS=0` to measure without it.
 
 This module must be imported before anything imports `mlx.core`; the package's
-`__init__` does so first.
+`__init__` does so first. A script that imports `mlx.core` earlier gets a
+SlowBlasWarning saying so: OpenBLAS loaded after libmlx cannot take over, because
+Python loads extension modules with RTLD_NOW and libmlx's BLAS symbols are already
+bound.
 """
 
 import ctypes
 import ctypes.util
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,15 @@ SYSTEM_OPENBLAS = [
     "/usr/lib/libopenblas.so.0",
 ]
 DEBIAN_PACKAGE = "libopenblas0-pthread"
+IMPORTED_TOO_LATE = (
+    "mlx.core was imported before tiny_llm, so float32 matmul runs on MLX's slow "
+    "reference BLAS (~30x slower): import tiny_llm (or tiny_llm_ref, tiny_llm_base) "
+    "before mlx"
+)
+
+
+class SlowBlasWarning(RuntimeWarning):
+    """Float32 matmul will run on MLX's bundled reference BLAS on a Linux CPU."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +79,7 @@ def activate() -> BlasStatus:
     if os.environ.get("TINY_LLM_FAST_BLAS") == "0":
         return BlasStatus(None, "fast BLAS disabled by TINY_LLM_FAST_BLAS=0")
     if "mlx.core" in sys.modules:
-        return BlasStatus(
-            None, "mlx.core was imported before tiny_llm: import tiny_llm first"
-        )
+        return BlasStatus(None, IMPORTED_TOO_LATE)
     path = find_openblas()
     if path is None:
         return BlasStatus(
@@ -80,4 +91,28 @@ def activate() -> BlasStatus:
     return BlasStatus(path, None)
 
 
+def computes_on_cpu() -> bool:
+    """Whether MLX's default device is the CPU (only asked once mlx.core is loaded)."""
+    import mlx.core as mx
+
+    return mx.default_device().type == mx.cpu
+
+
+def importer_stacklevel() -> int:
+    """warnings.warn's stacklevel for the first caller outside tiny-llm's packages:
+    the line that imported them. Like warnings, it skips importlib's own frames."""
+    packages = str(Path(__file__).resolve().parents[1])
+    level, frame = 1, sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not ("importlib" in name and "_bootstrap" in name):
+            if not name.startswith(packages):
+                return level
+            level += 1
+        frame = frame.f_back
+    return level
+
+
 STATUS = activate()
+if STATUS.hint == IMPORTED_TOO_LATE and computes_on_cpu():
+    warnings.warn(IMPORTED_TOO_LATE, SlowBlasWarning, stacklevel=importer_stacklevel())

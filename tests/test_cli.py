@@ -1,0 +1,488 @@
+"""main.py and batch-main.py as a user runs them: each bad input gets one line on
+stderr and an exit status (2: bad input, 1: a model that cannot be loaded or a request
+that failed, 130: Ctrl-C), never a traceback."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import tiny_llm_ref
+from scripts import cli
+from tiny_llm_base import fast_blas
+from tiny_llm_base import embedded_model as store
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTEXT = 8192  # the embedded SmolLM2's max_position_embeddings (its GGUF metadata)
+DEFAULT_PROMPT = "Give me a short introduction to large language models."
+
+
+def run(script: str, *args: str, stdin: str | bytes | None = None, env=None):
+    """Run a CLI to the end, its output decoded; stdin None is /dev/null, which is
+    not a pipe: main does not read it."""
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    result = subprocess.run(
+        [sys.executable, script, *args],
+        cwd=ROOT,
+        input=data,
+        stdin=subprocess.DEVNULL if data is None else None,
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+    result.stdout, result.stderr = result.stdout.decode(), result.stderr.decode()
+    return result
+
+
+def stderr_lines(result) -> list[str]:
+    return result.stderr.splitlines()
+
+
+def slow_blas_is_reported() -> bool:
+    """Linux computing on the CPU: where MLX's bundled BLAS would do the matmuls."""
+    return fast_blas.needs_openblas() and fast_blas.computes_on_cpu()
+
+
+def assert_one_line_error(result, status: int, message: str) -> None:
+    lines = stderr_lines(result)
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr
+    assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
+    assert lines[-1].startswith("error: ") and message in lines[-1], lines
+
+
+@pytest.fixture(scope="module")
+def damaged_models(tmp_path_factory) -> Path:
+    """Copies of the embedded model folder, each with one thing wrong."""
+    source = store.ensure_embedded_model()
+    config = json.loads((source / "config.json").read_text())
+    root = tmp_path_factory.mktemp("damaged")
+
+    def copy(name: str, config_text: str | None, skip=("config.json",)) -> None:
+        folder = root / name
+        folder.mkdir()
+        for file in source.iterdir():
+            if file.name not in skip:
+                (folder / file.name).symlink_to(file)
+        if config_text is not None:
+            (folder / "config.json").write_text(config_text)
+
+    copy("not-json", '{"model_type": "llama",')
+    copy("a-list", "[1, 2]")
+    copy(
+        "no-model-type",
+        json.dumps({k: v for k, v in config.items() if k != "model_type"}),
+    )
+    copy("more-layers", json.dumps({**config, "num_hidden_layers": 40}))
+    copy("other-vocab", json.dumps({**config, "vocab_size": 1000}))
+    copy("unknown-type", json.dumps({**config, "model_type": "no-such-architecture"}))
+    copy(
+        "no-tokenizer",
+        json.dumps(config),
+        skip=("config.json", "tokenizer.json", "tokenizer_config.json"),
+    )
+    (root / "empty").mkdir()
+    return root
+
+
+# Bad input to main: (arguments, standard input, exit status, what the one line says).
+MAIN_BAD_INPUT = {
+    "blank prompt": (["--prompt", "  "], None, 2, "the prompt on --prompt is empty"),
+    "zero max tokens": (
+        ["--max-tokens", "0"],
+        None,
+        2,
+        "--max-tokens must be at least 1",
+    ),
+    "max tokens not a number": (["--max-tokens", "many"], None, 2, "invalid int value"),
+    "negative temp": (["--temp", "-1"], None, 2, "temp must be >= 0"),
+    "temp nan": (["--temp", "nan"], None, 2, "--temp must be a finite number, got nan"),
+    "temp inf": (["--temp", "inf"], None, 2, "--temp must be a finite number, got inf"),
+    "top-p above 1": (["--top-p", "1.5"], None, 2, "top_p must be in (0, 1]"),
+    "top-p nan": (["--top-p", "nan"], None, 2, "--top-p must be a finite number"),
+    "top-k zero": (["--top-k", "0"], None, 2, "top_k must be >= 1"),
+    "unknown solution": (["--solution", "nope"], None, 2, "unknown --solution 'nope'"),
+    "unknown loader": (["--loader", "week9"], None, 2, "unknown --loader 'week9'"),
+    "unknown option": (["--prompts", "x"], None, 2, "unrecognized arguments"),
+    "empty model": (["--model", ""], None, 2, "--model is empty"),
+    "blank piped prompt": ([], " \n", 2, "the prompt on standard input is empty"),
+    "empty --prompt -": (
+        ["--prompt", "-"],
+        "",
+        2,
+        "the prompt on standard input is empty",
+    ),
+    "piped bytes not UTF-8": ([], b"\xff\xfe", 2, "standard input is not UTF-8 text"),
+    "beyond context (ref)": (
+        ["--max-tokens", "9000"],
+        None,
+        2,
+        f"plus --max-tokens 9000 needs {{needed}} positions, beyond the model's "
+        f"context of {CONTEXT}",
+    ),
+    "beyond context (learner)": (
+        ["--max-tokens", "9000", "--solution", "learner"],
+        None,
+        2,
+        f"beyond the model's context of {CONTEXT}",
+    ),
+    "beyond context (mlx)": (
+        ["--max-tokens", "9000", "--solution", "mlx"],
+        None,
+        2,
+        f"beyond the model's context of {CONTEXT}",
+    ),
+    "long piped prompt beyond context": (
+        ["--max-tokens", "1"],
+        "hello " * (CONTEXT + 10),
+        2,
+        f"beyond the model's context of {CONTEXT}",
+    ),
+    "model neither folder nor repo id": (
+        ["--model", "no-such-model"],
+        None,
+        1,
+        "'no-such-model' is neither a local folder nor a Hub repo id",
+    ),
+    "model folder without a model": (
+        ["--model", "{damaged}/empty"],
+        None,
+        1,
+        "{damaged}/empty is not a model folder: it needs config.json",
+    ),
+    "config.json not JSON": (
+        ["--model", "{damaged}/not-json"],
+        None,
+        1,
+        "{damaged}/not-json/config.json is not valid JSON",
+    ),
+    "config.json a JSON list": (
+        ["--model", "{damaged}/a-list"],
+        None,
+        1,
+        "{damaged}/a-list/config.json holds a JSON list, not an object",
+    ),
+    "config.json without model_type": (
+        ["--model", "{damaged}/no-model-type"],
+        None,
+        1,
+        '{damaged}/no-model-type/config.json has no "model_type"',
+    ),
+    "config.json with more layers than the weights": (
+        ["--model", "{damaged}/more-layers"],
+        None,
+        1,
+        "more-layers/config.json does not match the weights in {damaged}/more-layers: "
+        "Missing 90 parameters",
+    ),
+    "config.json with another vocabulary size": (
+        ["--model", "{damaged}/other-vocab"],
+        None,
+        1,
+        "other-vocab/config.json does not match the weights",
+    ),
+    "config.json with an unknown model_type": (
+        ["--model", "{damaged}/unknown-type"],
+        None,
+        1,
+        "Model type no-such-architecture not supported",
+    ),
+    "model folder without tokenizer files": (
+        ["--model", "{damaged}/no-tokenizer"],
+        None,
+        1,
+        "the tokenizer files in {damaged}/no-tokenizer could not be loaded",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MAIN_BAD_INPUT)
+def test_main_refuses_bad_input_with_one_line(case, damaged_models, embedded_model):
+    args, stdin, status, message = MAIN_BAD_INPUT[case]
+    args = [arg.format(damaged=damaged_models) for arg in args]
+    result = run("main.py", *args, stdin=stdin)
+    if "{needed}" in message:  # the default prompt's tokens, counted here
+        _, tokenizer = embedded_model
+        turn = {"role": "user", "content": DEFAULT_PROMPT}
+        prompt = tokenizer.apply_chat_template([turn], add_generation_prompt=True)
+        message = message.replace("{needed}", str(len(prompt) + 9000))
+    assert_one_line_error(result, status, message.format(damaged=damaged_models))
+
+
+BATCH_MAIN_BAD_INPUT = {
+    "empty model": (["--model", ""], 2, "--model is empty"),
+    "zero batch size": (["--batch-size", "0"], 2, "--batch-size must be at least 1"),
+    "zero max tokens": (["--max-tokens", "0"], 2, "--max-tokens must be at least 1"),
+    "zero max seq len": (["--max-seq-len", "0"], 2, "--max-seq-len must be at least 1"),
+    "prefill step not a number": (
+        ["--prefill-step", "abc"],
+        2,
+        "--prefill-step must be a number of tokens or 'none', got 'abc'",
+    ),
+    "zero prefill step": (
+        ["--prefill-step", "0"],
+        2,
+        "--prefill-step must be at least 1",
+    ),
+    "unknown solution": (["--solution", "mlx"], 2, "unknown --solution 'mlx'"),
+    "missing prompts file": (
+        ["--prompts-file", "{tmp}/absent.txt"],
+        2,
+        "cannot read --prompts-file {tmp}/absent.txt",
+    ),
+    "empty prompts file": (["--prompts-file", "{tmp}/blank.txt"], 2, "has no prompts"),
+    "prompts file not UTF-8": (["--prompts-file", "{tmp}/latin1.txt"], 2, "not UTF-8"),
+    "config.json not JSON": (
+        ["--model", "{damaged}/not-json"],
+        1,
+        "not-json/config.json is not valid JSON",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BATCH_MAIN_BAD_INPUT)
+def test_batch_main_refuses_bad_input_with_one_line(case, damaged_models, tmp_path):
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9?".encode("latin-1"))
+    args, status, message = BATCH_MAIN_BAD_INPUT[case]
+    names = {"damaged": damaged_models, "tmp": tmp_path}
+    result = run("batch-main.py", *[arg.format(**names) for arg in args])
+    assert_one_line_error(result, status, message.format(**names))
+
+
+def test_main_answers_a_piped_prompt_through_the_fast_week2_model():
+    result = run(
+        "main.py", "--max-tokens", "8", stdin="What is the capital of France?\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+    assert stderr_lines(result)[0] == (
+        "tiny_llm_ref: the week 2 model with the KV cache and fast kernels"
+    )
+
+
+def test_main_reads_the_prompt_from_stdin_with_prompt_dash():
+    result = run(
+        "main.py",
+        "--prompt",
+        "-",
+        "--max-tokens",
+        "8",
+        stdin="What is the capital of France?",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+
+
+def test_main_prefers_prompt_over_piped_input():
+    result = run(
+        "main.py",
+        "--prompt",
+        "What is the capital of France?",
+        "--max-tokens",
+        "8",
+        stdin="Name a color.",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+
+
+def test_batch_main_clamps_max_seq_len_to_the_context(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hi!\n")
+    result = run(
+        "batch-main.py",
+        "--prompts-file",
+        str(prompts),
+        "--max-tokens",
+        "2",
+        "--max-seq-len",
+        "30000",
+    )
+    assert result.returncode == 0, result.stderr
+    assert stderr_lines(result)[0] == (
+        f"note: --max-seq-len 30000 is beyond the model's context of {CONTEXT} "
+        f"positions (max_position_embeddings): using {CONTEXT}"
+    )
+
+
+def test_batch_main_fails_when_a_request_fails_and_prints_its_whole_error(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hi!\n" + "word " * 60 + "\n")
+    result = run(
+        "batch-main.py",
+        "--prompts-file",
+        str(prompts),
+        "--max-tokens",
+        "2",
+        "--max-seq-len",
+        "40",
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    failures = [line for line in stderr_lines(result) if "failed" in line]
+    assert len(failures) == 1 and failures[0].startswith("request #1 failed: ")
+    assert len(failures[0]) > 100  # the table's column would have cut it
+    assert failures[0].rstrip().endswith("shorten the prompt")
+    assert "length" in result.stdout  # the good request finished normally
+
+
+def interrupt(
+    script: str, *args: str, after: str, wait_s: float = 0.0, env=None
+) -> tuple[int, str, float]:
+    """Start a CLI, send SIGINT wait_s after its stderr shows `after`; returns its
+    status, its stderr and how long it took to exit after the signal."""
+    process = subprocess.Popen(
+        [sys.executable, script, *args],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    seen = b""
+    while after.encode() not in seen:
+        byte = process.stderr.read(1)
+        assert byte, f"{script} ended before {after!r}: {seen.decode()}"
+        seen += byte
+    time.sleep(wait_s)
+    sent = time.perf_counter()
+    process.send_signal(signal.SIGINT)
+    rest = process.stderr.read()
+    status = process.wait(timeout=30)
+    return status, (seen + rest).decode(), time.perf_counter() - sent
+
+
+@pytest.mark.parametrize("script", ["main.py", "batch-main.py"])
+def test_ctrl_c_during_generation_exits_at_once_with_status_130(script):
+    status, stderr, delay = interrupt(
+        script, "--max-tokens", "1000", after="fast kernels\n", wait_s=0.3
+    )
+    assert status == 130
+    assert stderr.splitlines()[-1] == "interrupted"
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert delay < 5
+
+
+def test_ctrl_c_during_the_first_conversion_leaves_a_folder_the_next_run_repairs(
+    tmp_path,
+):
+    status, stderr, _ = interrupt(
+        "main.py",
+        "--max-tokens",
+        "1",
+        after="converting",
+        env={"TINY_LLM_MODELS": str(tmp_path)},
+    )
+    assert status == 130 and stderr.splitlines()[-1].endswith("interrupted")
+    assert "Traceback" not in stderr
+    assert not store.folder_is_intact(tmp_path / store.MODEL_DIR_NAME)
+    result = run("main.py", "--max-tokens", "1", env={"TINY_LLM_MODELS": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert store.folder_is_intact(tmp_path / store.MODEL_DIR_NAME)
+    assert not (tmp_path / (store.MODEL_DIR_NAME + ".partial")).exists()
+
+
+def test_importing_mlx_first_warns_in_one_line_that_blas_is_slow():
+    late = subprocess.run(
+        [sys.executable, "-c", "import mlx.core\nimport tiny_llm_ref"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    in_order = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import tiny_llm_ref\nimport mlx.core"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert late.returncode == 0 and in_order.returncode == 0, late.stderr
+    assert in_order.stderr == ""
+    if not slow_blas_is_reported():  # Accelerate, or a GPU: nothing to warn about
+        assert late.stderr == ""
+        return
+    # Reported at the line that imported the project, on one line.
+    assert late.stderr.splitlines()[0] == (
+        f"<string>:2: SlowBlasWarning: {fast_blas.IMPORTED_TOO_LATE}"
+    )
+
+
+def test_main_says_in_one_line_when_blas_is_slow():
+    result = run("main.py", "--max-tokens", "9000", env={"TINY_LLM_FAST_BLAS": "0"})
+    lines = stderr_lines(result)
+    if not slow_blas_is_reported():
+        assert not lines[0].startswith("note:")
+        return
+    assert lines[0] == "note: fast BLAS disabled by TINY_LLM_FAST_BLAS=0"
+
+
+def fake_learner(fast: bool, week2: bool, week1: bool) -> SimpleNamespace:
+    """A learner package that has implemented some of the reference's models."""
+
+    def not_yet(day: str):
+        def raise_not_implemented(*args, **kwargs):
+            raise NotImplementedError(f"{day}: not implemented")
+
+        return raise_not_implemented
+
+    def week2_model(mlx_model, use_fast_kernels=False):
+        if use_fast_kernels and not fast:
+            not_yet("Week 2 Day 3")()
+        return tiny_llm_ref.Qwen2ModelWeek2(
+            mlx_model, use_fast_kernels=use_fast_kernels
+        )
+
+    return SimpleNamespace(
+        __name__="tiny_llm",
+        Qwen2ModelWeek2=week2_model if week2 else not_yet("Week 2 Day 1"),
+        Qwen2ModelWeek1=tiny_llm_ref.Qwen2ModelWeek1
+        if week1
+        else not_yet("Week 1 Day 5"),
+    )
+
+
+@pytest.mark.parametrize(
+    "done, expected",
+    [
+        ((True, True, True), "week2-fast"),
+        ((False, True, True), "week2"),
+        ((False, False, True), "week1"),
+    ],
+)
+def test_learner_gets_the_newest_model_it_has_implemented(
+    done, expected, embedded_model, capsys
+):
+    mlx_model, _ = embedded_model
+    model, kind = cli.newest_model(
+        fake_learner(*done), mlx_model, list(cli.MODEL_KINDS)
+    )
+    assert kind == expected
+    week2 = expected != "week1"
+    assert isinstance(
+        model, tiny_llm_ref.Qwen2ModelWeek2 if week2 else tiny_llm_ref.Qwen2ModelWeek1
+    )
+    if week2:
+        assert model.fast == (expected == "week2-fast")
+    assert capsys.readouterr().err == f"tiny_llm: {cli.MODEL_KINDS[expected]}\n"
+
+
+def test_learner_with_no_model_yet_is_told_the_first_day_to_write(
+    embedded_model, capsys
+):
+    mlx_model, _ = embedded_model
+    with pytest.raises(SystemExit) as exit_info:
+        cli.newest_model(
+            fake_learner(False, False, False), mlx_model, list(cli.MODEL_KINDS)
+        )
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == (
+        "error: not implemented yet in src/tiny_llm: Week 1 Day 5: not implemented\n"
+    )

@@ -16,6 +16,8 @@ attention is split, each part against its own cache:
                                         request's cache and the chunk mask (day 7)
     the parts' outputs, put back in the same order: [1, H_q, T, D] -> wo -> [1, T, E]
 
+(split_parts cuts [1, H, T, D] into those parts; join_parts glues them back.)
+
 The final norm and the LM head run only on the rows that are sampled: the B decode
 rows and the last position of each chunk that finishes its prompt.
 """
@@ -44,6 +46,30 @@ class PrefillChunk:
     wants_logits: bool
 
 
+def split_parts(
+    x: mx.array, decode_rows: int, chunk_lengths: list[int]
+) -> tuple[mx.array | None, list[mx.array]]:
+    """x: [1, H, T, D] over a step's tokens -> (decode part [B, H, 1, D], or None when
+    B = decode_rows is 0; each chunk's part [1, H, L_c, D]).
+
+    The first B tokens are the decode rows: swapping axes 0 and 2 makes each one its
+    own batch row, as day 5's decode step has them. The chunks follow, in order.
+    """
+    raise NotImplementedError(
+        "Week 3 Day 1: split_parts: the decode part is x[:, :, :B] with axes 0 "
+        "and 2 swapped (None when B is 0); then chunk c is x[:, :, start:end], "
+        "the chunks one after the other from position B"
+    )
+
+
+def join_parts(decode: mx.array | None, chunks: list[mx.array]) -> mx.array:
+    """split_parts undone: [B, H, 1, D] and each [1, H, L_c, D] -> [1, H, T, D]."""
+    raise NotImplementedError(
+        "Week 3 Day 1: join_parts: swap the decode part's axes 0 and 2 back "
+        "(when there is one) and concatenate it and the chunks along axis 2"
+    )
+
+
 def mixed_forward(
     model: Qwen2ModelWeek2,
     decode_tokens: list[int],
@@ -63,12 +89,13 @@ def mixed_forward(
     tokens. Nothing is evaluated here.
     """
     raise NotImplementedError(
-        "Week 3 Day 1: mixed_forward: check every offset (check_offset); embed the "
-        "decode tokens and all chunks' tokens as one sequence [1, T]; run each layer "
-        "with layer.forward(h, attend), where attend(q, k, v) cuts q, k, v [1, H, T, "
-        "D] along T: the first B tokens become B rows [B, H, 1, D] "
-        "(swapaxes(0, 2)) for attention.attend with the decode offsets and the batch "
-        "cache, each chunk's slice goes to attention.attend at chunk.offset with "
-        "chunk.cache; concatenate the outputs back along T. Then model.logits only "
-        "on the decode rows and the last row of each chunk that wants_logits"
+        "Week 3 Day 1: mixed_forward: ValueError for decode tokens without a "
+        "batch cache, a count of offsets unlike the tokens' or an empty chunk; "
+        "check_offset every layer's caches; embed the decode tokens and every "
+        "chunk's tokens as one sequence [1, T]; run each layer as "
+        "layer.forward(h, attend), where attend(q, k, v) cuts q, k, v with "
+        "split_parts, runs attention.attend on the decode rows (decode offsets, "
+        "batch cache) and on each chunk (chunk.offset, chunk.cache[layer]), and "
+        "glues the outputs with join_parts; then model.logits only on the decode "
+        "rows and the last position of each chunk that wants_logits"
     )

@@ -16,6 +16,8 @@ attention is split, each part against its own cache:
                                         request's cache and the chunk mask (day 7)
     the parts' outputs, put back in the same order: [1, H_q, T, D] -> wo -> [1, T, E]
 
+(split_parts cuts [1, H, T, D] into those parts; join_parts glues them back.)
+
 The final norm and the LM head run only on the rows that are sampled: the B decode
 rows and the last position of each chunk that finishes its prompt.
 """
@@ -44,6 +46,26 @@ class PrefillChunk:
     offset: int
     cache: list[TinyKvCache]
     wants_logits: bool
+
+
+def split_parts(
+    x: mx.array, decode_rows: int, chunk_lengths: list[int]
+) -> tuple[mx.array | None, list[mx.array]]:
+    """x: [1, H, T, D] over a step's tokens -> (decode part [B, H, 1, D], or None when
+    B = decode_rows is 0; each chunk's part [1, H, L_c, D]).
+
+    The first B tokens are the decode rows: swapping axes 0 and 2 makes each one its
+    own batch row, as day 5's decode step has them. The chunks follow, in order.
+    """
+    decode = x[:, :, :decode_rows].swapaxes(0, 2) if decode_rows else None
+    ends = list(accumulate(chunk_lengths, initial=decode_rows))
+    return decode, [x[:, :, start:end] for start, end in zip(ends, ends[1:])]
+
+
+def join_parts(decode: mx.array | None, chunks: list[mx.array]) -> mx.array:
+    """split_parts undone: [B, H, 1, D] and each [1, H, L_c, D] -> [1, H, T, D]."""
+    parts = [] if decode is None else [decode.swapaxes(0, 2)]
+    return mx.concatenate(parts + chunks, axis=2)
 
 
 def mixed_forward(
@@ -81,26 +103,31 @@ def mixed_forward(
     step_tokens = decode_tokens + [t for chunk in chunks for t in chunk.tokens]
     if not step_tokens:
         return None, []
-    ends = list(accumulate((len(chunk.tokens) for chunk in chunks), initial=B))
+    lengths = [len(chunk.tokens) for chunk in chunks]
     row_offsets = mx.array(decode_offsets)
 
     def attend_by_part(layer: int, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
         """q: [1, H_q, T, D], k and v: [1, H, T, D] -> [1, H_q, T, D]."""
         attention = model.layers[layer].attention
-        parts = []
+        q_rows, q_chunks = split_parts(q, B, lengths)
+        k_rows, k_chunks = split_parts(k, B, lengths)
+        v_rows, v_chunks = split_parts(v, B, lengths)
+        decode = None
         if B:
-            # [1, H, B, D] -> [B, H, 1, D]: each decode token is its own batch row.
-            rows = [x[:, :, :B].swapaxes(0, 2) for x in (q, k, v)]
-            out = attention.attend(*rows, row_offsets, batch_cache[layer])
-            parts.append(out.swapaxes(0, 2))
-        for chunk, start, end in zip(chunks, ends, ends[1:]):
-            part = [x[:, :, start:end] for x in (q, k, v)]
-            parts.append(attention.attend(*part, chunk.offset, chunk.cache[layer]))
-        return mx.concatenate(parts, axis=2)
+            decode = attention.attend(
+                q_rows, k_rows, v_rows, row_offsets, batch_cache[layer]
+            )
+        outs = [
+            attention.attend(*qkv, chunk.offset, chunk.cache[layer])
+            for *qkv, chunk in zip(q_chunks, k_chunks, v_chunks, chunks)
+        ]
+        return join_parts(decode, outs)
 
     h = model.embedding(mx.array([step_tokens]))  # [1, T, E]
     for number, layer in enumerate(model.layers):
         h = layer.forward(h, partial(attend_by_part, number))
+    # Chunk c spans step positions ends[c] .. ends[c + 1] - 1.
+    ends = list(accumulate(lengths, initial=B))
     last_rows = [end - 1 for end in ends[1:]]
     sampled = list(range(B)) + [
         row for chunk, row in zip(chunks, last_rows) if chunk.wants_logits

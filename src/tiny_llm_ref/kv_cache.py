@@ -91,11 +91,16 @@ def batch_causal_mask(offsets: mx.array, L: int, S: int, dtype: mx.Dtype) -> mx.
 class BatchingKvCache(TinyKvCache):
     """One layer's cache for up to `max_active_requests` sequences of different lengths.
 
-    Each request owns a slot (a batch row) of a preallocated
-    [max_active_requests, H, max_seq_len, D] buffer; row b holds its keys at positions
-    0 .. offsets[b] - 1 and its mask comes from its own offset, so rows never see each
-    other's keys, nor what a removed request left behind.
+    Each request owns a slot, a batch row: row b holds its keys at positions
+    0 .. offsets[b] - 1, and its mask comes from its own offset, so rows never see
+    each other's keys, nor what a removed request left behind. Storage
+    [rows, H, capacity, D] grows as it is used: `rows` up to the highest slot in use
+    + 1, capacity doubling up to max_seq_len, so a large batch or a long max_seq_len
+    costs nothing until requests need it. Fill the lowest free slot first and feed a
+    step `rows` rows.
     """
+
+    INITIAL_CAPACITY = 256
 
     def __init__(self, max_active_requests: int, max_seq_len: int) -> None:
         self.max_active_requests = max_active_requests
@@ -108,43 +113,83 @@ class BatchingKvCache(TinyKvCache):
     def offset(self) -> list[int]:
         return list(self.offsets)
 
-    def allocate(self, H: int, D: int, dtype: mx.Dtype) -> None:
-        shape = (self.max_active_requests, H, self.max_seq_len, D)
-        self.keys, self.values = mx.zeros(shape, dtype), mx.zeros(shape, dtype)
+    @property
+    def rows(self) -> int:
+        """The highest slot in use + 1 (0 when empty): the rows a step must feed."""
+        return max((slot + 1 for slot, n in enumerate(self.offsets) if n), default=0)
+
+    def fit(self, rows: int, length: int, H: int, D: int, dtype: mx.Dtype) -> None:
+        """Make the storage exactly `rows` rows of at least `length` positions.
+
+        Rows cut from the end must be empty; the other rows keep their keys and values.
+        """
+        stored_rows, stored_length = (
+            (0, 0) if self.keys is None else (self.keys.shape[0], self.keys.shape[2])
+        )
+        if stored_rows > rows:
+            self.keys, self.values = self.keys[:rows], self.values[:rows]
+            stored_rows = rows
+        if stored_rows == rows and length <= stored_length:
+            return
+        capacity = stored_length
+        if length > capacity:
+            capacity = max(length, 2 * capacity, self.INITIAL_CAPACITY)
+            capacity = min(capacity, self.max_seq_len)
+        keys = mx.zeros((rows, H, capacity, D), dtype)
+        values = mx.zeros((rows, H, capacity, D), dtype)
+        if self.keys is not None:
+            keys[:stored_rows, :, :stored_length, :] = self.keys
+            values[:stored_rows, :, :stored_length, :] = self.values
+        self.keys, self.values = keys, values
 
     def add_request(self, prefilled: TinyKvFullCache, slot: int) -> None:
         """Copy a prefilled request's keys/values [1, H, S, D] into row `slot`."""
+        if not 0 <= slot < self.max_active_requests:
+            raise ValueError(f"slot {slot} is outside [0, {self.max_active_requests})")
+        if self.offsets[slot]:
+            raise ValueError(f"slot {slot} is in use: remove_request it first")
         keys, values = prefilled.fetch()
         _, H, S, D = keys.shape
         if S > self.max_seq_len:
             raise ValueError(
                 f"a request of {S} tokens does not fit max_seq_len={self.max_seq_len}"
             )
-        if self.keys is None:
-            self.allocate(H, D, keys.dtype)
+        stored = 0 if self.keys is None else self.keys.shape[0]
+        self.fit(max(stored, slot + 1), S, H, D, keys.dtype)
         self.keys[slot, :, :S, :] = keys[0]
         self.values[slot, :, :S, :] = values[0]
         self.offsets[slot] = S
 
     def remove_request(self, slot: int) -> None:
-        """Free row `slot`: its offset goes back to 0, so its old keys are never seen."""
+        """Free row `slot`: its offset goes back to 0, so its old keys are never seen.
+
+        An empty cache lets go of its storage.
+        """
         self.offsets[slot] = 0
+        if self.rows == 0:
+            self.keys = self.values = None
 
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array]:
-        """keys/values: [max_active_requests, H, L, D], row b written at offsets[b]."""
-        _, H, L, D = keys.shape
-        if self.keys is None:
-            self.allocate(H, D, keys.dtype)
-        if max(self.offsets) + L > self.max_seq_len:
+        """keys/values: [B, H, L, D], rows <= B <= max_active_requests; row b is
+        written at offsets[b]. Returns keys/values [B, H, S, D] and the mask."""
+        B, H, L, D = keys.shape
+        if not self.rows <= B <= self.max_active_requests:
+            raise ValueError(
+                f"a step must feed between {self.rows} rows (the slots in use) and "
+                f"{self.max_active_requests}, got {B}"
+            )
+        offsets = self.offsets[:B]
+        S = max(offsets) + L
+        if S > self.max_seq_len:
             raise ValueError(f"a request would pass max_seq_len={self.max_seq_len}")
-        offsets = mx.array(self.offsets)
-        positions = (offsets[:, None] + mx.arange(L)[None, :])[:, None, :, None]
+        self.fit(B, S, H, D, keys.dtype)
+        row_offsets = mx.array(offsets)
+        positions = (row_offsets[:, None] + mx.arange(L)[None, :])[:, None, :, None]
         self.keys = mx.put_along_axis(self.keys, positions, keys, axis=2)
         self.values = mx.put_along_axis(self.values, positions, values, axis=2)
-        S = max(self.offsets) + L
-        mask = batch_causal_mask(offsets, L, S, keys.dtype)
+        mask = batch_causal_mask(row_offsets, L, S, keys.dtype)
         # An empty slot (offset 0) stays empty: its row is computed but never kept.
-        self.offsets = [offset + L if offset else 0 for offset in self.offsets]
+        self.offsets[:B] = [offset + L if offset else 0 for offset in offsets]
         return self.keys[:, :, :S, :], self.values[:, :, :S, :], mask

@@ -6,6 +6,9 @@ tokens while it prefills, then one more per decode step) and the generated token
 Prefill runs in chunks: each `try_prefill` call pushes at most `prefill_max_step`
 prompt tokens through the model, starting at `offset`, and the last chunk samples
 the first generated token.
+A request checks itself when it is made: a bad prompt or setting fails it alone
+(finish_reason "error") before it costs any compute, and so does anything that goes
+wrong while it samples a token.
 """
 
 import time
@@ -18,8 +21,10 @@ from tiny_llm_base import (
     PRIORITIES,
     GenerationResult,
     Sampler,
+    check_int,
     greedy,
     prompt_token_ids,
+    sampled_token_id,
 )
 
 from .kv_cache import TinyKvCache
@@ -32,6 +37,8 @@ class Request:
 
     kv_cache: the request's own cache while it prefills; a decode slot copies it into
     the batch cache. next_token: the last sampled token, not yet in any cache.
+    max_seq_len: the most positions its cache may hold, at most the model's
+    context_length (None: context_length).
     """
 
     model: object
@@ -54,31 +61,55 @@ class Request:
     kv_cache: list[TinyKvCache] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        if self.prefill_max_step is not None and self.prefill_max_step < 1:
+        check_int("prefill_max_step", self.prefill_max_step, 1, allow_none=True)
+        context = self.model.context_length
+        if self.max_seq_len is None:
+            self.max_seq_len = context
+        check_int("max_seq_len", self.max_seq_len, 1)
+        if self.max_seq_len > context:
             raise ValueError(
-                f"prefill_max_step must be at least 1 (or None), got {self.prefill_max_step}"
+                f"max_seq_len is {self.max_seq_len} but the model's context is "
+                f"{context} positions: pass at most {context}"
             )
         self.prefill_tokens = []
-        if self.priority not in PRIORITIES:
-            self.fail(f"priority must be one of {PRIORITIES}, got {self.priority!r}")
-            return
-        if self.max_tokens is not None and self.max_tokens < 1:
-            self.fail(f"max_tokens must be at least 1 (or None), got {self.max_tokens}")
-            return
         try:
-            self.prefill_tokens = prompt_token_ids(self.tokenizer, self.prompt)
-        except ValueError as error:
+            self.prefill_tokens = self._checked_prompt_ids()
+        except (TypeError, ValueError) as error:
             self.fail(str(error))
-            return
-        if self.max_seq_len is not None and len(self.prefill_tokens) > self.max_seq_len:
-            self.fail(
-                f"the prompt has {len(self.prefill_tokens)} tokens but max_seq_len is "
-                f"{self.max_seq_len}: raise max_seq_len or shorten the prompt"
-            )
             return
         self.kv_cache = self.model.create_kv_cache()
         self.detokenizer = self.tokenizer.detokenizer
         self.metrics.prompt_tokens = len(self.prefill_tokens)
+
+    def _checked_prompt_ids(self) -> list[int]:
+        """The prompt's token ids, once this request's settings hold up; raises
+        TypeError or ValueError saying what to fix."""
+        if self.priority not in PRIORITIES:
+            raise ValueError(
+                f"priority must be one of {PRIORITIES}, got {self.priority!r}"
+            )
+        check_int("max_tokens", self.max_tokens, 1, allow_none=True)
+        if not callable(self.sampler):
+            raise TypeError(
+                "sampler must be callable (log-probabilities [1, V] -> token id [1]), "
+                f"got {type(self.sampler).__name__}"
+            )
+        ids = prompt_token_ids(self.tokenizer, self.prompt, self.model.vocab_size)
+        # Every prompt token and every generated token but the last takes a position.
+        needed = len(ids) + (self.max_tokens or 1) - 1
+        context = self.model.context_length
+        if needed > context:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens and max_tokens is {self.max_tokens}: "
+                f"that needs {needed} positions, more than the model's context of "
+                f"{context}; shorten the prompt or lower max_tokens"
+            )
+        if len(ids) > self.max_seq_len:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens but max_seq_len is "
+                f"{self.max_seq_len}: raise max_seq_len or shorten the prompt"
+            )
+        return ids
 
     @property
     def is_prefill_done(self) -> bool:
@@ -102,6 +133,7 @@ class Request:
         """
         if self.is_prefill_done:
             raise ValueError("prefill is already done: this request is decoding")
+        check_int("max_step", max_step, 1, allow_none=True)
         step = max_step if max_step is not None else self.prefill_max_step
         end = (
             len(self.prefill_tokens)
@@ -114,17 +146,33 @@ class Request:
         cache_state = [c.keys for c in self.kv_cache] + [
             c.values for c in self.kv_cache
         ]
-        if not self.is_prefill_done:
-            mx.eval(*cache_state)
-            return processed
-        token = self.sample(logits[:, -1, :])
-        mx.eval(token, *cache_state)
-        self.accept(token.item())
+        mx.eval(*cache_state)
+        if self.is_prefill_done:
+            self.sample_and_accept(logits[:, -1, :])
         return processed
 
-    def sample(self, logits: mx.array) -> mx.array:
-        """logits: [1, V] -> token [1], through this request's sampler."""
-        return self.sampler(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    def sample(self, logits: mx.array) -> int:
+        """logits: [1, V] -> the next token id, through this request's sampler.
+
+        Raises TypeError or ValueError when the sampler returns anything but one
+        token id of the model's vocabulary (see sampled_token_id).
+        """
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        return sampled_token_id(self.sampler(logprobs), self.model.vocab_size)
+
+    def sample_and_accept(self, logits: mx.array) -> None:
+        """logits: [1, V] at the request's last position: sample and accept a token.
+
+        Whatever fails here (the sampler, its token, the detokenizer) fails this
+        request alone.
+        """
+        try:
+            self.accept(self.sample(logits))
+        except Exception as error:
+            self.fail(
+                f"sampling token {len(self.generated) + 1} failed: "
+                f"{type(error).__name__}: {error}"
+            )
 
     def accept(self, token: int) -> None:
         """Take a sampled token: finish on EOS, max_tokens, or a full cache."""
@@ -137,7 +185,7 @@ class Request:
         self.next_token = token
         if self.max_tokens is not None and len(self.generated) >= self.max_tokens:
             self.finish("length")
-        elif self.max_seq_len is not None and self.offset >= self.max_seq_len:
+        elif self.offset >= self.max_seq_len:
             self.finish("max_seq_len")  # no room left in the cache to feed the token
 
     def finish(self, reason: str) -> None:
@@ -147,8 +195,11 @@ class Request:
         self.kv_cache = None
 
     def fail(self, message: str) -> None:
+        """Finish with "error", `message` saying why; the tokens so far are kept."""
         self.error = message
         self.finish_reason = "error"
+        self.next_token = None
+        self.kv_cache = None
 
     def result(self) -> GenerationResult:
         return GenerationResult(

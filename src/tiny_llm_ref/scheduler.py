@@ -9,6 +9,9 @@ stalls the decoders for longer than one chunk.
 Priorities: an interactive request's chunks go ahead of a batch request's remaining
 chunks (the batch prefill pauses between chunks and resumes at its offset), and
 `reserved_interactive_slots` decode slots are kept for interactive requests.
+
+A failure costs only the requests it touches: a failed prefill chunk fails its
+request, a failed decode forward the requests in it, and the run goes on.
 """
 
 import time
@@ -21,6 +24,7 @@ from tiny_llm_base import (
     PromptSpec,
     SchedulerSnapshot,
     SlotView,
+    check_batch_arguments,
     greedy,
 )
 
@@ -49,27 +53,23 @@ def batch_generate(
 
     prefill_step: tokens per prefill chunk; None prefills each prompt whole; or a
     policy: select_chunk_size or an AdaptiveChunker. max_tokens and sampler are
-    defaults that a PromptSpec may override (sampler default: greedy).
+    defaults that a PromptSpec may override (sampler default: greedy). max_seq_len:
+    the positions each decode slot holds, at most the model's context_length.
+    A bad argument raises TypeError or ValueError naming it (check_batch_arguments);
+    a bad prompt or per-prompt setting fails that request alone.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if max_seq_len < 1:
-        raise ValueError(f"max_seq_len must be at least 1, got {max_seq_len}")
-    if isinstance(prefill_step, int) and prefill_step < 1:
-        raise ValueError(
-            f"prefill_step must be at least 1 (or None for no chunking), got {prefill_step}"
-        )
-    if max_tokens is not None and max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1 (or None), got {max_tokens}")
-    if not 0 <= reserved_interactive_slots < batch_size:
-        raise ValueError(
-            f"reserved_interactive_slots must be in [0, batch_size), got {reserved_interactive_slots}"
-        )
-    specs = [p if isinstance(p, PromptSpec) else PromptSpec(p) for p in prompts]
-    if any(spec.arrival_step < 0 for spec in specs):
-        raise ValueError(
-            "arrival_step must be at least 0 (0: the request arrives at once)"
-        )
+    specs = check_batch_arguments(
+        model,
+        prompts,
+        batch_size,
+        prefill_step,
+        max_seq_len,
+        max_tokens,
+        sampler,
+        reserved_interactive_slots,
+        on_step,
+        clock,
+    )
     requests = [
         Request(
             model,
@@ -192,7 +192,8 @@ class Scheduler:
         return policy(len(request.prefill_tokens), decoding, self.batch_size)
 
     def slot_for(self, request: Request) -> int | None:
-        """A free slot this request may take, leaving one for each prefilled request."""
+        """The lowest free slot this request may take, leaving one for each prefilled
+        request (lowest first, so the batch cache's rows stay few)."""
         ready = [r for r in self.waiting if r.is_prefill_done and r is not request]
         free = [i for i, slot in enumerate(self.slots) if slot is None][len(ready) :]
         batch_held = sum(
@@ -214,28 +215,39 @@ class Scheduler:
             self.waiting.remove(request)
 
     def decode_one_step(self) -> None:
-        """One token for every decoding request; an empty slot runs a dummy row."""
+        """One token for every decoding request, in one forward over the cache's rows
+        (up to the highest slot in use); an empty slot among them runs a dummy row."""
         active = [(slot, r) for slot, r in enumerate(self.slots) if r is not None]
         if not active:
             return
         start = self.clock()
-        tokens = mx.array([[r.next_token if r else 0] for r in self.slots])
-        offsets = [r.offset if r else 0 for r in self.slots]
-        logits = self.model(tokens, offsets, self.cache)[:, -1, :]
-        sampled = [r.sample(logits[slot : slot + 1]) for slot, r in active]
-        mx.eval(*sampled)
-        for (slot, request), token in zip(active, sampled):
-            request.offset += 1
-            request.accept(token.item())
+        rows = self.slots[: active[-1][0] + 1]
+        tokens = mx.array([[r.next_token if r else 0] for r in rows])
+        offsets = [r.offset if r else 0 for r in rows]
+        try:
+            logits = self.model(tokens, offsets, self.cache)[:, -1, :]
+            mx.eval(logits)
+        except Exception as error:  # fails this forward's requests, not the run
+            for slot, request in active:
+                request.fail(f"decode step failed: {type(error).__name__}: {error}")
+                self.free(slot)
+            return
+        for slot, request in active:
+            request.offset += 1  # the token it was fed is in the cache now
+            request.sample_and_accept(logits[slot : slot + 1])
             times = request.metrics.token_times
-            self.metrics.longest_decode_stall = max(
-                self.metrics.longest_decode_stall, times[-1] - times[-2]
-            )
+            if len(times) >= 2:
+                self.metrics.longest_decode_stall = max(
+                    self.metrics.longest_decode_stall, times[-1] - times[-2]
+                )
             if request.is_finished:
-                self.slots[slot] = None
-                for layer_cache in self.cache:
-                    layer_cache.remove_request(slot)
+                self.free(slot)
         self.metrics.record_decode_step(len(active), self.clock() - start)
+
+    def free(self, slot: int) -> None:
+        self.slots[slot] = None
+        for layer_cache in self.cache:
+            layer_cache.remove_request(slot)
 
     def count_requests(self, start: float) -> None:
         self.metrics.total_seconds = self.clock() - start

@@ -1,0 +1,76 @@
+"""batch_generate's argument checks: a wrong type is a TypeError, a wrong value a
+ValueError, each naming the argument and saying what it takes. What belongs to one
+prompt (its text or ids, max_tokens, sampler, priority) is the Request's to check: a
+bad one fails that request alone."""
+
+from collections.abc import Iterable
+
+from .prompts import PromptSpec, check_int, is_int
+
+
+def check_batch_arguments(
+    model,
+    prompts,
+    batch_size,
+    prefill_step,
+    max_seq_len,
+    max_tokens,
+    sampler,
+    reserved_interactive_slots,
+    on_step,
+    clock,
+) -> list[PromptSpec]:
+    """Raise for the first bad argument; return the prompts, each as a PromptSpec.
+
+    max_seq_len may not pass the model's context_length. prefill_step is None, an int
+    of at least 1, a policy function, or an object with select_chunk_size (an
+    AdaptiveChunker).
+    """
+    if isinstance(prompts, (str, bytes, PromptSpec)) or not isinstance(
+        prompts, Iterable
+    ):
+        raise TypeError(
+            f"prompts must be a list of prompts, got {type(prompts).__name__}: "
+            "pass [prompt] for a single prompt"
+        )
+    prompts = list(prompts)
+    if prompts and all(is_int(p) for p in prompts):
+        raise TypeError(
+            "prompts is a list of ints: pass [token_ids] for a single prompt of "
+            "token ids"
+        )
+    check_int("batch_size", batch_size, 1)
+    check_int("max_seq_len", max_seq_len, 1)
+    if max_seq_len > model.context_length:
+        raise ValueError(
+            f"max_seq_len is {max_seq_len} but the model's context is "
+            f"{model.context_length} positions: pass at most {model.context_length}"
+        )
+    check_int("max_tokens", max_tokens, 1, allow_none=True)
+    is_policy = callable(prefill_step) or hasattr(prefill_step, "select_chunk_size")
+    if not is_policy:
+        if prefill_step is not None and not is_int(prefill_step):
+            raise TypeError(
+                "prefill_step must be an int chunk size, None (no chunking), "
+                "select_chunk_size or an AdaptiveChunker, got "
+                f"{type(prefill_step).__name__} {prefill_step!r}"
+            )
+        check_int("prefill_step", prefill_step, 1, allow_none=True)
+    check_int("reserved_interactive_slots", reserved_interactive_slots, 0)
+    if reserved_interactive_slots >= batch_size:
+        raise ValueError(
+            "reserved_interactive_slots must be less than batch_size "
+            f"({batch_size}), got {reserved_interactive_slots}: batch requests need "
+            "a slot"
+        )
+    for name, value in (("sampler", sampler), ("on_step", on_step)):
+        if value is not None and not callable(value):
+            raise TypeError(
+                f"{name} must be callable or None, got {type(value).__name__}"
+            )
+    if not callable(clock):
+        raise TypeError(f"clock must be callable, got {type(clock).__name__}")
+    specs = [p if isinstance(p, PromptSpec) else PromptSpec(p) for p in prompts]
+    for spec in specs:
+        check_int("arrival_step", spec.arrival_step, 0)
+    return specs

@@ -109,7 +109,7 @@ def assert_failed(result, *words: str) -> None:
         assert word in result.error, f"{word!r} not in {result.error!r}"
 
 
-# --- prompts ------------------------------------------------------------------------
+# --- prompts --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -252,7 +252,7 @@ def test_failed_prefill_fails_its_request_alone(small):
         assert result.error is None and result.tokens == expected
 
 
-# --- arguments of batch_generate --------------------------------------------------------
+# --- arguments of batch_generate ------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -363,7 +363,7 @@ def test_a_short_context_bounds_prompt_plus_max_tokens(small):
     assert open_ended.tokens == fits.tokens
 
 
-# --- the cache is sized to what is used --------------------------------------------------
+# --- the cache is sized to what is used -----------------------------------------------
 
 
 def test_a_large_batch_size_costs_no_memory_for_unused_slots(small):

@@ -86,17 +86,22 @@ def batch_causal_mask(offsets: mx.array, L: int, S: int, dtype: mx.Dtype) -> mx.
 class BatchingKvCache(TinyKvCache):
     """One layer's cache for up to `max_active_requests` sequences of different lengths.
 
-    Each request owns a slot (a batch row) of a preallocated
-    [max_active_requests, H, max_seq_len, D] buffer; row b holds its keys at positions
-    0 .. offsets[b] - 1 and its mask comes from its own offset, so rows never see each
-    other's keys, nor what a removed request left behind.
+    Each request owns a slot, a batch row: row b holds its keys at positions
+    0 .. offsets[b] - 1, and its mask comes from its own offset, so rows never see
+    each other's keys, nor what a removed request left behind. Storage
+    [rows, H, capacity, D] grows as it is used: `rows` up to the highest slot in use
+    + 1, capacity doubling up to max_seq_len, so a large batch or a long max_seq_len
+    costs nothing until requests need it. Fill the lowest free slot first and feed a
+    step `rows` rows.
     """
+
+    INITIAL_CAPACITY = 256
 
     def __init__(self, max_active_requests: int, max_seq_len: int) -> None:
         raise NotImplementedError(
-            "Week 2 Day 5: BatchingKvCache: keep the sizes, no storage yet (it is "
-            "allocated when the head count and dtype are known) and one offset 0 "
-            "per slot"
+            "Week 2 Day 5: BatchingKvCache: keep the sizes, no storage yet (it grows "
+            "when the head count and dtype are known, see fit) and one offset 0 per "
+            "slot"
         )
 
     @property
@@ -105,31 +110,55 @@ class BatchingKvCache(TinyKvCache):
             "Week 2 Day 5: BatchingKvCache.offset: a copy of the per-slot offsets"
         )
 
-    def allocate(self, H: int, D: int, dtype: mx.Dtype) -> None:
+    @property
+    def rows(self) -> int:
+        """The highest slot in use + 1 (0 when empty): the rows a step must feed."""
         raise NotImplementedError(
-            "Week 2 Day 5: allocate: zeroed [max_active_requests, H, max_seq_len, D] "
-            "keys and values"
+            "Week 2 Day 5: rows: 1 + the highest slot whose offset is not 0; 0 when "
+            "every slot is empty"
+        )
+
+    def fit(self, rows: int, length: int, H: int, D: int, dtype: mx.Dtype) -> None:
+        """Make the storage exactly `rows` rows of at least `length` positions.
+
+        Rows cut from the end must be empty; the other rows keep their keys and values.
+        """
+        raise NotImplementedError(
+            "Week 2 Day 5: fit: cut the storage to `rows` rows if it has more; if it "
+            "then has fewer rows or fewer than `length` positions, allocate zeroed "
+            "[rows, H, capacity, D] keys and values (capacity: at least length, "
+            "twice the old and INITIAL_CAPACITY, at most max_seq_len) and copy the "
+            "old storage in"
         )
 
     def add_request(self, prefilled: TinyKvFullCache, slot: int) -> None:
         """Copy a prefilled request's keys/values [1, H, S, D] into row `slot`."""
         raise NotImplementedError(
-            "Week 2 Day 5: add_request: ValueError if S > max_seq_len; allocate on "
-            "first use; copy the prefilled keys/values into row slot; offset S"
+            "Week 2 Day 5: add_request: ValueError for a slot outside "
+            "[0, max_active_requests), a slot in use, or S > max_seq_len; fit the "
+            "storage to cover row slot and S positions; copy the prefilled "
+            "keys/values into row slot; offset S"
         )
 
     def remove_request(self, slot: int) -> None:
-        """Free row `slot`: its offset goes back to 0, so its old keys are never seen."""
+        """Free row `slot`: its offset goes back to 0, so its old keys are never seen.
+
+        An empty cache lets go of its storage.
+        """
         raise NotImplementedError(
-            "Week 2 Day 5: remove_request: set the slot's offset back to 0"
+            "Week 2 Day 5: remove_request: set the slot's offset back to 0; drop the "
+            "storage once no slot is in use"
         )
 
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array]:
-        """keys/values: [max_active_requests, H, L, D], row b written at offsets[b]."""
+        """keys/values: [B, H, L, D], rows <= B <= max_active_requests; row b is
+        written at offsets[b]. Returns keys/values [B, H, S, D] and the mask."""
         raise NotImplementedError(
-            "Week 2 Day 5: update_and_fetch: write row b's L keys/values at offsets[b] "
-            "(ValueError past max_seq_len), build batch_causal_mask for S = "
-            "max(offsets) + L, advance the non-empty rows, return [:, :, :S] and the mask"
+            "Week 2 Day 5: update_and_fetch: ValueError unless rows <= B <= "
+            "max_active_requests, or when a row would pass max_seq_len; fit the "
+            "storage to B rows and S = max(offsets[:B]) + L positions; write row b's "
+            "L keys/values at offsets[b], build batch_causal_mask, advance the "
+            "non-empty rows, return [:, :, :S] and the mask"
         )

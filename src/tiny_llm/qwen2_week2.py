@@ -240,7 +240,8 @@ class Qwen2ModelWeek2:
     weights: "float32" dequantizes linear layers once (fastest on CPUs, where float32
     matmul uses BLAS), "quantized" keeps quantized layers packed, "auto" asks
     choose_weight_format() for this device. use_fast_kernels: mx.fast instead of the
-    hand-written kernels (same results within float tolerance).
+    hand-written kernels (same results within float tolerance). vocab_size and
+    context_length bound the token ids and positions it accepts.
     """
 
     def __init__(
@@ -252,9 +253,12 @@ class Qwen2ModelWeek2:
         raise NotImplementedError(
             "Week 2 Day 1: Qwen2ModelWeek2: as week 1's model, with weights='float32' "
             "(dequantized to float32; an unquantized checkpoint keeps its dtype), one "
-            "RoPE shared by the layers, and use_fast_kernels kept for Day 3. Day 2: "
-            "'auto' asks choose_weight_format(), 'quantized' keeps packed weights, "
-            "anything else is a ValueError"
+            "RoPE shared by the layers, and use_fast_kernels kept for Day 3; keep "
+            "vocab_size (args.vocab_size) and context_length "
+            "(args.max_position_embeddings, or DEFAULT_MAX_SEQ_LEN when None: also "
+            "the RoPE table's length) for Day 6's requests. Day 2: 'auto' asks "
+            "choose_weight_format(), 'quantized' keeps packed weights, anything else "
+            "is a ValueError"
         )
 
     def create_kv_cache(self) -> list[TinyKvFullCache]:

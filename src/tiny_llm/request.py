@@ -7,6 +7,9 @@ Prefill runs in chunks: each `try_prefill` call pushes at most `prefill_max_step
 prompt tokens through the model, starting at `offset`, and the last chunk samples
 the first generated token. Every sampled token goes through `accept`, the one place
 that decides whether the request is done.
+A request checks itself when it is made: a bad prompt or setting fails it alone
+(finish_reason "error") before it costs any compute, and so does anything that goes
+wrong while it samples a token.
 """
 
 import time
@@ -21,8 +24,10 @@ from tiny_llm_base import (  # noqa: F401
     GenerationResult,
     PromptSpec,
     Sampler,
+    check_int,
     greedy,
     prompt_token_ids,
+    sampled_token_id,
 )
 
 from .kv_cache import TinyKvCache
@@ -34,14 +39,17 @@ class Request:
     """A prompt being prefilled (offset < prompt length), decoded, or finished.
 
     model: called as model(tokens [1, L], offset, kv_cache) -> logits [1, L, V];
-        model.create_kv_cache() gives one cache per layer.
+        model.create_kv_cache() gives one cache per layer; model.vocab_size bounds
+        the token ids, model.context_length the positions.
     tokenizer: its chat template (through prompt_token_ids), `detokenizer` and
         `eos_token_ids`.
     prompt: text or token ids (see prompt_token_ids).
     prefill_max_step: try_prefill's chunk size when it is given none; None: the whole
         rest of the prompt.
     max_tokens, max_seq_len: finish with "length" after max_tokens generated tokens,
-        with "max_seq_len" once offset reaches max_seq_len (None: no limit).
+        with "max_seq_len" once offset reaches max_seq_len (None: max_tokens has no
+        limit, max_seq_len becomes model.context_length). max_seq_len may not pass
+        model.context_length.
     sampler: log-probabilities [1, V] -> token id [1]. priority: "batch" or
         "interactive". clock: read once per accepted token (metrics.token_times).
 
@@ -80,10 +88,15 @@ class Request:
 
     def __post_init__(self) -> None:
         raise NotImplementedError(
-            "Week 2 Day 6: Request: raise ValueError for prefill_max_step < 1; a bad "
-            "priority, max_tokens < 1, an empty prompt (see prompt_token_ids) or one "
-            "longer than max_seq_len fails this request alone (fail(), no raise); "
-            "otherwise keep the prompt's token ids, create the model's KV cache, take "
+            "Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at "
+            "least 1 or None) or a max_seq_len that is not an int or passes "
+            "model.context_length (None becomes context_length). Fail this request "
+            "alone (fail(), no raise) for a priority not in PRIORITIES, a max_tokens "
+            "that is not an int of at least 1 or None, a sampler that is not "
+            "callable, a bad prompt (prompt_token_ids with model.vocab_size raises "
+            "TypeError or ValueError), a prompt whose tokens plus max_tokens - 1 pass "
+            "context_length (name both numbers), or one longer than max_seq_len. "
+            "Otherwise keep the prompt's token ids, create the model's KV cache, take "
             "tokenizer.detokenizer and record the prompt length in metrics"
         )
 
@@ -113,22 +126,42 @@ class Request:
         `offset` with kv_cache, whose earlier chunks its queries see through the chunk
         mask, and offset advances by its length. The cache is evaluated here, so the
         lazy graph never spans chunks. The last chunk samples the first token from
-        its last position and accepts it. ValueError once the prefill is done.
+        its last position and accepts it (sample_and_accept). ValueError once the
+        prefill is done; TypeError or ValueError for a max_step that is not an int of
+        at least 1 or None.
         """
         raise NotImplementedError(
             "Week 2 Day 6: try_prefill: ValueError once prefill is done; run "
             "prefill_tokens[offset : offset + step] through the model at `offset` "
             "with kv_cache (step: max_step, else prefill_max_step; None: the whole "
-            "rest), advance offset, mx.eval the cache, and on the last chunk sample "
-            "and accept the first token. Day 6 calls it once per prompt, with the "
+            "rest), advance offset, mx.eval the cache, and on the last chunk "
+            "sample_and_accept the first token. Day 6 calls it once per prompt, "
+            "with the "
             "whole prompt; Day 7's tests call it chunk by chunk"
         )
 
-    def sample(self, logits: mx.array) -> mx.array:
-        """logits: [1, V] -> token [1], through this request's sampler."""
+    def sample(self, logits: mx.array) -> int:
+        """logits: [1, V] -> the next token id, through this request's sampler.
+
+        Raises TypeError or ValueError when the sampler returns anything but one
+        token id of the model's vocabulary (see sampled_token_id).
+        """
         raise NotImplementedError(
             "Week 2 Day 6: sample: turn logits into log-probabilities "
-            "(subtract logsumexp) and call the sampler"
+            "(subtract logsumexp), call the sampler, and return "
+            "sampled_token_id(its result, model.vocab_size)"
+        )
+
+    def sample_and_accept(self, logits: mx.array) -> None:
+        """logits: [1, V] at the request's last position: sample and accept a token.
+
+        Whatever fails here (the sampler, its token, the detokenizer) fails this
+        request alone.
+        """
+        raise NotImplementedError(
+            "Week 2 Day 6: sample_and_accept: accept(sample(logits)); any exception "
+            "fails this request (fail() with a message that names the error), never "
+            "the batch"
         )
 
     def accept(self, token: int) -> None:
@@ -155,9 +188,11 @@ class Request:
         )
 
     def fail(self, message: str) -> None:
-        """Finish this request alone with "error", `message` saying why."""
+        """Finish this request alone with "error", `message` saying why; the tokens
+        so far are kept, next_token and the cache dropped."""
         raise NotImplementedError(
-            "Week 2 Day 6: fail: keep the error message and finish with 'error'"
+            "Week 2 Day 6: fail: keep the error message, finish with 'error', drop "
+            "next_token and the cache"
         )
 
     def result(self) -> GenerationResult:

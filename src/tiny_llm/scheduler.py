@@ -10,6 +10,9 @@ Priorities: an interactive request's chunks go ahead of a batch request's remain
 chunks (the batch prefill pauses between chunks and resumes at its offset), and
 batch requests never hold more than batch_size - reserved_interactive_slots decode
 slots, so that the rest stay free for interactive requests.
+
+A failure costs only the requests it touches: a failed prefill chunk fails its
+request, a failed decode forward the requests in it, and the run goes on.
 """
 
 import time
@@ -22,6 +25,7 @@ from tiny_llm_base import (  # noqa: F401
     BatchResults,
     SchedulerSnapshot,
     SlotView,
+    check_batch_arguments,
     greedy,
 )
 
@@ -48,18 +52,21 @@ def batch_generate(
 ) -> BatchResults:
     """Generate for every prompt, batch_size at a time; returns results in prompt order.
 
-    prompts: texts, token-id lists or PromptSpecs; a PromptSpec's max_tokens and
-        sampler override the defaults given here (sampler default: greedy).
+    prompts: a list of texts, token-id lists or PromptSpecs; a PromptSpec's
+        max_tokens and sampler override the defaults given here (sampler default:
+        greedy).
     batch_size: decode slots. The batch cache is one BatchingKvCache(batch_size,
         max_seq_len) per layer; count the layers as len(model.create_kv_cache()),
-        since `model` may be a wrapper with only __call__ and create_kv_cache.
+        since `model` may be a wrapper with only __call__, create_kv_cache,
+        vocab_size and context_length.
     prefill_step: prompt tokens per prefill chunk; None prefills each prompt whole;
         or a policy asked before each chunk: a function called as
         policy(prompt tokens, requests in decode slots, batch_size), such as
         select_chunk_size, or an AdaptiveChunker, asked with
         select_chunk_size(requests in decode slots, batch_size) and told
         record(seconds) after the chunk.
-    max_seq_len: positions per slot in the batch cache.
+    max_seq_len: positions per slot in the batch cache, at most
+        model.context_length.
     reserved_interactive_slots: batch requests together never hold more than
         batch_size - reserved_interactive_slots decode slots, even when no
         interactive request is waiting (a prefilled batch request waiting for a slot
@@ -72,22 +79,28 @@ def batch_generate(
     Every iteration: admit the requests whose arrival_step equals the iterations
     done so far; run one prefill chunk of a waiting request that will find a slot
     (interactive first, then the first admitted); move every prefilled request into a
-    free slot (add_request on every layer); run one decode step for all slots (an
-    empty slot feeds token 0 at offset 0), freeing the slots of finished requests
-    (remove_request on every layer); call on_step.
+    free slot, the lowest first (add_request on every layer); run one decode step
+    over the slots up to the highest in use, the batch cache's `rows` (an empty
+    slot among them feeds token 0 at offset 0), freeing the slots of finished
+    requests (remove_request on every layer); call on_step.
 
-    A bad prompt or per-prompt setting fails that request alone. Bad arguments here
-    raise ValueError naming the argument: batch_size, max_seq_len or max_tokens
-    below 1, an int prefill_step below 1, reserved_interactive_slots outside
-    [0, batch_size), an arrival_step below 0.
+    Bad arguments raise TypeError (a wrong type; a bool is not an int) or
+    ValueError naming the argument: check_batch_arguments checks them all and
+    returns the prompts as PromptSpecs. A bad prompt or per-prompt setting fails
+    that request alone (the Request checks it). A prefill that raises fails its
+    request; a decode forward that raises fails every request in it and frees their
+    slots; a sampler that fails fails its request (sample_and_accept). The run goes
+    on with the others.
     """
     raise NotImplementedError(
-        "Week 2 Day 6: batch_generate: validate the arguments, make one Request per "
+        "Week 2 Day 6: batch_generate: check_batch_arguments, make one Request per "
         "prompt (prefill_max_step=None, the scheduler picks chunk sizes), then loop "
         "until every request is finished: admit arrivals, prefill a waiting request "
-        "that will find a slot, move prefilled requests into free decode slots "
-        "(add_request on every layer), run one decode step for all slots, free "
-        "finished slots (remove_request on every layer), record the metrics, call "
+        "that will find a slot (a raise fails that request), move prefilled "
+        "requests into the lowest free decode slots (add_request on every layer), "
+        "run one decode step over the slots up to the highest in use (a raise fails "
+        "the requests in it), free finished slots (remove_request on every "
+        "layer), record the metrics, call "
         "on_step; return BatchResults with .metrics. Day 6 prefills each prompt "
         "whole (prefill_step=None); Day 7 adds one chunk per iteration sized by "
         "prefill_step, interactive requests first, and reserved_interactive_slots"

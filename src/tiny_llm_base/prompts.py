@@ -80,7 +80,8 @@ def is_int(value) -> bool:
 
 
 def check_int(name: str, value, minimum: int, allow_none: bool = False) -> None:
-    """TypeError unless `value` is an int (or None when allowed); ValueError below minimum."""
+    """TypeError unless `value` is an int (or None when allowed), ValueError when it
+    is below `minimum`; both name the argument."""
     if value is None and allow_none:
         return
     if not is_int(value):
@@ -134,7 +135,10 @@ def sampled_token_id(sampled, vocab_size: int) -> int:
 
     Raises TypeError or ValueError that say what a sampler must return.
     """
-    usage = "a sampler returns one token id as an mx.array, e.g. mx.argmax(logprobs, axis=-1)"
+    usage = (
+        "a sampler returns one token id as an mx.array, "
+        "e.g. mx.argmax(logprobs, axis=-1)"
+    )
     if not isinstance(sampled, mx.array):
         raise TypeError(f"the sampler returned {type(sampled).__name__}: {usage}")
     if sampled.size != 1:

@@ -100,8 +100,8 @@ class Request:
         context = self.model.context_length
         if needed > context:
             raise ValueError(
-                f"the prompt has {len(ids)} tokens and max_tokens is {self.max_tokens}: "
-                f"that needs {needed} positions, more than the model's context of "
+                f"the prompt has {len(ids)} tokens and max_tokens is "
+                f"{self.max_tokens}: that needs {needed} positions, more than the model's context of "
                 f"{context}; shorten the prompt or lower max_tokens"
             )
         if len(ids) > self.max_seq_len:

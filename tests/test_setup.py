@@ -234,6 +234,28 @@ def test_load_model_explains_a_folder_that_is_not_a_model(tmp_path):
         load_model(str(tmp_path))
 
 
+@pytest.mark.parametrize(
+    "config_text, message",
+    [
+        ('{"model_type": "llama",', "config.json is not valid JSON"),
+        ('"llama"', "config.json holds a JSON str, not an object"),
+        ('{"hidden_size": 576}', 'config.json has no "model_type"'),
+    ],
+)
+def test_load_model_names_a_broken_config_json(tmp_path, config_text, message):
+    (tmp_path / "config.json").write_text(config_text)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=message) as error:
+        load_model(str(tmp_path))
+    assert str(tmp_path / "config.json") in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_load_model_explains_an_empty_name():
+    with pytest.raises(ModelLoadError, match="the model name is empty"):
+        load_model("")
+
+
 def test_load_model_explains_a_name_that_is_neither_folder_nor_repo():
     with pytest.raises(
         ModelLoadError, match="neither a local folder nor a Hub repo id"

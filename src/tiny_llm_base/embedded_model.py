@@ -112,7 +112,7 @@ def ensure_embedded_model(
     except OSError as error:
         raise EmbeddedModelError(
             f"could not write the converted model under {folder.parent}: {error}; "
-            "free some space or point TINY_LLM_MODELS at a writable folder"
+            "point TINY_LLM_MODELS at a writable folder with 200 MB free"
         ) from error
     if not folder_is_intact(folder):
         raise EmbeddedModelError(

@@ -38,9 +38,10 @@ from .metrics import RequestMetrics
 class Request:
     """A prompt being prefilled (offset < prompt length), decoded, or finished.
 
-    model: called as model(tokens [1, L], offset, kv_cache) -> logits [1, L, V];
-        model.create_kv_cache() gives one cache per layer; model.vocab_size bounds
-        the token ids, model.context_length the positions.
+    model: called as model(tokens [1, L], offset, kv_cache, last_position_only=True)
+        -> logits [1, 1, V] for the chunk's last position; model.create_kv_cache()
+        gives one cache per layer; model.vocab_size bounds the token ids,
+        model.context_length the positions.
     tokenizer: its chat template (through prompt_token_ids), `detokenizer` and
         `eos_token_ids`.
     prompt: text or token ids (see prompt_token_ids).
@@ -123,21 +124,22 @@ class Request:
 
         The chunk is prefill_tokens[offset : offset + step], step being `max_step`,
         else prefill_max_step (None: the whole rest). It runs through the model at
-        `offset` with kv_cache, whose earlier chunks its queries see through the chunk
-        mask, and offset advances by its length. The cache is evaluated here, so the
-        lazy graph never spans chunks. The last chunk samples the first token from
-        its last position and accepts it (sample_and_accept). ValueError once the
-        prefill is done; TypeError or ValueError for a max_step that is not an int of
-        at least 1 or None.
+        `offset` with kv_cache (last_position_only: only the last logits are ever
+        used), its queries seeing the earlier chunks through the chunk mask, and
+        offset advances by its length. The cache is evaluated here, so the lazy graph
+        never spans chunks. The last chunk samples the first token from its last
+        position and accepts it (sample_and_accept). ValueError once the prefill is
+        done; TypeError or ValueError for a max_step that is not an int of at least 1
+        or None.
         """
         raise NotImplementedError(
             "Week 2 Day 6: try_prefill: ValueError once prefill is done; run "
             "prefill_tokens[offset : offset + step] through the model at `offset` "
             "with kv_cache (step: max_step, else prefill_max_step; None: the whole "
-            "rest), advance offset, mx.eval the cache, and on the last chunk "
-            "sample_and_accept the first token. Day 6 calls it once per prompt, "
-            "with the "
-            "whole prompt; Day 7's tests call it chunk by chunk"
+            "rest; last_position_only=True), advance offset, mx.eval the cache, and "
+            "on the last chunk sample_and_accept the first token. Day 6 calls it "
+            "once per prompt, with the whole prompt; Day 7's tests call it chunk by "
+            "chunk"
         )
 
     def sample(self, logits: mx.array) -> int:

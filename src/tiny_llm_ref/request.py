@@ -5,7 +5,8 @@ tokens while it prefills, then one more per decode step) and the generated token
 `is_prefill_done` is derived from them, never stored.
 Prefill runs in chunks: each `try_prefill` call pushes at most `prefill_max_step`
 prompt tokens through the model, starting at `offset`, and the last chunk samples
-the first generated token.
+the first generated token. Every sampled token goes through `accept`, the one place
+that decides whether the request is done.
 A request checks itself when it is made: a bad prompt or setting fails it alone
 (finish_reason "error") before it costs any compute, and so does anything that goes
 wrong while it samples a token.
@@ -35,10 +36,34 @@ from .metrics import RequestMetrics
 class Request:
     """A prompt being prefilled (offset < prompt length), decoded, or finished.
 
-    kv_cache: the request's own cache while it prefills; a decode slot copies it into
-    the batch cache. next_token: the last sampled token, not yet in any cache.
-    max_seq_len: the most positions its cache may hold, at most the model's
-    context_length (None: context_length).
+    model: called as model(tokens [1, L], offset, kv_cache, last_position_only=True)
+        -> logits [1, 1, V] for the chunk's last position; model.create_kv_cache()
+        gives one cache per layer; model.vocab_size bounds the token ids,
+        model.context_length the positions.
+    tokenizer: its chat template (through prompt_token_ids), `detokenizer` and
+        `eos_token_ids`.
+    prompt: text or token ids (see prompt_token_ids).
+    prefill_max_step: try_prefill's chunk size when it is given none; None: the whole
+        rest of the prompt.
+    max_tokens, max_seq_len: finish with "length" after max_tokens generated tokens,
+        with "max_seq_len" once offset reaches max_seq_len (None: max_tokens has no
+        limit, max_seq_len becomes model.context_length). max_seq_len may not pass
+        model.context_length.
+    sampler: log-probabilities [1, V] -> token id [1]. priority: "batch" or
+        "interactive". clock: read once per accepted token (metrics.token_times).
+
+    prefill_tokens: the prompt's token ids.
+    offset: tokens in the request's KV cache: 0, then each prefill chunk's length,
+        then 1 per decode step (the scheduler adds it before accept).
+    next_token: the token sampled last, not yet in any cache: the next decode step's
+        input. None before the first token and once finished.
+    generated: the generated tokens; an EOS is never kept.
+    finish_reason: None while the request runs, then "stop", "length",
+        "max_seq_len" or "error" (then `error` says why).
+    metrics: the request's RequestMetrics.
+    detokenizer: tokenizer.detokenizer, fed every kept token; `text` reads it.
+    kv_cache: the request's own cache (model.create_kv_cache()) while it prefills;
+        None once a decode slot has copied it into the batch cache, or once finished.
     """
 
     model: object
@@ -126,10 +151,15 @@ class Request:
     def try_prefill(self, max_step: int | None = None) -> int:
         """Prefill the next chunk; return how many prompt tokens it processed.
 
-        The chunk starts at `offset` and has at most `max_step` tokens (default:
-        prefill_max_step; None means the whole rest). Its queries see the cached
-        earlier chunks through the chunk mask. The cache is evaluated here, so the
-        lazy graph never spans chunks. The last chunk samples the first token.
+        The chunk is prefill_tokens[offset : offset + step], step being `max_step`,
+        else prefill_max_step (None: the whole rest). It runs through the model at
+        `offset` with kv_cache (last_position_only: only the last logits are ever
+        used), its queries seeing the earlier chunks through the chunk mask, and
+        offset advances by its length. The cache is evaluated here, so the lazy graph
+        never spans chunks. The last chunk samples the first token from its last
+        position and accepts it (sample_and_accept). ValueError once the prefill is
+        done; TypeError or ValueError for a max_step that is not an int of at least 1
+        or None.
         """
         if self.is_prefill_done:
             raise ValueError("prefill is already done: this request is decoding")
@@ -175,7 +205,14 @@ class Request:
             )
 
     def accept(self, token: int) -> None:
-        """Take a sampled token: finish on EOS, max_tokens, or a full cache."""
+        """Take a sampled token: finish on EOS, max_tokens, or a full cache.
+
+        Its time is recorded first (metrics.record_token(clock())), EOS included.
+        EOS finishes with "stop" and is not kept. Any other token is kept: generated,
+        the detokenizer, next_token; then the request finishes with "length" once it
+        has max_tokens tokens, or with "max_seq_len" once offset has reached
+        max_seq_len (no room left in the cache to feed the token).
+        """
         self.metrics.record_token(self.clock())
         if token in self.tokenizer.eos_token_ids:
             self.finish("stop")
@@ -189,19 +226,23 @@ class Request:
             self.finish("max_seq_len")  # no room left in the cache to feed the token
 
     def finish(self, reason: str) -> None:
+        """End the request: finish_reason, no next_token, no cache, the detokenizer
+        flushed. Its decode slot, if any, is the scheduler's to free."""
         self.finish_reason = reason
         self.next_token = None
         self.detokenizer.finalize()
         self.kv_cache = None
 
     def fail(self, message: str) -> None:
-        """Finish with "error", `message` saying why; the tokens so far are kept."""
+        """Finish this request alone with "error", `message` saying why; the tokens
+        so far are kept, next_token and the cache dropped."""
         self.error = message
         self.finish_reason = "error"
         self.next_token = None
         self.kv_cache = None
 
     def result(self) -> GenerationResult:
+        """This request's GenerationResult."""
         return GenerationResult(
             self.text,
             list(self.generated),

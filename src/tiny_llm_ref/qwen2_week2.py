@@ -126,16 +126,15 @@ def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None
     rows; a BatchingKvCache one per row, and an empty row (0 tokens) runs a dummy
     token at any position.
     """
-    held = cache.offset
+    counts = cache.offset
+    per_row = isinstance(counts, list)
     given = [offset] if isinstance(offset, int) else mx.array(offset).tolist()
-    if isinstance(held, int):
-        rows = [(row, position, held) for row, position in enumerate(given)]
-    else:
-        given = given * len(held) if len(given) == 1 else given
-        rows = [(row, p, count) for row, (p, count) in enumerate(zip(given, held))]
-        rows = [(row, p, count) for row, p, count in rows if count > 0]
-    for row, position, count in rows:
-        if position != count:
+    if not per_row:
+        counts = [counts] * len(given)
+    elif len(given) == 1:
+        given = given * len(counts)
+    for row, (position, count) in enumerate(zip(given, counts)):
+        if position != count and not (per_row and count == 0):
             raise ValueError(
                 f"offset {position} (row {row}) does not match the KV cache, which "
                 f"holds {count} tokens: a step's offset is the number of tokens "

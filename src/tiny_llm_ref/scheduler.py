@@ -8,7 +8,8 @@ stalls the decoders for longer than one chunk.
 
 Priorities: an interactive request's chunks go ahead of a batch request's remaining
 chunks (the batch prefill pauses between chunks and resumes at its offset), and
-`reserved_interactive_slots` decode slots are kept for interactive requests.
+batch requests never hold more than batch_size - reserved_interactive_slots decode
+slots, so that the rest stay free for interactive requests.
 
 A failure costs only the requests it touches: a failed prefill chunk fails its
 request, a failed decode forward the requests in it, and the run goes on.
@@ -51,12 +52,45 @@ def batch_generate(
 ) -> BatchResults:
     """Generate for every prompt, batch_size at a time; returns results in prompt order.
 
-    prefill_step: tokens per prefill chunk; None prefills each prompt whole; or a
-    policy: select_chunk_size or an AdaptiveChunker. max_tokens and sampler are
-    defaults that a PromptSpec may override (sampler default: greedy). max_seq_len:
-    the positions each decode slot holds, at most the model's context_length.
-    A bad argument raises TypeError or ValueError naming it (check_batch_arguments);
-    a bad prompt or per-prompt setting fails that request alone.
+    prompts: a list of texts, token-id lists or PromptSpecs; a PromptSpec's
+        max_tokens and sampler override the defaults given here (sampler default:
+        greedy).
+    batch_size: decode slots. The batch cache is one BatchingKvCache(batch_size,
+        max_seq_len) per layer; count the layers as len(model.create_kv_cache()),
+        since `model` may be a wrapper with only __call__, create_kv_cache,
+        vocab_size and context_length.
+    prefill_step: prompt tokens per prefill chunk; None prefills each prompt whole;
+        or a policy asked before each chunk: a function called as
+        policy(prompt tokens, requests in decode slots, batch_size), such as
+        select_chunk_size, or an AdaptiveChunker, asked with
+        select_chunk_size(requests in decode slots, batch_size) and told
+        record(seconds) after the chunk.
+    max_seq_len: positions per slot in the batch cache, at most
+        model.context_length.
+    reserved_interactive_slots: batch requests together never hold more than
+        batch_size - reserved_interactive_slots decode slots, even when no
+        interactive request is waiting (a prefilled batch request waiting for a slot
+        counts as holding one). Interactive requests may take any free slot.
+    on_step: called with a SchedulerSnapshot at the end of every iteration.
+    clock: every time in the metrics is a reading of it. The scheduler reads a
+        request's `arrival` when it admits it and its `prefill_start` just before its
+        first chunk; the request reads a token's time when it accepts the token.
+
+    Every iteration: admit the requests whose arrival_step equals the iterations
+    done so far; run one prefill chunk of a waiting request that will find a slot
+    (interactive first, then the first admitted); move every prefilled request into a
+    free slot, the lowest first (add_request on every layer); run one decode step
+    over the slots up to the highest in use, the batch cache's `rows` (an empty
+    slot among them feeds token 0 at offset 0), freeing the slots of finished
+    requests (remove_request on every layer); call on_step.
+
+    Bad arguments raise TypeError (a wrong type; a bool is not an int) or
+    ValueError naming the argument: check_batch_arguments checks them all and
+    returns the prompts as PromptSpecs. A bad prompt or per-prompt setting fails
+    that request alone (the Request checks it). A prefill that raises fails its
+    request; a decode forward that raises fails every request in it and frees their
+    slots; a sampler that fails fails its request (sample_and_accept). The run goes
+    on with the others.
     """
     specs = check_batch_arguments(
         model,
@@ -144,6 +178,8 @@ class Scheduler:
         self.metrics.peak_memory_bytes = mx.get_peak_memory()
 
     def admit_arrivals(self) -> None:
+        """Admit the requests whose arrival_step is the iterations done so far; their
+        arrival time is read now."""
         for request, arrival in zip(self.requests, self.arrival_steps):
             if arrival == self.step:
                 request.metrics.arrival = self.clock()
@@ -193,7 +229,9 @@ class Scheduler:
 
     def slot_for(self, request: Request) -> int | None:
         """The lowest free slot this request may take, leaving one for each prefilled
-        request (lowest first, so the batch cache's rows stay few)."""
+        request (lowest first, so the batch cache's rows stay few). None for a batch
+        request once batch requests, prefilled ones waiting for a slot included, hold
+        batch_size - reserved_interactive_slots slots."""
         ready = [r for r in self.waiting if r.is_prefill_done and r is not request]
         free = [i for i, slot in enumerate(self.slots) if slot is None][len(ready) :]
         batch_held = sum(

@@ -95,6 +95,9 @@ class RunMetrics:
         request: the largest RequestMetrics.longest_stall.
     peak_memory_bytes: mx.get_peak_memory() when the run ends (the peak is reset when
         it starts); 0 until then.
+    mixed_steps, mixed_seconds: the mixed policy's forwards (week 3 day 1) and their
+        time; their chunks and decode tokens count in the counters above, their
+        seconds only here (record_mixed_step).
     """
 
     prefill_chunks: int = 0
@@ -110,6 +113,8 @@ class RunMetrics:
     finished: int = 0
     longest_decode_stall: float = 0.0
     peak_memory_bytes: int = 0
+    mixed_steps: int = 0
+    mixed_seconds: float = 0.0
 
     def record_prefill_chunk(self, tokens: int, seconds: float) -> None:
         """Count one prefill chunk of `tokens` prompt tokens that took `seconds`."""
@@ -123,6 +128,18 @@ class RunMetrics:
         """Count one decode step that generated `tokens` tokens in `seconds`."""
         raise NotImplementedError(
             "Week 2 Day 6: record_decode_step: count the step, its tokens and its seconds"
+        )
+
+    def record_mixed_step(
+        self, chunk_tokens: list[int], decode_tokens: int, seconds: float
+    ) -> None:
+        """Count one mixed forward: a prefill chunk per entry of `chunk_tokens`, one
+        decode step if it generated `decode_tokens` > 0, and its `seconds` once."""
+        raise NotImplementedError(
+            "Week 3 Day 1: record_mixed_step: add the chunks and their tokens to the "
+            "prefill counters (not prefill_seconds), one decode step and its tokens "
+            "when decode_tokens > 0, then count the step in mixed_steps and its "
+            "seconds in mixed_seconds"
         )
 
     @property

@@ -3,7 +3,7 @@ but neither teaches. The fast BLAS, model loading and the embedded model, the ob
 a request and a scheduler report in, and the weight helpers around mlx-lm's layers."""
 
 from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
-from .arguments import check_batch_arguments
+from .arguments import POLICIES, check_batch_arguments, check_engine_arguments
 from .embedded_model import EmbeddedModelError
 from .loader import ModelLoadError, load_model
 from .prompts import (
@@ -17,7 +17,7 @@ from .prompts import (
     prompt_token_ids,
     sampled_token_id,
 )
-from .reports import BatchResults, SchedulerSnapshot, SlotView
+from .reports import BatchResults, ForwardRecord, SchedulerSnapshot, SlotView
 from .weights import (
     DEFAULT_MAX_SEQ_LEN,
     QuantizedWeights,

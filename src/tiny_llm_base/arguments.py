@@ -8,37 +8,29 @@ from collections.abc import Iterable
 from .prompts import PromptSpec, check_int, is_int
 
 
-def check_batch_arguments(
+POLICIES = ("alternate", "mixed")
+
+
+def check_engine_arguments(
     model,
-    prompts,
     batch_size,
     prefill_step,
     max_seq_len,
     max_tokens,
     sampler,
     reserved_interactive_slots,
-    on_step,
     clock,
-) -> list[PromptSpec]:
-    """Raise for the first bad argument; return the prompts, each as a PromptSpec.
+    policy="alternate",
+    token_budget=None,
+) -> None:
+    """Raise for the first bad engine setting.
 
     max_seq_len may not pass the model's context_length. prefill_step is None, an int
     of at least 1, a policy function, or an object with select_chunk_size (an
-    AdaptiveChunker).
+    AdaptiveChunker). policy is "alternate" or "mixed"; token_budget (mixed only) is
+    None or more than batch_size, so that a step always has room for a prefill token
+    beside one decode token per slot.
     """
-    if isinstance(prompts, (str, bytes, PromptSpec)) or not isinstance(
-        prompts, Iterable
-    ):
-        raise TypeError(
-            f"prompts must be a list of prompts, got {type(prompts).__name__}: "
-            "pass [prompt] for a single prompt"
-        )
-    prompts = list(prompts)
-    if prompts and all(is_int(p) for p in prompts):
-        raise TypeError(
-            "prompts is a list of ints: pass [token_ids] for a single prompt of "
-            "token ids"
-        )
     check_int("batch_size", batch_size, 1)
     check_int("max_seq_len", max_seq_len, 1)
     if max_seq_len > model.context_length:
@@ -63,13 +55,67 @@ def check_batch_arguments(
             f"({batch_size}), got {reserved_interactive_slots}: batch requests need "
             "a slot"
         )
-    for name, value in (("sampler", sampler), ("on_step", on_step)):
-        if value is not None and not callable(value):
-            raise TypeError(
-                f"{name} must be callable or None, got {type(value).__name__}"
-            )
+    if sampler is not None and not callable(sampler):
+        raise TypeError(
+            f"sampler must be callable or None, got {type(sampler).__name__}"
+        )
     if not callable(clock):
         raise TypeError(f"clock must be callable, got {type(clock).__name__}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+    check_int("token_budget", token_budget, batch_size + 1, allow_none=True)
+    if token_budget is not None and policy != "mixed":
+        raise ValueError(
+            "token_budget limits a mixed step: pass policy='mixed' or leave it None"
+        )
+
+
+def check_batch_arguments(
+    model,
+    prompts,
+    batch_size,
+    prefill_step,
+    max_seq_len,
+    max_tokens,
+    sampler,
+    reserved_interactive_slots,
+    on_step,
+    clock,
+    policy="alternate",
+    token_budget=None,
+) -> list[PromptSpec]:
+    """Raise for the first bad argument of batch_generate (the engine's settings, see
+    check_engine_arguments, then prompts and on_step); return the prompts, each as a
+    PromptSpec."""
+    check_engine_arguments(
+        model,
+        batch_size,
+        prefill_step,
+        max_seq_len,
+        max_tokens,
+        sampler,
+        reserved_interactive_slots,
+        clock,
+        policy,
+        token_budget,
+    )
+    if on_step is not None and not callable(on_step):
+        raise TypeError(
+            f"on_step must be callable or None, got {type(on_step).__name__}"
+        )
+    if isinstance(prompts, (str, bytes, PromptSpec)) or not isinstance(
+        prompts, Iterable
+    ):
+        raise TypeError(
+            f"prompts must be a list of prompts, got {type(prompts).__name__}: "
+            "pass [prompt] for a single prompt"
+        )
+    prompts = list(prompts)
+    if prompts and all(is_int(p) for p in prompts):
+        raise TypeError(
+            "prompts is a list of ints: pass [token_ids] for a single prompt of "
+            "token ids"
+        )
     specs = [p if isinstance(p, PromptSpec) else PromptSpec(p) for p in prompts]
     for spec in specs:
         check_int("arrival_step", spec.arrival_step, 0)

@@ -52,6 +52,22 @@ class SchedulerSnapshot:
     metrics: object
 
 
+@dataclass
+class ForwardRecord:
+    """One model forward of the engine, for timelines: when it ran and what was in it.
+
+    start, end: readings of the engine's clock around the forward. chunks: (request
+    id, prompt tokens) of each prefill chunk in it; decodes: the ids of the requests
+    that got a decode token from it. The alternate policy runs two forwards a step
+    (a chunk, then the decodes), the mixed policy one.
+    """
+
+    start: float
+    end: float
+    chunks: list[tuple[int, int]]
+    decodes: list[int]
+
+
 class BatchResults(list):
     """A list of GenerationResult, one per prompt in prompt order, plus `.metrics`:
     the run's RunMetrics, final (the object the snapshots carried)."""

@@ -88,6 +88,9 @@ class RunMetrics:
         request: the largest RequestMetrics.longest_stall.
     peak_memory_bytes: mx.get_peak_memory() when the run ends (the peak is reset when
         it starts); 0 until then.
+    mixed_steps, mixed_seconds: the mixed policy's forwards (week 3 day 1) and their
+        time; their chunks and decode tokens count in the counters above, their
+        seconds only here (record_mixed_step).
     """
 
     prefill_chunks: int = 0
@@ -103,6 +106,8 @@ class RunMetrics:
     finished: int = 0
     longest_decode_stall: float = 0.0
     peak_memory_bytes: int = 0
+    mixed_steps: int = 0
+    mixed_seconds: float = 0.0
 
     def record_prefill_chunk(self, tokens: int, seconds: float) -> None:
         """Count one prefill chunk of `tokens` prompt tokens that took `seconds`."""
@@ -119,6 +124,19 @@ class RunMetrics:
         self.decode_steps += 1
         self.generated_tokens += tokens
         self.decode_seconds += seconds
+
+    def record_mixed_step(
+        self, chunk_tokens: list[int], decode_tokens: int, seconds: float
+    ) -> None:
+        """Count one mixed forward: a prefill chunk per entry of `chunk_tokens`, one
+        decode step if it generated `decode_tokens` > 0, and its `seconds` once."""
+        self.prefill_chunks += len(chunk_tokens)
+        self.prefill_tokens += sum(chunk_tokens)
+        if decode_tokens:
+            self.decode_steps += 1
+            self.generated_tokens += decode_tokens
+        self.mixed_steps += 1
+        self.mixed_seconds += seconds
 
     @property
     def interleaving_ratio(self) -> float:

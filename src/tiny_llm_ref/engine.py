@@ -1,0 +1,483 @@
+"""The engine: requests come and go while it runs, and each `step()` moves every one
+of them forward.
+
+It owns the decode slots (a BatchingKvCache per layer) and the queue of requests
+waiting to prefill. Other threads may call `add_request` and `abort` at any time:
+both only leave a note in an inbox, which the engine's own thread reads at the start
+of its next step, so the model and the caches are only ever touched by that thread.
+
+Two policies decide what one step runs:
+- "alternate" (week 2, days 6 and 7): one prefill chunk of the most urgent waiting
+  request, then one decode forward for every decoding request: two forwards a step.
+- "mixed" (week 3, day 1): ONE forward a step. Every decoding request's next token
+  goes in first, so decodes never wait; prefill chunks (interactive before batch,
+  first come first served) fill what is left of `token_budget`.
+
+A failure costs only the requests it touches: a failed forward fails the requests in
+it, a failed sample the request it belongs to, and the engine goes on.
+"""
+
+import itertools
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from tiny_llm_base import (
+    ForwardRecord,
+    GenerationResult,
+    PromptSpec,
+    SchedulerSnapshot,
+    SlotView,
+    check_engine_arguments,
+    greedy,
+)
+
+from .chunking import AdaptiveChunker
+from .kv_cache import BatchingKvCache
+from .metrics import RunMetrics
+from .mixed_step import PrefillChunk, mixed_forward
+from .request import Request
+
+ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
+
+
+@dataclass
+class RequestOutput:
+    """What one request got in one step.
+
+    tokens: the ids it accepted this step (an EOS is not one of them); text: the text
+    they completed (the detokenizer's new segment). finish_reason is None while it
+    runs; once set, `result` holds the request's GenerationResult and the engine
+    forgets the request.
+    """
+
+    request_id: int
+    tokens: list[int]
+    text: str
+    finish_reason: str | None
+    result: GenerationResult | None = None
+
+
+class Engine:
+    """Continuous batching with chunked prefill, online.
+
+    batch_size decode slots of max_seq_len positions each. prefill_step: tokens per
+    prefill chunk (None: whole prompts), or a policy (select_chunk_size, an
+    AdaptiveChunker); with the "mixed" policy it caps one request's chunk per step.
+    token_budget: the most tokens one mixed step runs (None: no limit); it must
+    leave room for a prefill token beside one decode token per slot.
+    max_tokens and sampler are defaults that a PromptSpec may override.
+    on_forward: called with a ForwardRecord after every forward (for timelines).
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        batch_size: int = 5,
+        max_seq_len: int = 512,
+        prefill_step: ChunkPolicy = 128,
+        policy: str = "alternate",
+        token_budget: int | None = None,
+        max_tokens: int | None = None,
+        sampler: Callable[[mx.array], mx.array] | None = None,
+        reserved_interactive_slots: int = 0,
+        clock: Callable[[], float] = time.perf_counter,
+        on_forward: Callable[[ForwardRecord], None] | None = None,
+    ):
+        check_engine_arguments(
+            model,
+            batch_size,
+            prefill_step,
+            max_seq_len,
+            max_tokens,
+            sampler,
+            reserved_interactive_slots,
+            clock,
+            policy,
+            token_budget,
+        )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.max_seq_len = max_seq_len
+        self.prefill_step = prefill_step
+        self.policy = policy
+        self.token_budget = token_budget
+        self.max_tokens = max_tokens
+        self.sampler = sampler or greedy
+        self.batch_slots = batch_size - reserved_interactive_slots
+        self.clock = clock
+        self.on_forward = on_forward
+        self.slots: list[Request | None] = [None] * batch_size
+        self.cache = [
+            BatchingKvCache(batch_size, max_seq_len) for _ in model.create_kv_cache()
+        ]
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.next_id = itertools.count()
+        self.ids: dict[Request, int] = {}  # every request not yet reported finished
+        self.arriving: list[tuple[int, Request]] = []  # (arrival step, request)
+        self.waiting: list[Request] = []
+        self.reported: dict[Request, int] = {}  # tokens already in an output
+        self.added = 0
+        self.steps_done = 0
+        self.started: float | None = None
+        self.prefilled: Request | None = None
+        self.metrics = RunMetrics()
+        mx.reset_peak_memory()
+
+    def add_request(self, prompt: str | list[int] | PromptSpec) -> int:
+        """Queue a prompt (any thread); returns its request id.
+
+        The request is checked here: a bad one finishes with "error" in the engine's
+        next step, and costs nobody else anything.
+        """
+        spec = prompt if isinstance(prompt, PromptSpec) else PromptSpec(prompt)
+        request = Request(
+            self.model,
+            self.tokenizer,
+            spec.prompt,
+            prefill_max_step=None,  # the engine sizes every chunk (chunk_size)
+            max_tokens=self.max_tokens if spec.max_tokens is None else spec.max_tokens,
+            max_seq_len=self.max_seq_len,
+            sampler=spec.sampler or self.sampler,
+            priority=spec.priority,
+            clock=self.clock,
+        )
+        request_id = next(self.next_id)
+        self.inbox.put(("add", request_id, request, spec.arrival_step))
+        return request_id
+
+    def abort(self, request_id: int) -> None:
+        """Stop a request (any thread): within the next step it finishes with
+        "abort" and frees its slot and cache, whether it waits, prefills or decodes.
+        An unknown or finished id is ignored."""
+        self.inbox.put(("abort", request_id, None, None))
+
+    def has_unfinished(self) -> bool:
+        return bool(self.ids) or not self.inbox.empty()
+
+    def step(self) -> list[RequestOutput]:
+        """One iteration: read the inbox, admit arrivals, run the policy's forward(s),
+        and report what each request got."""
+        if self.started is None:
+            self.started = self.clock()
+        self.read_inbox()
+        self.admit_arrivals()
+        if self.policy == "mixed":
+            self.prefilled = self.run_mixed_step()
+        else:
+            self.prefilled = self.prefill_one_chunk()
+            self.move_prefilled_to_free_slots()
+            self.decode_one_step()
+        self.steps_done += 1
+        self.count_requests()
+        return self.collect_outputs()
+
+    def read_inbox(self) -> None:
+        while not self.inbox.empty():
+            action, request_id, request, arrival_step = self.inbox.get()
+            if action == "add":
+                self.ids[request] = request_id
+                self.reported[request] = 0
+                self.arriving.append((arrival_step, request))
+                self.added += 1
+            else:
+                self.stop(request_id)
+
+    def stop(self, request_id: int) -> None:
+        request = next((r for r, i in self.ids.items() if i == request_id), None)
+        if request is None or request.is_finished:
+            return
+        if request in self.slots:
+            self.free(self.slots.index(request))
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        else:
+            self.arriving = [(s, r) for s, r in self.arriving if r is not request]
+        request.finish("abort")
+
+    def admit_arrivals(self) -> None:
+        """Admit the requests whose arrival_step the steps done so far have reached;
+        their arrival time is read now."""
+        arrived = [r for step, r in self.arriving if step <= self.steps_done]
+        self.arriving = [(s, r) for s, r in self.arriving if s > self.steps_done]
+        for request in arrived:
+            request.metrics.arrival = self.clock()
+            # An invalid prompt has already finished with an error.
+            if not request.is_finished:
+                self.waiting.append(request)
+
+    def prefill_one_chunk(self) -> Request | None:
+        """Run one chunk of the most urgent request that will have a slot when done."""
+        candidates = [
+            r
+            for r in self.waiting
+            if not r.is_prefill_done and self.slot_for(r) is not None
+        ]
+        if not candidates:
+            return None
+        # Interactive first; min is stable, so FIFO within a priority.
+        request = min(candidates, key=lambda r: r.priority != "interactive")
+        if request.metrics.prefill_start is None:
+            request.metrics.prefill_start = self.clock()
+        start = self.clock()
+        try:
+            tokens = request.try_prefill(self.chunk_size(request))
+        except Exception as error:  # one bad request must not stop the others
+            request.fail(f"prefill failed: {type(error).__name__}: {error}")
+            self.waiting.remove(request)
+            return None
+        seconds = self.clock() - start
+        self.report_forward(start, seconds, [(request, tokens)], [])
+        self.metrics.record_prefill_chunk(tokens, seconds)
+        request.metrics.prefill_chunks += 1
+        if request.is_prefill_done:  # the last chunk sampled the first token
+            self.metrics.generated_tokens += 1
+        if isinstance(self.prefill_step, AdaptiveChunker):
+            self.prefill_step.record(seconds)
+        if request.is_finished:  # its first token was EOS, or max_tokens is 1
+            self.waiting.remove(request)
+        return request
+
+    def chunk_size(self, request: Request) -> int | None:
+        policy = self.prefill_step
+        if policy is None or isinstance(policy, int):
+            return policy
+        decoding = sum(slot is not None for slot in self.slots)
+        if isinstance(policy, AdaptiveChunker):
+            return policy.select_chunk_size(decoding, self.batch_size)
+        return policy(len(request.prefill_tokens), decoding, self.batch_size)
+
+    def slot_for(self, request: Request, also_ready: list[Request] = ()) -> int | None:
+        """The lowest free slot this request may take, leaving one for each prefilled
+        request and each in `also_ready` (their prefill ends this step); lowest first,
+        so the batch cache's rows stay few. None for a batch request once batch
+        requests, prefilled ones waiting for a slot included, hold
+        batch_size - reserved_interactive_slots slots."""
+        ready = [
+            r
+            for r in [*self.waiting, *also_ready]
+            if (r.is_prefill_done or r in also_ready) and r is not request
+        ]
+        free = [i for i, slot in enumerate(self.slots) if slot is None][len(ready) :]
+        batch_held = sum(
+            r.priority == "batch" for r in self.slots + ready if r is not None
+        )
+        if not free or (request.priority == "batch" and batch_held >= self.batch_slots):
+            return None
+        return free[0]
+
+    def move_prefilled_to_free_slots(self) -> None:
+        for request in sorted(self.waiting, key=lambda r: r.priority != "interactive"):
+            slot = self.slot_for(request) if request.is_prefill_done else None
+            if slot is None:
+                continue
+            for layer_cache, request_cache in zip(self.cache, request.kv_cache):
+                layer_cache.add_request(request_cache, slot)
+            request.kv_cache = None  # its keys live in the batch cache now
+            self.slots[slot] = request
+            self.waiting.remove(request)
+
+    def decoding(self) -> list[tuple[int, Request]]:
+        return [(slot, r) for slot, r in enumerate(self.slots) if r is not None]
+
+    def decode_inputs(self, active: list[tuple[int, Request]]):
+        """Tokens and offsets of the cache's rows, up to the highest slot in use; an
+        empty slot among them runs a dummy row."""
+        rows = self.slots[: active[-1][0] + 1]
+        tokens = [r.next_token if r else 0 for r in rows]
+        offsets = [r.offset if r else 0 for r in rows]
+        return tokens, offsets
+
+    def decode_one_step(self) -> None:
+        """One token for every decoding request, in one forward over the cache's rows."""
+        active = self.decoding()
+        if not active:
+            return
+        start = self.clock()
+        tokens, offsets = self.decode_inputs(active)
+        try:
+            logits = self.model(mx.array(tokens)[:, None], offsets, self.cache)
+            logits = logits[:, -1, :]
+            mx.eval(logits)
+        except Exception as error:  # fails this forward's requests, not the run
+            self.fail_forward(error, active, [])
+            return
+        self.accept_decoded(active, logits)
+        seconds = self.clock() - start
+        self.report_forward(start, seconds, [], [r for _, r in active])
+        self.metrics.record_decode_step(len(active), seconds)
+
+    def accept_decoded(self, active: list[tuple[int, Request]], logits: mx.array):
+        """logits: [rows, V]: each decoding request samples its row."""
+        for slot, request in active:
+            request.offset += 1  # the token it was fed is in the cache now
+            request.sample_and_accept(logits[slot : slot + 1])
+            times = request.metrics.token_times
+            if len(times) >= 2:
+                self.metrics.longest_decode_stall = max(
+                    self.metrics.longest_decode_stall, times[-1] - times[-2]
+                )
+            if request.is_finished:
+                self.free(slot)
+
+    def run_mixed_step(self) -> Request | None:
+        """ONE forward: every decoding request's token, then chunks within budget."""
+        active = self.decoding()
+        budget = None if self.token_budget is None else self.token_budget - len(active)
+        planned = self.plan_chunks(budget)
+        if not active and not planned:
+            return None
+        start = self.clock()
+        for request, _ in planned:
+            if request.metrics.prefill_start is None:
+                request.metrics.prefill_start = start
+        tokens, offsets = self.decode_inputs(active) if active else ([], [])
+        chunks = [chunk for _, chunk in planned]
+        try:
+            decode_logits, chunk_logits = mixed_forward(
+                self.model, tokens, offsets, self.cache if active else None, chunks
+            )
+            mx.eval(decode_logits, chunk_logits, [c.cache for c in chunks])
+        except Exception as error:  # fails this forward's requests, not the run
+            self.fail_forward(error, active, [r for r, _ in planned])
+            return None
+        for (request, chunk), logits in zip(planned, chunk_logits):
+            request.offset += len(chunk.tokens)
+            request.metrics.prefill_chunks += 1
+            if logits is not None:  # the chunk ended the prompt
+                request.sample_and_accept(logits)
+                self.metrics.generated_tokens += 1
+                if request.is_finished:
+                    self.waiting.remove(request)
+        if active:
+            self.accept_decoded(active, decode_logits)
+        seconds = self.clock() - start
+        self.report_forward(
+            start,
+            seconds,
+            [(r, len(c.tokens)) for r, c in planned],
+            [r for _, r in active],
+        )
+        self.metrics.record_mixed_step(
+            [len(c.tokens) for c in chunks], len(active), seconds
+        )
+        if isinstance(self.prefill_step, AdaptiveChunker):
+            self.prefill_step.record(seconds)
+        self.move_prefilled_to_free_slots()
+        return next((r for r, c in planned if not r.is_prefill_done), None)
+
+    def plan_chunks(self, budget: int | None) -> list[tuple[Request, PrefillChunk]]:
+        """This step's prefill chunks, most urgent first, until `budget` tokens are
+        spent (None: no limit); a request starts only if it will have a slot."""
+        planned: list[tuple[Request, PrefillChunk]] = []
+        ending: list[Request] = []
+        for request in sorted(self.waiting, key=lambda r: r.priority != "interactive"):
+            if budget is not None and budget <= 0:
+                break
+            if request.is_prefill_done or self.slot_for(request, ending) is None:
+                continue
+            left = len(request.prefill_tokens) - request.offset
+            size = min(
+                left,
+                self.chunk_size(request) or left,
+                left if budget is None else budget,
+            )
+            start, end = request.offset, request.offset + size
+            chunk = PrefillChunk(
+                request.prefill_tokens[start:end],
+                start,
+                request.kv_cache,
+                wants_logits=end == len(request.prefill_tokens),
+            )
+            planned.append((request, chunk))
+            if chunk.wants_logits:
+                ending.append(request)
+            if budget is not None:
+                budget -= size
+        return planned
+
+    def report_forward(
+        self,
+        start: float,
+        seconds: float,
+        chunks: list[tuple[Request, int]],
+        decodes: list[Request],
+    ) -> None:
+        if self.on_forward is not None:
+            self.on_forward(
+                ForwardRecord(
+                    start,
+                    start + seconds,
+                    [(self.ids[r], tokens) for r, tokens in chunks],
+                    [self.ids[r] for r in decodes],
+                )
+            )
+
+    def fail_forward(
+        self, error: Exception, active: list[tuple[int, Request]], prefilling: list
+    ) -> None:
+        message = f"forward failed: {type(error).__name__}: {error}"
+        for slot, request in active:
+            request.fail(message)
+            self.free(slot)
+        for request in prefilling:
+            request.fail(message)
+            self.waiting.remove(request)
+
+    def free(self, slot: int) -> None:
+        self.slots[slot] = None
+        for layer_cache in self.cache:
+            layer_cache.remove_request(slot)
+
+    def count_requests(self) -> None:
+        self.metrics.total_seconds = self.clock() - self.started
+        self.metrics.running = sum(r is not None for r in self.slots)
+        self.metrics.waiting = len(self.waiting)
+        self.metrics.finished = self.added - sum(not r.is_finished for r in self.ids)
+        self.metrics.peak_memory_bytes = mx.get_peak_memory()
+
+    def collect_outputs(self) -> list[RequestOutput]:
+        outputs = []
+        for request, request_id in list(self.ids.items()):
+            new = request.generated[self.reported[request] :]
+            if not new and not request.is_finished:
+                continue
+            self.reported[request] += len(new)
+            text = request.detokenizer.last_segment if request.detokenizer else ""
+            output = RequestOutput(request_id, new, text, request.finish_reason)
+            if request.is_finished:
+                output.result = request.result()
+                del self.ids[request], self.reported[request]
+            outputs.append(output)
+        return outputs
+
+    def snapshot(self) -> SchedulerSnapshot:
+        """The slots, the request prefilling and the counters, for live views."""
+        views = [
+            None
+            if r is None
+            else SlotView(
+                self.ids[r], r.priority, r.offset, len(r.generated), r.text[-40:]
+            )
+            for r in self.slots
+        ]
+        prefilling = None
+        if self.prefilled is not None and not self.prefilled.is_prefill_done:
+            prefilling = (
+                self.ids[self.prefilled],
+                self.prefilled.offset,
+                len(self.prefilled.prefill_tokens),
+            )
+        return SchedulerSnapshot(
+            self.steps_done,
+            views,
+            prefilling,
+            self.metrics.finished,
+            self.added,
+            self.metrics,
+        )

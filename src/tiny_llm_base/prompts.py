@@ -58,8 +58,9 @@ class GenerationResult:
     text: the generated text, detokenized ("" when nothing was generated).
     tokens: the generated token ids; the EOS that ends a request is never among them.
     finish_reason: "stop" (the model sampled EOS), "length" (max_tokens tokens),
-        "max_seq_len" (the cache is full: the request's offset reached max_seq_len), or
-        "error" (this request alone failed; `error` says why, the others ran on).
+        "max_seq_len" (the cache is full: the request's offset reached max_seq_len),
+        "error" (this request alone failed; `error` says why, the others ran on), or
+        "abort" (Engine.abort stopped it; batch_generate never aborts).
     metrics: the request's RequestMetrics, times on batch_generate's clock.
     error: why the request failed, else None.
     prompt, priority: as given (a plain prompt has priority "batch").

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 class SlotView:
     """One occupied decode slot at the end of a scheduler iteration.
 
-    request: the request's index in batch_generate's prompt list.
+    request: the request's id: its index in batch_generate's prompt list (the id
+        Engine.add_request returned).
     priority: its priority, "batch" or "interactive".
     offset: tokens in its KV cache: the prompt, plus every token fed back in a
         decode step (the token sampled last is not in the cache yet).
@@ -26,8 +27,8 @@ class SlotView:
 
 @dataclass
 class SchedulerSnapshot:
-    """What `on_step` receives at the end of every scheduler iteration, after its
-    decode step.
+    """The state at the end of a scheduler iteration, after its forwards: what
+    batch_generate's `on_step` receives, and Engine.snapshot() returns.
 
     step: iterations done, this one included: 1 in the first snapshot. A request with
         arrival_step s is admitted in the iteration whose snapshot says s + 1.
@@ -39,7 +40,7 @@ class SchedulerSnapshot:
         or the chunk was the request's last (it then holds a slot, waits for one, or
         has finished).
     finished: requests finished so far, whatever the reason (RunMetrics.finished).
-    total: requests in the run, len(prompts).
+    total: requests in the run so far: len(prompts) in batch_generate.
     metrics: the run's RunMetrics: the same object in every snapshot, updated in
         place, so copy a value to keep it.
     """

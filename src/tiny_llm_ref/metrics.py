@@ -86,8 +86,8 @@ class RunMetrics:
         (a prompt rejected when its Request was created counts from the start).
     longest_decode_stall: the longest gap between two consecutive tokens of any one
         request: the largest RequestMetrics.longest_stall.
-    peak_memory_bytes: mx.get_peak_memory() when the run ends (the peak is reset when
-        it starts); 0 until then.
+    peak_memory_bytes: mx.get_peak_memory() at the end of the latest iteration (the
+        peak is reset when the run starts).
     mixed_steps, mixed_seconds: the mixed policy's forwards (week 3 day 1) and their
         time; their chunks and decode tokens count in the counters above, their
         seconds only here (record_mixed_step).

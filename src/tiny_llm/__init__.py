@@ -38,5 +38,6 @@ from .flash_attention import flash_attention
 from .metrics import RequestMetrics, RunMetrics
 from .request import Request
 from .chunking import AdaptiveChunker, select_chunk_size
-from .scheduler import batch_generate
 from .mixed_step import PrefillChunk, mixed_forward
+from .engine import Engine, RequestOutput
+from .scheduler import batch_generate

@@ -1,18 +1,9 @@
-"""Continuous batching with chunked prefill.
+"""batch_generate: a list of prompts in, one result per prompt out.
 
-Every iteration of the loop does two things: one prefill chunk for the most urgent
-waiting request, then one decode step that gives every decoding request its next
-token. A request whose prefill is done takes a free decode slot at once, and a
-finished request frees its slot for the next one. A long prompt therefore never
-stalls the decoders for longer than one chunk.
-
-Priorities: an interactive request's chunks go ahead of a batch request's remaining
-chunks (the batch prefill pauses between chunks and resumes at its offset), and
-batch requests never hold more than batch_size - reserved_interactive_slots decode
-slots, so that the rest stay free for interactive requests.
-
-A failure costs only the requests it touches: a failed prefill chunk fails its
-request, a failed decode forward the requests in it, and the run goes on.
+It is the engine's simplest client: it adds every prompt to an Engine, steps it until
+no request is left, and keeps each request's result as it finishes. What one step does
+(continuous batching, chunked prefill, priorities, failures that cost only the
+requests they touch) is the engine's: see engine.py.
 """
 
 import time
@@ -23,18 +14,12 @@ import mlx.core as mx
 # Infrastructure, not course material: given by tiny_llm_base.
 from tiny_llm_base import (  # noqa: F401
     BatchResults,
+    PromptSpec,
     SchedulerSnapshot,
-    SlotView,
     check_batch_arguments,
-    greedy,
 )
 
-from .chunking import AdaptiveChunker
-from .kv_cache import BatchingKvCache  # noqa: F401
-from .metrics import RunMetrics  # noqa: F401
-from .request import PromptSpec, Request  # noqa: F401
-
-ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
+from .engine import ChunkPolicy, Engine  # noqa: F401
 
 
 def batch_generate(
@@ -49,6 +34,8 @@ def batch_generate(
     reserved_interactive_slots: int = 0,
     on_step: Callable[[SchedulerSnapshot], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    policy: str = "alternate",
+    token_budget: int | None = None,
 ) -> BatchResults:
     """Generate for every prompt, batch_size at a time; returns results in prompt order.
 
@@ -71,37 +58,40 @@ def batch_generate(
         batch_size - reserved_interactive_slots decode slots, even when no
         interactive request is waiting (a prefilled batch request waiting for a slot
         counts as holding one). Interactive requests may take any free slot.
+    policy: "alternate" (days 6 and 7: a chunk's forward, then the decodes') or
+        "mixed" (week 3 day 1: one forward a step); token_budget: the most tokens
+        one mixed step runs (None: no limit). See Engine.
     on_step: called with a SchedulerSnapshot at the end of every iteration.
     clock: every time in the metrics is a reading of it. The scheduler reads a
         request's `arrival` when it admits it and its `prefill_start` just before its
         first chunk; the request reads a token's time when it accepts the token.
 
-    Every iteration: admit the requests whose arrival_step equals the iterations
-    done so far; run one prefill chunk of a waiting request that will find a slot
-    (interactive first, then the first admitted); move every prefilled request into a
-    free slot, the lowest first (add_request on every layer); run one decode step
-    over the slots up to the highest in use, the batch cache's `rows` (an empty
-    slot among them feeds token 0 at offset 0), freeing the slots of finished
-    requests (remove_request on every layer); call on_step.
+    The run is a short loop over an Engine: add every prompt, then step until no
+    request is left, collecting each request's result as it finishes. With the
+    alternate policy, every iteration (Engine.step): admit the requests whose
+    arrival_step the iterations done so far have reached; run one prefill chunk of a
+    waiting request that will find a slot (interactive first, then the first
+    admitted); move every prefilled request into a free slot, the lowest first
+    (add_request on every layer); run one decode step over the slots up to the
+    highest in use, the batch cache's `rows` (an empty slot among them feeds token 0
+    at offset 0), freeing the slots of finished requests (remove_request on every
+    layer); call on_step.
 
     Bad arguments raise TypeError (a wrong type; a bool is not an int) or
-    ValueError naming the argument: check_batch_arguments checks them all and
-    returns the prompts as PromptSpecs. A bad prompt or per-prompt setting fails
-    that request alone (the Request checks it). A prefill that raises fails its
+    ValueError naming the argument: check_batch_arguments checks them all (the
+    engine's settings through check_engine_arguments) and returns the prompts as
+    PromptSpecs. A bad prompt or per-prompt setting fails that request alone
+    (the Request checks it). A prefill that raises fails its
     request; a decode forward that raises fails every request in it and frees their
     slots; a sampler that fails fails its request (sample_and_accept). The run goes
     on with the others.
     """
     raise NotImplementedError(
-        "Week 2 Day 6: batch_generate: check_batch_arguments, make one Request per "
-        "prompt (prefill_max_step=None, the scheduler picks chunk sizes), then loop "
-        "until every request is finished: admit arrivals, prefill a waiting request "
-        "that will find a slot (a raise fails that request), move prefilled "
-        "requests into the lowest free decode slots (add_request on every layer), "
-        "run one decode step over the slots up to the highest in use (a raise fails "
-        "the requests in it), free finished slots (remove_request on every layer), "
-        "record the metrics, call on_step; return BatchResults with .metrics. Day 6 "
-        "prefills each prompt whole (prefill_step=None); Day 7 adds one chunk per "
-        "iteration sized by prefill_step, interactive requests first, and "
-        "reserved_interactive_slots"
+        "Week 2 Day 6: batch_generate: a short loop over an Engine: "
+        "check_batch_arguments (it returns the prompts as PromptSpecs), make an "
+        "Engine with the settings, add_request every spec (keep the ids in prompt "
+        "order), then while engine.has_unfinished(): step() and keep each output's "
+        "result once it has one, and call on_step(engine.snapshot()); return "
+        "BatchResults of the results in prompt order, with .metrics = "
+        "engine.metrics. The engine's methods do the scheduling (engine.py)"
     )

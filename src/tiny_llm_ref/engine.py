@@ -71,6 +71,25 @@ class Engine:
     leave room for a prefill token beside one decode token per slot.
     max_tokens and sampler are defaults that a PromptSpec may override.
     on_forward: called with a ForwardRecord after every forward (for timelines).
+
+    The state (set by __init__, after check_engine_arguments):
+    - the settings as given, sampler defaulting to greedy; batch_slots: the slots
+      batch requests may hold, batch_size - reserved_interactive_slots.
+    - slots: batch_size entries, the Request decoding in slot i or None.
+    - cache: one BatchingKvCache(batch_size, max_seq_len) per layer; count the
+      layers as len(model.create_kv_cache()).
+    - inbox: a queue.SimpleQueue of notes from add_request and abort;
+      next_id: itertools.count(), the request ids 0, 1, 2, ...
+    - ids: request -> id, for every request read from the inbox and not yet
+      reported finished; reported: request -> how many of its tokens an output
+      already carried.
+    - arriving: (arrival_step, request) of requests read but not admitted yet;
+      waiting: admitted requests neither in a slot nor finished (prefilling, or
+      prefilled and waiting for a slot), in admission order.
+    - added: requests read from the inbox so far; steps_done: steps completed;
+      started: the clock at the start of the first step (None before);
+      prefilled: the request whose prefill chunk ran in the latest step (snapshot).
+    - metrics: the RunMetrics; the peak memory is reset (mx.reset_peak_memory()).
     """
 
     def __init__(
@@ -132,8 +151,12 @@ class Engine:
     def add_request(self, prompt: str | list[int] | PromptSpec) -> int:
         """Queue a prompt (any thread); returns its request id.
 
-        The request is checked here: a bad one finishes with "error" in the engine's
-        next step, and costs nobody else anything.
+        A plain prompt is PromptSpec(prompt). The Request is made here, with
+        prefill_max_step=None (the engine sizes every chunk, chunk_size), the spec's
+        max_tokens and sampler or else the engine's, its priority, the engine's
+        max_seq_len and clock: a bad one has already failed ("error") and finishes in
+        the engine's next step, costing nobody else anything. Only a note goes into
+        the inbox, ("add", id, request, arrival_step): the engine's thread reads it.
         """
         spec = prompt if isinstance(prompt, PromptSpec) else PromptSpec(prompt)
         request = Request(
@@ -154,15 +177,25 @@ class Engine:
     def abort(self, request_id: int) -> None:
         """Stop a request (any thread): within the next step it finishes with
         "abort" and frees its slot and cache, whether it waits, prefills or decodes.
-        An unknown or finished id is ignored."""
+        An unknown or finished id is ignored. Only a note goes into the inbox,
+        ("abort", id, None, None): stop() does the work on the engine's thread."""
         self.inbox.put(("abort", request_id, None, None))
 
     def has_unfinished(self) -> bool:
+        """True while a request has not been reported finished, or a note waits in
+        the inbox (a request just added counts before the engine has read it)."""
         return bool(self.ids) or not self.inbox.empty()
 
+    # ANCHOR: step
     def step(self) -> list[RequestOutput]:
         """One iteration: read the inbox, admit arrivals, run the policy's forward(s),
-        and report what each request got."""
+        and report what each request got.
+
+        The clock is read into `started` at the first step. "alternate": prefilled =
+        prefill_one_chunk(), move_prefilled_to_free_slots(), decode_one_step().
+        "mixed": prefilled = run_mixed_step(). Then steps_done += 1, count_requests()
+        and return collect_outputs().
+        """
         if self.started is None:
             self.started = self.clock()
         self.read_inbox()
@@ -177,7 +210,12 @@ class Engine:
         self.count_requests()
         return self.collect_outputs()
 
+    # ANCHOR_END: step
+
     def read_inbox(self) -> None:
+        """Take every note out of the inbox. ("add", id, request, arrival_step):
+        remember the id, 0 tokens reported, put it in `arriving`, count it in
+        `added`. ("abort", id, ...): stop(id)."""
         while not self.inbox.empty():
             action, request_id, request, arrival_step = self.inbox.get()
             if action == "add":
@@ -189,6 +227,9 @@ class Engine:
                 self.stop(request_id)
 
     def stop(self, request_id: int) -> None:
+        """Abort a request now (the engine's thread): free its slot if it decodes,
+        else take it out of `waiting` or `arriving`; then finish it with "abort". An
+        id that is unknown, already reported or already finished is ignored."""
         request = next((r for r, i in self.ids.items() if i == request_id), None)
         if request is None or request.is_finished:
             return
@@ -202,7 +243,8 @@ class Engine:
 
     def admit_arrivals(self) -> None:
         """Admit the requests whose arrival_step the steps done so far have reached;
-        their arrival time is read now."""
+        their arrival time is read now. A request that has already failed (a bad
+        prompt) gets its arrival time but does not wait."""
         arrived = [r for step, r in self.arriving if step <= self.steps_done]
         self.arriving = [(s, r) for s, r in self.arriving if s > self.steps_done]
         for request in arrived:
@@ -212,7 +254,20 @@ class Engine:
                 self.waiting.append(request)
 
     def prefill_one_chunk(self) -> Request | None:
-        """Run one chunk of the most urgent request that will have a slot when done."""
+        """Run one chunk of the most urgent request that will have a slot when done;
+        return it (None if no chunk ran or it failed).
+
+        Candidates: waiting requests still prefilling for which slot_for is not None.
+        Most urgent: interactive before batch, the first admitted within a priority.
+        Its prefill_start is read before its first chunk. The chunk:
+        request.try_prefill(chunk_size(request)), timed with the clock just before
+        and after; a raise fails that request alone ("prefill failed: ...") and
+        removes it from waiting. Then report_forward(start, seconds,
+        [(request, tokens)], []), metrics.record_prefill_chunk(tokens, seconds), the
+        request's prefill_chunks += 1; the last chunk sampled the first token, so
+        metrics.generated_tokens += 1; an AdaptiveChunker is told record(seconds);
+        a request finished by its first token (EOS, max_tokens 1) leaves waiting.
+        """
         candidates = [
             r
             for r in self.waiting
@@ -244,6 +299,10 @@ class Engine:
         return request
 
     def chunk_size(self, request: Request) -> int | None:
+        """The next chunk's size for `request`, from prefill_step: an int or None as
+        it is; an AdaptiveChunker: select_chunk_size(decoding, batch_size); any other
+        function: prefill_step(prompt tokens, decoding, batch_size). `decoding` is
+        the occupied slots now."""
         policy = self.prefill_step
         if policy is None or isinstance(policy, int):
             return policy
@@ -272,6 +331,9 @@ class Engine:
         return free[0]
 
     def move_prefilled_to_free_slots(self) -> None:
+        """Every prefilled waiting request, interactive first, takes the slot
+        slot_for gives it: add_request(its cache, slot) on every layer's batch cache;
+        its own kv_cache is dropped (None) and it leaves waiting."""
         for request in sorted(self.waiting, key=lambda r: r.priority != "interactive"):
             slot = self.slot_for(request) if request.is_prefill_done else None
             if slot is None:
@@ -283,18 +345,26 @@ class Engine:
             self.waiting.remove(request)
 
     def decoding(self) -> list[tuple[int, Request]]:
+        """(slot, request) of every occupied slot, lowest slot first."""
         return [(slot, r) for slot, r in enumerate(self.slots) if r is not None]
 
     def decode_inputs(self, active: list[tuple[int, Request]]):
         """Tokens and offsets of the cache's rows, up to the highest slot in use; an
-        empty slot among them runs a dummy row."""
+        empty slot among them runs a dummy row (token 0 at offset 0)."""
         rows = self.slots[: active[-1][0] + 1]
         tokens = [r.next_token if r else 0 for r in rows]
         offsets = [r.offset if r else 0 for r in rows]
         return tokens, offsets
 
     def decode_one_step(self) -> None:
-        """One token for every decoding request, in one forward over the cache's rows."""
+        """One token for every decoding request, in one forward over the cache's rows.
+
+        Nothing to do with every slot free. Timed from before decode_inputs to after
+        accept_decoded: model(tokens [R, 1], offsets, cache) -> the last position's
+        logits [R, V], evaluated (mx.eval) inside the try; a raise fails the
+        forward's requests (fail_forward). Then accept_decoded, report_forward(start,
+        seconds, [], the requests) and metrics.record_decode_step(requests, seconds).
+        """
         active = self.decoding()
         if not active:
             return
@@ -313,7 +383,12 @@ class Engine:
         self.metrics.record_decode_step(len(active), seconds)
 
     def accept_decoded(self, active: list[tuple[int, Request]], logits: mx.array):
-        """logits: [rows, V]: each decoding request samples its row."""
+        """logits: [rows, V]: each decoding request samples its row.
+
+        For each (slot, request): offset += 1 (its fed token is in the cache now),
+        sample_and_accept(logits[slot : slot + 1]); the gap between its last two
+        token times raises metrics.longest_decode_stall if longer; a request that
+        finished frees its slot."""
         for slot, request in active:
             request.offset += 1  # the token it was fed is in the cache now
             request.sample_and_accept(logits[slot : slot + 1])
@@ -326,7 +401,24 @@ class Engine:
                 self.free(slot)
 
     def run_mixed_step(self) -> Request | None:
-        """ONE forward: every decoding request's token, then chunks within budget."""
+        """ONE forward: every decoding request's token, then chunks within budget.
+
+        The chunk budget is token_budget - decoding requests (None: no limit);
+        plan_chunks picks the chunks. Nothing to run: return None. The clock `start`
+        is read once, before the forward: it is the prefill_start of a request
+        whose first chunk this is. mixed_forward(model, decode tokens, offsets, the
+        batch cache (None with no decodes), chunks), with its logits and every
+        chunk's cache evaluated inside the try; a raise fails every request in the
+        forward (fail_forward) and returns None. Then, per chunk: offset += its
+        length, its prefill_chunks += 1; a chunk with logits samples the first token
+        (sample_and_accept; metrics.generated_tokens += 1) and a request it finished
+        leaves waiting. Then accept_decoded for the decodes; report_forward(start,
+        seconds, [(request, chunk length)], decoding requests);
+        metrics.record_mixed_step(chunk lengths, decodes, seconds); an
+        AdaptiveChunker is told record(seconds); move_prefilled_to_free_slots().
+        Returns the first planned request whose prefill is not done (the snapshot's
+        `prefilling`), else None.
+        """
         active = self.decoding()
         budget = None if self.token_budget is None else self.token_budget - len(active)
         planned = self.plan_chunks(budget)
@@ -373,7 +465,15 @@ class Engine:
 
     def plan_chunks(self, budget: int | None) -> list[tuple[Request, PrefillChunk]]:
         """This step's prefill chunks, most urgent first, until `budget` tokens are
-        spent (None: no limit); a request starts only if it will have a slot."""
+        spent (None: no limit); a request starts only if it will have a slot.
+
+        Waiting requests still prefilling, interactive before batch, the first
+        admitted first within a priority; each gets a chunk of min(tokens left,
+        chunk_size(request) or tokens left, budget left) at its offset, with its
+        kv_cache; wants_logits when the chunk ends the prompt. slot_for is asked with
+        the requests whose chunk ends their prompt in this plan as `also_ready`, so
+        that each of them keeps a slot. Stop once the budget is spent.
+        """
         planned: list[tuple[Request, PrefillChunk]] = []
         ending: list[Request] = []
         for request in sorted(self.waiting, key=lambda r: r.priority != "interactive"):
@@ -408,6 +508,9 @@ class Engine:
         chunks: list[tuple[Request, int]],
         decodes: list[Request],
     ) -> None:
+        """With on_forward set, call it with ForwardRecord(start, start + seconds,
+        [(id, prompt tokens) per chunk], [id per decode]): request ids, not
+        Requests. Without on_forward: nothing."""
         if self.on_forward is not None:
             self.on_forward(
                 ForwardRecord(
@@ -421,6 +524,9 @@ class Engine:
     def fail_forward(
         self, error: Exception, active: list[tuple[int, Request]], prefilling: list
     ) -> None:
+        """A forward raised: every request in it fails with "forward failed:
+        <ErrorType>: <error>"; the decoding ones free their slots, the prefilling ones
+        (the mixed step's chunks) leave waiting."""
         message = f"forward failed: {type(error).__name__}: {error}"
         for slot, request in active:
             request.fail(message)
@@ -430,11 +536,15 @@ class Engine:
             self.waiting.remove(request)
 
     def free(self, slot: int) -> None:
+        """The slot is empty again: remove_request(slot) on every layer's cache."""
         self.slots[slot] = None
         for layer_cache in self.cache:
             layer_cache.remove_request(slot)
 
     def count_requests(self) -> None:
+        """At the end of a step: metrics.total_seconds (clock - started), running
+        (occupied slots), waiting (len(waiting)), finished (added minus the requests
+        in `ids` not finished yet) and peak_memory_bytes (mx.get_peak_memory())."""
         self.metrics.total_seconds = self.clock() - self.started
         self.metrics.running = sum(r is not None for r in self.slots)
         self.metrics.waiting = len(self.waiting)
@@ -442,6 +552,11 @@ class Engine:
         self.metrics.peak_memory_bytes = mx.get_peak_memory()
 
     def collect_outputs(self) -> list[RequestOutput]:
+        """A RequestOutput for every request that accepted a token or finished this
+        step: its new tokens (generated past `reported`), the detokenizer's
+        last_segment as text ("" without a detokenizer) and its finish_reason. A
+        finished request's output carries result() and the engine forgets it (out
+        of ids and reported)."""
         outputs = []
         for request, request_id in list(self.ids.items()):
             new = request.generated[self.reported[request] :]
@@ -457,7 +572,11 @@ class Engine:
         return outputs
 
     def snapshot(self) -> SchedulerSnapshot:
-        """The slots, the request prefilling and the counters, for live views."""
+        """The slots, the request prefilling and the counters, for live views:
+        SchedulerSnapshot(steps_done, a SlotView(id, priority, offset,
+        len(generated), text[-40:]) per occupied slot and None per free one,
+        (id, offset, prompt tokens) of `prefilled` while its prefill is not done else
+        None, metrics.finished, added, metrics)."""
         views = [
             None
             if r is None

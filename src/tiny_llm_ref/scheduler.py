@@ -67,19 +67,20 @@ def batch_generate(
 
     The run is a short loop over an Engine: add every prompt, then step until no
     request is left, collecting each request's result as it finishes. With the
-    alternate policy, every iteration (Engine.step): admit the requests whose arrival_step equals the iterations
-    done so far; run one prefill chunk of a waiting request that will find a slot
-    (interactive first, then the first admitted); move every prefilled request into a
-    free slot, the lowest first (add_request on every layer); run one decode step
-    over the slots up to the highest in use, the batch cache's `rows` (an empty
-    slot among them feeds token 0 at offset 0), freeing the slots of finished
-    requests (remove_request on every layer); call on_step.
+    alternate policy, every iteration (Engine.step): admit the requests whose
+    arrival_step the iterations done so far have reached; run one prefill chunk of a
+    waiting request that will find a slot (interactive first, then the first
+    admitted); move every prefilled request into a free slot, the lowest first
+    (add_request on every layer); run one decode step over the slots up to the
+    highest in use, the batch cache's `rows` (an empty slot among them feeds token 0
+    at offset 0), freeing the slots of finished requests (remove_request on every
+    layer); call on_step.
 
     Bad arguments raise TypeError (a wrong type; a bool is not an int) or
     ValueError naming the argument: check_batch_arguments checks them all (the
     engine's settings through check_engine_arguments) and returns the prompts as
-    PromptSpecs. A bad prompt or per-prompt setting fails
-    that request alone (the Request checks it). A prefill that raises fails its
+    PromptSpecs. A bad prompt or per-prompt setting fails that request alone
+    (the Request checks it). A prefill that raises fails its
     request; a decode forward that raises fails every request in it and frees their
     slots; a sampler that fails fails its request (sample_and_accept). The run goes
     on with the others.

@@ -319,7 +319,7 @@ class Engine:
         batch_size - reserved_interactive_slots slots."""
         ready = [
             r
-            for r in [*self.waiting, *also_ready]
+            for r in self.waiting  # also_ready's requests are waiting too: count once
             if (r.is_prefill_done or r in also_ready) and r is not request
         ]
         free = [i for i, slot in enumerate(self.slots) if slot is None][len(ready) :]
@@ -434,7 +434,13 @@ class Engine:
             decode_logits, chunk_logits = mixed_forward(
                 self.model, tokens, offsets, self.cache if active else None, chunks
             )
-            mx.eval(decode_logits, chunk_logits, [c.cache for c in chunks])
+            cache_state = [
+                array
+                for chunk in chunks
+                for layer in chunk.cache
+                for array in (layer.keys, layer.values)
+            ]
+            mx.eval(decode_logits, chunk_logits, cache_state)
         except Exception as error:  # fails this forward's requests, not the run
             self.fail_forward(error, active, [r for r, _ in planned])
             return None

@@ -1,0 +1,197 @@
+"""The numbers a run yields, from the timestamps of every generated token, and the
+goals they are held to.
+
+Every engine is timed the same way: TTFT = arrival -> first token; inter-token
+latency (ITL) = the gaps between one request's consecutive tokens; longest stall =
+the largest such gap of any request; throughput = generated tokens / total run time;
+peak memory = MLX's peak during the run above what was in use before it.
+"""
+
+from dataclasses import asdict, dataclass, field
+from itertools import pairwise
+
+import numpy as np
+
+from .workloads import Workload
+
+MARGIN = 0.10  # "at least 10% better": a ratio of 0.90 or less
+
+
+@dataclass
+class Run:
+    """One configuration of one engine on one workload."""
+
+    config: str
+    engine: str
+    total_s: float
+    prompt_tokens: int
+    generated_tokens: int
+    ttft_p50_s: float
+    ttft_p99_s: float
+    ttft_short_p50_s: float
+    ttft_long_s: list[float]
+    itl_p50_ms: float
+    itl_p99_ms: float
+    longest_stall_s: float
+    peak_memory_mb: float
+    unfinished: int
+    load_average: tuple[float, float]  # 1-minute load before and after the run
+    tokens: list[list[int]] = field(repr=False)
+    requests: list[dict] = field(repr=False, default_factory=list)
+    forwards: list[dict] = field(repr=False, default_factory=list)
+
+    @property
+    def generation_tps(self) -> float:
+        return self.generated_tokens / self.total_s
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.total_s
+
+    def record(self) -> dict:
+        """The run for the JSON file: its numbers, without token ids or forwards."""
+        numbers = {
+            k: v for k, v in asdict(self).items() if k not in ("tokens", "forwards")
+        }
+        numbers["generation_tps"] = self.generation_tps
+        numbers["prompt_tps"] = self.prompt_tps
+        return numbers
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def summarize(
+    config: str,
+    engine: str,
+    workload: Workload,
+    start: float,
+    end: float,
+    arrivals: list[float | None],
+    token_times: list[list[float]],
+    tokens: list[list[int]],
+    peak_bytes: int,
+    load_average: tuple[float, float],
+    forwards: list[dict] = (),
+) -> Run:
+    """A run's numbers from each request's arrival and token timestamps (seconds on
+    one clock); a request with no token counts as unfinished and has no TTFT."""
+    ttft = [t[0] - a if t else None for t, a in zip(token_times, arrivals)]
+
+    def since_start(t: float | None) -> float | None:
+        return None if t is None else t - start
+
+    gaps = [b - a for times in token_times for a, b in pairwise(times)]
+    started = [t for t in ttft if t is not None]
+    short_ttft = [t for t, s in zip(ttft, workload.short) if s and t is not None]
+    return Run(
+        config=config,
+        engine=engine,
+        total_s=end - start,
+        prompt_tokens=workload.prompt_tokens,
+        generated_tokens=sum(len(t) for t in tokens),
+        ttft_p50_s=percentile(started, 50),
+        ttft_p99_s=percentile(started, 99),
+        ttft_short_p50_s=percentile(short_ttft, 50),
+        ttft_long_s=[t for t, s in zip(ttft, workload.short) if not s],
+        itl_p50_ms=percentile(gaps, 50) * 1e3,
+        itl_p99_ms=percentile(gaps, 99) * 1e3,
+        longest_stall_s=max(gaps, default=0.0),
+        peak_memory_mb=peak_bytes / 2**20,
+        unfinished=sum(len(t) < m for t, m in zip(token_times, workload.max_tokens)),
+        load_average=load_average,
+        tokens=tokens,
+        requests=[
+            {
+                "prompt_tokens": len(prompt),
+                "arrival_s": since_start(arrival),
+                "first_token_s": since_start(times[0] if times else None),
+                "last_token_s": since_start(times[-1] if times else None),
+                "longest_gap_s": max((b - a for a, b in pairwise(times)), default=0.0),
+                "tokens": len(times),
+            }
+            for prompt, arrival, times in zip(workload.prompts, arrivals, token_times)
+        ],
+        forwards=list(forwards),
+    )
+
+
+def median_run(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda r: r.total_s)[len(runs) // 2]
+
+
+def dominance_goal(runs: list[Run]) -> list[dict]:
+    """For each mlx-lm configuration: is some configuration of ours at least 10%
+    better on both the longest stall and the total time?
+
+    Each verdict names the best of ours (the one whose worse ratio is smallest) and,
+    when missed, which of the two ratios is above 0.90.
+    """
+    ours = [r for r in runs if r.engine == "ours"]
+    verdicts = []
+    for peer in (r for r in runs if r.engine == "mlx-lm"):
+        ratios = [
+            (r, r.longest_stall_s / peer.longest_stall_s, r.total_s / peer.total_s)
+            for r in ours
+        ]
+        if not ratios:
+            continue
+        best, stall, total = min(ratios, key=lambda x: max(x[1], x[2]))
+        limited_by = [
+            name
+            for name, ratio in (("longest stall", stall), ("total time", total))
+            if ratio > 1 - MARGIN
+        ]
+        verdicts.append(
+            {
+                "peer": peer.config,
+                "met": not limited_by,
+                "best": best.config,
+                "stall_ratio": stall,
+                "total_ratio": total,
+                "limited_by": limited_by,
+                "peer_stall_s": peer.longest_stall_s,
+                "peer_total_s": peer.total_s,
+            }
+        )
+    return verdicts
+
+
+def memory_goal(runs: list[Run]) -> list[dict]:
+    """Each unchunked configuration of ours against mlx-lm's unchunked peak memory."""
+    peer = next((r for r in runs if r.config == "mlx-lm none"), None)
+    if peer is None:
+        return []
+    return [
+        {
+            "ours": r.config,
+            "met": r.peak_memory_mb <= peer.peak_memory_mb,
+            "ours_mb": r.peak_memory_mb,
+            "peer_mb": peer.peak_memory_mb,
+        }
+        for r in runs
+        if r.engine == "ours" and r.config in ("alternate none", "mixed none")
+    ]
+
+
+def goal_lines(dominance: list[dict], memory: list[dict]) -> list[str]:
+    """The verdicts in words, one line each."""
+    lines = []
+    for v in dominance:
+        verdict = "met" if v["met"] else "missed"
+        why = (
+            "" if v["met"] else f"; limited by the {' and the '.join(v['limited_by'])}"
+        )
+        lines.append(
+            f"vs {v['peer']} (stall {v['peer_stall_s']:.2f} s, total "
+            f"{v['peer_total_s']:.1f} s): {verdict}: best of ours {v['best']} at "
+            f"{v['stall_ratio']:.2f}x the stall and {v['total_ratio']:.2f}x the total "
+            f"time (goal <= {1 - MARGIN:.2f}x both){why}"
+        )
+    for m in memory:
+        lines.append(
+            f"unchunked peak memory, {m['ours']} {m['ours_mb']:.0f} MB vs mlx-lm none "
+            f"{m['peer_mb']:.0f} MB: {'met' if m['met'] else 'missed'}"
+        )
+    return lines

@@ -1,0 +1,255 @@
+"""What a benchmark shows: rich tables, a Markdown report, the JSON record, plots and
+the timeline picture. Nothing here measures; everything reads Runs."""
+
+import json
+import math
+from pathlib import Path
+
+from rich.table import Table
+
+from .measure import MARGIN, Run
+
+POLICY_STYLE = {  # marker and color per kind of configuration
+    "alternate": ("o", "tab:blue"),
+    "mixed": ("^", "tab:green"),
+    "mlx-lm": ("s", "tab:red"),
+}
+
+
+def kind(run: Run) -> str:
+    return run.config.split()[0]
+
+
+def seconds(value: float, digits: int = 2) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def row(run: Run, reference: Run) -> list[str]:
+    same = sum(a == b for a, b in zip(run.tokens, reference.tokens))
+    return [
+        run.config,
+        f"{run.total_s:.1f}",
+        f"{run.generation_tps:.1f}",
+        f"{seconds(run.ttft_p50_s)} / {seconds(run.ttft_p99_s)}",
+        " ".join(seconds(t) for t in run.ttft_long_s),
+        f"{run.itl_p50_ms:.0f} / {run.itl_p99_ms:.0f}",
+        f"{run.longest_stall_s:.2f}",
+        f"{run.peak_memory_mb:.0f}",
+        f"{same}/{len(run.tokens)}",
+        str(run.unfinished),
+    ]
+
+
+COLUMNS = (
+    "config",
+    "total s",
+    "gen tok/s",
+    "TTFT p50 / p99 s",
+    "TTFT long s",
+    "ITL p50 / p99 ms",
+    "longest stall s",
+    "peak MB",
+    "same tokens",
+    "unfinished",
+)
+
+
+def table(title: str, runs: list[Run]) -> Table:
+    """One row per configuration; "same tokens" counts requests whose tokens equal
+    the first configuration's."""
+    result = Table(title=title)
+    for column in COLUMNS:
+        result.add_column(column, justify="left" if column == "config" else "right")
+    for i, run in enumerate(runs):
+        next_kind = kind(runs[i + 1]) if i + 1 < len(runs) else None
+        result.add_row(*row(run, runs[0]), end_section=next_kind != kind(run))
+    return result
+
+
+def markdown(title: str, runs: list[Run], goals: list[str]) -> str:
+    """The same table in Markdown, then the goal verdicts, for the book."""
+    lines = [f"**{title}**", "", "| " + " | ".join(COLUMNS) + " |"]
+    lines.append("|" + "---|" * len(COLUMNS))
+    lines += ["| " + " | ".join(row(run, runs[0])) + " |" for run in runs]
+    lines.append("")
+    lines += [f"- {goal}" for goal in goals]
+    return "\n".join(lines) + "\n"
+
+
+def write_json(path: Path, meta: dict, cases: dict, goals: dict) -> None:
+    record = {
+        **meta,
+        "cases": {
+            case: {
+                "workload": info["workload"],
+                "runs": [r.record() for r in info["runs"]],
+            }
+            for case, info in cases.items()
+        },
+        "goals": goals,
+    }
+    path.write_text(json.dumps(record, indent=2))
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_pareto(cases: dict[str, list[Run]], path: Path) -> None:
+    """Longest stall against total time, one panel per case. The shaded corner
+    below and left of each mlx-lm point is where a configuration of ours must land
+    to beat it by 10% on both."""
+    plt = pyplot()
+    figure, axes = plt.subplots(
+        1, len(cases), figsize=(6.2 * len(cases), 5), squeeze=False
+    )
+    for ax, (title, runs) in zip(axes[0], cases.items()):
+        for run in runs:
+            marker, color = POLICY_STYLE[kind(run)]
+            ax.scatter(run.total_s, run.longest_stall_s, marker=marker, color=color)
+            ax.annotate(
+                run.config.split(" ", 1)[1],
+                (run.total_s, run.longest_stall_s),
+                textcoords="offset points",
+                xytext=(4, 3),
+                fontsize=7,
+                color=color,
+            )
+            if run.engine == "mlx-lm":
+                x, y = run.total_s * (1 - MARGIN), run.longest_stall_s * (1 - MARGIN)
+                ax.fill_between([0, x], 0, y, color=color, alpha=0.05)
+                ax.plot([0, x, x], [y, y, 0], color=color, alpha=0.25, lw=0.8)
+        for label, (marker, color) in POLICY_STYLE.items():
+            ax.scatter([], [], marker=marker, color=color, label=label)
+        ax.set_xlabel("total time (s)")
+        ax.set_ylabel("longest stall (s)")
+        ax.set_yscale("log")
+        ax.set_xlim(0, max(r.total_s for r in runs) * 1.15)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+METRICS = (
+    ("ttft_p99_s", "TTFT p99 (s)"),
+    ("itl_p99_ms", "ITL p99 (ms)"),
+    ("generation_tps", "generation (tok/s)"),
+    ("peak_memory_mb", "peak memory (MB)"),
+)
+
+
+def plot_metrics(cases: dict[str, list[Run]], path: Path) -> None:
+    """A bar per configuration for each metric, one row of panels per case."""
+    plt = pyplot()
+    height = 0.25 * max(map(len, cases.values())) + 1.2
+    figure, axes = plt.subplots(
+        len(cases),
+        len(METRICS),
+        figsize=(3.4 * len(METRICS) + 1.5, height * len(cases)),
+        squeeze=False,
+    )
+    for ax_row, (title, runs) in zip(axes, cases.items()):
+        labels = [r.config for r in runs]
+        colors = [POLICY_STYLE[kind(r)][1] for r in runs]
+        for col, (ax, (attribute, label)) in enumerate(zip(ax_row, METRICS)):
+            ax.barh(
+                range(len(runs)), [getattr(r, attribute) for r in runs], color=colors
+            )
+            ax.set_yticks(range(len(runs)), labels if col == 0 else [""] * len(runs))
+            ax.invert_yaxis()
+            ax.tick_params(labelsize=7)
+            ax.set_xlabel(label, fontsize=8)
+            ax.grid(alpha=0.3, axis="x")
+        ax_row[0].set_title(title, fontsize=9, loc="left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def timeline_window(run: Run, short: list[bool]) -> tuple[float, float]:
+    """Around the first long prompt: from 1 s before it arrives to 1.5 s after its
+    first token; the whole run when every request is short."""
+    for request, is_short in zip(run.requests, short):
+        if not is_short and request["first_token_s"] is not None:
+            return request["arrival_s"] - 1.0, request["first_token_s"] + 1.5
+    return 0.0, run.total_s
+
+
+def plot_timeline(panels: list[tuple[str, Run]], short: list[bool], path: Path) -> None:
+    """One panel per run, one lane per request: a bar for each prefill chunk
+    (labelled with its tokens) and each decode token, from the ForwardRecords."""
+    plt = pyplot()
+    lanes = len(short)
+    figure, axes = plt.subplots(
+        len(panels), 1, figsize=(13, (0.45 * lanes + 1.2) * len(panels)), squeeze=False
+    )
+    for ax, (title, run) in zip(axes[:, 0], panels):
+        low, high = timeline_window(run, short)
+        for forward in run.forwards:
+            if forward["end"] < low or forward["start"] > high:
+                continue
+            width = forward["end"] - forward["start"]
+            for request, tokens in forward["chunks"]:
+                ax.barh(
+                    request,
+                    width,
+                    left=forward["start"],
+                    height=0.7,
+                    color="tab:orange",
+                    edgecolor="white",
+                    linewidth=0.4,
+                )
+                if width > (high - low) / 40:
+                    ax.text(
+                        forward["start"] + width / 2,
+                        request,
+                        str(tokens),
+                        ha="center",
+                        va="center",
+                        fontsize=6,
+                    )
+            for request in forward["decodes"]:
+                ax.barh(
+                    request,
+                    width,
+                    left=forward["start"],
+                    height=0.4,
+                    color="tab:blue",
+                    edgecolor="white",
+                    linewidth=0.3,
+                )
+        for i, request in enumerate(run.requests):
+            if request["arrival_s"] is not None and low <= request["arrival_s"] <= high:
+                ax.plot(request["arrival_s"], i, marker=">", color="black", ms=5)
+        ax.set_xlim(low, high)
+        ax.set_ylim(lanes - 0.5, -0.5)
+        ax.set_yticks(
+            range(lanes),
+            [
+                f"#{i} ({r['prompt_tokens']} tok{'' if s else ', long'})"
+                for i, (r, s) in enumerate(zip(run.requests, short))
+            ],
+            fontsize=7,
+        )
+        ax.set_title(
+            f"{title}: longest stall {run.longest_stall_s:.2f} s, "
+            f"total {run.total_s:.1f} s",
+            fontsize=9,
+            loc="left",
+        )
+        ax.grid(alpha=0.3, axis="x")
+    axes[-1, 0].set_xlabel(
+        "seconds since the run started (orange: a prefill chunk, its tokens; blue: "
+        "a decode token; triangle: arrival)"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

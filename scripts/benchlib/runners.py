@@ -1,0 +1,271 @@
+"""The engines a benchmark runs, each driven the same way: requests are given to the
+engine when they arrive (after a number of steps, or at a time), the engine steps
+until every request is done or the run's time limit passes, and every generated
+token's wall-clock time is kept.
+
+Ours is the reference Engine (policy "alternate" or "mixed"); the peer is mlx-lm's
+BatchGenerator on the same float32 weights. EOS is masked out of the greedy sampler,
+so both do exactly the same work: max_tokens for every request.
+"""
+
+import os
+import time
+from dataclasses import dataclass
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten
+from mlx_lm.generate import BatchGenerator
+
+from tiny_llm_base import dequantize_linear
+from tiny_llm_ref import Engine, PromptSpec
+
+from .measure import Run, summarize
+from .workloads import Workload
+
+BATCH_SIZE = 5
+
+
+@dataclass(frozen=True)
+class Config:
+    """What one run serves with.
+
+    engine: "ours" or "mlx-lm". policy: ours' "alternate" or "mixed" (mlx-lm always
+    alternates). chunk: prefill tokens per chunk (alternate; mlx-lm's
+    prefill_step_size), or one request's cap per step (mixed); None: whole prompts.
+    budget: tokens per mixed step, decodes included; None: no limit.
+    """
+
+    engine: str
+    policy: str
+    chunk: int | None
+    budget: int | None = None
+
+    @property
+    def label(self) -> str:
+        if self.engine == "mlx-lm":
+            return f"mlx-lm {name(self.chunk)}"
+        if self.policy == "alternate":
+            return f"alternate {name(self.chunk)}"
+        cap = "" if self.chunk is None else f"/{self.chunk}"
+        return f"mixed {name(self.budget)}{cap}"
+
+
+def name(size: int | None) -> str:
+    return "none" if size is None else str(size)
+
+
+def parse_size(text: str) -> int | None:
+    """A token count of at least 1, or "none" (also written as nothing)."""
+    if text.strip().lower() in ("none", ""):
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(
+            f"a size must be a number of tokens >= 1 or none, got {text!r}"
+        )
+    return int(text)
+
+
+def parse_config(text: str) -> Config:
+    """ "alternate:128", "mixed:256", "mixed:none/128" (budget/cap), "mlx-lm:512"."""
+    kind, _, size = text.strip().partition(":")
+    if kind in ("alt", "alternate"):
+        return Config("ours", "alternate", parse_size(size))
+    if kind == "mixed":
+        budget, _, cap = size.partition("/")
+        return Config("ours", "mixed", parse_size(cap), parse_size(budget))
+    if kind in ("mlx", "mlx-lm"):
+        return Config("mlx-lm", "alternate", parse_size(size))
+    raise ValueError(
+        f"unknown configuration {text!r}: write alternate:CHUNK, mixed:BUDGET[/CAP] "
+        "or mlx-lm:CHUNK, with a number or none"
+    )
+
+
+def float32_mlx_lm_model(mlx_model):
+    """mlx-lm's own model class with the float32 weights Qwen2ModelWeek2 uses."""
+    params = dict(tree_flatten(mlx_model.parameters()))
+    for module_name, module in mlx_model.named_modules():
+        if "scales" in module:
+            params[f"{module_name}.weight"] = dequantize_linear(module, mx.float32)
+            del params[f"{module_name}.scales"]
+            params.pop(f"{module_name}.biases", None)
+    peer = type(mlx_model)(mlx_model.args)
+    peer.load_weights([(k, v.astype(mx.float32)) for k, v in params.items()])
+    mx.eval(peer.parameters())
+    return peer
+
+
+def no_eos_greedy(vocab: int, eos_ids):
+    """Greedy over [B, V] logits, never EOS: every request runs to max_tokens."""
+    mask = np.zeros(vocab, dtype=np.float32)
+    mask[list(eos_ids)] = -np.inf
+    mask = mx.array(mask)
+    return lambda logits: mx.argmax(logits + mask, axis=-1)
+
+
+class Arrivals:
+    """Which requests have arrived: after `arrival_steps` engine steps, or at
+    start + arrival_s. A request's arrival time is the time it was due (timed) or the
+    time it was handed over (by step); None for one that never arrived."""
+
+    def __init__(self, workload: Workload, start: float):
+        self.workload = workload
+        self.start = start
+        self.left = list(range(len(workload.prompts)))
+        self.times: list[float | None] = [None] * len(workload.prompts)
+
+    def due(self, steps: int, now: float, idle: bool) -> list[int]:
+        """The requests to hand over now; an idle engine gets the next one by step at
+        once (no step would ever come)."""
+        w = self.workload
+        if w.arrival_s is not None:
+            ready = [i for i in self.left if self.start + w.arrival_s[i] <= now]
+            for i in ready:
+                self.times[i] = self.start + w.arrival_s[i]
+        else:
+            if idle and self.left:
+                steps = max(steps, min(w.arrival_steps[i] for i in self.left))
+            ready = [i for i in self.left if w.arrival_steps[i] <= steps]
+            for i in ready:
+                self.times[i] = now
+        self.left = [i for i in self.left if i not in ready]
+        return ready
+
+    def wait(self, now: float) -> None:
+        """Sleep until the next timed arrival (an idle engine has nothing to do)."""
+        if self.workload.arrival_s is not None and self.left:
+            next_time = self.start + min(self.workload.arrival_s[i] for i in self.left)
+            time.sleep(max(0.0, next_time - now))
+
+
+def run_ours(
+    model, tokenizer, workload: Workload, config: Config, sampler, time_limit_s: float
+) -> Run:
+    """The reference Engine, stepped until every request is done (or aborted at the
+    time limit); ForwardRecords are kept for the timeline."""
+    n = len(workload.prompts)
+    load = os.getloadavg()[0]
+    base = mx.get_active_memory()
+    records = []
+    engine = Engine(
+        model,
+        tokenizer,
+        BATCH_SIZE,
+        workload.max_seq_len,
+        prefill_step=config.chunk,
+        policy=config.policy,
+        token_budget=config.budget,
+        sampler=sampler,
+        on_forward=records.append,
+    )
+    index_of: dict[int, int] = {}
+    results = [None] * n
+    start = time.perf_counter()
+    arrivals = Arrivals(workload, start)
+    while arrivals.left or engine.has_unfinished():
+        now = time.perf_counter()
+        if now - start > time_limit_s:
+            for request_id in index_of:
+                engine.abort(request_id)
+        else:
+            idle = not engine.has_unfinished()
+            for i in arrivals.due(engine.steps_done, now, idle):
+                spec = PromptSpec(
+                    workload.prompts[i], max_tokens=workload.max_tokens[i]
+                )
+                index_of[engine.add_request(spec)] = i
+            if not engine.has_unfinished():
+                arrivals.wait(now)
+                continue
+        for output in engine.step():
+            if output.result is not None:
+                results[index_of[output.request_id]] = output.result
+        if now - start > time_limit_s:
+            break
+    end = time.perf_counter()
+    forwards = [
+        {
+            "start": r.start - start,
+            "end": r.end - start,
+            "chunks": [(index_of[i], tokens) for i, tokens in r.chunks],
+            "decodes": [index_of[i] for i in r.decodes],
+        }
+        for r in records
+    ]
+    return summarize(
+        config.label,
+        "ours",
+        workload,
+        start,
+        end,
+        arrivals.times,
+        [r.metrics.token_times if r else [] for r in results],
+        [r.tokens if r else [] for r in results],
+        mx.get_peak_memory() - base,
+        (load, os.getloadavg()[0]),
+        forwards,
+    )
+
+
+def run_mlx_lm(
+    peer, workload: Workload, config: Config, sampler, time_limit_s: float
+) -> Run:
+    """mlx-lm's BatchGenerator: one prompt prefilled at a time, BATCH_SIZE decode
+    slots; one next() per step (a decode step, then a prefill chunk)."""
+    n = len(workload.prompts)
+    longest = max(len(p) for p in workload.prompts)
+    generator = BatchGenerator(
+        peer,
+        sampler=sampler,
+        completion_batch_size=BATCH_SIZE,
+        prefill_batch_size=1,
+        prefill_step_size=config.chunk or longest + 1,
+    )
+    load = os.getloadavg()[0]
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    index_of: dict[int, int] = {}
+    token_times: list[list[float]] = [[] for _ in range(n)]
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    in_flight = steps = 0
+    start = time.perf_counter()
+    arrivals = Arrivals(workload, start)
+    while arrivals.left or in_flight:
+        now = time.perf_counter()
+        if now - start > time_limit_s:
+            break
+        arrived = arrivals.due(steps, now, idle=not in_flight)
+        if arrived:
+            uids = generator.insert(
+                [workload.prompts[i] for i in arrived],
+                [workload.max_tokens[i] for i in arrived],
+            )
+            index_of.update(zip(uids, arrived))
+            in_flight += len(arrived)
+        if not in_flight:
+            arrivals.wait(now)
+            continue
+        _, responses = generator.next()
+        now = time.perf_counter()
+        for response in responses:
+            i = index_of[response.uid]
+            token_times[i].append(now)
+            tokens[i].append(response.token)
+            in_flight -= response.finish_reason is not None
+        steps += 1
+    end = time.perf_counter()
+    peak = mx.get_peak_memory() - base
+    generator.close()
+    return summarize(
+        config.label,
+        "mlx-lm",
+        workload,
+        start,
+        end,
+        arrivals.times,
+        token_times,
+        tokens,
+        peak,
+        (load, os.getloadavg()[0]),
+    )

@@ -1,0 +1,165 @@
+"""The requests a benchmark sends: token-id prompts through the chat template, how
+many tokens each generates, and when each arrives.
+
+A request arrives either after a number of engine steps (arrival_steps: cases a and
+b, reproducible whatever the machine's speed) or at a time after the start of the
+run (arrival_s: case c, as a server sees its clients).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SHORT_QUESTIONS = [
+    "What is the capital of France?",
+    "Name three primary colors.",
+    "Why is the sky blue?",
+    "Give me a synonym for happy.",
+    "How many legs does a spider have?",
+    "What does a compiler do?",
+    "Suggest a name for a gray cat.",
+    "What is 12 times 12?",
+    "Who wrote Romeo and Juliet?",
+    "What is the boiling point of water?",
+]
+NOTE_TOPICS = [
+    "the river level",
+    "the bakery queue",
+    "the train delays",
+    "the garden soil",
+    "the library hours",
+    "the bridge repairs",
+    "the market prices",
+    "the school concert",
+]
+
+
+@dataclass
+class Workload:
+    """One request per entry: prompt ids, max_tokens, arrival, and whether it is short.
+
+    arrival_steps: engine steps done before the request arrives. arrival_s: seconds
+    after the start of the run; when given, it replaces arrival_steps.
+    """
+
+    name: str
+    prompts: list[list[int]]
+    max_tokens: list[int]
+    arrival_steps: list[int]
+    short: list[bool]
+    arrival_s: list[float] | None = None
+
+    @property
+    def max_seq_len(self) -> int:
+        return max(len(p) + m for p, m in zip(self.prompts, self.max_tokens)) + 1
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(p) for p in self.prompts)
+
+    def describe(self) -> str:
+        longs = sorted(len(p) for p, s in zip(self.prompts, self.short) if not s)
+        arrivals = (
+            f"Poisson arrivals over {self.arrival_s[-1]:.0f} s"
+            if self.arrival_s
+            else "arrivals by step"
+        )
+        return (
+            f"{len(self.prompts)} requests ({len(longs)} long: {longs} tokens), "
+            f"{self.prompt_tokens} prompt tokens, {arrivals}"
+        )
+
+
+def chat_ids(tokenizer, text: str) -> list[int]:
+    return list(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True
+        )
+    )
+
+
+def long_prompt(tokenizer, tokens: int, seed: int) -> list[int]:
+    """A chat prompt of about `tokens` tokens: numbered notes, then a question."""
+    rng = np.random.default_rng(seed)
+    notes = []
+    while True:
+        text = "\n".join(notes) + "\nWhich note surprised you most, and why?"
+        ids = chat_ids(tokenizer, "Read my notes.\n" + text)
+        if len(ids) >= tokens:
+            return ids
+        topic = NOTE_TOPICS[rng.integers(len(NOTE_TOPICS))]
+        notes.append(
+            f"Note {len(notes) + 1}: on day {rng.integers(1, 29)} {topic} changed by "
+            f"{rng.integers(2, 90)} percent, after {rng.integers(1, 12)} quiet weeks."
+        )
+
+
+def mixed_workload(tokenizer, quick: bool) -> Workload:
+    """Case a: long prompts queued among short ones, everything at step 0."""
+    lengths = (120, 160, 200) if quick else (300, 400, 500)
+    max_tokens = 8 if quick else 16
+    shorts = [chat_ids(tokenizer, q) for q in SHORT_QUESTIONS]
+    longs = [long_prompt(tokenizer, n, seed) for seed, n in enumerate(lengths)]
+    prompts, short = [], []
+    for i, ids in enumerate(shorts):
+        if i % 3 == 0 and longs:
+            prompts.append(longs.pop(0))
+            short.append(False)
+        prompts.append(ids)
+        short.append(True)
+    n = len(prompts)
+    return Workload("a", prompts, [max_tokens] * n, [0] * n, short)
+
+
+def long_context_workload(tokenizer, quick: bool) -> Workload:
+    """Case b: 4 short requests decode; a long prompt arrives at step 8."""
+    long_tokens, short_max_tokens = (384, 24) if quick else (1024, 64)
+    prompts = [chat_ids(tokenizer, q) for q in SHORT_QUESTIONS[:4]]
+    prompts.append(long_prompt(tokenizer, long_tokens, seed=7))
+    return Workload(
+        "b",
+        prompts,
+        [short_max_tokens] * 4 + [8],
+        [0, 0, 0, 0, 8],
+        [True] * 4 + [False],
+    )
+
+
+def arrivals_workload(tokenizer, quick: bool, seed: int = 0) -> Workload:
+    """Case c: requests arrive over time, a Poisson process (exponential gaps, fixed
+    seed); one in four is long (300 to 900 tokens), the others short questions."""
+    rng = np.random.default_rng(seed)
+    count, rate, max_tokens = (6, 1.0, 8) if quick else (12, 0.5, 16)
+    arrival_s = np.cumsum(rng.exponential(1 / rate, count))
+    arrival_s -= arrival_s[0]  # the first request opens the run
+    prompts, short = [], []
+    for i in range(count):
+        if i % 4 == 1:
+            length = int(rng.integers(300, 900)) // (3 if quick else 1)
+            prompts.append(long_prompt(tokenizer, length, seed=100 + i))
+            short.append(False)
+        else:
+            prompts.append(chat_ids(tokenizer, SHORT_QUESTIONS[i % 10]))
+            short.append(True)
+    return Workload(
+        "c",
+        prompts,
+        [max_tokens] * count,
+        [0] * count,
+        short,
+        arrival_s=[float(t) for t in arrival_s],
+    )
+
+
+WORKLOADS = {"a": mixed_workload, "b": long_context_workload, "c": arrivals_workload}
+CASE_TITLES = {
+    "a": "a: long prompts queued among short ones",
+    "b": "b: a long prompt arrives while 4 requests decode",
+    "c": "c: requests arrive over time (Poisson)",
+}
+
+
+def warmup_workload(tokenizer) -> Workload:
+    """Two tiny requests, the second arriving mid-run: every code path compiles."""
+    ids = chat_ids(tokenizer, "Hi")
+    return Workload("warm-up", [ids, ids * 3], [4, 4], [0, 1], [True, True])

@@ -2,6 +2,7 @@
 
 pdm run batch-main
 pdm run batch-main --batch-size 3 --prefill-step none --max-tokens 32
+pdm run batch-main --policy mixed --token-budget 256
 pdm run batch-main --prompts-file prompts.txt --solution learner
 
 A terminal gets a live table of the decode slots; otherwise (a pipe, a log file) only
@@ -74,6 +75,18 @@ def parse_args() -> argparse.Namespace:
         default="128",
         help="prompt tokens per prefill chunk, or 'none' to prefill whole prompts",
     )
+    parser.add_argument(
+        "--policy",
+        default="alternate",
+        choices=("alternate", "mixed"),
+        help="alternate: a prefill chunk's forward, then the decodes' (week 2 day 7); "
+        "mixed: one forward a step with every decode and prefill chunks (week 3 day 1)",
+    )
+    parser.add_argument(
+        "--token-budget",
+        help="with --policy mixed: the most tokens one step runs, decodes included "
+        "(default: no limit; --prefill-step still caps one request's chunk)",
+    )
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-seq-len", type=int, default=512)
     parser.add_argument("--solution", default="ref", help="ref | learner")
@@ -85,6 +98,7 @@ def parse_args() -> argparse.Namespace:
             option = "--" + name.replace("_", "-")
             fail(f"{option} must be at least 1, got {getattr(args, name)}")
     args.prefill_step = parse_prefill_step(args.prefill_step)
+    args.token_budget = parse_token_budget(args)
     if args.solution not in ("ref", "learner"):
         fail(f"unknown --solution {args.solution!r}: choose ref or learner")
     args.prompts = read_prompts(args.prompts_file) if args.prompts_file else None
@@ -101,6 +115,32 @@ def parse_prefill_step(value: str) -> int | None:
     if step < 1:
         fail(f"--prefill-step must be at least 1 (or 'none'), got {step}")
     return step
+
+
+def parse_token_budget(args: argparse.Namespace) -> int | None:
+    """A mixed step's budget: room for one decode token per slot and a prefill token."""
+    if args.token_budget is None or args.token_budget.strip().lower() == "none":
+        return None
+    if args.policy != "mixed":
+        fail("--token-budget limits a mixed step: add --policy mixed")
+    try:
+        budget = int(args.token_budget)
+    except ValueError:
+        fail(f"--token-budget must be a number of tokens, got {args.token_budget!r}")
+    if budget <= args.batch_size:
+        fail(
+            f"--token-budget must be more than --batch-size ({args.batch_size}): each "
+            f"step runs one decode token per slot and needs room for a prompt token, "
+            f"got {budget}"
+        )
+    return budget
+
+
+def policy_name(args: argparse.Namespace) -> str:
+    if args.policy == "alternate":
+        return "policy alternate"
+    budget = "no limit" if args.token_budget is None else args.token_budget
+    return f"policy mixed, token budget {budget}"
 
 
 def read_prompts(path: str) -> list[str]:
@@ -153,9 +193,9 @@ def one_line(text: str) -> str:
     return text.replace("\n", " ").replace("\r", " ")
 
 
-def live_view(snapshot) -> Group:
+def live_view(snapshot, policy: str) -> Group:
     """The decode slots, the request being prefilled, and the finished requests."""
-    slots = Table(title=f"decode slots (step {snapshot.step})", expand=True)
+    slots = Table(title=f"decode slots (step {snapshot.step}, {policy})", expand=True)
     slots.add_column("slot", justify="right")
     slots.add_column("request", justify="right")
     slots.add_column("priority")
@@ -206,6 +246,8 @@ def run(package, model, tokenizer, prompts, args, console: Console):
             max_seq_len=args.max_seq_len,
             max_tokens=args.max_tokens,
             on_step=on_step,
+            policy=args.policy,
+            token_budget=args.token_budget,
         )
 
     if not console.is_terminal:
@@ -216,12 +258,12 @@ def run(package, model, tokenizer, prompts, args, console: Console):
 
         def on_step(snapshot) -> None:
             log.update(snapshot)
-            live.update(live_view(snapshot), refresh=True)
+            live.update(live_view(snapshot, policy_name(args)), refresh=True)
 
         return generate(on_step)
 
 
-def print_summary(results, console: Console) -> None:
+def print_summary(results, console: Console, policy: str) -> None:
     table = Table(title="results", expand=True)
     table.add_column("#", justify="right")
     table.add_column("finish")
@@ -249,7 +291,8 @@ def print_summary(results, console: Console) -> None:
         f"{len(results)} requests in {metrics.total_seconds:.1f} s: "
         f"{prompt_tokens} prompt tokens ({prompt_tokens / seconds:.1f} tokens/s), "
         f"{generated} generated tokens ({generated / seconds:.1f} tokens/s); "
-        f"{metrics.prefill_chunks} prefill chunks, {metrics.decode_steps} decode steps, "
+        f"{policy}: {metrics.prefill_chunks} prefill chunks, "
+        f"{metrics.decode_steps} decode steps, "
         f"longest decode stall {1000 * metrics.longest_decode_stall:.0f} ms, "
         f"peak memory {metrics.peak_memory_bytes / 2**20:.0f} MiB",
         highlight=False,
@@ -295,7 +338,7 @@ def main() -> None:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
     except (TypeError, ValueError) as error:
         fail(str(error))
-    print_summary(results, console)
+    print_summary(results, console, policy_name(args))
     if print_failures(results):
         sys.exit(1)
 

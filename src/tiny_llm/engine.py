@@ -230,7 +230,8 @@ class Engine:
         """The next chunk's size for `request`, from prefill_step: an int or None as
         it is; an AdaptiveChunker: select_chunk_size(decoding, batch_size); any other
         function: prefill_step(prompt tokens, decoding, batch_size). `decoding` is
-        the occupied slots now."""
+        the occupied slots now. A policy's answer that is not an int >= 1 (or None)
+        raises (check_int)."""
         raise NotImplementedError(
             "Week 2 Day 6: chunk_size: an int or None prefill_step is the size "
             "(None: the whole rest). Day 7: an AdaptiveChunker's "
@@ -308,7 +309,8 @@ class Engine:
     def run_mixed_step(self) -> Request | None:
         """ONE forward: every decoding request's token, then chunks within budget.
 
-        The chunk budget is token_budget - decoding requests (None: no limit);
+        The chunk budget is token_budget - the decode rows fed, empty slots' dummy
+        rows included (None: no limit);
         plan_chunks picks the chunks. Nothing to run: return None. The clock `start`
         is read once, before the forward: it is the prefill_start of a request
         whose first chunk this is. mixed_forward(model, decode tokens, offsets, the
@@ -320,7 +322,8 @@ class Engine:
         leaves waiting. Then accept_decoded for the decodes; report_forward(start,
         seconds, [(request, chunk length)], decoding requests);
         metrics.record_mixed_step(chunk lengths, decodes, seconds); an
-        AdaptiveChunker is told record(seconds); move_prefilled_to_free_slots().
+        AdaptiveChunker is told record(seconds) when a chunk ran;
+        move_prefilled_to_free_slots().
         Returns the first planned request whose prefill is not done (the snapshot's
         `prefilling`), else None.
         """
@@ -341,8 +344,11 @@ class Engine:
         admitted first within a priority; each gets a chunk of min(tokens left,
         chunk_size(request) or tokens left, budget left) at its offset, with its
         kv_cache; wants_logits when the chunk ends the prompt. slot_for is asked with
-        the requests whose chunk ends their prompt in this plan as `also_ready`, so
-        that each of them keeps a slot. Stop once the budget is spent.
+        `also_ready` = the requests that have started prefilling (offset > 0) and
+        those planned so far, so that each keeps a slot in view: no more requests
+        prefill at once than there will be slots for them. An AdaptiveChunker is
+        asked once a step (it learns from one time a step); a size a policy gets
+        wrong (check_int) fails that request alone. Stop once the budget is spent.
         """
         raise NotImplementedError(
             "Week 3 Day 1: plan_chunks: walk the waiting requests still prefilling, "

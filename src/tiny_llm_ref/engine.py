@@ -32,6 +32,7 @@ from tiny_llm_base import (
     SchedulerSnapshot,
     SlotView,
     check_engine_arguments,
+    check_int,
     greedy,
 )
 
@@ -42,6 +43,12 @@ from .mixed_step import PrefillChunk, mixed_forward
 from .request import Request
 
 ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
+
+
+def is_adaptive(policy: ChunkPolicy) -> bool:
+    """An AdaptiveChunker, or anything shaped like one (check_engine_arguments takes
+    both)."""
+    return hasattr(policy, "select_chunk_size")
 
 
 @dataclass
@@ -159,6 +166,7 @@ class Engine:
         the inbox, ("add", id, request, arrival_step): the engine's thread reads it.
         """
         spec = prompt if isinstance(prompt, PromptSpec) else PromptSpec(prompt)
+        check_int("arrival_step", spec.arrival_step, 0)
         request = Request(
             self.model,
             self.tokenizer,
@@ -292,7 +300,7 @@ class Engine:
         request.metrics.prefill_chunks += 1
         if request.is_prefill_done:  # the last chunk sampled the first token
             self.metrics.generated_tokens += 1
-        if isinstance(self.prefill_step, AdaptiveChunker):
+        if is_adaptive(self.prefill_step):
             self.prefill_step.record(seconds)
         if request.is_finished:  # its first token was EOS, or max_tokens is 1
             self.waiting.remove(request)
@@ -302,14 +310,18 @@ class Engine:
         """The next chunk's size for `request`, from prefill_step: an int or None as
         it is; an AdaptiveChunker: select_chunk_size(decoding, batch_size); any other
         function: prefill_step(prompt tokens, decoding, batch_size). `decoding` is
-        the occupied slots now."""
+        the occupied slots now. A policy's answer that is not an int >= 1 (or None)
+        raises (check_int)."""
         policy = self.prefill_step
         if policy is None or isinstance(policy, int):
             return policy
         decoding = sum(slot is not None for slot in self.slots)
-        if isinstance(policy, AdaptiveChunker):
-            return policy.select_chunk_size(decoding, self.batch_size)
-        return policy(len(request.prefill_tokens), decoding, self.batch_size)
+        if is_adaptive(policy):
+            size = policy.select_chunk_size(decoding, self.batch_size)
+        else:
+            size = policy(len(request.prefill_tokens), decoding, self.batch_size)
+        check_int("the chunk size prefill_step chose", size, 1, allow_none=True)
+        return size
 
     def slot_for(self, request: Request, also_ready: list[Request] = ()) -> int | None:
         """The lowest free slot this request may take, leaving one for each prefilled
@@ -403,7 +415,8 @@ class Engine:
     def run_mixed_step(self) -> Request | None:
         """ONE forward: every decoding request's token, then chunks within budget.
 
-        The chunk budget is token_budget - decoding requests (None: no limit);
+        The chunk budget is token_budget - the decode rows fed, empty slots' dummy
+        rows included (None: no limit);
         plan_chunks picks the chunks. Nothing to run: return None. The clock `start`
         is read once, before the forward: it is the prefill_start of a request
         whose first chunk this is. mixed_forward(model, decode tokens, offsets, the
@@ -415,12 +428,15 @@ class Engine:
         leaves waiting. Then accept_decoded for the decodes; report_forward(start,
         seconds, [(request, chunk length)], decoding requests);
         metrics.record_mixed_step(chunk lengths, decodes, seconds); an
-        AdaptiveChunker is told record(seconds); move_prefilled_to_free_slots().
+        AdaptiveChunker is told record(seconds) when a chunk ran;
+        move_prefilled_to_free_slots().
         Returns the first planned request whose prefill is not done (the snapshot's
         `prefilling`), else None.
         """
         active = self.decoding()
-        budget = None if self.token_budget is None else self.token_budget - len(active)
+        tokens, offsets = self.decode_inputs(active) if active else ([], [])
+        # Every row fed counts, an empty slot's dummy row too.
+        budget = None if self.token_budget is None else self.token_budget - len(tokens)
         planned = self.plan_chunks(budget)
         if not active and not planned:
             return None
@@ -428,7 +444,6 @@ class Engine:
         for request, _ in planned:
             if request.metrics.prefill_start is None:
                 request.metrics.prefill_start = start
-        tokens, offsets = self.decode_inputs(active) if active else ([], [])
         chunks = [chunk for _, chunk in planned]
         try:
             decode_logits, chunk_logits = mixed_forward(
@@ -464,7 +479,7 @@ class Engine:
         self.metrics.record_mixed_step(
             [len(c.tokens) for c in chunks], len(active), seconds
         )
-        if isinstance(self.prefill_step, AdaptiveChunker):
+        if planned and is_adaptive(self.prefill_step):
             self.prefill_step.record(seconds)
         self.move_prefilled_to_free_slots()
         return next((r for r, c in planned if not r.is_prefill_done), None)
@@ -477,22 +492,31 @@ class Engine:
         admitted first within a priority; each gets a chunk of min(tokens left,
         chunk_size(request) or tokens left, budget left) at its offset, with its
         kv_cache; wants_logits when the chunk ends the prompt. slot_for is asked with
-        the requests whose chunk ends their prompt in this plan as `also_ready`, so
-        that each of them keeps a slot. Stop once the budget is spent.
+        `also_ready` = the requests that have started prefilling (offset > 0) and
+        those planned so far, so that each keeps a slot in view: no more requests
+        prefill at once than there will be slots for them. An AdaptiveChunker is
+        asked once a step (it learns from one time a step); a size a policy gets
+        wrong (check_int) fails that request alone. Stop once the budget is spent.
         """
         planned: list[tuple[Request, PrefillChunk]] = []
-        ending: list[Request] = []
+        # A request that has started prefilling keeps a slot in view until it ends.
+        holding = [r for r in self.waiting if r.offset > 0]
+        # An AdaptiveChunker learns from one time a step, so it is asked once a step.
+        step_size = None
         for request in sorted(self.waiting, key=lambda r: r.priority != "interactive"):
             if budget is not None and budget <= 0:
                 break
-            if request.is_prefill_done or self.slot_for(request, ending) is None:
+            if request.is_prefill_done or self.slot_for(request, holding) is None:
+                continue
+            try:
+                if step_size is None or not is_adaptive(self.prefill_step):
+                    step_size = self.chunk_size(request)
+            except (TypeError, ValueError) as error:  # a policy's bad answer
+                request.fail(f"prefill failed: {error}")
+                self.waiting.remove(request)
                 continue
             left = len(request.prefill_tokens) - request.offset
-            size = min(
-                left,
-                self.chunk_size(request) or left,
-                left if budget is None else budget,
-            )
+            size = min(left, step_size or left, left if budget is None else budget)
             start, end = request.offset, request.offset + size
             chunk = PrefillChunk(
                 request.prefill_tokens[start:end],
@@ -501,8 +525,8 @@ class Engine:
                 wants_logits=end == len(request.prefill_tokens),
             )
             planned.append((request, chunk))
-            if chunk.wants_logits:
-                ending.append(request)
+            if request not in holding:
+                holding.append(request)
             if budget is not None:
                 budget -= size
         return planned

@@ -1,0 +1,204 @@
+"""Week 3 Day 1: the limits a mixed step keeps.
+
+No more requests prefill at once than there will be slots for them; a step never
+feeds more rows than token_budget, an empty slot's dummy row included; an
+AdaptiveChunker is asked once a step and told only the times of steps that ran a
+chunk; a chunk-size policy's bad answer fails its request alone; add_request refuses
+a bad arrival_step at the call. Tokens are compared with mlx-lm generating each
+prompt alone on the same weights.
+"""
+
+import numpy as np
+import pytest
+
+from .random_models import random_model
+from .solution import tiny
+from .test_week_2_day_7 import (
+    assert_same_tokens,
+    expected_tokens,
+    greedy_without,
+    sharpened,
+    token_ids,
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(embedded_model):
+    return embedded_model[1]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    mlx_model = sharpened(random_model("qwen2", 96, 6, 2, 160, 2, 211, False, seed=5))
+    return mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
+
+
+@pytest.fixture(scope="module")
+def no_eos(pair, tokenizer):
+    banned = sorted(tokenizer.eos_token_ids)
+    return greedy_without(banned, pair[0].args.vocab_size), banned
+
+
+def run(engine, prompts, steps=500):
+    ids = [engine.add_request(p) for p in prompts]
+    results = {}
+    for _ in range(steps):
+        if not engine.has_unfinished():
+            break
+        for output in engine.step():
+            if output.result is not None:
+                results[output.request_id] = output.result
+        yield engine
+    assert not engine.has_unfinished(), "the engine did not finish in time"
+    run.results = [results[i] for i in ids]
+
+
+def assert_tokens(results, mlx_model, prompts, max_tokens, tokenizer, banned):
+    expected = expected_tokens(mlx_model, prompts, max_tokens, tokenizer, banned)
+    for i, (result, (tokens, gaps)) in enumerate(zip(results, expected)):
+        assert result.finish_reason == "length", result.error
+        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
+
+
+def test_no_more_requests_prefill_than_there_will_be_slots(pair, tokenizer, no_eos):
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(1)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, 10) for _ in range(5)]
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        prefill_step=4,
+        policy="mixed",
+        max_tokens=3,
+        sampler=sampler,
+    )
+    for engine in run(engine, prompts):
+        started = [r for r in engine.waiting if r.offset > 0]
+        occupied = sum(slot is not None for slot in engine.slots)
+        assert occupied + len(started) <= engine.batch_size
+    assert_tokens(run.results, mlx_model, prompts, 3, tokenizer, banned)
+
+
+def test_a_step_feeds_at_most_token_budget_rows(pair, tokenizer, monkeypatch):
+    """Slot 0 finishes first, so later steps feed its empty row as a dummy."""
+    mlx_model, model = pair
+    banned = sorted(tokenizer.eos_token_ids)
+    sampler = greedy_without(banned, mlx_model.args.vocab_size)
+    fed = []
+    real_forward = tiny.engine.mixed_forward
+
+    def counting_forward(model, decode_tokens, offsets, cache, chunks):
+        fed.append(len(decode_tokens) + sum(len(c.tokens) for c in chunks))
+        return real_forward(model, decode_tokens, offsets, cache, chunks)
+
+    monkeypatch.setattr(tiny.engine, "mixed_forward", counting_forward)
+    rng = np.random.default_rng(2)
+    lengths, limits = (6, 7, 8, 30, 25), (2, 12, 12, 6, 6)
+    prompts = [
+        tiny.PromptSpec(token_ids(rng, mlx_model.args.vocab_size, n), max_tokens=m)
+        for n, m in zip(lengths, limits)
+    ]
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=3,
+        prefill_step=None,
+        policy="mixed",
+        token_budget=5,
+        sampler=sampler,
+    )
+    for _ in run(engine, prompts):
+        pass
+    assert fed and max(fed) <= 5
+    for i, (spec, result) in enumerate(zip(prompts, run.results)):
+        [(tokens, gaps)] = expected_tokens(
+            mlx_model, [spec.prompt], spec.max_tokens, tokenizer, banned
+        )
+        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
+
+
+class CountingChunker:
+    """Shaped like an AdaptiveChunker: a fixed size, and a log of what it is told."""
+
+    def __init__(self):
+        self.asked = 0
+        self.recorded = []
+
+    def select_chunk_size(self, decoding: int, batch_size: int) -> int:
+        self.asked += 1
+        return 3
+
+    def record(self, seconds: float) -> None:
+        self.recorded.append(seconds)
+
+
+def test_an_adaptive_chunker_is_asked_once_a_mixed_step(pair, tokenizer, no_eos):
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(3)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (9, 7, 5, 8)]
+    chunker = CountingChunker()
+    forwards = []
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=4,
+        prefill_step=chunker,
+        policy="mixed",
+        max_tokens=4,
+        sampler=sampler,
+        on_forward=forwards.append,
+    )
+    for _ in run(engine, prompts):
+        asked_before = chunker.asked
+        assert asked_before <= engine.steps_done
+    with_chunks = [f for f in forwards if f.chunks]
+    assert len(chunker.recorded) == len(with_chunks)
+    assert chunker.asked == len(with_chunks)
+    assert all(tokens <= 3 for f in forwards for _, tokens in f.chunks)
+    assert_tokens(run.results, mlx_model, prompts, 4, tokenizer, banned)
+
+
+@pytest.mark.parametrize("policy", ["alternate", "mixed"])
+@pytest.mark.parametrize("bad_size", [4.0, 0, -2, "4"])
+def test_a_policys_bad_chunk_size_fails_its_request_alone(
+    pair, tokenizer, no_eos, policy, bad_size
+):
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(4)
+    good = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (9, 6)]
+    bad = token_ids(rng, mlx_model.args.vocab_size, 13)
+
+    def policy_function(prompt_tokens: int, decoding: int, batch_size: int):
+        return bad_size if prompt_tokens == 13 else 4
+
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        prefill_step=policy_function,
+        policy=policy,
+        max_tokens=3,
+        sampler=sampler,
+    )
+    for _ in run(engine, [good[0], bad, good[1]]):
+        pass
+    failed = run.results[1]
+    assert failed.finish_reason == "error" and "chunk size" in failed.error
+    assert_tokens(
+        [run.results[0], run.results[2]], mlx_model, good, 3, tokenizer, banned
+    )
+
+
+@pytest.mark.parametrize(
+    "arrival_step, error", [(None, TypeError), ("1", TypeError), (-1, ValueError)]
+)
+def test_add_request_refuses_a_bad_arrival_step(pair, tokenizer, arrival_step, error):
+    _, model = pair
+    engine = tiny.Engine(model, tokenizer, batch_size=2, policy="mixed")
+    with pytest.raises(error, match="arrival_step"):
+        engine.add_request(tiny.PromptSpec([1, 2, 3], arrival_step=arrival_step))
+    assert not engine.has_unfinished()

@@ -1,6 +1,6 @@
 """What a batch run measures: per request and per run.
 
-Every time is a reading of batch_generate's `clock` (seconds; time.perf_counter by
+Every time is a reading of the engine's `clock` (seconds; time.perf_counter by
 default). The scheduler and the requests record; nothing here prints: the CLIs and
 the benchmarks turn these numbers into tables, live views and plots.
 """
@@ -74,7 +74,7 @@ class RequestMetrics:
 
 @dataclass
 class RunMetrics:
-    """Counters over a whole batch_generate run, kept by the scheduler.
+    """Counters over a whole run, kept by the engine (Engine.metrics).
 
     prefill_chunks, prefill_tokens, prefill_seconds: the prefill chunks run, the
         prompt tokens they processed and the time they took (record_prefill_chunk).

@@ -54,12 +54,13 @@ class Request:
 
     prefill_tokens: the prompt's token ids.
     offset: tokens in the request's KV cache: 0, then each prefill chunk's length,
-        then 1 per decode step (the scheduler adds it before accept).
+        then 1 per decode step (the engine adds it before accept; for a mixed
+        step's chunk, the chunk's length).
     next_token: the token sampled last, not yet in any cache: the next decode step's
         input. None before the first token and once finished.
     generated: the generated tokens; an EOS is never kept.
     finish_reason: None while the request runs, then "stop", "length",
-        "max_seq_len" or "error" (then `error` says why).
+        "max_seq_len", "abort" (Engine.abort) or "error" (then `error` says why).
     metrics: the request's RequestMetrics.
     detokenizer: tokenizer.detokenizer, fed every kept token; `text` reads it.
     kv_cache: the request's own cache (model.create_kv_cache()) while it prefills;

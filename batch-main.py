@@ -13,7 +13,6 @@ and the whole error of each request that failed; the exit status is then 1.
 import argparse
 import importlib
 import sys
-import time
 from pathlib import Path
 
 from scripts.cli import exit_on_interrupt
@@ -28,6 +27,7 @@ from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 from scripts.cli import (  # noqa: E402
+    EngineLog,
     context_length,
     fail,
     load_model_or_exit,
@@ -58,7 +58,6 @@ DEFAULT_PROMPTS = [
     "Write a short story opening about a lighthouse keeper who finds a letter.",
     "What are the differences between a list and a tuple in Python?",
 ]
-LOG_INTERVAL = 2.0  # seconds between engine lines, like vLLM's periodic stats
 
 
 def parse_args() -> argparse.Namespace:
@@ -154,39 +153,6 @@ def read_prompts(path: str) -> list[str]:
     if not prompts:
         fail(f"--prompts-file {path} has no prompts: write one prompt per line")
     return prompts
-
-
-class EngineLog:
-    """Every LOG_INTERVAL seconds, one line of throughput over the interval and queue
-    sizes, in the style of vLLM's engine log."""
-
-    def __init__(self, write) -> None:
-        self.write = write
-        self.last_time = time.perf_counter()
-        self.last_prompt_tokens = 0
-        self.last_generated_tokens = 0
-
-    def update(self, snapshot, force: bool = False) -> None:
-        now = time.perf_counter()
-        elapsed = now - self.last_time
-        if elapsed < LOG_INTERVAL and not force:
-            return
-        metrics = snapshot.metrics
-        prompt_rate = (metrics.prefill_tokens - self.last_prompt_tokens) / elapsed
-        generation_rate = (
-            metrics.generated_tokens - self.last_generated_tokens
-        ) / elapsed
-        self.write(
-            f"Avg prompt throughput: {prompt_rate:.1f} tokens/s, "
-            f"Avg generation throughput: {generation_rate:.1f} tokens/s, "
-            f"Running: {metrics.running} reqs, Waiting: {metrics.waiting} reqs, "
-            f"Finished: {snapshot.finished}/{snapshot.total}, "
-            f"chunk avg: {1000 * metrics.chunk_time_average:.0f} ms, "
-            f"longest stall: {1000 * metrics.longest_decode_stall:.0f} ms"
-        )
-        self.last_time = now
-        self.last_prompt_tokens = metrics.prefill_tokens
-        self.last_generated_tokens = metrics.generated_tokens
 
 
 def one_line(text: str) -> str:

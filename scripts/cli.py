@@ -26,6 +26,7 @@ MODEL_KINDS = {
     "week2": "the week 2 model with the KV cache and hand-written kernels",
     "week1": "the week 1 model (no KV cache: every token reruns the whole sequence)",
 }
+LOG_INTERVAL = 2.0  # seconds between engine lines, like vLLM's periodic stats
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 FORCED_EXIT_AFTER_S = 0.5
 
@@ -220,3 +221,36 @@ def read_stdin() -> str:
         return sys.stdin.buffer.read().decode("utf-8")
     except UnicodeDecodeError:
         fail("standard input is not UTF-8 text")
+
+
+class EngineLog:
+    """Every LOG_INTERVAL seconds, one line of throughput over the interval and queue
+    sizes, in the style of vLLM's engine log."""
+
+    def __init__(self, write) -> None:
+        self.write = write
+        self.last_time = time.perf_counter()
+        self.last_prompt_tokens = 0
+        self.last_generated_tokens = 0
+
+    def update(self, snapshot, force: bool = False) -> None:
+        now = time.perf_counter()
+        elapsed = now - self.last_time
+        if elapsed < LOG_INTERVAL and not force:
+            return
+        metrics = snapshot.metrics
+        prompt_rate = (metrics.prefill_tokens - self.last_prompt_tokens) / elapsed
+        generation_rate = (
+            metrics.generated_tokens - self.last_generated_tokens
+        ) / elapsed
+        self.write(
+            f"Avg prompt throughput: {prompt_rate:.1f} tokens/s, "
+            f"Avg generation throughput: {generation_rate:.1f} tokens/s, "
+            f"Running: {metrics.running} reqs, Waiting: {metrics.waiting} reqs, "
+            f"Finished: {snapshot.finished}/{snapshot.total}, "
+            f"chunk avg: {1000 * metrics.chunk_time_average:.0f} ms, "
+            f"longest stall: {1000 * metrics.longest_decode_stall:.0f} ms"
+        )
+        self.last_time = now
+        self.last_prompt_tokens = metrics.prefill_tokens
+        self.last_generated_tokens = metrics.generated_tokens

@@ -1,0 +1,163 @@
+"""Serve a model with an OpenAI-compatible API: `pdm run serve`.
+
+pdm run serve                                  # the embedded model on 127.0.0.1:8000
+pdm run serve --policy mixed --token-budget 256 --batch-size 8
+pdm run serve --solution learner --api-key secret
+
+Then open http://127.0.0.1:8000/ for the chat page, or call it with curl or the
+openai client (base_url http://127.0.0.1:8000/v1). Every LOG_INTERVAL seconds of
+work prints the engine's log line, as batch-main does.
+"""
+
+import argparse
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from cli import exit_on_interrupt
+
+exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
+
+import tiny_llm_base  # noqa: E402, F401  (before mlx.core: loads the fast BLAS)
+
+from cli import (  # noqa: E402
+    EngineLog,
+    context_length,
+    fail,
+    load_model_or_exit,
+    newest_model,
+    note_slow_blas,
+    require_model_name,
+)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Serve a model over the OpenAI API.")
+    parser.add_argument(
+        "--model", help="local model folder or Hub repo id (default: embedded SmolLM2)"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: loopback only)"
+    )
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--solution", default="ref", help="ref | learner")
+    parser.add_argument("--batch-size", type=int, default=8, help="decode slots")
+    parser.add_argument(
+        "--prefill-step",
+        default="128",
+        help="prompt tokens per prefill chunk, or 'none' for whole prompts",
+    )
+    parser.add_argument("--policy", default="alternate", choices=("alternate", "mixed"))
+    parser.add_argument(
+        "--token-budget", type=int, help="with --policy mixed: tokens per step"
+    )
+    parser.add_argument(
+        "--max-seq-len", type=int, help="positions per slot (default: the model's)"
+    )
+    parser.add_argument(
+        "--reserved-interactive-slots",
+        type=int,
+        default=1,
+        help="slots only interactive (chat) requests may take",
+    )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=64,
+        help="requests waiting for their first token past which new ones get 503",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("TINY_LLM_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on /v1 (default: $TINY_LLM_API_KEY)",
+    )
+    parser.add_argument(
+        "--model-name",
+        help="the model id clients send (default: the model folder's name)",
+    )
+    parser.error = fail
+    args = parser.parse_args()
+    require_model_name(args.model)
+    if args.solution not in ("ref", "learner"):
+        fail(f"unknown --solution {args.solution!r}: choose ref or learner")
+    if not 0 < args.port < 65536:
+        fail(f"--port must be in 1..65535, got {args.port}")
+    for name in ("batch_size", "max_waiting"):
+        if getattr(args, name) < 1:
+            fail(
+                f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
+            )
+    if args.prefill_step.strip().lower() == "none":
+        args.prefill_step = None
+    elif not args.prefill_step.isdigit() or int(args.prefill_step) < 1:
+        fail(
+            f"--prefill-step must be a number of tokens or 'none', got {args.prefill_step!r}"
+        )
+    else:
+        args.prefill_step = int(args.prefill_step)
+    if args.token_budget is not None and args.policy != "mixed":
+        fail("--token-budget limits a mixed step: add --policy mixed")
+    if args.api_key is not None and not args.api_key.strip():
+        fail("--api-key is empty: give a key, or leave it out to serve without one")
+    return args
+
+
+def build_engine(package, mlx_model, tokenizer, args):
+    """The package's Engine on its newest model; bad settings exit with one line."""
+    kinds = ["week2-fast", "week2"] if args.solution == "learner" else ["week2-fast"]
+    limit = context_length(mlx_model)
+    max_seq_len = args.max_seq_len or limit
+    if max_seq_len > limit:
+        fail(f"--max-seq-len {max_seq_len} is beyond the model's context of {limit}")
+    try:
+        model, _ = newest_model(package, mlx_model, kinds)
+        return package.Engine(
+            model,
+            tokenizer,
+            batch_size=args.batch_size,
+            max_seq_len=max_seq_len,
+            prefill_step=args.prefill_step,
+            policy=args.policy,
+            token_budget=args.token_budget,
+            reserved_interactive_slots=args.reserved_interactive_slots,
+        )
+    except NotImplementedError as error:
+        fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
+    except (TypeError, ValueError) as error:
+        fail(str(error))
+
+
+def main() -> None:
+    args = parse_args()
+    import uvicorn
+
+    from tiny_llm_serve import ServerSettings, create_app
+
+    note_slow_blas()
+    mlx_model, tokenizer = load_model_or_exit(args.model)
+    package = importlib.import_module(
+        "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
+    )
+    engine = build_engine(package, mlx_model, tokenizer, args)
+    name = args.model_name or (
+        Path(args.model).name if args.model else "SmolLM2-135M-Instruct"
+    )
+    settings = ServerSettings(name, api_key=args.api_key, max_waiting=args.max_waiting)
+
+    def write(line: str) -> None:
+        print(line, flush=True)
+        app.state.engine_loop.last_log_line = line
+
+    app = create_app(engine, settings, package.make_sampler, EngineLog(write).update)
+    print(
+        f"serving {name} ({package.__name__}, policy {args.policy}, "
+        f"{args.batch_size} slots) on http://{args.host}:{args.port}/",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,385 @@
+"""The OpenAI-compatible HTTP server: FastAPI handlers over the engine thread.
+
+A generation request goes: read the body (bounded), check it (protocol.py), refuse
+it when too many wait (503), tokenize and hand it to the engine on a worker thread
+(tokenizing never runs on the event loop), then read its Stream: as server-sent
+events (`stream: true`) or whole. A watcher aborts the request when the client
+disconnects, so its slot is free after the engine's next step.
+"""
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from tiny_llm_base import PromptSpec, SchedulerSnapshot
+
+from .engine_loop import EngineFailure, EngineLoop, Stream, finish_reason
+from .errors import ApiError, invalid
+from .metrics import ServerMetrics
+from .protocol import (
+    GenerationRequest,
+    chunk_object,
+    new_id,
+    parse_chat,
+    parse_completion,
+    response_object,
+    usage,
+)
+
+CHAT_PAGE = Path(__file__).with_name("chat.html")
+PROTECTED = ("/v1/", "/engine")  # what needs the API key when one is set
+
+
+@dataclass
+class ServerSettings:
+    """model_name: the one model id served (GET /v1/models); a request naming
+    another gets 404. api_key: None, or the key every /v1 and /engine request must
+    send as `Authorization: Bearer KEY`. max_waiting: requests handed to the engine
+    without a token yet beyond which new ones get 503 with Retry-After
+    (retry_after_s). max_body_bytes: larger bodies get 413."""
+
+    model_name: str
+    api_key: str | None = None
+    max_waiting: int = 64
+    retry_after_s: int = 1
+    max_body_bytes: int = 1 << 20
+
+
+def create_app(
+    engine,
+    settings: ServerSettings,
+    make_sampler: Callable | None = None,
+    on_step: Callable[[SchedulerSnapshot], None] | None = None,
+) -> FastAPI:
+    """The app serving `engine` (either package's Engine). make_sampler(temp, top_p,
+    top_k): the package's, for requests with temperature > 0 (greedy ones use the
+    engine's default sampler). on_step(snapshot): called on the engine thread after
+    every step. The engine thread starts and stops with the app."""
+    metrics = ServerMetrics()
+    loop = EngineLoop(engine, metrics, on_step)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loop.start()
+        yield
+        loop.stop()
+
+    app = FastAPI(title="tiny-llm", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.engine_loop = loop
+    app.state.metrics = metrics
+    app.state.admitting = 0  # requests between the busy check and submit
+    started = int(time.time())
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError) -> JSONResponse:
+        reason = {401: "unauthorized", 503: "busy"}.get(error.status, "bad_request")
+        if error.status < 500 or error.status == 503:
+            metrics.request_rejected.labels(reason).inc()
+        return error.response()
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+        kind = (
+            "not_found_error" if error.status_code == 404 else "invalid_request_error"
+        )
+        message = {
+            404: f"no endpoint {request.url.path}: see /v1/chat/completions, "
+            "/v1/completions, /v1/models, /health, /metrics",
+            405: f"{request.method} is not allowed on {request.url.path}",
+        }.get(error.status_code, str(error.detail))
+        return ApiError(error.status_code, message, kind).response()
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, error: Exception) -> JSONResponse:
+        message = f"internal error: {type(error).__name__}: {error}"
+        return ApiError(500, message, "server_error").response()
+
+    @app.middleware("http")
+    async def require_api_key(request: Request, call_next):
+        if settings.api_key and request.url.path.startswith(PROTECTED):
+            given = request.headers.get("authorization", "")
+            expected = f"Bearer {settings.api_key}"
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                metrics.request_rejected.labels("unauthorized").inc()
+                return ApiError(
+                    401,
+                    "missing or wrong API key: send the header "
+                    "'Authorization: Bearer <key>' with the key the server was "
+                    "started with (--api-key)",
+                    "authentication_error",
+                    code="invalid_api_key",
+                ).response()
+        return await call_next(request)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def chat_page() -> HTMLResponse:
+        return HTMLResponse(CHAT_PAGE.read_text(encoding="utf-8"))
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if loop.failure is not None:
+            return JSONResponse({"status": "failed", "error": loop.failure}, 503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(
+            generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST
+        )
+
+    @app.get("/engine")
+    async def engine_status() -> JSONResponse:
+        return JSONResponse(loop.status())
+
+    @app.get("/v1/models")
+    async def models() -> JSONResponse:
+        model = {
+            "id": settings.model_name,
+            "object": "model",
+            "created": started,
+            "owned_by": "tiny-llm",
+            "max_model_len": engine.max_seq_len,
+        }
+        return JSONResponse({"object": "list", "data": [model]})
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, parse_chat(await read_json(request)))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await generate(request, parse_completion(await read_json(request)))
+
+    async def read_json(request: Request):
+        """The body as JSON, refused past max_body_bytes (413) or when malformed."""
+        limit = settings.max_body_bytes
+        too_large = ApiError(
+            413,
+            f"the request body is larger than {limit} bytes: send a shorter prompt",
+            code="request_too_large",
+        )
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        body = bytearray()
+        async for piece in request.stream():
+            body += piece
+            if len(body) > limit:
+                raise too_large
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise invalid(
+                f"the body is not valid JSON ({error}): send a JSON object",
+                None,
+                code="invalid_json",
+            ) from None
+
+    async def generate(http_request: Request, request: GenerationRequest) -> Response:
+        if request.model not in (None, settings.model_name):
+            raise ApiError(
+                404,
+                f"the model {request.model!r} is not served here: use "
+                f"{settings.model_name!r} (GET /v1/models lists it)",
+                param="model",
+                code="model_not_found",
+            )
+        if loop.failure is not None:
+            raise ApiError(503, f"{loop.failure}; restart the server", "server_error")
+        if loop.waiting + app.state.admitting >= settings.max_waiting:
+            raise ApiError(
+                503,
+                f"the server is busy: {settings.max_waiting} requests are waiting "
+                f"for the engine; retry after {settings.retry_after_s} s",
+                "server_busy",
+                code="server_busy",
+                headers={"Retry-After": str(settings.retry_after_s)},
+            )
+        stream = Stream(asyncio.get_running_loop(), request.stop)
+        app.state.admitting += 1
+        try:
+            prompt_tokens = await run_in_threadpool(submit, request, stream)
+        finally:
+            app.state.admitting -= 1
+        watcher = asyncio.create_task(abort_on_disconnect(http_request, stream))
+        response_id = new_id(request.endpoint)
+        if request.stream:
+            events = stream_events(request, stream, watcher, response_id, prompt_tokens)
+            return StreamingResponse(
+                events,
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        text, ending = "", None
+        try:
+            async for piece, reason, result in answer(stream):
+                text += piece
+                if reason is not None:
+                    ending = reason, result
+        finally:
+            watcher.cancel()
+            if ending is None:  # cancelled or failed before the engine finished it
+                loop.abort(stream.request_id)
+        reason, result = ending
+        return JSONResponse(
+            response_object(
+                request,
+                response_id,
+                settings.model_name,
+                text,
+                reason,
+                usage(prompt_tokens, len(result.tokens), result.cached_tokens),
+            )
+        )
+
+    def submit(request: GenerationRequest, stream: Stream) -> int:
+        """On a worker thread: the prompt's token ids, checked against the context,
+        handed to the engine; returns the prompt's length."""
+        ids = prompt_ids(engine, request)
+        limit = engine.max_seq_len
+        if request.max_tokens is None and len(ids) >= limit:
+            raise context_error(
+                request,
+                f"the prompt has {len(ids)} tokens, and this server's context is "
+                f"{limit} tokens: shorten the prompt",
+            )
+        if request.max_tokens is not None and len(ids) + request.max_tokens > limit:
+            raise context_error(
+                request,
+                f"the prompt has {len(ids)} tokens and max_tokens is "
+                f"{request.max_tokens}: {len(ids) + request.max_tokens} tokens, more "
+                f"than this server's context of {limit} tokens; shorten the prompt or "
+                "lower max_tokens",
+            )
+        sampler = None
+        if not request.is_greedy:
+            sampler = make_sampler(request.temperature, request.top_p, request.top_k)
+        spec = PromptSpec(
+            ids,
+            max_tokens=request.max_tokens or limit - len(ids),
+            sampler=sampler,
+            priority=request.priority,
+        )
+        loop.submit(spec, stream)
+        return len(ids)
+
+    async def answer(stream: Stream) -> AsyncIterator[tuple[str, str | None, object]]:
+        """(text, None, None) for each piece of the answer, then ("", finish_reason,
+        GenerationResult). A failed request raises ApiError (500)."""
+        stops = stream.stops
+        while True:
+            output = await stream.queue.get()
+            if isinstance(output, EngineFailure):
+                raise ApiError(500, output.message, "server_error")
+            piece = stops.feed(output.text)
+            if stops.stopped and not stream.stopped_by_string:
+                stream.stopped_by_string = True
+                loop.abort(stream.request_id)
+            if output.finish_reason is not None:
+                piece += stops.flush()
+            if piece:
+                yield piece, None, None
+            if output.finish_reason is None:
+                continue
+            if output.finish_reason == "error":
+                raise ApiError(
+                    500, f"generation failed: {output.result.error}", "server_error"
+                )
+            reason = finish_reason(output.finish_reason, stream.stopped_by_string)
+            yield "", reason, output.result
+            return
+
+    async def stream_events(
+        request: GenerationRequest,
+        stream: Stream,
+        watcher: asyncio.Task,
+        response_id: str,
+        prompt_tokens: int,
+    ) -> AsyncIterator[str]:
+        """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`.
+        The chunk with the finish_reason carries usage; with
+        stream_options.include_usage a usage-only chunk follows, as OpenAI sends."""
+        model = settings.model_name
+        finished = False
+        try:
+            if request.endpoint == "chat":
+                yield sse(chunk_object(request, response_id, model, "", first=True))
+            async for piece, reason, result in answer(stream):
+                if reason is None:
+                    yield sse(chunk_object(request, response_id, model, piece))
+                    continue
+                finished = True
+                counts = usage(prompt_tokens, len(result.tokens), result.cached_tokens)
+                yield sse(chunk_object(request, response_id, model, "", reason, counts))
+                if request.include_usage:
+                    yield sse(
+                        chunk_object(request, response_id, model, None, None, counts)
+                    )
+            yield "data: [DONE]\n\n"
+        except ApiError as error:
+            finished = True
+            yield sse(error.body())
+        finally:
+            watcher.cancel()
+            if not finished:  # the client went away, or the server is stopping
+                loop.abort(stream.request_id)
+
+    async def abort_on_disconnect(http_request: Request, stream: Stream) -> None:
+        while True:
+            message = await http_request.receive()
+            if message["type"] == "http.disconnect":
+                loop.abort(stream.request_id)
+                return
+
+    return app
+
+
+def prompt_ids(engine, request: GenerationRequest) -> list[int]:
+    """Chat: the messages through the model's chat template, the assistant's turn
+    opened. Completion: the text tokenized as it is, or the ids as given."""
+    tokenizer = engine.tokenizer
+    if request.messages is not None:
+        try:
+            ids = tokenizer.apply_chat_template(
+                request.messages, add_generation_prompt=True
+            )
+        except Exception as error:  # the template's own checks (jinja raises)
+            raise invalid(
+                f"the model's chat template refused these messages: {error}",
+                "messages",
+            ) from None
+        return list(ids)
+    if isinstance(request.prompt, str):
+        ids = tokenizer.encode(request.prompt)
+        if not ids:
+            raise invalid("prompt has no tokens: give text to continue", "prompt")
+        return list(ids)
+    vocab = engine.model.vocab_size
+    for position, token in enumerate(request.prompt):
+        if token >= vocab:
+            raise invalid(
+                f"prompt[{position}] is {token}, outside the model's vocabulary "
+                f"[0, {vocab}): send ids the model's tokenizer made",
+                "prompt",
+            )
+    return request.prompt
+
+
+def context_error(request: GenerationRequest, message: str) -> ApiError:
+    param = "messages" if request.endpoint == "chat" else "prompt"
+    return invalid(message, param, code="context_length_exceeded")
+
+
+def sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"

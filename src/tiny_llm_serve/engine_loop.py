@@ -1,0 +1,256 @@
+"""One thread owns the engine; HTTP handlers talk to it through queues.
+
+MLX and the engine's caches are only ever touched by the engine thread: it runs
+`engine.step()` while any request is unfinished and sleeps on an Event otherwise.
+A handler hands a request over with `submit` (Engine.add_request only leaves a note
+in the engine's inbox) and gets a Stream: an asyncio.Queue on the event loop that
+the engine thread fills with each step's RequestOutput for that request, through
+`loop.call_soon_threadsafe`. Neither side ever waits for the other: the event loop
+never blocks on a step, and the engine never waits for a slow client.
+"""
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from tiny_llm_base import PromptSpec, SchedulerSnapshot
+
+from .metrics import ServerMetrics
+from .stop_strings import StopStrings
+
+RATE_WINDOW_S = 5.0  # tokens/s on the chat page: over this many seconds
+
+
+class EngineFailure:
+    """Put into every open stream when engine.step() itself raised: the engine is
+    broken (a bug, or a learner's unwritten day), and the server says so."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+class Stream:
+    """What one HTTP request receives from the engine thread.
+
+    queue: RequestOutputs (and at most one EngineFailure), read on `loop`.
+    arrival: when it was handed to the engine (time.perf_counter, the engine's
+    clock); first_token_at, last_token_at: when its latest tokens came.
+    stops: the request's stop strings over its text. stopped_by_string: the server
+    aborted it because one appeared, so it counts as finished with "stop".
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stops: list[str] = ()):
+        self.loop = loop
+        self.stops = StopStrings(list(stops))
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.request_id: int | None = None
+        self.arrival = 0.0
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.stopped_by_string = False
+
+    def put(self, item) -> None:
+        """Called on the engine thread: queue `item` on the event loop."""
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop has closed: nobody is listening
+            pass
+
+
+class EngineLoop:
+    """The engine thread, its streams, and the metrics it records after each step.
+
+    on_step(snapshot) is called on the engine thread after every step (the periodic
+    log line hangs there). `unstarted`: ids handed over that have no token yet;
+    the server refuses new requests while there are too many of them.
+    """
+
+    def __init__(
+        self,
+        engine,
+        metrics: ServerMetrics,
+        on_step: Callable[[SchedulerSnapshot], None] | None = None,
+    ):
+        self.engine = engine
+        self.metrics = metrics
+        self.on_step = on_step
+        self.lock = threading.Lock()  # streams and unstarted: submit vs deliver
+        self.streams: dict[int, Stream] = {}
+        self.unstarted: set[int] = set()
+        self.wakeup = threading.Event()
+        self.stopping = False
+        self.failure: str | None = None
+        self.snapshot: SchedulerSnapshot | None = None
+        self.rates: deque[tuple[float, int, int]] = deque(maxlen=4096)
+        self.last_log_line = ""
+        self.counted = {"prefill_tokens": 0, "prefill_chunks": 0, "decode_steps": 0}
+        self.thread = threading.Thread(target=self.run, name="engine", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.wakeup.set()
+        self.thread.join(timeout=30)
+
+    def submit(self, spec: PromptSpec, stream: Stream) -> int:
+        """Hand a request to the engine (any thread); its outputs go to `stream`."""
+        with self.lock:
+            stream.arrival = time.perf_counter()
+            request_id = self.engine.add_request(spec)
+            stream.request_id = request_id
+            self.streams[request_id] = stream
+            self.unstarted.add(request_id)
+        self.wakeup.set()
+        return request_id
+
+    def abort(self, request_id: int) -> None:
+        """Stop a request (any thread): its slot is free after the next step."""
+        self.engine.abort(request_id)
+        self.wakeup.set()
+
+    @property
+    def waiting(self) -> int:
+        return len(self.unstarted)
+
+    def run(self) -> None:
+        while not self.stopping:
+            if self.failure is not None or not self.engine.has_unfinished():
+                self.wakeup.wait(timeout=1.0)
+                self.wakeup.clear()
+                continue
+            try:
+                outputs = self.engine.step()
+                snapshot = self.engine.snapshot()
+            except Exception as error:  # the engine itself is broken: say so to all
+                self.fail_all(f"the engine failed: {type(error).__name__}: {error}")
+                continue
+            now = time.perf_counter()
+            with self.lock:
+                for output in outputs:
+                    self.deliver(output, now)
+            self.record_step(snapshot, now)
+            if self.on_step is not None:
+                self.on_step(snapshot)
+
+    def deliver(self, output, now: float) -> None:
+        """Queue one RequestOutput on its stream and record its latencies."""
+        stream = self.streams.get(output.request_id)
+        if stream is None:
+            return
+        m = self.metrics
+        if output.tokens:
+            self.unstarted.discard(output.request_id)
+            m.generation_tokens.inc(len(output.tokens))
+            if stream.first_token_at is None:
+                stream.first_token_at = now
+                m.ttft.observe(now - stream.arrival)
+            else:  # a step's tokens share the gap since the last ones
+                gap = (now - stream.last_token_at) / len(output.tokens)
+                for _ in output.tokens:
+                    m.itl.observe(gap)
+            stream.last_token_at = now
+        if output.finish_reason is not None:
+            del self.streams[output.request_id]
+            self.unstarted.discard(output.request_id)
+            self.record_finish(stream, output, now)
+        stream.put(output)
+
+    def record_finish(self, stream: Stream, output, now: float) -> None:
+        m, result = self.metrics, output.result
+        reason = finish_reason(output.finish_reason, stream.stopped_by_string)
+        m.request_success.labels(reason).inc()
+        m.e2e.observe(now - stream.arrival)
+        if result is not None:
+            m.request_prompt_tokens.observe(result.metrics.prompt_tokens)
+            m.request_generation_tokens.observe(len(result.tokens))
+            if result.metrics.queue_time is not None:
+                m.queue_time.observe(result.metrics.queue_time)
+            m.prefix_cache_queries.inc(result.metrics.prompt_tokens)
+            m.prefix_cache_hits.inc(result.cached_tokens)
+
+    def record_step(self, snapshot: SchedulerSnapshot, now: float) -> None:
+        m, run = self.metrics, snapshot.metrics
+        m.engine_steps.inc()
+        for name, counter in (
+            ("prefill_tokens", m.prompt_tokens),
+            ("prefill_chunks", m.prefill_chunks),
+            ("decode_steps", m.decode_steps),
+        ):
+            value = getattr(run, name)
+            counter.inc(value - self.counted[name])
+            self.counted[name] = value
+        m.running.set(run.running)
+        m.waiting.set(run.waiting)
+        m.kv_cache_usage.set(kv_cache_usage(snapshot, self.engine.max_seq_len))
+        self.rates.append((now, run.prefill_tokens, run.generated_tokens))
+        self.snapshot = snapshot
+
+    def fail_all(self, message: str) -> None:
+        """engine.step() raised: every open request ends with the error, and later
+        ones are refused (failure is kept) until the server restarts."""
+        self.failure = message
+        with self.lock:
+            streams, self.streams = self.streams, {}
+            self.unstarted.clear()
+        for stream in streams.values():
+            stream.put(EngineFailure(message))
+
+    def status(self) -> dict:
+        """The live view the chat page polls: slots, queue, rates, the log line."""
+        snapshot = self.snapshot
+        now = time.perf_counter()
+        recent = [r for r in self.rates if r[0] >= now - RATE_WINDOW_S]
+        older = [r for r in self.rates if r[0] < now - RATE_WINDOW_S]
+        prompt_rate = generation_rate = 0.0
+        if recent:
+            base = older[-1] if older else recent[0]
+            seconds = max(now - base[0], 1e-9)
+            prompt_rate = (recent[-1][1] - base[1]) / seconds
+            generation_rate = (recent[-1][2] - base[2]) / seconds
+        slots = [] if snapshot is None else snapshot.slots
+        return {
+            "step": 0 if snapshot is None else snapshot.step,
+            "slots": [
+                None
+                if view is None
+                else {
+                    "request": view.request,
+                    "priority": view.priority,
+                    "offset": view.offset,
+                    "generated": view.generated,
+                    "text_tail": view.text_tail,
+                }
+                for view in slots
+            ],
+            "batch_size": self.engine.batch_size,
+            "running": 0 if snapshot is None else snapshot.metrics.running,
+            "waiting": 0 if snapshot is None else snapshot.metrics.waiting,
+            "finished": 0 if snapshot is None else snapshot.finished,
+            "total": 0 if snapshot is None else snapshot.total,
+            "prompt_tokens_per_s": prompt_rate,
+            "generation_tokens_per_s": generation_rate,
+            "kv_cache_usage": 0.0
+            if snapshot is None
+            else kv_cache_usage(snapshot, self.engine.max_seq_len),
+            "policy": self.engine.policy,
+            "last_log_line": self.last_log_line,
+            "failure": self.failure,
+        }
+
+
+def finish_reason(engine_reason: str, stopped_by_string: bool) -> str:
+    """The OpenAI finish_reason of an engine finish reason: a full slot is
+    "length"; an abort the server made for a stop string is "stop"."""
+    if engine_reason == "abort" and stopped_by_string:
+        return "stop"
+    return "length" if engine_reason == "max_seq_len" else engine_reason
+
+
+def kv_cache_usage(snapshot: SchedulerSnapshot, max_seq_len: int) -> float:
+    """Positions held by the decode slots over what all slots can hold."""
+    held = sum(view.offset for view in snapshot.slots if view is not None)
+    return held / (len(snapshot.slots) * max_seq_len) if snapshot.slots else 0.0

@@ -1,0 +1,443 @@
+"""The OpenAI API's request bodies, checked, and its response objects, built.
+
+`parse_chat` and `parse_completion` turn a decoded JSON body into a GenerationRequest
+or raise ApiError naming the field at fault and what to send instead. The builders at
+the end make the JSON objects the endpoints return: whole responses, stream chunks
+and usage.
+
+Extension: `priority` ("interactive" or "batch") picks the engine's queue. Chat
+requests are interactive and completions batch unless the body says otherwise.
+"""
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from .errors import ApiError, invalid
+
+ROLES = ("system", "developer", "user", "assistant")
+PRIORITIES = ("interactive", "batch")
+MAX_STOP_STRINGS = 4
+MAX_TEMPERATURE = 2.0
+
+
+@dataclass
+class GenerationRequest:
+    """One checked request. Exactly one of `messages` (chat) and `prompt`
+    (completion: text, or token ids used as they are) is set.
+
+    max_tokens None: until the context is full. top_k None: no limit. stop: strings
+    that end the answer where they first appear (not included in it).
+    """
+
+    endpoint: str  # "chat" or "completion"
+    model: str | None
+    messages: list[dict] | None = None
+    prompt: str | list[int] | None = None
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    stop: list[str] = field(default_factory=list)
+    priority: str = "batch"
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def parse_chat(body) -> GenerationRequest:
+    """A /v1/chat/completions body: messages of role and text content."""
+    body = require_object(body)
+    request = GenerationRequest("chat", model_field(body), priority="interactive")
+    request.messages = chat_messages(body)
+    refuse_unsupported(body, ("tools", "functions", "tool_choice"), "tools")
+    if body.get("logprobs") not in (None, False) or body.get("top_logprobs"):
+        raise unsupported("logprobs", "log-probabilities are not returned")
+    response_format = body.get("response_format")
+    if response_format is not None and response_format != {"type": "text"}:
+        raise unsupported("response_format", 'only {"type": "text"} is supported')
+    common_fields(
+        body, request, max_tokens_names=("max_completion_tokens", "max_tokens")
+    )
+    return request
+
+
+def parse_completion(body) -> GenerationRequest:
+    """A /v1/completions body: one prompt, text or token ids, used without a chat
+    template."""
+    body = require_object(body)
+    request = GenerationRequest("completion", model_field(body), priority="batch")
+    request.prompt = completion_prompt(body)
+    if body.get("echo"):
+        raise unsupported("echo", "the prompt is not echoed back")
+    if body.get("suffix") is not None:
+        raise unsupported("suffix", "insertion with a suffix is not supported")
+    if body.get("logprobs") is not None:
+        raise unsupported("logprobs", "log-probabilities are not returned")
+    best_of = body.get("best_of")
+    if best_of not in (None, 1):
+        raise invalid(f"best_of must be 1, got {best_of!r}", "best_of")
+    common_fields(body, request, max_tokens_names=("max_tokens",))
+    return request
+
+
+def require_object(body) -> dict:
+    if not isinstance(body, dict):
+        raise invalid(
+            f"the request body must be a JSON object, got {json_type(body)}",
+            None,
+            code="invalid_type",
+        )
+    return body
+
+
+def model_field(body: dict) -> str | None:
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise wrong_type("model", model, "a string (see GET /v1/models)")
+    return model
+
+
+def chat_messages(body: dict) -> list[dict]:
+    """The messages as the chat template takes them: role and text content.
+    "developer" is OpenAI's newer name for "system"."""
+    if "messages" not in body or body["messages"] is None:
+        raise invalid(
+            'messages is required: a list such as [{"role": "user", "content": "Hi"}]',
+            "messages",
+            code="missing_required_parameter",
+        )
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        raise wrong_type("messages", messages, "a list of {role, content} objects")
+    if not messages:
+        raise invalid(
+            "messages is empty: send at least one message, such as "
+            '{"role": "user", "content": "Hi"}',
+            "messages",
+        )
+    checked = []
+    for number, message in enumerate(messages):
+        where = f"messages[{number}]"
+        if not isinstance(message, dict):
+            raise wrong_type(where, message, "an object with role and content")
+        role = message.get("role")
+        if role not in ROLES:
+            raise invalid(
+                f"{where}.role is {role!r}: use one of {', '.join(ROLES)}"
+                + (
+                    " (this server runs no tools)"
+                    if role in ("tool", "function")
+                    else ""
+                ),
+                f"{where}.role",
+            )
+        checked.append(
+            {
+                "role": "system" if role == "developer" else role,
+                "content": message_text(message.get("content"), f"{where}.content"),
+            }
+        )
+    return checked
+
+
+def message_text(content, where: str) -> str:
+    """A message's text: a string, or a list of {"type": "text", "text": ...} parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for number, part in enumerate(content):
+            if not (isinstance(part, dict) and part.get("type") == "text"):
+                raise invalid(
+                    f"{where}[{number}] must be a text part "
+                    '{"type": "text", "text": "..."}: this model reads text only',
+                    f"{where}[{number}]",
+                )
+            if not isinstance(part.get("text"), str):
+                raise wrong_type(
+                    f"{where}[{number}].text", part.get("text"), "a string"
+                )
+            texts.append(part["text"])
+        return "".join(texts)
+    raise wrong_type(where, content, 'a string or a list of {"type": "text"} parts')
+
+
+def completion_prompt(body: dict) -> str | list[int]:
+    """One prompt: a string, token ids, or a list holding exactly one of them."""
+    if "prompt" not in body or body["prompt"] is None:
+        raise invalid(
+            'prompt is required: a string such as "Once upon a time", or token ids',
+            "prompt",
+            code="missing_required_parameter",
+        )
+    prompt = body["prompt"]
+    if (
+        isinstance(prompt, list)
+        and len(prompt) == 1
+        and isinstance(prompt[0], (str, list))
+    ):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        if not prompt:
+            raise invalid("prompt is empty: give the model text to continue", "prompt")
+        return prompt
+    if isinstance(prompt, list):
+        if not prompt:
+            raise invalid("prompt is an empty list: give text or token ids", "prompt")
+        if all(isinstance(t, (str, list)) for t in prompt):
+            raise invalid(
+                f"prompt holds {len(prompt)} prompts: send one prompt per request",
+                "prompt",
+            )
+        for position, token in enumerate(prompt):
+            if not is_int(token) or token < 0:
+                raise invalid(
+                    f"prompt[{position}] is {token!r}: token ids are ints >= 0",
+                    "prompt",
+                    code="invalid_type",
+                )
+        return list(prompt)
+    raise wrong_type("prompt", prompt, "a string or a list of token ids")
+
+
+def common_fields(
+    body: dict, request: GenerationRequest, max_tokens_names: tuple[str, ...]
+) -> None:
+    """The fields both endpoints share: n, stream, stream_options, max_tokens,
+    sampling, stop and priority."""
+    n = body.get("n")
+    if n is not None and (not is_int(n) or n != 1):
+        raise invalid(
+            f"n must be 1, got {n!r}: this server returns one choice per request; "
+            "send n requests instead",
+            "n",
+        )
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise wrong_type("stream", stream, "true or false")
+    request.stream = bool(stream)
+    options = body.get("stream_options")
+    if options is not None:
+        if not request.stream:
+            raise invalid('stream_options needs "stream": true', "stream_options")
+        if not isinstance(options, dict):
+            raise wrong_type(
+                "stream_options", options, 'an object like {"include_usage": true}'
+            )
+        include_usage = options.get("include_usage", False)
+        if not isinstance(include_usage, bool):
+            raise wrong_type(
+                "stream_options.include_usage", include_usage, "true or false"
+            )
+        request.include_usage = include_usage
+    for name in max_tokens_names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if not is_int(value):
+            raise wrong_type(name, value, "an integer")
+        if value < 1:
+            raise invalid(f"{name} must be at least 1, got {value}", name)
+        request.max_tokens = value
+        break
+    request.temperature = number_field(body, "temperature", 1.0, 0.0, MAX_TEMPERATURE)
+    request.top_p = number_field(body, "top_p", 1.0, 0.0, 1.0, open_low=True)
+    top_k = body.get("top_k")
+    if top_k is not None:
+        if not is_int(top_k):
+            raise wrong_type("top_k", top_k, "an integer")
+        if top_k < -1:
+            raise invalid(
+                f"top_k must be at least 1 (or -1 for no limit), got {top_k}", "top_k"
+            )
+        request.top_k = top_k if top_k >= 1 else None
+    request.stop = stop_strings(body.get("stop"))
+    priority = body.get("priority")
+    if priority is not None:
+        if priority not in PRIORITIES:
+            raise invalid(
+                f'priority is {priority!r}: use "interactive" (chat, served first) '
+                'or "batch"',
+                "priority",
+            )
+        request.priority = priority
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = body.get(name)
+        if value not in (None, 0, 0.0) or isinstance(value, bool):
+            raise unsupported(
+                name, "penalties are not supported; send 0 or leave it out"
+            )
+    if body.get("logit_bias"):
+        raise unsupported("logit_bias", "logit biases are not supported")
+    if body.get("seed") is not None:
+        raise unsupported(
+            "seed",
+            "sampling draws from the engine's shared random state; leave seed out",
+        )
+
+
+def number_field(
+    body: dict,
+    name: str,
+    default: float,
+    low: float,
+    high: float,
+    open_low: bool = False,
+) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise wrong_type(name, value, "a number")
+    too_low = value <= low if open_low else value < low
+    if not math.isfinite(value) or too_low or value > high:
+        bracket = "(" if open_low else "["
+        raise invalid(
+            f"{name} must be in {bracket}{low:g}, {high:g}], got {value}", name
+        )
+    return float(value)
+
+
+def stop_strings(stop) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise wrong_type("stop", stop, "a string or a list of strings")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise invalid(
+            f"stop has {len(stops)} strings: send at most {MAX_STOP_STRINGS}", "stop"
+        )
+    if any(s == "" for s in stops):
+        raise invalid(
+            "stop holds an empty string: every stop string needs text", "stop"
+        )
+    return stops
+
+
+def refuse_unsupported(body: dict, names: tuple[str, ...], what: str) -> None:
+    for name in names:
+        if body.get(name):
+            raise unsupported(name, f"{what} are not supported by this server")
+
+
+def unsupported(param: str, why: str) -> ApiError:
+    return invalid(f"{param}: {why}", param, code="unsupported_parameter")
+
+
+def wrong_type(param: str, value, expected: str) -> ApiError:
+    return invalid(
+        f"{param} must be {expected}, got {json_type(value)}",
+        param,
+        code="invalid_type",
+    )
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def json_type(value) -> str:
+    """The JSON name of a decoded value's type, as a client wrote it."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+    names.update({list: "an array", dict: "an object", type(None): "null"})
+    return names.get(type(value), type(value).__name__)
+
+
+# The response objects.
+
+
+def new_id(endpoint: str) -> str:
+    prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def response_object(
+    request: GenerationRequest,
+    response_id: str,
+    model: str,
+    text: str,
+    finish_reason: str,
+    usage_: dict,
+) -> dict:
+    """The whole (non-streamed) answer."""
+    if request.endpoint == "chat":
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        kind = "chat.completion"
+    else:
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        kind = "text_completion"
+    return {
+        "id": response_id,
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage_,
+    }
+
+
+def chunk_object(
+    request: GenerationRequest,
+    response_id: str,
+    model: str,
+    text: str | None,
+    finish_reason: str | None = None,
+    usage_: dict | None = None,
+    first: bool = False,
+) -> dict:
+    """One streamed chunk. text None: a chunk with no choices (the usage chunk)."""
+    if text is None:
+        choices = []
+    elif request.endpoint == "chat":
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        if finish_reason is not None and not text:
+            delta = {}
+        choices = [
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ]
+    else:
+        choices = [
+            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        ]
+    chunk = {
+        "id": response_id,
+        "object": "chat.completion.chunk"
+        if request.endpoint == "chat"
+        else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+    }
+    if usage_ is not None:
+        chunk["usage"] = usage_
+    return chunk

@@ -1,0 +1,45 @@
+"""Stop strings over streamed text: what is safe to send, and where the answer ends."""
+
+
+class StopStrings:
+    """Feed the answer's text piece by piece; get back what may be sent now.
+
+    A stop string may arrive split over several pieces, so the tail that could be
+    the start of one is held back until the next piece settles it. Once a stop
+    string appears, the text before it is the last thing returned and `stopped` is
+    set: the request is then aborted and finishes with "stop".
+    """
+
+    def __init__(self, stops: list[str]):
+        self.stops = stops
+        self.held = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        self.held += text
+        found = [i for i in (self.held.find(s) for s in self.stops) if i >= 0]
+        if found:
+            self.stopped = True
+            ready, self.held = self.held[: min(found)], ""
+            return ready
+        keep = self.longest_partial_stop()
+        ready = self.held[: len(self.held) - keep]
+        self.held = self.held[len(self.held) - keep :]
+        return ready
+
+    def flush(self) -> str:
+        """The held-back tail, once no more text will come."""
+        ready, self.held = self.held, ""
+        return ready
+
+    def longest_partial_stop(self) -> int:
+        """Length of the longest end of `held` that begins some stop string."""
+        for length in range(
+            min(len(self.held), max(map(len, self.stops), default=0)), 0, -1
+        ):
+            tail = self.held[-length:]
+            if any(stop.startswith(tail) for stop in self.stops):
+                return length
+        return 0

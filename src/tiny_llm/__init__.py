@@ -39,5 +39,14 @@ from .metrics import RequestMetrics, RunMetrics
 from .request import Request
 from .chunking import AdaptiveChunker, select_chunk_size
 from .mixed_step import PrefillChunk, mixed_forward
+from .paged_cache import (
+    BlockPool,
+    BlockTable,
+    LayerBlocks,
+    PagedBatchingKvCache,
+    PagedKvCache,
+    blocks_needed,
+    chain_hash,
+)
 from .engine import Engine, RequestOutput
 from .scheduler import batch_generate

@@ -18,7 +18,9 @@ it, a failed sample the request it belongs to, and the engine goes on.
 
 Day 6 writes the alternate policy with whole-prompt prefills (prefill_step=None) and
 everything batch_generate needs; Day 7 adds chunk sizes, interactive-first and
-reserved slots; Week 3 Day 1 adds the mixed policy and abort.
+reserved slots; Week 3 Day 1 adds the mixed policy and abort; Week 3 Day 2 the paged
+KV cache (reserve_blocks, make_room_for_decodes, preempt, settle_blocks and the
+`if self.paged` calls to them) and Day 3 prefix caching (cache_full_blocks).
 """
 
 import itertools  # noqa: F401  (Engine.next_id)
@@ -37,6 +39,7 @@ from tiny_llm_base import (  # noqa: F401
     SchedulerSnapshot,
     SlotView,
     check_engine_arguments,
+    check_kv_cache_arguments,
     greedy,
 )
 
@@ -44,6 +47,15 @@ from .chunking import AdaptiveChunker
 from .kv_cache import BatchingKvCache  # noqa: F401
 from .metrics import RunMetrics  # noqa: F401
 from .mixed_step import PrefillChunk, mixed_forward  # noqa: F401
+from .paged_cache import (  # noqa: F401
+    BlockPool,
+    BlockTable,
+    LayerBlocks,
+    PagedBatchingKvCache,
+    PagedKvCache,
+    blocks_needed,
+    chain_hash,
+)
 from .request import Request
 
 ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
@@ -76,8 +88,14 @@ class Engine:
     leave room for a prefill token beside one decode token per slot.
     max_tokens and sampler are defaults that a PromptSpec may override.
     on_forward: called with a ForwardRecord after every forward (for timelines).
+    kv_cache: "dense" (the default: days 6-7 and week 3 day 1 need nothing more) or
+    "paged" (week 3 day 2): a pool of num_blocks blocks of block_size positions
+    (None: batch_size x max_seq_len positions, the dense cache's), shared by every
+    request; prefix_caching (paged only, week 3 day 3) reuses full blocks whose
+    tokens an earlier request computed.
 
-    The state (set by __init__, after check_engine_arguments):
+    The state (set by __init__, after check_engine_arguments and
+    check_kv_cache_arguments):
     - the settings as given, sampler defaulting to greedy; batch_slots: the slots
       batch requests may hold, batch_size - reserved_interactive_slots.
     - slots: batch_size entries, the Request decoding in slot i or None.
@@ -94,7 +112,14 @@ class Engine:
     - added: requests read from the inbox so far; steps_done: steps completed;
       started: the clock at the start of the first step (None before);
       prefilled: the request whose prefill chunk ran in the latest step (snapshot).
-    - metrics: the RunMetrics; the peak memory is reset (mx.reset_peak_memory()).
+    - metrics: the RunMetrics, kv_dense_tokens = batch_size x max_seq_len; the
+      peak memory is reset (mx.reset_peak_memory()).
+    - paged: kv_cache == "paged"; block_size; prefix_caching: paged and
+      prefix_caching; tables: request -> its BlockTable, for every request holding
+      blocks. Paged only: pool, a BlockPool(num_blocks, block_size); layer_blocks,
+      a LayerBlocks per layer; cache holds a PagedBatchingKvCache(batch_size,
+      max_seq_len) per layer instead; metrics.kv_blocks_total and kv_block_size.
+      Dense: pool None, layer_blocks empty.
     """
 
     def __init__(
@@ -111,6 +136,10 @@ class Engine:
         reserved_interactive_slots: int = 0,
         clock: Callable[[], float] = time.perf_counter,
         on_forward: Callable[[ForwardRecord], None] | None = None,
+        kv_cache: str = "dense",
+        block_size: int = 16,
+        num_blocks: int | None = None,
+        prefix_caching: bool = True,
     ):
         raise NotImplementedError(
             "Week 2 Day 6: Engine: check_engine_arguments (it raises for every bad "
@@ -160,8 +189,8 @@ class Engine:
 
         The clock is read into `started` at the first step. "alternate": prefilled =
         prefill_one_chunk(), move_prefilled_to_free_slots(), decode_one_step().
-        "mixed": prefilled = run_mixed_step(). Then steps_done += 1, count_requests()
-        and return collect_outputs().
+        "mixed": prefilled = run_mixed_step(). Paged: settle_blocks(). Then
+        steps_done += 1, count_requests() and return collect_outputs().
         """
         raise NotImplementedError(
             "Week 2 Day 6: step: start the clock at the first step; read_inbox, "
@@ -207,6 +236,7 @@ class Engine:
 
         Candidates: waiting requests still prefilling for which slot_for is not None.
         Most urgent: interactive before batch, the first admitted within a priority.
+        Paged: it needs its blocks (reserve_blocks), else no chunk runs this step.
         Its prefill_start is read before its first chunk. The chunk:
         request.try_prefill(chunk_size(request)), timed with the clock just before
         and after; a raise fails that request alone ("prefill failed: ...") and
@@ -279,7 +309,8 @@ class Engine:
     def decode_one_step(self) -> None:
         """One token for every decoding request, in one forward over the cache's rows.
 
-        Nothing to do with every slot free. Timed from before decode_inputs to after
+        Paged: make_room_for_decodes() first (it may preempt). Nothing to do with
+        every slot free. Timed from before decode_inputs to after
         accept_decoded: model(tokens [R, 1], offsets, cache) -> the last position's
         logits [R, V], evaluated (mx.eval) inside the try; a raise fails the
         forward's requests (fail_forward). Then accept_decoded, report_forward(start,
@@ -309,7 +340,7 @@ class Engine:
     def run_mixed_step(self) -> Request | None:
         """ONE forward: every decoding request's token, then chunks within budget.
 
-        The chunk budget is token_budget - the decode rows fed, empty slots' dummy
+        Paged: make_room_for_decodes() first (it may preempt). The chunk budget is token_budget - the decode rows fed, empty slots' dummy
         rows included (None: no limit);
         plan_chunks picks the chunks. Nothing to run: return None. The clock `start`
         is read once, before the forward: it is the prefill_start of a request
@@ -343,7 +374,9 @@ class Engine:
         Waiting requests still prefilling, interactive before batch, the first
         admitted first within a priority; each gets a chunk of min(tokens left,
         chunk_size(request) or tokens left, budget left) at its offset, with its
-        kv_cache; wants_logits when the chunk ends the prompt. slot_for is asked with
+        kv_cache; wants_logits when the chunk ends the prompt. Paged: a request needs
+        its blocks (reserve_blocks) before its chunk, and one that cannot get them
+        ends the planning (nobody overtakes it). slot_for is asked with
         `also_ready` = the requests that have started prefilling (offset > 0) and
         those planned so far, so that each keeps a slot in view: no more requests
         prefill at once than there will be slots for them. An AdaptiveChunker is
@@ -393,13 +426,104 @@ class Engine:
             "every layer"
         )
 
+    # ANCHOR: paged
+    def reserve_blocks(self, request: Request) -> bool:
+        """Before a request's chunk (paged): give it the blocks its prefill needs, or
+        return False (it waits) when the pool cannot. True at once for a request that
+        holds its blocks already.
+
+        With prefix caching, its prompt's longest chain of cached blocks comes first
+        (pool.lookup, over all but the last token: that one is always computed, for
+        the logits the request samples) and its prefill starts after them: offset =
+        cached tokens, as are its PagedKvCaches' offsets. At its first admission
+        (not after a preemption) its metrics.cached_tokens and the run's
+        record_prefix_lookup count them. Blocks it cannot get: the chain's refcounts
+        go back down (pool.release).
+        """
+        raise NotImplementedError(
+            "Week 3 Day 2: reserve_blocks: True if the request holds a table already; "
+            "else a new BlockTable (day 3: pool.lookup(prefill_tokens[:-1]) when "
+            "prefix_caching), the blocks still missing for all prefill_tokens "
+            "(blocks_needed), False after releasing the looked-up ones if the pool "
+            "has too few available; else allocate them, keep the table in `tables`, "
+            "offset = the cached blocks' tokens, kv_cache = a PagedKvCache per layer "
+            "at that offset (day 3: at the first admission count cached_tokens and "
+            "record_prefix_lookup)"
+        )
+
+    def make_room_for_decodes(self) -> None:
+        """Before a decode forward (paged): a decoding request whose next token starts
+        a new block gets one. While the pool has none, the newest request holding
+        blocks is preempted (vLLM's policy), the request itself if it is the newest:
+        the oldest always goes on, so nothing deadlocks."""
+        raise NotImplementedError(
+            "Week 3 Day 2: make_room_for_decodes: settle_blocks(); then for every "
+            "decoding request still in its slot whose offset has reached the end of "
+            "its blocks: while the pool has no block available and the request still "
+            "holds its table, preempt(newest_holder()); if it still holds its table, "
+            "append pool.allocate(1)"
+        )
+
+    def newest_holder(self) -> Request:
+        """The request to preempt: the newest batch request holding blocks, else the
+        newest interactive one."""
+        raise NotImplementedError(
+            "Week 3 Day 2: newest_holder: max over `tables` by (priority == 'batch', "
+            "request id)"
+        )
+
+    def preempt(self, request: Request) -> None:
+        """Take a request's blocks back and make it wait again, first in line, to
+        recompute them: its prefill_tokens become its prompt and the tokens it
+        generated, offset 0, and the prefill's last chunk samples its next token."""
+        raise NotImplementedError(
+            "Week 3 Day 2: preempt: (day 3: cache_full_blocks first) release its "
+            "table's blocks; free its slot or take it out of waiting; prefill_tokens "
+            "= its prompt (the first metrics.prompt_tokens) + generated; offset 0, "
+            "next_token and kv_cache None; count the preemption in its metrics and "
+            "the run's; insert it first in waiting"
+        )
+
+    def settle_blocks(self) -> None:
+        """After a step's forwards: with prefix caching, name every request's newly
+        filled blocks (cache_full_blocks); a finished request gives its blocks back."""
+        raise NotImplementedError(
+            "Week 3 Day 2: settle_blocks: for every request in `tables` (day 3: "
+            "cache_full_blocks when prefix_caching), a finished one's blocks go back "
+            "(pool.release) and it leaves `tables`"
+        )
+
+    def cache_full_blocks(self, request: Request) -> None:
+        """Name each full block of the request not named yet: chain_hash(the previous
+        block's hash, its tokens), then pool.remember(block, hash). Its tokens are
+        its prompt and then the tokens it generated; `offset` says how many are in
+        the cache."""
+        raise NotImplementedError(
+            "Week 3 Day 3: cache_full_blocks: for each block index from "
+            "len(table.hashes) up to offset // block_size: chain_hash(the last hash "
+            "or None, the block's tokens of prompt + generated), append it to "
+            "table.hashes and pool.remember(block, hash)"
+        )
+
+    # ANCHOR_END: paged
+
     def count_requests(self) -> None:
         """At the end of a step: metrics.total_seconds (clock - started), running
         (occupied slots), waiting (len(waiting)), finished (added minus the requests
-        in `ids` not finished yet) and peak_memory_bytes (mx.get_peak_memory())."""
+        in `ids` not finished yet) and peak_memory_bytes (mx.get_peak_memory()).
+        Paged: metrics.record_blocks(pool.in_use, len(pool.cached),
+        kv_bytes_per_token())."""
         raise NotImplementedError(
             "Week 2 Day 6: count_requests: total_seconds, running, waiting, "
             "finished and peak_memory_bytes as the docstring says"
+        )
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of keys and values one token takes over all layers (0 before the
+        pool's arrays exist)."""
+        raise NotImplementedError(
+            "Week 3 Day 2: kv_bytes_per_token: over the layers whose pool exists, "
+            "(keys.nbytes + values.nbytes) // (num_blocks * block_size), summed"
         )
 
     def collect_outputs(self) -> list[RequestOutput]:

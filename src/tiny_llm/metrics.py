@@ -25,6 +25,9 @@ class RequestMetrics:
         others, after the decode step that sampled them.
     prefill_chunks: prefill chunks the request took (1 for a prompt prefilled whole),
         counted by the scheduler.
+    cached_tokens: prompt tokens whose keys and values a paged engine found in its
+        prefix cache at the request's admission (week 3 day 3): its prefill started
+        there. preemptions: how often a paged engine preempted it (week 3 day 2).
 
     queue_time: arrival -> prefill_start. time_to_first_token (TTFT): arrival ->
     token_times[0]. Both are None until their times are known.
@@ -38,6 +41,8 @@ class RequestMetrics:
     prefill_start: float | None = None
     token_times: list[float] = field(default_factory=list)
     prefill_chunks: int = 0
+    cached_tokens: int = 0
+    preemptions: int = 0
 
     def record_token(self, now: float) -> None:
         """Count one generated token, accepted at time `now`."""
@@ -98,6 +103,17 @@ class RunMetrics:
     mixed_steps, mixed_seconds: the mixed policy's forwards (week 3 day 1) and their
         time; their chunks and decode tokens count in the counters above, their
         seconds only here (record_mixed_step).
+    kv_dense_tokens: the positions a dense cache preallocates, batch_size x
+        max_seq_len: what paged memory is compared with.
+    With a paged KV cache (week 3 day 2), at the end of the latest iteration
+    (record_blocks): kv_blocks_total and kv_block_size, the pool's size;
+    kv_blocks_in_use, blocks some request holds, and kv_peak_blocks_in_use, their
+    most in any iteration; kv_blocks_cached, hashed blocks nobody holds (day 3);
+    kv_bytes_per_token, keys and values of one token over all layers.
+    preemptions: requests preempted to free blocks (each recomputes later).
+    prefix_prompt_tokens, prefix_cached_tokens: over requests admitted to a paged
+    engine (once each, at their first admission), prompt tokens, and how many of
+    them came from the prefix cache (record_prefix_lookup, week 3 day 3).
     """
 
     prefill_chunks: int = 0
@@ -115,6 +131,16 @@ class RunMetrics:
     peak_memory_bytes: int = 0
     mixed_steps: int = 0
     mixed_seconds: float = 0.0
+    kv_dense_tokens: int = 0
+    kv_blocks_total: int = 0
+    kv_block_size: int = 0
+    kv_blocks_in_use: int = 0
+    kv_peak_blocks_in_use: int = 0
+    kv_blocks_cached: int = 0
+    kv_bytes_per_token: int = 0
+    preemptions: int = 0
+    prefix_prompt_tokens: int = 0
+    prefix_cached_tokens: int = 0
 
     def record_prefill_chunk(self, tokens: int, seconds: float) -> None:
         """Count one prefill chunk of `tokens` prompt tokens that took `seconds`."""
@@ -140,6 +166,36 @@ class RunMetrics:
             "prefill counters (not prefill_seconds), one decode step and its tokens "
             "when decode_tokens > 0, then count the step in mixed_steps and its "
             "seconds in mixed_seconds"
+        )
+
+    def record_blocks(self, in_use: int, cached: int, bytes_per_token: int) -> None:
+        """The pool at the end of an iteration: blocks held, blocks cached."""
+        raise NotImplementedError(
+            "Week 3 Day 2: record_blocks: set kv_blocks_in_use, raise "
+            "kv_peak_blocks_in_use to it if higher, set kv_blocks_cached and "
+            "kv_bytes_per_token"
+        )
+
+    def record_prefix_lookup(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """Count one admitted prompt and its tokens found in the prefix cache."""
+        raise NotImplementedError(
+            "Week 3 Day 3: record_prefix_lookup: add to prefix_prompt_tokens and "
+            "prefix_cached_tokens"
+        )
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        """Cached prompt tokens / prompt tokens admitted (0.0 before any)."""
+        raise NotImplementedError(
+            "Week 3 Day 3: prefix_cache_hit_rate: prefix_cached_tokens / "
+            "prefix_prompt_tokens (0.0 when no prompt was admitted)"
+        )
+
+    @property
+    def kv_peak_tokens(self) -> int:
+        """Positions the most blocks ever held at once can store."""
+        raise NotImplementedError(
+            "Week 3 Day 2: kv_peak_tokens: kv_peak_blocks_in_use * kv_block_size"
         )
 
     @property

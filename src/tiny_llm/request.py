@@ -199,8 +199,10 @@ class Request:
         )
 
     def result(self) -> GenerationResult:
-        """This request's GenerationResult."""
+        """This request's GenerationResult; cached_tokens is metrics.cached_tokens
+        (week 3 day 3)."""
         raise NotImplementedError(
             "Week 2 Day 6: result: a GenerationResult of this request's text, "
-            "tokens, finish reason, metrics, error, prompt and priority"
+            "tokens, finish reason, metrics, error, prompt and priority (Week 3 Day "
+            "3 adds cached_tokens: metrics.cached_tokens)"
         )

@@ -70,6 +70,36 @@ def check_engine_arguments(
         )
 
 
+KV_CACHES = ("dense", "paged")
+
+
+def check_kv_cache_arguments(
+    kv_cache, block_size, num_blocks, prefix_caching, max_seq_len
+) -> None:
+    """Raise for the first bad KV cache setting of an Engine (week 3 days 2 and 3).
+
+    kv_cache is "dense" or "paged"; block_size an int of at least 1; num_blocks
+    None (as many positions as the dense cache: batch_size x max_seq_len) or enough
+    blocks for one request of max_seq_len tokens, so the oldest request can always
+    go on; prefix_caching a bool.
+    """
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"kv_cache must be one of {KV_CACHES}, got {kv_cache!r}")
+    check_int("block_size", block_size, 1)
+    one_request = -(-max_seq_len // block_size)
+    check_int("num_blocks", num_blocks, 1, allow_none=True)
+    if num_blocks is not None and num_blocks < one_request:
+        raise ValueError(
+            f"num_blocks is {num_blocks}, but one request of max_seq_len="
+            f"{max_seq_len} tokens needs {one_request} blocks of {block_size}: pass "
+            f"at least {one_request}, or lower max_seq_len"
+        )
+    if not isinstance(prefix_caching, bool):
+        raise TypeError(
+            f"prefix_caching must be True or False, got {type(prefix_caching).__name__}"
+        )
+
+
 def check_batch_arguments(
     model,
     prompts,

@@ -13,6 +13,12 @@ Two policies decide what one step runs:
   goes in first, so decodes never wait; prefill chunks (interactive before batch,
   first come first served) fill what is left of `token_budget`.
 
+The keys and values live in a dense cache (kv_cache="dense": a BatchingKvCache per
+layer, each prefilling request its own TinyKvFullCache) or in a pool of blocks
+(kv_cache="paged", week 3 day 2: paged_cache.py), where a request holds only the
+blocks its tokens fill, a full pool preempts the newest request, and with prefix
+caching (day 3) a prompt starts after the blocks an earlier prompt already computed.
+
 A failure costs only the requests it touches: a failed forward fails the requests in
 it, a failed sample the request it belongs to, and the engine goes on.
 """
@@ -33,6 +39,7 @@ from tiny_llm_base import (
     SlotView,
     check_engine_arguments,
     check_int,
+    check_kv_cache_arguments,
     greedy,
 )
 
@@ -40,6 +47,15 @@ from .chunking import AdaptiveChunker
 from .kv_cache import BatchingKvCache
 from .metrics import RunMetrics
 from .mixed_step import PrefillChunk, mixed_forward
+from .paged_cache import (
+    BlockPool,
+    BlockTable,
+    LayerBlocks,
+    PagedBatchingKvCache,
+    PagedKvCache,
+    blocks_needed,
+    chain_hash,
+)
 from .request import Request
 
 ChunkPolicy = int | None | AdaptiveChunker | Callable[[int, int, int], int]
@@ -78,8 +94,14 @@ class Engine:
     leave room for a prefill token beside one decode token per slot.
     max_tokens and sampler are defaults that a PromptSpec may override.
     on_forward: called with a ForwardRecord after every forward (for timelines).
+    kv_cache: "dense" (the default: days 6-7 and week 3 day 1 need nothing more) or
+    "paged" (week 3 day 2): a pool of num_blocks blocks of block_size positions
+    (None: batch_size x max_seq_len positions, the dense cache's), shared by every
+    request; prefix_caching (paged only, week 3 day 3) reuses full blocks whose
+    tokens an earlier request computed.
 
-    The state (set by __init__, after check_engine_arguments):
+    The state (set by __init__, after check_engine_arguments and
+    check_kv_cache_arguments):
     - the settings as given, sampler defaulting to greedy; batch_slots: the slots
       batch requests may hold, batch_size - reserved_interactive_slots.
     - slots: batch_size entries, the Request decoding in slot i or None.
@@ -96,7 +118,14 @@ class Engine:
     - added: requests read from the inbox so far; steps_done: steps completed;
       started: the clock at the start of the first step (None before);
       prefilled: the request whose prefill chunk ran in the latest step (snapshot).
-    - metrics: the RunMetrics; the peak memory is reset (mx.reset_peak_memory()).
+    - metrics: the RunMetrics, kv_dense_tokens = batch_size x max_seq_len; the
+      peak memory is reset (mx.reset_peak_memory()).
+    - paged: kv_cache == "paged"; block_size; prefix_caching: paged and
+      prefix_caching; tables: request -> its BlockTable, for every request holding
+      blocks. Paged only: pool, a BlockPool(num_blocks, block_size); layer_blocks,
+      a LayerBlocks per layer; cache holds a PagedBatchingKvCache(batch_size,
+      max_seq_len) per layer instead; metrics.kv_blocks_total and kv_block_size.
+      Dense: pool None, layer_blocks empty.
     """
 
     def __init__(
@@ -113,6 +142,10 @@ class Engine:
         reserved_interactive_slots: int = 0,
         clock: Callable[[], float] = time.perf_counter,
         on_forward: Callable[[ForwardRecord], None] | None = None,
+        kv_cache: str = "dense",
+        block_size: int = 16,
+        num_blocks: int | None = None,
+        prefix_caching: bool = True,
     ):
         check_engine_arguments(
             model,
@@ -125,6 +158,9 @@ class Engine:
             clock,
             policy,
             token_budget,
+        )
+        check_kv_cache_arguments(
+            kv_cache, block_size, num_blocks, prefix_caching, max_seq_len
         )
         self.model = model
         self.tokenizer = tokenizer
@@ -139,9 +175,27 @@ class Engine:
         self.clock = clock
         self.on_forward = on_forward
         self.slots: list[Request | None] = [None] * batch_size
-        self.cache = [
-            BatchingKvCache(batch_size, max_seq_len) for _ in model.create_kv_cache()
-        ]
+        layers = len(model.create_kv_cache())
+        self.paged = kv_cache == "paged"
+        self.block_size = block_size
+        self.prefix_caching = self.paged and prefix_caching
+        self.tables: dict[Request, BlockTable] = {}  # the requests holding blocks
+        if self.paged:
+            num_blocks = num_blocks or batch_size * blocks_needed(
+                max_seq_len, block_size
+            )
+            self.pool = BlockPool(num_blocks, block_size)
+            self.layer_blocks = [
+                LayerBlocks(num_blocks, block_size) for _ in range(layers)
+            ]
+            self.cache = [
+                PagedBatchingKvCache(batch_size, max_seq_len) for _ in range(layers)
+            ]
+        else:
+            self.pool, self.layer_blocks = None, []
+            self.cache = [
+                BatchingKvCache(batch_size, max_seq_len) for _ in range(layers)
+            ]
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.next_id = itertools.count()
         self.ids: dict[Request, int] = {}  # every request not yet reported finished
@@ -153,6 +207,10 @@ class Engine:
         self.started: float | None = None
         self.prefilled: Request | None = None
         self.metrics = RunMetrics()
+        if self.paged:
+            self.metrics.kv_blocks_total = num_blocks
+            self.metrics.kv_block_size = block_size
+        self.metrics.kv_dense_tokens = batch_size * max_seq_len
         mx.reset_peak_memory()
 
     def add_request(self, prompt: str | list[int] | PromptSpec) -> int:
@@ -201,8 +259,8 @@ class Engine:
 
         The clock is read into `started` at the first step. "alternate": prefilled =
         prefill_one_chunk(), move_prefilled_to_free_slots(), decode_one_step().
-        "mixed": prefilled = run_mixed_step(). Then steps_done += 1, count_requests()
-        and return collect_outputs().
+        "mixed": prefilled = run_mixed_step(). Paged: settle_blocks(). Then
+        steps_done += 1, count_requests() and return collect_outputs().
         """
         if self.started is None:
             self.started = self.clock()
@@ -214,6 +272,8 @@ class Engine:
             self.prefilled = self.prefill_one_chunk()
             self.move_prefilled_to_free_slots()
             self.decode_one_step()
+        if self.paged:
+            self.settle_blocks()
         self.steps_done += 1
         self.count_requests()
         return self.collect_outputs()
@@ -267,6 +327,7 @@ class Engine:
 
         Candidates: waiting requests still prefilling for which slot_for is not None.
         Most urgent: interactive before batch, the first admitted within a priority.
+        Paged: it needs its blocks (reserve_blocks), else no chunk runs this step.
         Its prefill_start is read before its first chunk. The chunk:
         request.try_prefill(chunk_size(request)), timed with the clock just before
         and after; a raise fails that request alone ("prefill failed: ...") and
@@ -285,6 +346,8 @@ class Engine:
             return None
         # Interactive first; min is stable, so FIFO within a priority.
         request = min(candidates, key=lambda r: r.priority != "interactive")
+        if self.paged and not self.reserve_blocks(request):
+            return None
         if request.metrics.prefill_start is None:
             request.metrics.prefill_start = self.clock()
         start = self.clock()
@@ -371,12 +434,15 @@ class Engine:
     def decode_one_step(self) -> None:
         """One token for every decoding request, in one forward over the cache's rows.
 
-        Nothing to do with every slot free. Timed from before decode_inputs to after
+        Paged: make_room_for_decodes() first (it may preempt). Nothing to do with
+        every slot free. Timed from before decode_inputs to after
         accept_decoded: model(tokens [R, 1], offsets, cache) -> the last position's
         logits [R, V], evaluated (mx.eval) inside the try; a raise fails the
         forward's requests (fail_forward). Then accept_decoded, report_forward(start,
         seconds, [], the requests) and metrics.record_decode_step(requests, seconds).
         """
+        if self.paged:
+            self.make_room_for_decodes()
         active = self.decoding()
         if not active:
             return
@@ -415,7 +481,7 @@ class Engine:
     def run_mixed_step(self) -> Request | None:
         """ONE forward: every decoding request's token, then chunks within budget.
 
-        The chunk budget is token_budget - the decode rows fed, empty slots' dummy
+        Paged: make_room_for_decodes() first (it may preempt). The chunk budget is token_budget - the decode rows fed, empty slots' dummy
         rows included (None: no limit);
         plan_chunks picks the chunks. Nothing to run: return None. The clock `start`
         is read once, before the forward: it is the prefill_start of a request
@@ -433,6 +499,8 @@ class Engine:
         Returns the first planned request whose prefill is not done (the snapshot's
         `prefilling`), else None.
         """
+        if self.paged:
+            self.make_room_for_decodes()
         active = self.decoding()
         tokens, offsets = self.decode_inputs(active) if active else ([], [])
         # Every row fed counts, an empty slot's dummy row too.
@@ -491,7 +559,9 @@ class Engine:
         Waiting requests still prefilling, interactive before batch, the first
         admitted first within a priority; each gets a chunk of min(tokens left,
         chunk_size(request) or tokens left, budget left) at its offset, with its
-        kv_cache; wants_logits when the chunk ends the prompt. slot_for is asked with
+        kv_cache; wants_logits when the chunk ends the prompt. Paged: a request needs
+        its blocks (reserve_blocks) before its chunk, and one that cannot get them
+        ends the planning (nobody overtakes it). slot_for is asked with
         `also_ready` = the requests that have started prefilling (offset > 0) and
         those planned so far, so that each keeps a slot in view: no more requests
         prefill at once than there will be slots for them. An AdaptiveChunker is
@@ -508,6 +578,8 @@ class Engine:
                 break
             if request.is_prefill_done or self.slot_for(request, holding) is None:
                 continue
+            if self.paged and not self.reserve_blocks(request):
+                break  # first come, first served: nobody overtakes it for blocks
             try:
                 if step_size is None or not is_adaptive(self.prefill_step):
                     step_size = self.chunk_size(request)
@@ -571,15 +643,138 @@ class Engine:
         for layer_cache in self.cache:
             layer_cache.remove_request(slot)
 
+    # ANCHOR: paged
+    def reserve_blocks(self, request: Request) -> bool:
+        """Before a request's chunk (paged): give it the blocks its prefill needs, or
+        return False (it waits) when the pool cannot. True at once for a request that
+        holds its blocks already.
+
+        With prefix caching, its prompt's longest chain of cached blocks comes first
+        (pool.lookup, over all but the last token: that one is always computed, for
+        the logits the request samples) and its prefill starts after them: offset =
+        cached tokens, as are its PagedKvCaches' offsets. At its first admission
+        (not after a preemption) its metrics.cached_tokens and the run's
+        record_prefix_lookup count them. Blocks it cannot get: the chain's refcounts
+        go back down (pool.release).
+        """
+        if request in self.tables:
+            return True
+        tokens = request.prefill_tokens
+        table = BlockTable()
+        if self.prefix_caching:
+            table = self.pool.lookup(tokens[:-1])
+        missing = blocks_needed(len(tokens), self.block_size) - len(table.blocks)
+        if missing > self.pool.available:
+            self.pool.release(table.blocks)
+            return False
+        cached = len(table.blocks) * self.block_size
+        table.blocks += self.pool.allocate(missing)
+        self.tables[request] = table
+        request.offset = cached
+        request.kv_cache = [
+            PagedKvCache(layer, table, cached) for layer in self.layer_blocks
+        ]
+        if self.prefix_caching and request.metrics.preemptions == 0:
+            request.metrics.cached_tokens = cached
+            self.metrics.record_prefix_lookup(len(tokens), cached)
+        return True
+
+    def make_room_for_decodes(self) -> None:
+        """Before a decode forward (paged): a decoding request whose next token starts
+        a new block gets one. While the pool has none, the newest request holding
+        blocks is preempted (vLLM's policy), the request itself if it is the newest:
+        the oldest always goes on, so nothing deadlocks."""
+        self.settle_blocks()  # finished requests give their blocks back first
+        for slot, request in self.decoding():
+            if self.slots[slot] is not request:  # preempted for an older request
+                continue
+            table = self.tables[request]
+            if request.offset < len(table.blocks) * self.block_size:
+                continue
+            while self.pool.available == 0 and request in self.tables:
+                self.preempt(self.newest_holder())
+            if request in self.tables:
+                table.blocks += self.pool.allocate(1)
+
+    def newest_holder(self) -> Request:
+        """The request to preempt: the newest batch request holding blocks, else the
+        newest interactive one."""
+        return max(self.tables, key=lambda r: (r.priority == "batch", self.ids[r]))
+
+    def preempt(self, request: Request) -> None:
+        """Take a request's blocks back and make it wait again, first in line, to
+        recompute them: its prefill_tokens become its prompt and the tokens it
+        generated, offset 0, and the prefill's last chunk samples its next token."""
+        if self.prefix_caching:
+            self.cache_full_blocks(request)  # its blocks may still be there later
+        self.pool.release(self.tables.pop(request).blocks)
+        if request in self.slots:
+            self.free(self.slots.index(request))
+        else:
+            self.waiting.remove(request)
+        prompt = request.prefill_tokens[: request.metrics.prompt_tokens]
+        request.prefill_tokens = prompt + request.generated
+        request.offset = 0
+        request.next_token = None
+        request.kv_cache = None
+        request.metrics.preemptions += 1
+        self.metrics.preemptions += 1
+        self.waiting.insert(0, request)
+
+    def settle_blocks(self) -> None:
+        """After a step's forwards: with prefix caching, name every request's newly
+        filled blocks (cache_full_blocks); a finished request gives its blocks back."""
+        for request in list(self.tables):
+            if self.prefix_caching:
+                self.cache_full_blocks(request)
+            if request.is_finished:
+                self.pool.release(self.tables.pop(request).blocks)
+
+    def cache_full_blocks(self, request: Request) -> None:
+        """Name each full block of the request not named yet: chain_hash(the previous
+        block's hash, its tokens), then pool.remember(block, hash). Its tokens are
+        its prompt and then the tokens it generated; `offset` says how many are in
+        the cache."""
+        table = self.tables[request]
+        size = self.block_size
+        full = request.offset // size
+        if len(table.hashes) >= full:
+            return
+        prompt = request.prefill_tokens[: request.metrics.prompt_tokens]
+        tokens = prompt + request.generated
+        for index in range(len(table.hashes), full):
+            parent = table.hashes[-1] if table.hashes else None
+            block_hash = chain_hash(parent, tokens[index * size : (index + 1) * size])
+            table.hashes.append(block_hash)
+            self.pool.remember(table.blocks[index], block_hash)
+
+    # ANCHOR_END: paged
+
     def count_requests(self) -> None:
         """At the end of a step: metrics.total_seconds (clock - started), running
         (occupied slots), waiting (len(waiting)), finished (added minus the requests
-        in `ids` not finished yet) and peak_memory_bytes (mx.get_peak_memory())."""
+        in `ids` not finished yet) and peak_memory_bytes (mx.get_peak_memory()).
+        Paged: metrics.record_blocks(pool.in_use, len(pool.cached),
+        kv_bytes_per_token())."""
         self.metrics.total_seconds = self.clock() - self.started
         self.metrics.running = sum(r is not None for r in self.slots)
         self.metrics.waiting = len(self.waiting)
         self.metrics.finished = self.added - sum(not r.is_finished for r in self.ids)
         self.metrics.peak_memory_bytes = mx.get_peak_memory()
+        if self.paged:  # after settle_blocks: finished requests hold nothing
+            self.metrics.record_blocks(
+                self.pool.in_use, len(self.pool.cached), self.kv_bytes_per_token()
+            )
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of keys and values one token takes over all layers (0 before the
+        pool's arrays exist)."""
+        return sum(
+            (layer.keys.nbytes + layer.values.nbytes)
+            // (layer.num_blocks * layer.block_size)
+            for layer in self.layer_blocks
+            if layer.keys is not None
+        )
 
     def collect_outputs(self) -> list[RequestOutput]:
         """A RequestOutput for every request that accepted a token or finished this

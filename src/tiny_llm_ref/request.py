@@ -243,7 +243,8 @@ class Request:
         self.kv_cache = None
 
     def result(self) -> GenerationResult:
-        """This request's GenerationResult."""
+        """This request's GenerationResult; cached_tokens is metrics.cached_tokens
+        (week 3 day 3)."""
         return GenerationResult(
             self.text,
             list(self.generated),
@@ -252,4 +253,5 @@ class Request:
             self.error,
             self.prompt,
             self.priority,
+            self.metrics.cached_tokens,
         )

@@ -1,0 +1,308 @@
+"""A paged KV cache: keys and values live in fixed-size blocks of one shared pool.
+
+A dense cache gives every decode slot max_seq_len positions up front. Here a layer's
+storage is a pool of blocks, keys and values `[num_blocks, H, block_size, D]`, and a
+request holds a *block table*: the ids of its blocks, in position order. Position p
+of a request lives in block `table[p // block_size]`, at `p % block_size`. A request
+takes blocks as it grows and gives them back when it ends, so memory follows the
+tokens actually held (vLLM's PagedAttention).
+
+    block table [7, 2, 9]    block_size 4, offset 10
+    positions   0-3 -> block 7,  4-7 -> block 2,  8-9 -> block 9 (2 of 4 used)
+
+Block ids are the same in every layer: one BlockPool does the bookkeeping (a free
+list and a reference count per block) for all of them, and each layer keeps its
+arrays in a LayerBlocks. A PagedKvCache is one request's view of one layer (the
+model calls it like TinyKvFullCache); a PagedBatchingKvCache holds the decode rows'
+views (the engine calls it like BatchingKvCache). Attention reads a request's keys
+by gathering its blocks in table order.
+
+Prefix caching (week 3 day 3): a full block is named by a hash chained over its
+parent's hash and its own token ids, so equal hashes mean equal tokens from position
+0 on, hence equal keys and values. The pool remembers hashed blocks; a new request
+whose prompt starts with cached blocks shares them (refcount + 1) instead of
+computing them. A hashed block that no request holds stays cached, least recently
+used first out, until the free list runs dry.
+"""
+
+import hashlib
+from array import array
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+
+from .kv_cache import TinyKvCache, batch_causal_mask
+
+
+def blocks_needed(tokens: int, block_size: int) -> int:
+    """The blocks that hold `tokens` positions: ceil(tokens / block_size)."""
+    return -(-tokens // block_size)
+
+
+def chain_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
+    """A full block's name: SHA-256 over its parent block's hash (None for the first
+    block) and its token ids. Equal names mean equal tokens at every position before
+    the block's end (a collision would need a broken SHA-256)."""
+    digest = hashlib.sha256(parent or b"")
+    digest.update(array("q", tokens).tobytes())
+    return digest.digest()
+
+
+@dataclass
+class BlockTable:
+    """One request's blocks, shared by every layer.
+
+    blocks: block ids in position order. hashes: chain hashes of its first
+    len(hashes) blocks, each full (the next block's parent)."""
+
+    blocks: list[int] = field(default_factory=list)
+    hashes: list[bytes] = field(default_factory=list)
+
+
+class BlockPool:
+    """Block ids 0 .. num_blocks - 1: who holds which, and which full blocks are cached.
+
+    refcounts[b]: the requests holding block b. A block held by nobody is either
+    free (in `free`) or cached (in `cached`, hashed, least recently used first).
+    hash_of / block_of: a cached-or-held hashed block's name, both ways.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.free: deque[int] = deque(range(num_blocks))
+        self.refcounts = [0] * num_blocks
+        self.cached: OrderedDict[int, None] = OrderedDict()
+        self.hash_of: dict[int, bytes] = {}
+        self.block_of: dict[bytes, int] = {}
+
+    @property
+    def available(self) -> int:
+        """Blocks allocate() can hand out: the free ones and the cached ones."""
+        return len(self.free) + len(self.cached)
+
+    @property
+    def in_use(self) -> int:
+        """Blocks some request holds."""
+        return self.num_blocks - self.available
+
+    def allocate(self, count: int) -> list[int]:
+        """`count` blocks, each with refcount 1. Free blocks go first; then the least
+        recently used cached blocks, which forget their hash. ValueError when fewer
+        than `count` are available (check `available` first)."""
+        if count > self.available:
+            raise ValueError(
+                f"{count} blocks asked, {self.available} available: check available "
+                "first, or preempt a request"
+            )
+        blocks = []
+        for _ in range(count):
+            if self.free:
+                block = self.free.popleft()
+            else:
+                block, _ = self.cached.popitem(last=False)  # least recently used
+                del self.block_of[self.hash_of.pop(block)]
+            self.refcounts[block] = 1
+            blocks.append(block)
+        return blocks
+
+    def release(self, blocks: list[int]) -> None:
+        """Each block's refcount - 1; a block nobody holds any more becomes cached
+        (most recently used) if hashed, else free."""
+        for block in blocks:
+            self.refcounts[block] -= 1
+            if self.refcounts[block] == 0:
+                if block in self.hash_of:
+                    self.cached[block] = None
+                else:
+                    self.free.append(block)
+
+    def lookup(self, tokens: Sequence[int]) -> BlockTable:
+        """The longest chain of cached full blocks that starts `tokens`, each block's
+        refcount raised (a cached one is no longer evictable): a BlockTable of them
+        and their hashes. Only full blocks of `tokens` count."""
+        table = BlockTable()
+        size = self.block_size
+        parent = None
+        for start in range(0, len(tokens) - size + 1, size):
+            parent = chain_hash(parent, tokens[start : start + size])
+            block = self.block_of.get(parent)
+            if block is None:
+                break
+            self.refcounts[block] += 1
+            self.cached.pop(block, None)
+            table.blocks.append(block)
+            table.hashes.append(parent)
+        return table
+
+    def remember(self, block: int, block_hash: bytes) -> None:
+        """Name a full block so later requests can find it. A name already taken (a
+        block computed twice, by requests that ran side by side) keeps its first
+        block: this one stays unnamed, and is freed when its request ends."""
+        if block_hash not in self.block_of and block not in self.hash_of:
+            self.block_of[block_hash] = block
+            self.hash_of[block] = block_hash
+
+
+class LayerBlocks:
+    """One layer's pool: keys and values [num_blocks, H, block_size, D], made at the
+    first write (when H, D and the dtype are known)."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.keys: mx.array | None = None
+        self.values: mx.array | None = None
+
+    def write(
+        self, tables: list[list[int]], positions: list[int], keys: mx.array, values
+    ) -> None:
+        """Store keys/values [n, H, D]: row i at position positions[i] of the request
+        whose blocks are tables[i]."""
+        n, H, D = keys.shape
+        if self.keys is None:
+            shape = (self.num_blocks, H, self.block_size, D)
+            self.keys, self.values = (
+                mx.zeros(shape, keys.dtype),
+                mx.zeros(shape, keys.dtype),
+            )
+        size = self.block_size
+        blocks = mx.array([t[p // size] for t, p in zip(tables, positions)])[:, None]
+        slots = mx.array([p % size for p in positions])[:, None]
+        heads = mx.arange(H)[None, :]
+        self.keys[blocks, heads, slots] = keys
+        self.values[blocks, heads, slots] = values
+
+    def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:
+        """Keys and values [B, H, length, D] of B requests, each read through its
+        block table. A table shorter than the others is padded with block 0: the
+        caller's mask must hide those positions."""
+        width = blocks_needed(length, self.block_size)
+        padded = mx.array([(t + [0] * width)[:width] for t in tables])  # [B, width]
+
+        def read(pool: mx.array) -> mx.array:
+            blocks = pool[padded]  # [B, width, H, block_size, D]
+            B, _, H, size, D = blocks.shape
+            flat = blocks.transpose(0, 2, 1, 3, 4).reshape(B, H, width * size, D)
+            return flat[:, :, :length, :]
+
+        return read(self.keys), read(self.values)
+
+
+class PagedKvCache(TinyKvCache):
+    """One request's cache in one layer: its BlockTable into the layer's LayerBlocks.
+
+    offset: tokens this layer holds for the request (it may start above 0 when a
+    cached prefix was shared). The table must already hold the blocks a step writes
+    to: the engine reserves them before the forward.
+    """
+
+    def __init__(self, layer: LayerBlocks, table: BlockTable, offset: int = 0):
+        self.layer = layer
+        self.table = table
+        self.offset = offset
+
+    @property
+    def keys(self) -> mx.array | None:
+        return self.layer.keys
+
+    @property
+    def values(self) -> mx.array | None:
+        return self.layer.values
+
+    def check_room(self, end: int) -> None:
+        capacity = len(self.table.blocks) * self.layer.block_size
+        if end > capacity:
+            raise ValueError(
+                f"position {end - 1} is past the request's {len(self.table.blocks)} "
+                "blocks: reserve its blocks before the forward"
+            )
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, str | None]:
+        """keys/values: [1, H, L, D] at positions offset .. offset + L - 1. Returns all
+        keys/values [1, H, offset + L, D] and the mask ("causal", or None for L = 1)."""
+        L = keys.shape[2]
+        end = self.offset + L
+        self.check_room(end)
+        tables = [self.table.blocks] * L
+        positions = list(range(self.offset, end))
+        self.layer.write(
+            tables, positions, keys[0].swapaxes(0, 1), values[0].swapaxes(0, 1)
+        )
+        self.offset = end
+        all_keys, all_values = self.layer.gather([self.table.blocks], end)
+        return all_keys, all_values, "causal" if L > 1 else None
+
+
+class PagedBatchingKvCache(TinyKvCache):
+    """One layer's decode rows, like BatchingKvCache, but a slot holds a request's
+    PagedKvCache instead of a copy of its keys: moving a prefilled request into a
+    slot copies nothing."""
+
+    def __init__(self, max_active_requests: int, max_seq_len: int):
+        self.max_active_requests = max_active_requests
+        self.max_seq_len = max_seq_len
+        self.slots: list[PagedKvCache | None] = [None] * max_active_requests
+
+    @property
+    def offset(self) -> list[int]:
+        return [0 if view is None else view.offset for view in self.slots]
+
+    @property
+    def rows(self) -> int:
+        """The highest slot in use + 1 (0 when empty): the rows a step must feed."""
+        return max((i + 1 for i, view in enumerate(self.slots) if view), default=0)
+
+    def add_request(self, prefilled: PagedKvCache, slot: int) -> None:
+        """Row `slot` reads and writes through the request's own block table."""
+        if not 0 <= slot < self.max_active_requests:
+            raise ValueError(f"slot {slot} is outside [0, {self.max_active_requests})")
+        if self.slots[slot] is not None:
+            raise ValueError(f"slot {slot} is in use: remove_request it first")
+        self.slots[slot] = prefilled
+
+    def remove_request(self, slot: int) -> None:
+        """Row `slot` is empty again; the request's blocks are the engine's to release."""
+        self.slots[slot] = None
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, mx.array]:
+        """keys/values: [B, H, L, D], row b written at its request's offset (an empty
+        row's are dropped). Returns keys/values [B, H, S, D], S = the longest row's
+        offset + L, and the mask [B, 1, L, S] from each row's offset."""
+        B, H, L, D = keys.shape
+        if not self.rows <= B <= self.max_active_requests:
+            raise ValueError(
+                f"a step must feed between {self.rows} rows (the slots in use) and "
+                f"{self.max_active_requests}, got {B}"
+            )
+        views = self.slots[:B]
+        offsets = [0 if view is None else view.offset for view in views]
+        S = max(offsets) + L
+        if S > self.max_seq_len:
+            raise ValueError(f"a request would pass max_seq_len={self.max_seq_len}")
+        used = [b for b, view in enumerate(views) if view is not None]
+        if not used:
+            raise ValueError("a paged decode step needs a request in some slot")
+        for b in used:
+            views[b].check_room(offsets[b] + L)
+        rows = mx.array(used)
+
+        def new_tokens(x: mx.array) -> mx.array:  # [B, H, L, D] -> [n * L, H, D]
+            return x[rows].swapaxes(1, 2).reshape(len(used) * L, H, D)
+
+        layer = views[used[0]].layer
+        tables = [views[b].table.blocks for b in used for _ in range(L)]
+        positions = [offsets[b] + i for b in used for i in range(L)]
+        layer.write(tables, positions, new_tokens(keys), new_tokens(values))
+        for b in used:
+            views[b].offset += L
+        tables = [[] if view is None else view.table.blocks for view in views]
+        all_keys, all_values = layer.gather(tables, S)
+        mask = batch_causal_mask(mx.array(offsets), L, S, keys.dtype)
+        return all_keys, all_values, mask

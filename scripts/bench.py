@@ -5,10 +5,9 @@
 Contenders, all running the embedded SmolLM2-135M on MLX's default device:
 - tiny fast:   Qwen2ModelWeek2(weights="float32", use_fast_kernels=True)
 - tiny:        the same with the hand-written kernels (use_fast_kernels=False)
-- mlx-lm f32:  mlx-lm's own model holding the SAME float32 weights: each quantized
-               layer is replaced by a float32 nn.Linear / nn.Embedding dequantized
-               with float32 scales (mlx_lm.utils.dequantize_model would compute
-               them in the float16 of the scales, which are other weights)
+- mlx-lm f32:  mlx-lm's own model holding the SAME float32 weights (float32_copy:
+               each quantized layer dequantized with float32 scales, where
+               mlx_lm.utils.dequantize_model would round them in the scales' float16)
 - mlx-lm q4:   mlx-lm's model as it loads: 4-bit linears, 8-bit embedding
 
 Measures, in tokens per second:
@@ -41,12 +40,13 @@ import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
 import mlx.core as mx
 import numpy as np
 from mlx import nn
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 from rich.console import Console
 from rich.table import Table
 
 from tiny_llm_base.fast_blas import STATUS
+from tiny_llm_base.mlx_lm_reference import float32_copy
 
 DECODE_PROMPT_TOKENS = 16
 BANDWIDTH_BYTES = 256 * 1024 * 1024
@@ -81,32 +81,6 @@ class MlxLmRunner:
 
     def step(self, token: mx.array) -> mx.array:
         return self.model(token[:, None], cache=self.cache)
-
-
-def dequantized_float32(mlx_model: nn.Module) -> nn.Module:
-    """Replace mlx_model's quantized layers by float32 ones, in place; return it."""
-    replaced = []
-    for name, layer in mlx_model.named_modules():
-        if not isinstance(layer, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
-            continue
-        weight = mx.dequantize(
-            layer.weight,
-            layer.scales.astype(mx.float32),
-            layer.biases.astype(mx.float32),
-            group_size=layer.group_size,
-            bits=layer.bits,
-        )
-        if isinstance(layer, nn.QuantizedEmbedding):
-            dense = nn.Embedding(*weight.shape)
-        else:
-            dense = nn.Linear(weight.shape[1], weight.shape[0], bias="bias" in layer)
-            if "bias" in layer:
-                dense.bias = layer.bias.astype(mx.float32)
-        dense.weight = weight
-        replaced.append((name, dense))
-    mlx_model.update_modules(tree_unflatten(replaced))
-    mx.eval(mlx_model.parameters())
-    return mlx_model
 
 
 def weight_bytes_per_token(float_model: nn.Module) -> int:
@@ -197,7 +171,7 @@ def main() -> None:
 
     with console.status("loading the embedded model twice"):
         quantized, _ = tiny_llm_ref.load_model()
-        float32 = dequantized_float32(tiny_llm_ref.load_model()[0])
+        float32 = float32_copy(tiny_llm_ref.load_model()[0])
     runners = {
         "tiny fast": TinyRunner(
             tiny_llm_ref.Qwen2ModelWeek2(

@@ -44,6 +44,7 @@ import mlx.core as mx
 from rich.console import Console
 
 from tiny_llm_base.fast_blas import STATUS
+from tiny_llm_base.mlx_lm_reference import float32_copy, greedy_without
 from tiny_llm_ref import Qwen2ModelWeek2, load_model
 
 from benchlib import render
@@ -57,8 +58,6 @@ from benchlib.measure import (
 from benchlib.runners import (
     BATCH_SIZE,
     Config,
-    float32_mlx_lm_model,
-    no_eos_greedy,
     parse_config,
     run_mlx_lm,
     run_ours,
@@ -150,8 +149,8 @@ def main() -> None:
     )
     mlx_model, tokenizer = load_model()
     model = Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
-    peer = float32_mlx_lm_model(mlx_model)
-    sampler = no_eos_greedy(mlx_model.args.vocab_size, tokenizer.eos_token_ids)
+    peer = float32_copy(mlx_model)
+    sampler = greedy_without(tokenizer.eos_token_ids, mlx_model.args.vocab_size)
 
     def run(workload, config: Config) -> Run:
         fresh()

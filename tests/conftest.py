@@ -18,18 +18,28 @@ def seeded():
 
 
 @pytest.fixture(scope="session")
-def embedded_float32_reference():
+def tokenizer(embedded_model):
+    """The embedded tokenizer: it detokenizes the small ids of random models too."""
+    return embedded_model[1]
+
+
+@pytest.fixture(scope="session")
+def embedded_float32_reference(embedded_model):
     """mlx-lm's own model with the embedded weights dequantized to float32, once per run.
 
     The same weights our float32 models use, so greedy outputs can be compared token
-    for token; set_dtype comes first so the scales dequantize in float32, not float16.
+    for token.
     """
-    from mlx_lm.utils import dequantize_model
+    from tiny_llm_base.mlx_lm_reference import float32_copy
 
-    from tiny_llm_base import load_model
+    return float32_copy(embedded_model[0])
 
-    model, _ = load_model()  # a fresh copy: dequantize_model changes it in place
-    model.set_dtype(mx.float32)
-    dequantize_model(model)
-    mx.eval(model.parameters())
-    return model
+
+@pytest.fixture(scope="module")
+def no_eos(pair, tokenizer):
+    """For a module whose `pair` fixture is (mlx-lm model, tiny model): a greedy
+    sampler that never picks EOS (lengths fixed by max_tokens), and the banned ids."""
+    from tiny_llm_base.mlx_lm_reference import greedy_without
+
+    banned = sorted(tokenizer.eos_token_ids)
+    return greedy_without(banned, pair[0].args.vocab_size), banned

@@ -10,6 +10,8 @@ import mlx_lm
 import pytest
 from mlx_lm.sample_utils import make_sampler as mlx_lm_make_sampler
 
+from tiny_llm_base.mlx_lm_reference import chat_ids
+
 from .solution import tiny
 
 # Greedy decoding is compared token for token, so every prompt here was checked to
@@ -43,9 +45,7 @@ def generations(embedded_model, embedded_float32_reference, week1_model):
             max_tokens=MAX_TOKENS,
             on_text=segments.append,
         )
-        prompt_ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True
-        )
+        prompt_ids = chat_ids(tokenizer, prompt)
         expected = mlx_lm.generate(
             embedded_float32_reference,
             tokenizer,

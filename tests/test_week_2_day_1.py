@@ -6,6 +6,7 @@ once, without any cache: random ones at unusual sizes (tests/random_models.py) a
 the embedded SmolLM2; for generation, mlx_lm.generate.
 """
 
+import functools
 import itertools
 import math
 import re
@@ -19,7 +20,10 @@ from mlx.utils import tree_map
 from mlx_lm.models import llama
 from mlx_lm.sample_utils import make_sampler as mlx_lm_make_sampler
 
+from .helpers import assert_within
 from .random_models import random_models
+from tiny_llm_base.mlx_lm_reference import chat_ids
+
 from .solution import tiny
 
 # Absolute, on logits of size ~0.5 (random models): float32 only reorders sums;
@@ -49,15 +53,8 @@ def feed(model, inputs: mx.array, lengths: list[int], cache=None) -> mx.array:
     return mx.concatenate(logits, axis=1)
 
 
-def assert_close(actual: mx.array, expected: mx.array, atol: float) -> None:
-    assert actual.shape == expected.shape
-    assert actual.dtype == expected.dtype
-    np.testing.assert_allclose(
-        np.array(actual.astype(mx.float32)),
-        np.array(expected.astype(mx.float32)),
-        atol=atol,
-        rtol=0,
-    )
+# Same shape and dtype, and |actual - expected| <= atol.
+assert_close = functools.partial(assert_within, same_dtype=True)
 
 
 # --- The cache itself -------------------------------------------------------------
@@ -301,9 +298,7 @@ def test_generate_with_kv_cache_matches_mlx_lm_greedy(embedded_week2, prompt):
         max_tokens=MAX_TOKENS,
         on_text=segments.append,
     )
-    prompt_ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True
-    )
+    prompt_ids = chat_ids(tokenizer, prompt)
     expected = mlx_lm.generate(
         mlx_model,
         tokenizer,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from mlx import nn
 
+from .helpers import as_float32, assert_within
 from .solution import tiny
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
@@ -18,17 +19,10 @@ DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 TOLERANCE = {"float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
 
 
-def as_numpy(x: mx.array) -> np.ndarray:
-    return np.array(x.astype(mx.float32))
-
-
 def assert_close(actual: mx.array, expected: mx.array, tol: float) -> None:
-    assert actual.shape == expected.shape
-    expected_np = as_numpy(expected)
-    scale = float(np.abs(expected_np).max())
-    np.testing.assert_allclose(
-        as_numpy(actual), expected_np, rtol=tol, atol=tol * scale
-    )
+    """Within tol relative, and tol times the largest |expected| absolute."""
+    scale = float(np.abs(as_float32(expected)).max())
+    assert_within(actual, expected, tol * scale, rtol=tol)
 
 
 def quantized(shape, dtype, group_size, bits):

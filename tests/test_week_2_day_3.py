@@ -8,11 +8,13 @@ the same model with use_fast_kernels=False: the switch may change rounding, neve
 results. No timings here: `pdm run bench` measures speed.
 """
 
+import functools
+
 import mlx.core as mx
-import numpy as np
 import pytest
 from mlx import nn
 
+from .helpers import assert_within
 from .random_models import random_models
 from .solution import tiny
 
@@ -38,15 +40,8 @@ def feed(model, inputs: mx.array, lengths: list[int], shift=0) -> mx.array:
     return mx.concatenate(logits, axis=1)
 
 
-def assert_close(actual: mx.array, expected: mx.array, atol: float) -> None:
-    assert actual.shape == expected.shape
-    assert actual.dtype == expected.dtype
-    np.testing.assert_allclose(
-        np.array(actual.astype(mx.float32)),
-        np.array(expected.astype(mx.float32)),
-        atol=atol,
-        rtol=0,
-    )
+# Same shape and dtype, and |actual - expected| <= atol.
+assert_close = functools.partial(assert_within, same_dtype=True)
 
 
 @pytest.mark.parametrize(

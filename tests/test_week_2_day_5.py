@@ -14,7 +14,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
-from mlx_lm.utils import dequantize_model
+
+from tiny_llm_base.mlx_lm_reference import chat_ids
 
 from .random_models import SIZES, random_model
 from .solution import tiny
@@ -133,25 +134,18 @@ def test_batch_matches_each_prompt_alone(reference, fast):
 
 
 @pytest.fixture(scope="module")
-def embedded_float32(embedded_model):
+def embedded_float32(embedded_model, embedded_float32_reference):
     """(reference, model, tokenizer): mlx-lm's model on the embedded weights
     dequantized to float32, and Qwen2ModelWeek2 dequantizing them itself."""
     mlx_model, tokenizer = embedded_model
-    reference, _ = tiny.load_model()  # a copy: dequantize_model changes it in place
-    reference.set_dtype(mx.float32)  # scales too: dequantize in float32, not float16
-    dequantize_model(reference)
-    return reference, tiny.Qwen2ModelWeek2(mlx_model, weights="float32"), tokenizer
+    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
+    return embedded_float32_reference, model, tokenizer
 
 
 def test_embedded_model_batch_matches_each_prompt_alone(embedded_float32):
     reference, model, tokenizer = embedded_float32
     questions = ["Hi!", "What is the capital of France?", "Name two colors."]
-    prompts = {
-        slot: tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}], add_generation_prompt=True
-        )
-        for slot, question in enumerate(questions)
-    }
+    prompts = {slot: chat_ids(tokenizer, q) for slot, q in enumerate(questions)}
     assert len({len(p) for p in prompts.values()}) == 3
     steps = 4
     together = decode_together(model, prompts, slots=3, steps=steps, max_seq_len=64)

@@ -11,7 +11,8 @@ import mlx_lm
 import numpy as np
 import pytest
 from mlx_lm.sample_utils import make_sampler as mlx_lm_make_sampler
-from mlx_lm.utils import dequantize_model
+
+from tiny_llm_base.mlx_lm_reference import chat_ids
 
 from .random_models import SIZES, random_model
 from .solution import tiny
@@ -26,7 +27,7 @@ MAX_TOKENS = 8
 BATCH_SIZE = 2
 
 
-def mlx_lm_greedy(mlx_model, tokenizer, prompt: list[int], max_tokens: int):
+def mlx_lm_answer(mlx_model, tokenizer, prompt: list[int], max_tokens: int):
     """mlx-lm alone: (generated token ids without EOS, text, finish reason)."""
     tokens, text, finish_reason = [], "", None
     for response in mlx_lm.stream_generate(
@@ -41,12 +42,6 @@ def mlx_lm_greedy(mlx_model, tokenizer, prompt: list[int], max_tokens: int):
         if finish_reason != "stop":
             tokens.append(response.token)
     return tokens, text, finish_reason
-
-
-def chat_ids(tokenizer, question: str) -> list[int]:
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": question}], add_generation_prompt=True
-    )
 
 
 def running(snapshot) -> list[int]:
@@ -65,7 +60,7 @@ def always(token: int, seen: list[mx.array] | None = None):
 
 
 @pytest.fixture(scope="module")
-def embedded_run(embedded_model):
+def embedded_run(embedded_model, embedded_float32_reference):
     """Our batch run and mlx-lm's answers, one prompt at a time, on the same weights."""
     mlx_model, tokenizer = embedded_model
     model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
@@ -80,11 +75,10 @@ def embedded_run(embedded_model):
         max_tokens=MAX_TOKENS,
         on_step=snapshots.append,
     )
-    reference, _ = tiny.load_model()  # a copy: dequantize_model changes it in place
-    reference.set_dtype(mx.float32)  # scales too: dequantize in float32, not float16
-    dequantize_model(reference)
     expected = [
-        mlx_lm_greedy(reference, tokenizer, chat_ids(tokenizer, q), MAX_TOKENS)
+        mlx_lm_answer(
+            embedded_float32_reference, tokenizer, chat_ids(tokenizer, q), MAX_TOKENS
+        )
         for q in QUESTIONS
     ]
     return results, snapshots, expected, tokenizer
@@ -192,7 +186,7 @@ def test_eos_as_first_token_finishes_cleanly(small):
     assert stopped.tokens == [] and stopped.text == "" and stopped.error is None
     assert all(1 not in running(s) for s in snapshots), "it took a decode slot"
     for ids, result in zip(others, [results[0], *results[2:]]):
-        tokens, _, finish_reason = mlx_lm_greedy(reference, tokenizer, ids, 5)
+        tokens, _, finish_reason = mlx_lm_answer(reference, tokenizer, ids, 5)
         assert result.tokens == tokens
         assert result.finish_reason == finish_reason
 
@@ -232,7 +226,7 @@ def test_bad_prompts_fail_alone(small):
     assert "empty" in empty.error
     for ids, result in zip(good, [results[1], results[3]]):
         assert result.error is None
-        assert result.tokens == mlx_lm_greedy(reference, tokenizer, ids, 3)[0]
+        assert result.tokens == mlx_lm_answer(reference, tokenizer, ids, 3)[0]
 
 
 def test_request_stops_when_the_cache_is_full(small):
@@ -250,7 +244,7 @@ def test_request_stops_when_the_cache_is_full(small):
     for ids, result in zip(prompts, results):
         # Every generated token but the last went through the cache, which is full.
         room = max_seq_len - len(ids) + 1
-        expected, _, _ = mlx_lm_greedy(reference, tokenizer, ids, room)
+        expected, _, _ = mlx_lm_answer(reference, tokenizer, ids, room)
         assert len(expected) == room, "the reference stopped early: pick other prompts"
         assert result.finish_reason == "max_seq_len"
         assert result.tokens == expected
@@ -287,4 +281,4 @@ def test_prefill_step_none_prefills_each_prompt_in_one_call(small):
     prefill_shapes = [shape for shape in recording.input_shapes if shape[1] > 1]
     assert sorted(prefill_shapes) == [(1, 7), (1, 150)]
     for ids, result in zip(prompts, results):
-        assert result.tokens == mlx_lm_greedy(reference, tokenizer, ids, 3)[0]
+        assert result.tokens == mlx_lm_answer(reference, tokenizer, ids, 3)[0]

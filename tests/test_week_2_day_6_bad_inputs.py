@@ -13,29 +13,14 @@ model faults (9), arguments (19), context length (5), the cache's size (1).
 import mlx.core as mx
 import numpy as np
 import pytest
-from mlx_lm.generate import generate_step
 
 from tiny_llm_base import DEFAULT_MAX_SEQ_LEN, greedy
+from tiny_llm_base.mlx_lm_reference import chat_ids, mlx_lm_greedy
 
 from .random_models import SIZES, random_model
 from .solution import tiny
 
 MAX_TOKENS = 4
-
-
-def reference_greedy(mlx_model, prompt: list[int], max_tokens: int, eos_ids):
-    """mlx-lm's greedy tokens for one prompt alone, stopping before an EOS."""
-    tokens = []
-    for token, _ in generate_step(
-        mx.array(prompt),
-        mlx_model,
-        max_tokens=max_tokens,
-        sampler=lambda logprobs: mx.argmax(logprobs, axis=-1),
-    ):
-        if token in eos_ids:
-            break
-        tokens.append(token)
-    return tokens
 
 
 class Setup:
@@ -47,7 +32,7 @@ class Setup:
         self.tokenizer = tokenizer
         self.good = good
         self.expected = [
-            reference_greedy(reference, ids, MAX_TOKENS, tokenizer.eos_token_ids)
+            mlx_lm_greedy(reference, ids, MAX_TOKENS, tokenizer.eos_token_ids)[0]
             for ids in good
         ]
 
@@ -94,9 +79,7 @@ def embedded(embedded_model, embedded_float32_reference):
     mlx_model, tokenizer = embedded_model
     model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
     good = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}], add_generation_prompt=True
-        )
+        chat_ids(tokenizer, question)
         for question in ("What is the capital of France?", "Name two colors.")
     ]
     return Setup(embedded_float32_reference, model, tokenizer, good)
@@ -160,7 +143,7 @@ def sampler_failing_on_call(number: int):
 def test_sampler_that_raises_fails_its_request_alone(small, call):
     """Call 1 samples the first token after the prefill, call 2 the decode step's."""
     ids = small.good[0][::-1]
-    first_tokens = reference_greedy(small.reference, ids, MAX_TOKENS, [])[: call - 1]
+    first_tokens = mlx_lm_greedy(small.reference, ids, MAX_TOKENS, [])[0][: call - 1]
     bad = small.run(tiny.PromptSpec(ids, sampler=sampler_failing_on_call(call)))
     assert_failed(bad, f"sampler broke on call {call}")
     assert bad.tokens == first_tokens
@@ -225,7 +208,7 @@ def test_failed_decode_forward_fails_its_requests_and_the_run_goes_on(small):
     assert_failed(results[0], "injected fault")
     for result, ids in zip(results[:2], first):
         if result.error is None:
-            expected = reference_greedy(small.reference, ids, MAX_TOKENS, [])
+            expected, _ = mlx_lm_greedy(small.reference, ids, MAX_TOKENS, [])
             assert result.tokens == expected[: len(result.tokens)]
         else:
             assert_failed(result, "injected fault")

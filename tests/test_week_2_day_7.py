@@ -16,18 +16,15 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mlx import nn
-from mlx.utils import tree_flatten
-from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
+from tiny_llm_base.mlx_lm_reference import chat_ids
+
+from .helpers import assert_same_tokens, expected_tokens, sharpened, token_ids
 from .random_models import SIZES, random_model
 from .solution import tiny
 
 QWEN2_SIZES = [size for size in SIZES if size[0] == "qwen2"]
-# Where mlx-lm's best two logits are closer than this, float32 rounding may pick
-# either token: a divergence is accepted there (and the rest of that sequence with it).
-NEAR_TIE = 1e-3
 LONG_PROMPT = (
     "Here are my notes from a week of baking. On Monday the sourdough starter "
     "bubbled slowly, so I fed it twice with rye flour. On Tuesday the loaf spread "
@@ -47,88 +44,6 @@ EMBEDDED_PROMPTS = [
 # --- references and helpers -------------------------------------------------------
 
 
-def sharpened(model: nn.Module) -> nn.Module:
-    """Norm weights of 2 instead of ~0.1: logits spread by ~10, so greedy tokens
-    vary with the context and rarely tie, and a wrong mask or offset shows."""
-    for _, module in model.named_modules():
-        if isinstance(module, nn.RMSNorm):
-            module.weight = mx.full(module.weight.shape, 2.0)
-    mx.eval(model.parameters())
-    return model
-
-
-def float32_copy(mlx_model: nn.Module) -> nn.Module:
-    """A new mlx-lm model with every quantized layer dequantized to float32."""
-    params = dict(tree_flatten(mlx_model.parameters()))
-    for name, module in mlx_model.named_modules():
-        if "scales" in module:
-            params[f"{name}.weight"] = mx.dequantize(
-                module["weight"],
-                module["scales"],
-                module.get("biases"),
-                group_size=module.group_size,
-                bits=module.bits,
-                mode=module.mode,
-                dtype=mx.float32,
-            )
-            del params[f"{name}.scales"]
-            params.pop(f"{name}.biases", None)
-    copy = type(mlx_model)(mlx_model.args)
-    copy.load_weights([(k, v.astype(mx.float32)) for k, v in params.items()])
-    mx.eval(copy.parameters())
-    return copy
-
-
-def allowed_mask(vocab: int, banned) -> mx.array:
-    mask = np.zeros(vocab, dtype=np.float32)
-    mask[list(banned)] = -np.inf
-    return mx.array(mask)
-
-
-def greedy_without(banned, vocab: int):
-    """A greedy sampler that never picks a banned token (e.g. EOS, to fix lengths)."""
-    mask = allowed_mask(vocab, banned)
-    return lambda logprobs: mx.argmax(logprobs + mask, axis=-1)
-
-
-def reference_generate(mlx_model, prompt, max_tokens, eos_ids, banned=()):
-    """mlx-lm's greedy generation of one prompt alone: (tokens, top-2 logit gaps).
-
-    Stops before an EOS token, like a Request; `banned` tokens are never picked.
-    """
-    vocab = mlx_model.args.vocab_size
-    mask = allowed_mask(vocab, banned)
-    tokens, gaps = [], []
-    for token, logprobs in generate_step(
-        mx.array(prompt),
-        mlx_model,
-        max_tokens=max_tokens,
-        sampler=lambda lp: mx.argmax(lp + mask, axis=-1),
-    ):
-        top_two = mx.sort(logprobs + mask)[-2:]
-        gaps.append((top_two[1] - top_two[0]).item())
-        if token in eos_ids:
-            break
-        tokens.append(token)
-    return tokens, gaps
-
-
-def assert_same_tokens(actual, expected, gaps, what):
-    """Equal token lists; a divergence is allowed only where mlx-lm nearly tied.
-
-    A list that ends early stopped at EOS: that counts as a divergence too.
-    """
-    for i in range(max(len(actual), len(expected))):
-        ours = actual[i] if i < len(actual) else "the end"
-        theirs = expected[i] if i < len(expected) else "the end"
-        if ours != theirs:
-            assert i < len(gaps) and gaps[i] < NEAR_TIE, (
-                f"{what}: token {i} is {ours}, mlx-lm's greedy choice is {theirs} "
-                f"(ours: {actual}, mlx-lm: {expected})"
-            )
-            return
-
-
 def mlx_lm_cache(cache) -> tuple[mx.array, mx.array]:
     """An mlx-lm KVCache's stored keys and values: [B, H, offset, D]."""
     return cache.keys[:, :, : cache.offset], cache.values[:, :, : cache.offset]
@@ -143,10 +58,6 @@ def pending_ops(array: mx.array) -> int:
     dot = io.StringIO()
     mx.export_to_dot(dot, array)
     return dot.getvalue().count("shape=rectangle")
-
-
-def token_ids(rng, vocab, length):
-    return [int(t) for t in rng.integers(0, vocab, length)]
 
 
 class TimedModel:
@@ -180,12 +91,6 @@ class TimedModel:
 
 
 @pytest.fixture(scope="module")
-def tokenizer(embedded_model):
-    """The embedded tokenizer: it detokenizes the small ids of random models too."""
-    return embedded_model[1]
-
-
-@pytest.fixture(scope="module")
 def random_pairs():
     """(mlx-lm model, tiny model) for each random Qwen2 size, same float32 weights."""
     pairs = []
@@ -198,20 +103,6 @@ def random_pairs():
 @pytest.fixture(scope="module")
 def pair(random_pairs):
     return random_pairs[0]
-
-
-@pytest.fixture(scope="module")
-def no_eos(pair, tokenizer):
-    """A greedy sampler without EOS for `pair`, and its banned ids."""
-    banned = sorted(tokenizer.eos_token_ids)
-    return greedy_without(banned, pair[0].args.vocab_size), banned
-
-
-def expected_tokens(mlx_model, prompts, max_tokens, tokenizer, banned=()):
-    return [
-        reference_generate(mlx_model, p, max_tokens, tokenizer.eos_token_ids, banned)
-        for p in prompts
-    ]
 
 
 # --- Request.try_prefill ----------------------------------------------------------
@@ -354,19 +245,13 @@ def test_chunked_prefill_tokens_do_not_depend_on_chunk_or_batch_size(
 
 
 @pytest.fixture(scope="module")
-def embedded_setup(embedded_model):
+def embedded_setup(embedded_model, embedded_float32_reference):
     """The float32 tiny model, and mlx-lm's greedy tokens on a float32 copy."""
     mlx_model, tokenizer = embedded_model
     model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
-    reference = float32_copy(mlx_model)
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}], add_generation_prompt=True
-        )
-        for p in EMBEDDED_PROMPTS
-    ]
+    prompts = [chat_ids(tokenizer, p) for p in EMBEDDED_PROMPTS]
     assert len(prompts[1]) >= 140
-    expected = expected_tokens(reference, prompts, 6, tokenizer)
+    expected = expected_tokens(embedded_float32_reference, prompts, 6, tokenizer)
     return model, tokenizer, expected
 
 

@@ -17,6 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tiny_llm_base.mlx_lm_reference import chat_ids
+
+from .helpers import assert_within
 from .random_models import SIZES, random_model
 from .solution import tiny
 
@@ -102,12 +105,6 @@ def run_separately(model, step: Step):
     return decode_logits, chunk_logits, batch, caches
 
 
-def assert_close(actual, expected, atol: float, what: str) -> None:
-    np.testing.assert_allclose(
-        np.array(actual), np.array(expected), atol=atol, rtol=0, err_msg=what
-    )
-
-
 def assert_same_step(model, step: Step, atol: float) -> None:
     """Logits and every cache after the mixed step equal the separate forwards'."""
     mixed = run_mixed(model, step)
@@ -118,7 +115,7 @@ def assert_same_step(model, step: Step, atol: float) -> None:
     if step.decode_tokens:
         assert decode_logits.shape == (step.slots, vocab)
         for slot in step.decoding:  # an empty slot's row is a dummy: not compared
-            assert_close(
+            assert_within(
                 decode_logits[slot], expected_decode[slot], atol, f"slot {slot}"
             )
     else:
@@ -131,19 +128,19 @@ def assert_same_step(model, step: Step, atol: float) -> None:
             assert logits is None, f"chunk {number} wants no logits"
             continue
         assert logits.shape == (1, vocab)
-        assert_close(logits, expected, atol, f"chunk {number}")
+        assert_within(logits, expected, atol, f"chunk {number}")
     for number, (cache, expected) in enumerate(zip(caches, expected_caches)):
         for layer, (ours, theirs) in enumerate(zip(cache, expected)):
             assert ours.offset == theirs.offset
             for name, a, b in zip(("keys", "values"), ours.fetch(), theirs.fetch()):
-                assert_close(a, b, atol, f"chunk {number} layer {layer} {name}")
+                assert_within(a, b, atol, f"chunk {number} layer {layer} {name}")
     if step.decoding and step.decode_tokens:
         for layer, (ours, theirs) in enumerate(zip(batch, expected_batch)):
             assert list(ours.offset) == list(theirs.offset)
             for slot, tokens in step.decoding.items():
                 length = len(tokens) + 1
                 for name in ("keys", "values"):
-                    assert_close(
+                    assert_within(
                         getattr(ours, name)[slot, :, :length],
                         getattr(theirs, name)[slot, :, :length],
                         atol,
@@ -157,13 +154,13 @@ def assert_matches_mlx_lm(mlx_model, model, step: Step, atol: float) -> None:
     for slot, tokens in step.decoding.items():
         sequence = mx.array([tokens + [step.decode_tokens[slot]]])
         expected = mlx_model(sequence)[0, -1]
-        assert_close(decode_logits[slot], expected, atol, f"slot {slot} vs mlx-lm")
+        assert_within(decode_logits[slot], expected, atol, f"slot {slot} vs mlx-lm")
     for number, ((cached, tokens, wants), logits) in enumerate(
         zip(step.chunks, chunk_logits)
     ):
         if wants:
             expected = mlx_model(mx.array([cached + tokens]))[:, -1]
-            assert_close(logits, expected, atol, f"chunk {number} vs mlx-lm")
+            assert_within(logits, expected, atol, f"chunk {number} vs mlx-lm")
 
 
 def tokens(length: int, vocab: int, seed: int) -> list[int]:
@@ -375,7 +372,7 @@ def test_random_chunk_splits_match_the_separate_forwards(data):
         if fed:
             expected = model(mx.array([[t] for t in fed]), offsets, batch)[:, -1]
             for slot in decoding:
-                assert_close(
+                assert_within(
                     decode_logits[slot],
                     expected[slot],
                     SAME_FLOAT32_ATOL["random"],
@@ -387,22 +384,22 @@ def test_random_chunk_splits_match_the_separate_forwards(data):
                 assert logits is None
                 continue
             what = f"step {number} prompt {i}"
-            assert_close(logits, expected, SAME_FLOAT32_ATOL["random"], what)
+            assert_within(logits, expected, SAME_FLOAT32_ATOL["random"], what)
             whole = reference(mx.array([prompts[i]]))[:, -1]
-            assert_close(logits, whole, MLX_LM_ATOL["random"], what + " vs mlx-lm")
+            assert_within(logits, whole, MLX_LM_ATOL["random"], what + " vs mlx-lm")
         decoding = {slot: seq + [fed[slot]] for slot, seq in decoding.items()}
     for i, (mine, other) in enumerate(zip(ours[1], theirs[1])):
         for layer, (a, b) in enumerate(zip(mine, other)):
             assert a.offset == b.offset == len(prompts[i])
             for x, y in zip(a.fetch(), b.fetch()):
-                assert_close(x, y, SAME_FLOAT32_ATOL["random"], f"prompt {i} {layer}")
+                assert_within(x, y, SAME_FLOAT32_ATOL["random"], f"prompt {i} {layer}")
     for layer, (a, b) in enumerate(zip(ours[0], theirs[0])):
         assert list(a.offset) == list(b.offset)
         for slot, sequence in decoding.items():
             n = len(sequence)
             for x, y in [(a.keys, b.keys), (a.values, b.values)]:
                 what = f"batch layer {layer} slot {slot}"
-                assert_close(
+                assert_within(
                     x[slot, :, :n], y[slot, :, :n], SAME_FLOAT32_ATOL["random"], what
                 )
 
@@ -415,19 +412,20 @@ def embedded_step(embedded_model):
     """A step on chat prompts: three decoding requests in four slots, and three chunks."""
     _, tokenizer = embedded_model
 
-    def chat(question: str) -> list[int]:
-        return tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}], add_generation_prompt=True
-        )
-
-    long = chat("Write a short story about a lighthouse keeper and a storm.")
-    decoding = {0: chat("Hi!"), 1: chat("Name two colors."), 3: chat("What is 2+2?")}
+    long = chat_ids(
+        tokenizer, "Write a short story about a lighthouse keeper and a storm."
+    )
+    decoding = {
+        0: chat_ids(tokenizer, "Hi!"),
+        1: chat_ids(tokenizer, "Name two colors."),
+        3: chat_ids(tokenizer, "What is 2+2?"),
+    }
     fed = [tokenizer.encode(word)[0] for word in ("Hello", "Red", "x", "Four")]
     fed[2] = DUMMY_TOKEN
     chunks = [
         (long[:16], long[16:-1], False),
         (long[:-3], long[-3:], True),
-        ([], chat("What is the capital of France?"), True),
+        ([], chat_ids(tokenizer, "What is the capital of France?"), True),
     ]
     return Step(4, decoding, fed, chunks)
 

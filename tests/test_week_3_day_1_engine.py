@@ -25,16 +25,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
+
+from .helpers import assert_same_tokens, expected_tokens, sharpened, token_ids
 from .random_models import SIZES, random_model
 from .solution import tiny
-from .test_week_2_day_7 import (
-    assert_same_tokens,
-    expected_tokens,
-    greedy_without,
-    reference_generate,
-    sharpened,
-    token_ids,
-)
 
 # (policy, token_budget): the alternating schedule, the smallest budget a batch of
 # two slots allows (one prefill token beside two decodes), and no budget at all.
@@ -45,12 +40,6 @@ MAX_STEPS = 2000
 
 
 # --- references and helpers -------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def tokenizer(embedded_model):
-    """The embedded tokenizer: it detokenizes the small ids of random models too."""
-    return embedded_model[1]
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +56,6 @@ def random_pairs():
 @pytest.fixture(scope="module")
 def pair(random_pairs):
     return random_pairs[0]
-
-
-@pytest.fixture(scope="module")
-def no_eos(pair, tokenizer):
-    """A greedy sampler without EOS for `pair` (lengths fixed by max_tokens), and the
-    banned ids."""
-    banned = sorted(tokenizer.eos_token_ids)
-    return greedy_without(banned, pair[0].args.vocab_size), banned
 
 
 def eos_first(tokenizer):
@@ -710,7 +691,7 @@ def test_random_adds_aborts_and_finishes_leak_nothing(
             assert result.finish_reason in ("stop", "abort"), what
             assert result.tokens == [], what
             continue
-        tokens, gaps = reference_generate(
+        tokens, gaps = mlx_lm_greedy(
             mlx_model, spec.prompt, spec.max_tokens, tokenizer.eos_token_ids
         )
         if result.finish_reason == "abort":

@@ -11,20 +11,11 @@ prompt alone on the same weights.
 import numpy as np
 import pytest
 
+from tiny_llm_base.mlx_lm_reference import greedy_without
+
+from .helpers import assert_same_tokens, expected_tokens, sharpened, token_ids
 from .random_models import random_model
 from .solution import tiny
-from .test_week_2_day_7 import (
-    assert_same_tokens,
-    expected_tokens,
-    greedy_without,
-    sharpened,
-    token_ids,
-)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(embedded_model):
-    return embedded_model[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +24,9 @@ def pair():
     return mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
 
 
-@pytest.fixture(scope="module")
-def no_eos(pair, tokenizer):
-    banned = sorted(tokenizer.eos_token_ids)
-    return greedy_without(banned, pair[0].args.vocab_size), banned
-
-
-def run(engine, prompts, steps=500):
+def run(engine, prompts, after_step=None, steps=500) -> list:
+    """Add `prompts`, step until all finish (calling after_step(engine) after each
+    step), and return their GenerationResults in prompt order."""
     ids = [engine.add_request(p) for p in prompts]
     results = {}
     for _ in range(steps):
@@ -48,9 +35,10 @@ def run(engine, prompts, steps=500):
         for output in engine.step():
             if output.result is not None:
                 results[output.request_id] = output.result
-        yield engine
+        if after_step is not None:
+            after_step(engine)
     assert not engine.has_unfinished(), "the engine did not finish in time"
-    run.results = [results[i] for i in ids]
+    return [results[i] for i in ids]
 
 
 def assert_tokens(results, mlx_model, prompts, max_tokens, tokenizer, banned):
@@ -74,11 +62,14 @@ def test_no_more_requests_prefill_than_there_will_be_slots(pair, tokenizer, no_e
         max_tokens=3,
         sampler=sampler,
     )
-    for engine in run(engine, prompts):
+
+    def check_slots(engine):
         started = [r for r in engine.waiting if r.offset > 0]
         occupied = sum(slot is not None for slot in engine.slots)
         assert occupied + len(started) <= engine.batch_size
-    assert_tokens(run.results, mlx_model, prompts, 3, tokenizer, banned)
+
+    results = run(engine, prompts, check_slots)
+    assert_tokens(results, mlx_model, prompts, 3, tokenizer, banned)
 
 
 def test_a_step_feeds_at_most_token_budget_rows(pair, tokenizer, monkeypatch):
@@ -109,10 +100,9 @@ def test_a_step_feeds_at_most_token_budget_rows(pair, tokenizer, monkeypatch):
         token_budget=5,
         sampler=sampler,
     )
-    for _ in run(engine, prompts):
-        pass
+    results = run(engine, prompts)
     assert fed and max(fed) <= 5
-    for i, (spec, result) in enumerate(zip(prompts, run.results)):
+    for i, (spec, result) in enumerate(zip(prompts, results)):
         [(tokens, gaps)] = expected_tokens(
             mlx_model, [spec.prompt], spec.max_tokens, tokenizer, banned
         )
@@ -151,14 +141,16 @@ def test_an_adaptive_chunker_is_asked_once_a_mixed_step(pair, tokenizer, no_eos)
         sampler=sampler,
         on_forward=forwards.append,
     )
-    for _ in run(engine, prompts):
-        asked_before = chunker.asked
-        assert asked_before <= engine.steps_done
+
+    def check_asked(engine):
+        assert chunker.asked <= engine.steps_done
+
+    results = run(engine, prompts, check_asked)
     with_chunks = [f for f in forwards if f.chunks]
     assert len(chunker.recorded) == len(with_chunks)
     assert chunker.asked == len(with_chunks)
     assert all(tokens <= 3 for f in forwards for _, tokens in f.chunks)
-    assert_tokens(run.results, mlx_model, prompts, 4, tokenizer, banned)
+    assert_tokens(results, mlx_model, prompts, 4, tokenizer, banned)
 
 
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
@@ -184,13 +176,9 @@ def test_a_policys_bad_chunk_size_fails_its_request_alone(
         max_tokens=3,
         sampler=sampler,
     )
-    for _ in run(engine, [good[0], bad, good[1]]):
-        pass
-    failed = run.results[1]
+    first, failed, last = run(engine, [good[0], bad, good[1]])
     assert failed.finish_reason == "error" and "chunk size" in failed.error
-    assert_tokens(
-        [run.results[0], run.results[2]], mlx_model, good, 3, tokenizer, banned
-    )
+    assert_tokens([first, last], mlx_model, good, 3, tokenizer, banned)
 
 
 @pytest.mark.parametrize(

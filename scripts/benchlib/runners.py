@@ -13,11 +13,8 @@ import time
 from dataclasses import dataclass
 
 import mlx.core as mx
-import numpy as np
-from mlx.utils import tree_flatten
 from mlx_lm.generate import BatchGenerator
 
-from tiny_llm_base import dequantize_linear
 from tiny_llm_ref import Engine, PromptSpec
 
 from .measure import Run, summarize
@@ -80,28 +77,6 @@ def parse_config(text: str) -> Config:
         f"unknown configuration {text!r}: write alternate:CHUNK, mixed:BUDGET[/CAP] "
         "or mlx-lm:CHUNK, with a number or none"
     )
-
-
-def float32_mlx_lm_model(mlx_model):
-    """mlx-lm's own model class with the float32 weights Qwen2ModelWeek2 uses."""
-    params = dict(tree_flatten(mlx_model.parameters()))
-    for module_name, module in mlx_model.named_modules():
-        if "scales" in module:
-            params[f"{module_name}.weight"] = dequantize_linear(module, mx.float32)
-            del params[f"{module_name}.scales"]
-            params.pop(f"{module_name}.biases", None)
-    peer = type(mlx_model)(mlx_model.args)
-    peer.load_weights([(k, v.astype(mx.float32)) for k, v in params.items()])
-    mx.eval(peer.parameters())
-    return peer
-
-
-def no_eos_greedy(vocab: int, eos_ids):
-    """Greedy over [B, V] logits, never EOS: every request runs to max_tokens."""
-    mask = np.zeros(vocab, dtype=np.float32)
-    mask[list(eos_ids)] = -np.inf
-    mask = mx.array(mask)
-    return lambda logits: mx.argmax(logits + mask, axis=-1)
 
 
 class Arrivals:

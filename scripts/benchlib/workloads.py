@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tiny_llm_base.mlx_lm_reference import chat_ids
+
 SHORT_QUESTIONS = [
     "What is the capital of France?",
     "Name three primary colors.",
@@ -68,14 +70,6 @@ class Workload:
             f"{len(self.prompts)} requests ({len(longs)} long: {longs} tokens), "
             f"{self.prompt_tokens} prompt tokens, {arrivals}"
         )
-
-
-def chat_ids(tokenizer, text: str) -> list[int]:
-    return list(
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True
-        )
-    )
 
 
 def long_prompt(tokenizer, tokens: int, seed: int) -> list[int]:

@@ -1,0 +1,95 @@
+"""mlx-lm as the reference the tests and benchmarks compare against.
+
+Everything here uses mlx-lm and MLX only, never the course's code, so that comparing
+our models with these gives an independent check: mlx-lm's own model holding our
+float32 weights, chat prompts as token ids, and mlx-lm's greedy generation of one
+prompt alone.
+"""
+
+from collections.abc import Callable, Iterable
+
+import mlx.core as mx
+import numpy as np
+from mlx import nn
+from mlx.utils import tree_flatten
+from mlx_lm.generate import generate_step
+
+
+def float32_copy(mlx_model: nn.Module) -> nn.Module:
+    """A new mlx-lm model of the same class, every weight in float32.
+
+    Each quantized layer is dequantized with float32 scales and biases: dequantizing
+    in the scales' own float16 would round every weight before it reaches float32.
+    These are the weights Qwen2ModelWeek2(weights="float32") computes with, so greedy
+    outputs can be compared token for token. mlx_model itself is left as it is.
+    """
+    params = dict(tree_flatten(mlx_model.parameters()))
+    for name, module in mlx_model.named_modules():
+        if "scales" not in module:
+            continue
+        params[f"{name}.weight"] = mx.dequantize(
+            module["weight"],
+            module["scales"].astype(mx.float32),
+            module["biases"].astype(mx.float32),
+            group_size=module.group_size,
+            bits=module.bits,
+        )
+        del params[f"{name}.scales"]
+        del params[f"{name}.biases"]
+    copy = type(mlx_model)(mlx_model.args)
+    copy.load_weights([(k, v.astype(mx.float32)) for k, v in params.items()])
+    mx.eval(copy.parameters())
+    return copy
+
+
+def chat_ids(tokenizer, question: str) -> list[int]:
+    """The token ids of `question` as one user turn, ready for the answer."""
+    return list(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], add_generation_prompt=True
+        )
+    )
+
+
+def banned_mask(vocab: int, banned: Iterable[int]) -> mx.array:
+    """[vocab]: -inf at the banned token ids, 0 elsewhere; add it to logits."""
+    mask = np.zeros(vocab, dtype=np.float32)
+    mask[list(banned)] = -np.inf
+    return mx.array(mask)
+
+
+def greedy_without(banned: Iterable[int], vocab: int) -> Callable[[mx.array], mx.array]:
+    """A greedy sampler over [B, vocab] logits that never picks a banned token
+    (EOS, say, so that every request runs to max_tokens)."""
+    mask = banned_mask(vocab, banned)
+    return lambda logprobs: mx.argmax(logprobs + mask, axis=-1)
+
+
+def mlx_lm_greedy(
+    mlx_model: nn.Module,
+    prompt: list[int],
+    max_tokens: int,
+    eos_ids: Iterable[int],
+    banned: Iterable[int] = (),
+) -> tuple[list[int], list[float]]:
+    """mlx-lm's greedy generation of one prompt alone: (tokens, top-2 logit gaps).
+
+    Stops before an EOS token, as a request does; `banned` tokens are never picked.
+    gaps[i] is how far mlx-lm's best logit at token i is above the second best: where
+    it is tiny, float32 rounding may pick either token.
+    """
+    eos_ids = set(eos_ids)
+    mask = banned_mask(mlx_model.args.vocab_size, banned)
+    tokens, gaps = [], []
+    for token, logprobs in generate_step(
+        mx.array(prompt),
+        mlx_model,
+        max_tokens=max_tokens,
+        sampler=lambda lp: mx.argmax(lp + mask, axis=-1),
+    ):
+        top_two = mx.sort(logprobs + mask)[-2:]
+        gaps.append((top_two[1] - top_two[0]).item())
+        if token in eos_ids:
+            break
+        tokens.append(token)
+    return tokens, gaps

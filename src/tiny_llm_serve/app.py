@@ -59,7 +59,7 @@ class ServerSettings:
 def create_app(
     engine,
     settings: ServerSettings,
-    make_sampler: Callable | None = None,
+    make_sampler: Callable,
     on_step: Callable[[SchedulerSnapshot], None] | None = None,
 ) -> FastAPI:
     """The app serving `engine` (either package's Engine). make_sampler(temp, top_p,
@@ -264,7 +264,18 @@ def create_app(
             )
         sampler = None
         if not request.is_greedy:
-            sampler = make_sampler(request.temperature, request.top_p, request.top_k)
+            try:
+                sampler = make_sampler(
+                    request.temperature, request.top_p, request.top_k
+                )
+            except NotImplementedError as error:
+                raise ApiError(
+                    501,
+                    f"sampling with temperature > 0 is not written yet ({error}): "
+                    "send temperature 0 for greedy answers",
+                    param="temperature",
+                    code="not_implemented",
+                ) from None
         spec = PromptSpec(
             ids,
             max_tokens=request.max_tokens or limit - len(ids),

@@ -145,13 +145,15 @@ class EngineLoop:
         if output.tokens:
             self.unstarted.discard(output.request_id)
             m.generation_tokens.inc(len(output.tokens))
+            # The tokens of one output reach the client together: the first of
+            # them ends the gap since the last output, the others follow at once.
             if stream.first_token_at is None:
                 stream.first_token_at = now
                 m.ttft.observe(now - stream.arrival)
-            else:  # a step's tokens share the gap since the last ones
-                gap = (now - stream.last_token_at) / len(output.tokens)
-                for _ in output.tokens:
-                    m.itl.observe(gap)
+            else:
+                m.itl.observe(now - stream.last_token_at)
+            for _ in output.tokens[1:]:
+                m.itl.observe(0.0)
             stream.last_token_at = now
         if output.finish_reason is not None:
             del self.streams[output.request_id]

@@ -236,7 +236,7 @@ class Engine:
 
         Candidates: waiting requests still prefilling for which slot_for is not None.
         Most urgent: interactive before batch, the first admitted within a priority.
-        Paged: it needs its blocks (reserve_blocks), else no chunk runs this step.
+        Paged: the most urgent that has or gets its blocks (first_with_blocks).
         Its prefill_start is read before its first chunk. The chunk:
         request.try_prefill(chunk_size(request)), timed with the clock just before
         and after; a raise fails that request alone ("prefill failed: ...") and
@@ -375,8 +375,9 @@ class Engine:
         admitted first within a priority; each gets a chunk of min(tokens left,
         chunk_size(request) or tokens left, budget left) at its offset, with its
         kv_cache; wants_logits when the chunk ends the prompt. Paged: a request needs
-        its blocks (reserve_blocks) before its chunk, and one that cannot get them
-        ends the planning (nobody overtakes it). slot_for is asked with
+        its blocks (reserve_blocks) before its chunk; once one cannot get them, the
+        requests after it that hold none wait too (nobody overtakes it), while those
+        holding blocks go on. slot_for is asked with
         `also_ready` = the requests that have started prefilling (offset > 0) and
         those planned so far, so that each keeps a slot in view: no more requests
         prefill at once than there will be slots for them. An AdaptiveChunker is
@@ -449,6 +450,17 @@ class Engine:
             "offset = the cached blocks' tokens, kv_cache = a PagedKvCache per layer "
             "at that offset (day 3: at the first admission count cached_tokens and "
             "record_prefix_lookup)"
+        )
+
+    def first_with_blocks(self, candidates: list[Request]) -> Request | None:
+        """The first candidate that holds its blocks or gets them (reserve_blocks).
+        Once one cannot get them, the candidates after it that hold none are passed
+        over too: nobody overtakes it, yet those holding blocks go on."""
+        raise NotImplementedError(
+            "Week 3 Day 2: first_with_blocks: go through the candidates in order; "
+            "return the first that is in `tables`, or, while no reservation has "
+            "failed yet, the first for which reserve_blocks succeeds; after a failure "
+            "only holders may still be returned; None if none"
         )
 
     def make_room_for_decodes(self) -> None:

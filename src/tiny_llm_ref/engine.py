@@ -327,7 +327,7 @@ class Engine:
 
         Candidates: waiting requests still prefilling for which slot_for is not None.
         Most urgent: interactive before batch, the first admitted within a priority.
-        Paged: it needs its blocks (reserve_blocks), else no chunk runs this step.
+        Paged: the most urgent that has or gets its blocks (first_with_blocks).
         Its prefill_start is read before its first chunk. The chunk:
         request.try_prefill(chunk_size(request)), timed with the clock just before
         and after; a raise fails that request alone ("prefill failed: ...") and
@@ -345,9 +345,14 @@ class Engine:
         if not candidates:
             return None
         # Interactive first; min is stable, so FIFO within a priority.
-        request = min(candidates, key=lambda r: r.priority != "interactive")
-        if self.paged and not self.reserve_blocks(request):
-            return None
+        if self.paged:
+            # Interactive first; sorted is stable, so FIFO within a priority.
+            candidates.sort(key=lambda r: r.priority != "interactive")
+            request = self.first_with_blocks(candidates)
+            if request is None:
+                return None
+        else:
+            request = min(candidates, key=lambda r: r.priority != "interactive")
         if request.metrics.prefill_start is None:
             request.metrics.prefill_start = self.clock()
         start = self.clock()
@@ -560,8 +565,9 @@ class Engine:
         admitted first within a priority; each gets a chunk of min(tokens left,
         chunk_size(request) or tokens left, budget left) at its offset, with its
         kv_cache; wants_logits when the chunk ends the prompt. Paged: a request needs
-        its blocks (reserve_blocks) before its chunk, and one that cannot get them
-        ends the planning (nobody overtakes it). slot_for is asked with
+        its blocks (reserve_blocks) before its chunk; once one cannot get them, the
+        requests after it that hold none wait too (nobody overtakes it), while those
+        holding blocks go on. slot_for is asked with
         `also_ready` = the requests that have started prefilling (offset > 0) and
         those planned so far, so that each keeps a slot in view: no more requests
         prefill at once than there will be slots for them. An AdaptiveChunker is
@@ -573,13 +579,16 @@ class Engine:
         holding = [r for r in self.waiting if r.offset > 0]
         # An AdaptiveChunker learns from one time a step, so it is asked once a step.
         step_size = None
+        blocked = False  # a request could not get its blocks
         for request in sorted(self.waiting, key=lambda r: r.priority != "interactive"):
             if budget is not None and budget <= 0:
                 break
             if request.is_prefill_done or self.slot_for(request, holding) is None:
                 continue
-            if self.paged and not self.reserve_blocks(request):
-                break  # first come, first served: nobody overtakes it for blocks
+            if self.paged and request not in self.tables:
+                if blocked or not self.reserve_blocks(request):
+                    blocked = True  # first come, first served: nobody overtakes it
+                    continue
             try:
                 if step_size is None or not is_adaptive(self.prefill_step):
                     step_size = self.chunk_size(request)
@@ -678,6 +687,19 @@ class Engine:
             request.metrics.cached_tokens = cached
             self.metrics.record_prefix_lookup(len(tokens), cached)
         return True
+
+    def first_with_blocks(self, candidates: list[Request]) -> Request | None:
+        """The first candidate that holds its blocks or gets them (reserve_blocks).
+        Once one cannot get them, the candidates after it that hold none are passed
+        over too: nobody overtakes it, yet those holding blocks go on."""
+        blocked = False
+        for request in candidates:
+            if request in self.tables:
+                return request
+            if not blocked and self.reserve_blocks(request):
+                return request
+            blocked = True
+        return None
 
     def make_room_for_decodes(self) -> None:
         """Before a decode forward (paged): a decoding request whose next token starts

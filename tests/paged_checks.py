@@ -1,0 +1,70 @@
+"""What the paged-cache tests (week 3 days 2 and 3) share: running an engine to the
+end while checking its block pool after every step, and the pool's bookkeeping rules.
+
+The rules are read off the engine's state as the chapters name it: `pool` (the
+BlockPool: refcounts, free, cached, hash_of, block_of), `tables` (request ->
+BlockTable) and `slots`.
+"""
+
+from collections import Counter
+
+from .helpers import assert_same_tokens, expected_tokens
+
+
+def check_pool(engine) -> None:
+    """Every block is exactly one of: held (refcount = the tables that list it),
+    free, or cached (hashed, held by nobody); names map both ways."""
+    pool = engine.pool
+    holders = Counter(b for table in engine.tables.values() for b in table.blocks)
+    for block in range(pool.num_blocks):
+        assert pool.refcounts[block] == holders[block], (
+            f"block {block}: refcount {pool.refcounts[block]}, held by "
+            f"{holders[block]} tables"
+        )
+    free, cached = list(pool.free), list(pool.cached)
+    assert len(set(free)) == len(free), "a block is free twice"
+    assert not set(free) & set(cached), "a block is both free and cached"
+    assert not (set(free) | set(cached)) & set(holders), "a held block is free"
+    assert len(free) + len(cached) + len(holders) == pool.num_blocks, "a block leaked"
+    assert set(cached) <= set(pool.hash_of), "a cached block has no name"
+    assert all(pool.block_of[h] == b for b, h in pool.hash_of.items())
+    assert len(pool.block_of) == len(pool.hash_of)
+    for request, table in engine.tables.items():
+        assert not request.is_finished, "a finished request still holds blocks"
+        assert request.offset <= len(table.blocks) * engine.block_size
+        assert len(table.blocks) == len(set(table.blocks)), "a table repeats a block"
+
+
+def assert_pool_empty(engine) -> None:
+    """After a run: nothing held, every block free or cached, and the cached blocks
+    are exactly the named ones."""
+    check_pool(engine)
+    pool = engine.pool
+    assert engine.tables == {}
+    assert pool.in_use == 0 and all(n == 0 for n in pool.refcounts)
+    assert set(pool.cached) == set(pool.hash_of)
+    assert len(pool.free) + len(pool.cached) == pool.num_blocks
+
+
+def run_engine(engine, specs, check=check_pool, max_steps: int = 3000) -> list:
+    """Add every spec, step to the end, check() after each step; the results in
+    spec order."""
+    ids = [engine.add_request(spec) for spec in specs]
+    results = {}
+    for _ in range(max_steps):
+        if not engine.has_unfinished():
+            break
+        for output in engine.step():
+            if output.result is not None:
+                results[output.request_id] = output.result
+        check(engine)
+    assert not engine.has_unfinished(), f"not done after {max_steps} steps"
+    return [results[i] for i in ids]
+
+
+def assert_like_mlx_lm(results, mlx_model, prompts, max_tokens, tokenizer, banned=()):
+    """Each result's tokens are mlx-lm's greedy tokens for its prompt alone."""
+    expected = expected_tokens(mlx_model, prompts, max_tokens, tokenizer, banned)
+    for i, (result, (tokens, gaps)) in enumerate(zip(results, expected)):
+        assert result.finish_reason in ("stop", "length"), (i, result.error)
+        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")

@@ -1,0 +1,385 @@
+"""Week 3 Day 2: the paged KV cache.
+
+The block pool's bookkeeping (free list, refcounts), one request's keys read back
+through a scattered block table, the decode rows' batch view, and the engine on
+kv_cache="paged": every request gets mlx-lm's greedy tokens for its prompt alone
+(random Qwen2 and Llama models at unusual sizes and the embedded model), whatever the
+block size, policy, budget or batch size; a pool small enough to preempt gives the
+same tokens; and after every step each block is held, free or cached exactly once.
+Prefix caching is off here (prefix_caching=False): it is day 3's.
+"""
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .helpers import sharpened, token_ids
+from .paged_checks import assert_like_mlx_lm, assert_pool_empty, run_engine
+from .random_models import SIZES, random_model
+from .solution import tiny
+
+BLOCK_SIZES = [1, 3, 16]
+
+
+@pytest.fixture(scope="module")
+def random_pairs():
+    """(mlx-lm model, tiny model) for every random size, same float32 weights."""
+    pairs = []
+    for seed, size in enumerate(SIZES):
+        mlx_model = sharpened(random_model(*size, seed=seed))
+        pairs.append((mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def pair(random_pairs):
+    return random_pairs[0]
+
+
+def paged_engine(model, tokenizer, **settings):
+    return tiny.Engine(
+        model, tokenizer, kv_cache="paged", prefix_caching=False, **settings
+    )
+
+
+# --- the block pool ----------------------------------------------------------------
+
+
+def test_blocks_needed():
+    for tokens, size, blocks in [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (7, 1, 7)]:
+        assert tiny.blocks_needed(tokens, size) == blocks
+
+
+def test_pool_hands_out_each_block_once_and_takes_it_back():
+    pool = tiny.BlockPool(6, 4)
+    assert pool.available == 6 and pool.in_use == 0
+    first = pool.allocate(4)
+    assert len(set(first)) == 4 and set(first) <= set(range(6))
+    assert all(pool.refcounts[b] == 1 for b in first)
+    assert pool.available == 2 and pool.in_use == 4
+    with pytest.raises(ValueError, match="available"):
+        pool.allocate(3)
+    assert pool.available == 2, "a refused allocation takes nothing"
+    second = pool.allocate(2)
+    assert not set(first) & set(second)
+    pool.release(first[:2])
+    assert pool.available == 2 and all(pool.refcounts[b] == 0 for b in first[:2])
+    third = pool.allocate(2)
+    assert set(third) == set(first[:2]), "released blocks are handed out again"
+    pool.release(first[2:] + second + third)
+    assert pool.available == 6 and pool.in_use == 0
+
+
+# --- one request's keys through its block table -----------------------------------
+
+
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_paged_cache_reads_back_every_key_in_order(block_size):
+    """Chunks of uneven length written through a shuffled block table read back as
+    the concatenation of everything written, with the chunk mask's rule."""
+    H, D, num_blocks = 3, 5, 40
+    rng = np.random.default_rng(block_size)
+    lengths = [1, 4, 2, 7, 1, 1, 5]
+    width = tiny.blocks_needed(sum(lengths), block_size)
+    table = tiny.BlockTable([int(b) for b in rng.permutation(num_blocks)[:width]])
+    layer = tiny.LayerBlocks(num_blocks, block_size)
+    cache = tiny.PagedKvCache(layer, table)
+    written_keys, written_values = [], []
+    for L in lengths:
+        keys = rng.standard_normal((1, H, L, D)).astype(np.float32)
+        values = rng.standard_normal((1, H, L, D)).astype(np.float32)
+        written_keys.append(keys)
+        written_values.append(values)
+        all_keys, all_values, mask = cache.update_and_fetch(
+            mx.array(keys), mx.array(values)
+        )
+        S = sum(k.shape[2] for k in written_keys)
+        assert cache.offset == S
+        np.testing.assert_array_equal(
+            np.array(all_keys), np.concatenate(written_keys, axis=2)
+        )
+        np.testing.assert_array_equal(
+            np.array(all_values), np.concatenate(written_values, axis=2)
+        )
+        assert mask == ("causal" if L > 1 else None)
+    unused = sorted(set(range(num_blocks)) - set(table.blocks))
+    assert not np.array(layer.keys)[unused].any(), "a write left its blocks"
+
+
+def test_paged_cache_refuses_to_write_past_its_blocks():
+    table = tiny.BlockTable([0, 1])
+    cache = tiny.PagedKvCache(tiny.LayerBlocks(4, 3), table)
+    with pytest.raises(ValueError, match="reserve"):
+        cache.update_and_fetch(mx.zeros((1, 2, 7, 4)), mx.zeros((1, 2, 7, 4)))
+
+
+def test_batch_view_gives_each_row_its_own_keys_and_mask():
+    """Three requests of different lengths in slots 0, 2 and 3 (slot 1 empty): one
+    decode token each. Attention through the view equals attention over each
+    request's own keys alone."""
+    H, D, block_size = 2, 4, 3
+    rng = np.random.default_rng(0)
+    layer = tiny.LayerBlocks(30, block_size)
+    batch = tiny.PagedBatchingKvCache(4, 64)
+    free = [int(b) for b in rng.permutation(30)]
+    history = {}
+    for slot, length in [(0, 5), (2, 9), (3, 1)]:
+        blocks = [free.pop() for _ in range(tiny.blocks_needed(length + 1, 3))]
+        view = tiny.PagedKvCache(layer, tiny.BlockTable(blocks))
+        keys = rng.standard_normal((1, H, length, D)).astype(np.float32)
+        values = rng.standard_normal((1, H, length, D)).astype(np.float32)
+        view.update_and_fetch(mx.array(keys), mx.array(values))
+        batch.add_request(view, slot)
+        history[slot] = (keys, values)
+    assert batch.offset == [5, 0, 9, 1] and batch.rows == 4
+    q = rng.standard_normal((4, H, 1, D)).astype(np.float32)
+    new_k = rng.standard_normal((4, H, 1, D)).astype(np.float32)
+    new_v = rng.standard_normal((4, H, 1, D)).astype(np.float32)
+    keys, values, mask = batch.update_and_fetch(mx.array(new_k), mx.array(new_v))
+    assert batch.offset == [6, 0, 10, 2]
+    out = mx.fast.scaled_dot_product_attention(
+        mx.array(q), keys, values, scale=D**-0.5, mask=mask
+    )
+    for slot, (old_k, old_v) in history.items():
+        k = np.concatenate([old_k[0], new_k[slot]], axis=1)[None]
+        v = np.concatenate([old_v[0], new_v[slot]], axis=1)[None]
+        alone = mx.fast.scaled_dot_product_attention(
+            mx.array(q[slot : slot + 1]), mx.array(k), mx.array(v), scale=D**-0.5
+        )
+        np.testing.assert_allclose(np.array(out[slot]), np.array(alone[0]), atol=1e-5)
+    assert np.isfinite(np.array(out)).all(), "the empty row made NaN"
+    batch.remove_request(2)
+    assert batch.offset == [6, 0, 0, 2]
+    with pytest.raises(ValueError, match="in use"):
+        batch.add_request(tiny.PagedKvCache(layer, tiny.BlockTable([])), 0)
+
+
+# --- the engine on the paged cache -------------------------------------------------
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_paged_engine_matches_mlx_lm(random_pairs, tokenizer, data):
+    index = data.draw(st.integers(0, len(random_pairs) - 1), label="model")
+    mlx_model, model = random_pairs[index]
+    vocab = mlx_model.args.vocab_size
+    block_size = data.draw(st.sampled_from(BLOCK_SIZES), label="block_size")
+    batch_size = data.draw(st.integers(1, 4), label="batch_size")
+    policy = data.draw(st.sampled_from(["alternate", "mixed"]), label="policy")
+    token_budget = None
+    if policy == "mixed":
+        token_budget = data.draw(
+            st.sampled_from([batch_size + 1, 16, None]), label="token_budget"
+        )
+    max_seq_len = 48
+    one_request = tiny.blocks_needed(max_seq_len, block_size)
+    num_blocks = data.draw(
+        st.sampled_from([one_request, 2 * one_request, None]), label="num_blocks"
+    )
+    prompts = data.draw(
+        st.lists(
+            st.lists(st.integers(0, vocab - 1), min_size=1, max_size=30),
+            min_size=1,
+            max_size=6,
+        ),
+        label="prompts",
+    )
+    max_tokens = data.draw(st.integers(1, 8), label="max_tokens")
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=batch_size,
+        max_seq_len=max_seq_len,
+        prefill_step=data.draw(st.sampled_from([2, 8, None]), label="step"),
+        policy=policy,
+        token_budget=token_budget,
+        max_tokens=max_tokens,
+        block_size=block_size,
+        num_blocks=num_blocks,
+    )
+    results = run_engine(engine, prompts)
+    assert_like_mlx_lm(results, mlx_model, prompts, max_tokens, tokenizer)
+    assert_pool_empty(engine)
+    assert not engine.pool.cached, "nothing is cached without prefix caching"
+
+
+@pytest.mark.parametrize("policy", ["alternate", "mixed"])
+def test_a_small_pool_preempts_and_recomputes_without_changing_tokens(
+    pair, tokenizer, no_eos, policy
+):
+    """Five requests whose prompts and answers need 12 blocks of 3 each, in a pool
+    of 16 (one max_seq_len request's worth): decodes run it dry, the newest request
+    is preempted and later recomputes its prompt and tokens. Every request still
+    gets mlx-lm's tokens, and nothing leaks."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(5)
+    prompts = [
+        token_ids(rng, mlx_model.args.vocab_size, n) for n in (20, 17, 9, 25, 14)
+    ]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=4,
+        max_seq_len=48,
+        prefill_step=8,
+        policy=policy,
+        max_tokens=12,
+        sampler=sampler,
+        block_size=3,
+        num_blocks=16,
+    )
+    results = run_engine(engine, prompts)
+    assert engine.metrics.preemptions > 0, "the pool never ran dry"
+    assert sum(r.metrics.preemptions for r in results) == engine.metrics.preemptions
+    assert engine.metrics.kv_peak_blocks_in_use <= 16
+    assert_like_mlx_lm(results, mlx_model, prompts, 12, tokenizer, banned)
+    for result in results:
+        assert result.metrics.generated_tokens == 12
+        assert len(result.metrics.token_times) == 12
+    assert_pool_empty(engine)
+
+
+def test_a_preempted_request_that_is_the_newest_preempts_itself(
+    pair, tokenizer, no_eos
+):
+    """Two requests and a pool of exactly one request's blocks: the older one always
+    goes on (it is never the newest), the newer one waits and recomputes; nothing
+    deadlocks."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(6)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (10, 12)]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=32,
+        prefill_step=None,
+        policy="mixed",
+        max_tokens=20,
+        sampler=sampler,
+        block_size=4,
+        num_blocks=8,
+    )
+    results = run_engine(engine, prompts)
+    assert results[0].metrics.preemptions == 0, "the oldest request was preempted"
+    assert results[1].metrics.preemptions > 0
+    assert_like_mlx_lm(results, mlx_model, prompts, 20, tokenizer, banned)
+    assert_pool_empty(engine)
+
+
+def test_paged_memory_follows_the_tokens_held(pair, tokenizer, no_eos):
+    """After every step a request holds ceil(tokens / block_size) blocks, its tokens
+    being its prompt while it prefills and its offset after; the metrics report the
+    blocks in use against the dense preallocation."""
+    mlx_model, model = pair
+    sampler, _ = no_eos
+    rng = np.random.default_rng(7)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (11, 3, 30)]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=64,
+        prefill_step=4,
+        policy="mixed",
+        max_tokens=6,
+        sampler=sampler,
+        block_size=4,
+    )
+    assert engine.metrics.kv_dense_tokens == 2 * 64
+    assert engine.metrics.kv_blocks_total == 2 * 16
+    seen = []
+
+    def check(engine):
+        for request, table in engine.tables.items():
+            held = max(len(request.prefill_tokens), request.offset)
+            assert len(table.blocks) == tiny.blocks_needed(held, 4)
+        in_use = sum(len(table.blocks) for table in engine.tables.values())
+        assert engine.pool.in_use == in_use
+        assert engine.metrics.kv_blocks_in_use == in_use
+        seen.append(engine.pool.in_use)
+
+    run_engine(engine, prompts, check)
+    assert engine.metrics.kv_peak_blocks_in_use == max(seen)
+    assert engine.metrics.kv_peak_tokens == 4 * max(seen)
+    assert engine.metrics.kv_bytes_per_token > 0
+    assert engine.metrics.kv_blocks_in_use == 0
+    assert_pool_empty(engine)
+
+
+def test_abort_and_failures_give_blocks_back(pair, tokenizer, no_eos):
+    """Aborting a request mid-prefill and mid-decode, and a request whose sampler
+    fails, leave no block held."""
+    mlx_model, model = pair
+    sampler, _ = no_eos
+    rng = np.random.default_rng(8)
+    vocab = mlx_model.args.vocab_size
+
+    def broken(logprobs):
+        raise RuntimeError("sampler broke")
+
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=64,
+        prefill_step=4,
+        policy="mixed",
+        max_tokens=10,
+        sampler=sampler,
+        block_size=4,
+    )
+    decoding = engine.add_request(token_ids(rng, vocab, 6))
+    prefilling = engine.add_request(token_ids(rng, vocab, 30))
+    engine.add_request(tiny.PromptSpec(token_ids(rng, vocab, 5), sampler=broken))
+    for _ in range(3):
+        engine.step()
+    assert engine.tables, "somebody holds blocks"
+    engine.abort(decoding)
+    engine.abort(prefilling)
+    run_engine(engine, [])
+    assert_pool_empty(engine)
+
+
+def test_embedded_model_on_the_paged_cache(embedded_model, embedded_float32_reference):
+    mlx_model, tokenizer = embedded_model
+    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    texts = ["The capital of France is", "Red, green and", "One, two, three,"]
+    prompts = [tokenizer.encode(text) for text in texts]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=64,
+        prefill_step=4,
+        policy="mixed",
+        max_tokens=5,
+        block_size=3,
+    )
+    results = run_engine(engine, prompts)
+    assert_like_mlx_lm(results, embedded_float32_reference, prompts, 5, tokenizer)
+    assert_pool_empty(engine)
+
+
+@pytest.mark.parametrize(
+    "settings, error, name",
+    [
+        (dict(kv_cache="pages"), ValueError, "kv_cache"),
+        (dict(kv_cache="paged", block_size=0), ValueError, "block_size"),
+        (dict(kv_cache="paged", block_size=2.0), TypeError, "block_size"),
+        (dict(kv_cache="paged", block_size=4, num_blocks=15), ValueError, "num_blocks"),
+        (dict(kv_cache="paged", prefix_caching="yes"), TypeError, "prefix_caching"),
+    ],
+)
+def test_engine_rejects_bad_kv_cache_settings(pair, tokenizer, settings, error, name):
+    _, model = pair
+    with pytest.raises(error, match=name):
+        tiny.Engine(model, tokenizer, max_seq_len=64, **settings)

@@ -86,13 +86,26 @@ def parse_args() -> argparse.Namespace:
         help="with --policy mixed: the most tokens one step runs, decodes included "
         "(default: no limit; --prefill-step still caps one request's chunk)",
     )
+    parser.add_argument(
+        "--kv-cache",
+        default="paged",
+        choices=("paged", "dense"),
+        help="paged: a pool of blocks shared by every request (week 3 day 2, the "
+        "default); dense: max-seq-len positions per slot (week 2)",
+    )
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument(
+        "--no-prefix-caching",
+        action="store_true",
+        help="with --kv-cache paged: compute every prompt whole (week 3 day 3 off)",
+    )
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-seq-len", type=int, default=512)
     parser.add_argument("--solution", default="ref", help="ref | learner")
     parser.error = fail
     args = parser.parse_args()
     require_model_name(args.model)
-    for name in ("batch_size", "max_tokens", "max_seq_len"):
+    for name in ("batch_size", "max_tokens", "max_seq_len", "block_size"):
         if getattr(args, name) < 1:
             option = "--" + name.replace("_", "-")
             fail(f"{option} must be at least 1, got {getattr(args, name)}")
@@ -214,6 +227,9 @@ def run(package, model, tokenizer, prompts, args, console: Console):
             on_step=on_step,
             policy=args.policy,
             token_budget=args.token_budget,
+            kv_cache=args.kv_cache,
+            block_size=args.block_size,
+            prefix_caching=not args.no_prefix_caching,
         )
 
     if not console.is_terminal:
@@ -263,6 +279,19 @@ def print_summary(results, console: Console, policy: str) -> None:
         f"peak memory {metrics.peak_memory_bytes / 2**20:.0f} MiB",
         highlight=False,
     )
+    if metrics.kv_blocks_total:
+        console.print(
+            f"paged KV: peak {metrics.kv_peak_blocks_in_use} of "
+            f"{metrics.kv_blocks_total} blocks of {metrics.kv_block_size} "
+            f"({metrics.kv_peak_tokens} positions, "
+            f"{metrics.kv_peak_tokens * metrics.kv_bytes_per_token / 2**20:.1f} MiB) "
+            f"against {metrics.kv_dense_tokens} dense "
+            f"({100 * metrics.kv_peak_tokens / metrics.kv_dense_tokens:.0f}%); "
+            f"prefix cache hit rate {100 * metrics.prefix_cache_hit_rate:.0f}% "
+            f"({metrics.prefix_cached_tokens} of {metrics.prefix_prompt_tokens} "
+            f"prompt tokens); {metrics.preemptions} preemptions",
+            highlight=False,
+        )
 
 
 def print_failures(results) -> int:

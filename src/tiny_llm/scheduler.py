@@ -36,6 +36,10 @@ def batch_generate(
     clock: Callable[[], float] = time.perf_counter,
     policy: str = "alternate",
     token_budget: int | None = None,
+    kv_cache: str = "dense",
+    block_size: int = 16,
+    num_blocks: int | None = None,
+    prefix_caching: bool = True,
 ) -> BatchResults:
     """Generate for every prompt, batch_size at a time; returns results in prompt order.
 
@@ -61,6 +65,8 @@ def batch_generate(
     policy: "alternate" (days 6 and 7: a chunk's forward, then the decodes') or
         "mixed" (week 3 day 1: one forward a step); token_budget: the most tokens
         one mixed step runs (None: no limit). See Engine.
+    kv_cache, block_size, num_blocks, prefix_caching: the Engine's KV cache
+        ("dense", or "paged" with week 3 days 2 and 3); passed on as they are.
     on_step: called with a SchedulerSnapshot at the end of every iteration.
     clock: every time in the metrics is a reading of it. The scheduler reads a
         request's `arrival` when it admits it and its `prefill_start` just before its

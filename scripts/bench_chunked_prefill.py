@@ -26,6 +26,9 @@ total time, and is our unchunked peak memory no higher than mlx-lm's. Writes the
 JSON (--out), a Markdown report beside it, and PNGs (--images-prefix + pareto.png,
 metrics.png, timeline.png): the timeline shows one case's two configurations, lane
 per request, from the engine's ForwardRecords. Nothing is asserted.
+
+--repeats N runs N rounds, each configuration once a round, and keeps each one's
+median run by total time: a busy spell of the machine slows one run of each.
 """
 
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
@@ -83,7 +86,12 @@ def parse_args() -> argparse.Namespace:
         help=f"default: {DEFAULT_CONFIGS}; with --quick: {QUICK_CONFIGS}",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
-    parser.add_argument("--repeats", type=int, default=1, help="keep the median run")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds over every configuration; each keeps its median run",
+    )
     parser.add_argument(
         "--time-limit",
         type=float,
@@ -169,18 +177,23 @@ def main() -> None:
         workload = WORKLOADS[case](tokenizer, args.quick)
         title = f"case {CASE_TITLES[case]}: {workload.describe()}"
         console.print(title)
-        runs = []
-        for config in args.configs:
-            with console.status(f"case {case}, {config.label}"):
-                runs.append(
-                    median_run([run(workload, config) for _ in range(args.repeats)])
+        # Rounds, each running every configuration once: a busy spell of the
+        # machine then slows one run of each, not every run of one.
+        repeats = {config.label: [] for config in args.configs}
+        for round_number in range(1, args.repeats + 1):
+            for config in args.configs:
+                with console.status(
+                    f"case {case}, round {round_number}, {config.label}"
+                ):
+                    done = run(workload, config)
+                repeats[config.label].append(done)
+                console.print(
+                    f"  round {round_number}, {config.label}: {done.total_s:.1f} s, "
+                    f"stall {done.longest_stall_s:.2f} s "
+                    f"(load {done.load_average[0]:.1f})",
+                    highlight=False,
                 )
-            console.print(
-                f"  {config.label}: {runs[-1].total_s:.1f} s, "
-                f"stall {runs[-1].longest_stall_s:.2f} s "
-                f"(load {runs[-1].load_average[0]:.1f})",
-                highlight=False,
-            )
+        runs = [median_run(repeats[config.label]) for config in args.configs]
         console.print(render.table(title, runs))
         dominance, memory = dominance_goal(runs), memory_goal(runs)
         lines = goal_lines(dominance, memory)

@@ -76,6 +76,8 @@ def gguf_path() -> Path:
 
 
 def sha256_of(path: Path, progress: Progress | None = None, stage: str = "") -> str:
+    """The file's SHA-256 as hex, read 4 MB at a time; progress(stage, done, total)
+    is told the bytes read so far."""
     digest = hashlib.sha256()
     total = path.stat().st_size
     done = 0

@@ -19,7 +19,7 @@ class ModelLoadError(RuntimeError):
 
 
 def load_model(
-    name: str | None = None, progress: Progress | None = None
+    name: str | os.PathLike | None = None, progress: Progress | None = None
 ) -> tuple[nn.Module, object]:
     """Return `(mlx_model, tokenizer)` as mlx-lm loads them.
 
@@ -32,6 +32,7 @@ def load_model(
     if name is None:
         folder = ensure_embedded_model(progress=progress)
         return mlx_lm.load(str(folder))
+    name = os.fspath(name)
     if not name.strip():
         raise ModelLoadError(
             "the model name is empty: give a model folder or a Hub repo id, or None "

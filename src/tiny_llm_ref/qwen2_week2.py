@@ -128,7 +128,9 @@ def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None
     """
     counts = cache.offset
     per_row = isinstance(counts, list)
-    given = [offset] if isinstance(offset, int) else mx.array(offset).tolist()
+    given = (
+        [offset] if isinstance(offset, int) else mx.array(offset).reshape(-1).tolist()
+    )
     if not per_row:
         counts = [counts] * len(given)
     elif len(given) == 1:

@@ -105,22 +105,8 @@ def create_app(
         message = f"internal error: {type(error).__name__}: {error}"
         return ApiError(500, message, "server_error").response()
 
-    @app.middleware("http")
-    async def require_api_key(request: Request, call_next):
-        if settings.api_key and request.url.path.startswith(PROTECTED):
-            given = request.headers.get("authorization", "")
-            expected = f"Bearer {settings.api_key}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
-                metrics.request_rejected.labels("unauthorized").inc()
-                return ApiError(
-                    401,
-                    "missing or wrong API key: send the header "
-                    "'Authorization: Bearer <key>' with the key the server was "
-                    "started with (--api-key)",
-                    "authentication_error",
-                    code="invalid_api_key",
-                ).response()
-        return await call_next(request)
+    if settings.api_key:
+        app.add_middleware(RequireApiKey, key=settings.api_key, metrics=metrics)
 
     @app.get("/", response_class=HTMLResponse)
     async def chat_page() -> HTMLResponse:
@@ -354,6 +340,34 @@ def create_app(
                 return
 
     return app
+
+
+class RequireApiKey:
+    """ASGI middleware: PROTECTED paths need `Authorization: Bearer KEY`, else 401.
+    (Plain ASGI rather than BaseHTTPMiddleware, which would re-stream every SSE
+    chunk through a memory channel.)"""
+
+    def __init__(self, app, key: str, metrics: ServerMetrics):
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(PROTECTED):
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                self.metrics.request_rejected.labels("unauthorized").inc()
+                response = ApiError(
+                    401,
+                    "missing or wrong API key: send the header "
+                    "'Authorization: Bearer <key>' with the key the server was "
+                    "started with (--api-key)",
+                    "authentication_error",
+                    code="invalid_api_key",
+                ).response()
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def prompt_ids(engine, request: GenerationRequest) -> list[int]:

@@ -652,13 +652,17 @@ def test_the_context_error_names_both_lengths(http, tokenizer):
 
 def test_refused_requests_never_reach_the_engine(http):
     wait_idle(http)
-    before = http.get("/engine").json()["total"]
+    before, counted = http.get("/engine").json()["total"], scrape(http)
     http.post(CHAT, json={"messages": HI, "n": 2})
     assert http.get("/engine").json()["total"] == before
+    rejected = "tiny_llm:request_rejected_total{reason=bad_request}"
+    assert scrape(http)[rejected] - counted[rejected] == 1
 
 
 def test_past_max_waiting_requests_get_503_with_retry_after(server, http):
     wait_idle(http)
+    rejected = "tiny_llm:request_rejected_total{reason=busy}"
+    before = scrape(http)[rejected]
     server.settings.max_waiting = 2
     body = {"model": MODEL, "messages": HI, "max_tokens": 2, "temperature": 0}
     headers = {"Authorization": f"Bearer {API_KEY}"}
@@ -680,6 +684,7 @@ def test_past_max_waiting_requests_get_503_with_retry_after(server, http):
     for response in busy:
         assert response.headers["Retry-After"].isdigit()
         assert response.json()["error"]["type"] == "server_busy"
+    assert scrape(http)[rejected] - before == len(busy)
     wait_idle(http)
 
 

@@ -83,9 +83,10 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
-        reason = {401: "unauthorized", 503: "busy"}.get(error.status, "bad_request")
-        if error.status < 500 or error.status == 503:
-            metrics.request_rejected.labels(reason).inc()
+        if error.kind == "server_busy":
+            metrics.request_rejected.labels("busy").inc()
+        elif error.status < 500:
+            metrics.request_rejected.labels("bad_request").inc()
         return error.response()
 
     @app.exception_handler(HTTPException)

@@ -16,9 +16,11 @@ Writes a table, JSON (--json) and plots (book/src/images/serving-*.png).
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -102,12 +104,39 @@ def ours(args, port: int) -> Server:
     return Server("tiny-llm", command, port, "/health")
 
 
+def float32_folder(folder: Path) -> Path:
+    """The model of `folder` with every weight in float32 (ours computes in float32),
+    written once next to it, for a peer on the same weights as ours."""
+    import mlx_lm
+    from mlx_lm.utils import save_model
+
+    from tiny_llm_base.mlx_lm_reference import float32_copy
+
+    target = folder.with_name(folder.name + "-float32")
+    if (target / "config.json").exists():
+        return target
+    model, _ = mlx_lm.load(str(folder))
+    save_model(target, float32_copy(model))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(folder / name, target / name)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("quantization", None)
+    config.pop("quantization_config", None)
+    config["torch_dtype"] = "float32"
+    (target / "config.json").write_text(json.dumps(config, indent=2))  # written last
+    return target
+
+
 def peer(args, port: int) -> Server:
     from tiny_llm_base.embedded_model import ensure_embedded_model
 
     folder = ensure_embedded_model()
+    if args.peer_weights == "float32":
+        folder = float32_folder(folder)
     command = [sys.executable, "-c", PEER, "--model", str(folder), "--port", str(port)]
-    command += ["--host", "127.0.0.1", "--decode-concurrency", str(args.batch_size)]
+    concurrency = str(args.peer_concurrency or args.batch_size)
+    command += ["--host", "127.0.0.1", "--decode-concurrency", concurrency]
+    command += ["--prompt-concurrency", concurrency]
     return Server("mlx_lm.server", command, port, "/v1/models")
 
 
@@ -218,6 +247,19 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--policy", default="mixed", choices=("alternate", "mixed"))
     parser.add_argument("--token-budget", type=int, default=64)
+    parser.add_argument(
+        "--peer-concurrency",
+        type=int,
+        help="mlx_lm.server's --decode-concurrency and --prompt-concurrency "
+        "(default: --batch-size)",
+    )
+    parser.add_argument(
+        "--peer-weights",
+        default="folder",
+        choices=("folder", "float32"),
+        help="folder: the embedded folder as it is (4-bit); float32: the same "
+        "weights as ours, dequantized",
+    )
     parser.add_argument("--skip-soak", action="store_true")
     parser.add_argument("--soak-only", action="store_true")
     parser.add_argument("--soak-requests", type=int, default=300)

@@ -19,8 +19,6 @@ from cli import exit_on_interrupt
 
 exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
 
-import tiny_llm_base  # noqa: E402, F401  (before mlx.core: loads the fast BLAS)
-
 from cli import (  # noqa: E402
     EngineLog,
     context_length,
@@ -129,7 +127,8 @@ def build_engine(package, mlx_model, tokenizer, args):
 
 
 def main() -> None:
-    args = parse_args()
+    args = parse_args()  # before the slow imports: a bad option fails at once
+    import tiny_llm_base  # noqa: F401  (before mlx.core: loads the fast BLAS)
     import uvicorn
 
     from tiny_llm_serve import ServerSettings, create_app

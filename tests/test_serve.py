@@ -17,8 +17,11 @@ requests with the engine's error, and /health says so.
 
 import asyncio
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -30,6 +33,7 @@ import uvicorn
 from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
+ROOT = Path(__file__).resolve().parents[1]
 API_KEY = "test-key"
 MODEL = "test-model"
 MAX_SEQ_LEN = 512
@@ -762,3 +766,25 @@ def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
             assert "restart" in again.json()["error"]["message"]
     finally:
         running.stop()
+
+
+@pytest.mark.parametrize(
+    "arguments, complaint",
+    [
+        (["--batch-size", "0"], "--batch-size must be at least 1"),
+        (["--token-budget", "64"], "add --policy mixed"),
+        (["--solution", "mine"], "choose ref or learner"),
+        (["--api-key", " "], "--api-key is empty"),
+    ],
+)
+def test_serve_refuses_bad_options_with_one_line(arguments, complaint):
+    result = subprocess.run(
+        [sys.executable, "scripts/serve.py", *arguments],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith("error: ") and complaint in result.stderr

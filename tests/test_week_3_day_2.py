@@ -339,13 +339,57 @@ def test_abort_and_failures_give_blocks_back(pair, tokenizer, no_eos):
     )
     decoding = engine.add_request(token_ids(rng, vocab, 6))
     prefilling = engine.add_request(token_ids(rng, vocab, 30))
-    engine.add_request(tiny.PromptSpec(token_ids(rng, vocab, 5), sampler=broken))
+    failing = engine.add_request(
+        tiny.PromptSpec(token_ids(rng, vocab, 5), sampler=broken)
+    )
+    finished = {}
+
+    def step():
+        for output in engine.step():
+            if output.result is not None:
+                finished[output.request_id] = output.result
+
     for _ in range(3):
-        engine.step()
+        step()
     assert engine.tables, "somebody holds blocks"
     engine.abort(decoding)
     engine.abort(prefilling)
-    run_engine(engine, [])
+    for _ in range(50):
+        if not engine.has_unfinished():
+            break
+        step()
+    assert finished[decoding].finish_reason == "abort"
+    assert finished[prefilling].finish_reason == "abort"
+    assert finished[failing].finish_reason == "error"
+    assert "sampler broke" in finished[failing].error
+    assert_pool_empty(engine)
+
+
+@pytest.mark.parametrize("policy", ["alternate", "mixed"])
+def test_peak_counts_blocks_given_back_in_the_same_step(
+    pair, tokenizer, no_eos, policy
+):
+    """Two 30-token prompts answered by their first token hold their blocks for one
+    forward only: the peak still counts them (ceil(30 / 4) = 8 blocks each)."""
+    mlx_model, model = pair
+    rng = np.random.default_rng(12)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, 30) for _ in range(2)]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=64,
+        prefill_step=None,
+        policy=policy,
+        max_tokens=1,
+        sampler=no_eos[0],
+        block_size=4,
+    )
+    results = run_engine(engine, prompts)
+    assert [len(r.tokens) for r in results] == [1, 1]
+    held_together = policy == "mixed"  # one forward prefills both
+    assert engine.metrics.kv_peak_blocks_in_use == (16 if held_together else 8)
+    assert engine.metrics.kv_blocks_in_use == 0
     assert_pool_empty(engine)
 
 

@@ -71,17 +71,19 @@ def test_pool_finds_the_longest_cached_chain_and_evicts_least_recent_first():
     pool.release(found.blocks)
     assert pool.lookup([7, 8, 9, 99]).blocks == blocks[:1], "a chain stops at a miss"
     assert pool.lookup([8, 7]).blocks == []
-    pool.release(blocks[1:])  # nobody holds them: cached, least recently used first
+    # Nobody holds them now: cached, given back tail first, so the tail is the
+    # least recently used.
+    pool.release(blocks[1:])
     pool.release(blocks[:1])
     pool.release(blocks[:1])  # its lookup's hold, then its own: used last
-    assert list(pool.cached) == [blocks[1], blocks[2], blocks[0]]
+    assert list(pool.cached) == [blocks[2], blocks[1], blocks[0]]
     assert pool.available == 5 and pool.in_use == 0
     fresh = pool.allocate(3)  # the 2 free blocks, then the least recently used
-    assert blocks[1] in fresh and blocks[1] not in pool.hash_of
-    assert pool.lookup(tokens).blocks == [blocks[0]], "its chain broke at block 1"
-    pool.release([blocks[0]])
+    assert blocks[2] in fresh and blocks[2] not in pool.hash_of
+    assert pool.lookup(tokens).blocks == blocks[:2], "its chain lost its tail only"
+    pool.release(blocks[:2])
     pool.release(fresh)
-    assert set(pool.cached) == set(pool.hash_of) == {blocks[0], blocks[2]}
+    assert set(pool.cached) == set(pool.hash_of) == {blocks[0], blocks[1]}
 
 
 def test_a_name_taken_keeps_its_first_block():
@@ -252,6 +254,64 @@ def test_shared_blocks_are_never_written(pair, tokenizer):
     (result,) = run_engine(engine, [b])
     assert result.cached_tokens == 12
     assert_like_mlx_lm([result], mlx_model, [b], 8, tokenizer)
+    for layer, (keys, values) in zip(engine.layer_blocks, before):
+        np.testing.assert_array_equal(np.array(layer.keys[blocks]), keys)
+        np.testing.assert_array_equal(np.array(layer.values[blocks]), values)
+    assert_pool_empty(engine)
+
+
+@pytest.mark.parametrize("policy", ["alternate", "mixed"])
+def test_blocks_shared_with_a_running_request_are_never_written(
+    pair, tokenizer, no_eos, policy
+):
+    """B shares A's first three blocks while A still decodes: both hold them
+    (refcount 2), both get mlx-lm's tokens, and the blocks' bytes never change."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(13)
+    vocab = mlx_model.args.vocab_size
+    a = token_ids(rng, vocab, 20)
+    b = a[:14] + token_ids(rng, vocab, 4)
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=64,
+        prefill_step=None,
+        policy=policy,
+        max_tokens=8,
+        sampler=sampler,
+        kv_cache="paged",
+        block_size=4,
+    )
+    results = {}
+
+    def step():
+        for output in engine.step():
+            if output.result is not None:
+                results[output.request_id] = output.result
+
+    first = engine.add_request(a)
+    while not engine.slots[0]:  # A prefilled, its prompt's full blocks named
+        step()
+    [table] = engine.tables.values()
+    blocks = mx.array(table.blocks[:3])
+    before = [
+        (np.array(layer.keys[blocks]), np.array(layer.values[blocks]))
+        for layer in engine.layer_blocks
+    ]
+    second = engine.add_request(b)
+    most_holders = 0
+    for _ in range(100):
+        if not engine.has_unfinished():
+            break
+        step()
+        most_holders = max(most_holders, engine.pool.refcounts[table.blocks[0]])
+    assert most_holders == 2, "B ran beside A, holding A's blocks"
+    assert results[second].cached_tokens == 12
+    assert_like_mlx_lm(
+        [results[first], results[second]], mlx_model, [a, b], 8, tokenizer, banned
+    )
     for layer, (keys, values) in zip(engine.layer_blocks, before):
         np.testing.assert_array_equal(np.array(layer.keys[blocks]), keys)
         np.testing.assert_array_equal(np.array(layer.values[blocks]), values)

@@ -309,12 +309,12 @@ class Engine:
     def decode_one_step(self) -> None:
         """One token for every decoding request, in one forward over the cache's rows.
 
-        Paged: make_room_for_decodes() first (it may preempt). Nothing to do with
-        every slot free. Timed from before decode_inputs to after
-        accept_decoded: model(tokens [R, 1], offsets, cache) -> the last position's
-        logits [R, V], evaluated (mx.eval) inside the try; a raise fails the
-        forward's requests (fail_forward). Then accept_decoded, report_forward(start,
-        seconds, [], the requests) and metrics.record_decode_step(requests, seconds).
+        Paged: make_room_for_decodes() first (it may preempt). Nothing to do with every
+        slot free. Timed from before decode_inputs to after accept_decoded: model(tokens
+        [R, 1], offsets, cache) -> the last position's logits [R, V], evaluated
+        (mx.eval) inside the try; a raise fails the forward's requests (fail_forward).
+        Then accept_decoded, report_forward(start, seconds, [], the requests) and
+        metrics.record_decode_step(requests, seconds).
         """
         raise NotImplementedError(
             "Week 2 Day 6: decode_one_step: with requests in slots: read the clock, "
@@ -340,21 +340,20 @@ class Engine:
     def run_mixed_step(self) -> Request | None:
         """ONE forward: every decoding request's token, then chunks within budget.
 
-        Paged: make_room_for_decodes() first (it may preempt). The chunk budget is token_budget - the decode rows fed, empty slots' dummy
-        rows included (None: no limit);
-        plan_chunks picks the chunks. Nothing to run: return None. The clock `start`
-        is read once, before the forward: it is the prefill_start of a request
+        Paged: make_room_for_decodes() first (it may preempt). The chunk budget is
+        token_budget - the decode rows fed, empty slots' dummy rows included (None: no
+        limit); plan_chunks picks the chunks. Nothing to run: return None. The clock
+        `start` is read once, before the forward: it is the prefill_start of a request
         whose first chunk this is. mixed_forward(model, decode tokens, offsets, the
-        batch cache (None with no decodes), chunks), with its logits and every
-        chunk's cache evaluated inside the try; a raise fails every request in the
-        forward (fail_forward) and returns None. Then, per chunk: offset += its
-        length, its prefill_chunks += 1; a chunk with logits samples the first token
+        batch cache (None with no decodes), chunks), with its logits and every chunk's
+        cache evaluated inside the try; a raise fails every request in the forward
+        (fail_forward) and returns None. Then, per chunk: offset += its length, its
+        prefill_chunks += 1; a chunk with logits samples the first token
         (sample_and_accept; metrics.generated_tokens += 1) and a request it finished
         leaves waiting. Then accept_decoded for the decodes; report_forward(start,
         seconds, [(request, chunk length)], decoding requests);
-        metrics.record_mixed_step(chunk lengths, decodes, seconds); an
-        AdaptiveChunker is told record(seconds) when a chunk ran;
-        move_prefilled_to_free_slots().
+        metrics.record_mixed_step(chunk lengths, decodes, seconds); an AdaptiveChunker
+        is told record(seconds) when a chunk ran; move_prefilled_to_free_slots().
         Returns the first planned request whose prefill is not done (the snapshot's
         `prefilling`), else None.
         """
@@ -466,8 +465,10 @@ class Engine:
     def make_room_for_decodes(self) -> None:
         """Before a decode forward (paged): a decoding request whose next token starts
         a new block gets one. While the pool has none, the newest request holding
-        blocks is preempted (vLLM's policy), the request itself if it is the newest:
-        the oldest always goes on, so nothing deadlocks."""
+        blocks is preempted (vLLM's policy; batch before interactive), the request
+        itself if it is that one. The oldest interactive request (the oldest batch
+        one when no interactive request holds blocks) always goes on, so nothing
+        deadlocks."""
         raise NotImplementedError(
             "Week 3 Day 2: make_room_for_decodes: settle_blocks(); then for every "
             "decoding request still in its slot whose offset has reached the end of "

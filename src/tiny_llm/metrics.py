@@ -107,9 +107,10 @@ class RunMetrics:
         max_seq_len: what paged memory is compared with.
     With a paged KV cache (week 3 day 2), at the end of the latest iteration
     (record_blocks): kv_blocks_total and kv_block_size, the pool's size;
-    kv_blocks_in_use, blocks some request holds, and kv_peak_blocks_in_use, their
-    most in any iteration; kv_blocks_cached, hashed blocks nobody holds (day 3);
-    kv_bytes_per_token, keys and values of one token over all layers.
+    kv_blocks_in_use, blocks some request holds, and kv_peak_blocks_in_use, the
+    most held at once, even within an iteration (the pool's peak_in_use);
+    kv_blocks_cached, hashed blocks nobody holds (day 3); kv_bytes_per_token, keys
+    and values of one token over all layers.
     preemptions: requests preempted to free blocks (each recomputes later).
     prefix_prompt_tokens, prefix_cached_tokens: over requests admitted to a paged
     engine (once each, at their first admission), prompt tokens, and how many of
@@ -168,12 +169,15 @@ class RunMetrics:
             "seconds in mixed_seconds"
         )
 
-    def record_blocks(self, in_use: int, cached: int, bytes_per_token: int) -> None:
-        """The pool at the end of an iteration: blocks held, blocks cached."""
+    def record_blocks(
+        self, in_use: int, peak_in_use: int, cached: int, bytes_per_token: int
+    ) -> None:
+        """The pool at the end of an iteration: blocks held, the most ever held at
+        once (the pool's peak_in_use), blocks cached."""
         raise NotImplementedError(
             "Week 3 Day 2: record_blocks: set kv_blocks_in_use, raise "
-            "kv_peak_blocks_in_use to it if higher, set kv_blocks_cached and "
-            "kv_bytes_per_token"
+            "kv_peak_blocks_in_use to peak_in_use if higher, set kv_blocks_cached "
+            "and kv_bytes_per_token"
         )
 
     def record_prefix_lookup(self, prompt_tokens: int, cached_tokens: int) -> None:

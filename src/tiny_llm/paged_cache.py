@@ -70,13 +70,15 @@ class BlockPool:
     refcounts[b]: the requests holding block b. A block held by nobody is either
     free (in `free`) or cached (in `cached`, hashed, least recently used first).
     hash_of / block_of: a cached-or-held hashed block's name, both ways.
+    peak_in_use: the most blocks held at once, raised wherever a block is taken
+    (allocate, lookup): blocks a step takes and gives back before it ends count too.
     """
 
     def __init__(self, num_blocks: int, block_size: int):
         raise NotImplementedError(
             "Week 3 Day 2: BlockPool: keep num_blocks and block_size; every block "
             "free (a deque 0 .. num_blocks - 1) with refcount 0; no cached blocks (an "
-            "OrderedDict) and no names (hash_of, block_of: empty dicts)"
+            "OrderedDict) and no names (hash_of, block_of: empty dicts); peak_in_use 0"
         )
 
     @property
@@ -99,16 +101,18 @@ class BlockPool:
             "Week 3 Day 2: allocate: ValueError if count > available; else pop blocks "
             "from the front of the free list (day 3: when it is empty, the least "
             "recently used cached block, forgetting its name in hash_of and "
-            "block_of), each with refcount 1"
+            "block_of), each with refcount 1; then raise peak_in_use to in_use"
         )
 
     def release(self, blocks: list[int]) -> None:
         """Each block's refcount - 1; a block nobody holds any more becomes cached
-        (most recently used) if hashed, else free."""
+        (most recently used) if hashed, else free. `blocks` come in table order and
+        are given back last to first, so a chain's tail is evicted before its root:
+        without its root block, the rest of a chain can never be found."""
         raise NotImplementedError(
-            "Week 3 Day 2: release: refcount - 1 per block; at 0 the block goes to "
-            "the end of the free list (day 3: into `cached`, most recently used, if "
-            "it has a name)"
+            "Week 3 Day 2: release: refcount - 1 per block, last to first; at 0 the "
+            "block goes to the end of the free list (day 3: into `cached`, most "
+            "recently used, if it has a name)"
         )
 
     def lookup(self, tokens: Sequence[int]) -> BlockTable:
@@ -119,7 +123,7 @@ class BlockPool:
             "Week 3 Day 3: lookup: walk the full blocks of tokens, chaining "
             "chain_hash from None; stop at the first name block_of lacks; for each "
             "found block raise its refcount, take it out of `cached`, and add it and "
-            "its hash to a new BlockTable"
+            "its hash to a new BlockTable; then raise peak_in_use to in_use"
         )
 
     def remember(self, block: int, block_hash: bytes) -> None:
@@ -143,7 +147,11 @@ class LayerBlocks:
         )
 
     def write(
-        self, tables: list[list[int]], positions: list[int], keys: mx.array, values
+        self,
+        tables: list[list[int]],
+        positions: list[int],
+        keys: mx.array,
+        values: mx.array,
     ) -> None:
         """Store keys/values [n, H, D]: row i at position positions[i] of the request
         whose blocks are tables[i]."""

@@ -344,15 +344,11 @@ class Engine:
         ]
         if not candidates:
             return None
-        # Interactive first; min is stable, so FIFO within a priority.
-        if self.paged:
-            # Interactive first; sorted is stable, so FIFO within a priority.
-            candidates.sort(key=lambda r: r.priority != "interactive")
-            request = self.first_with_blocks(candidates)
-            if request is None:
-                return None
-        else:
-            request = min(candidates, key=lambda r: r.priority != "interactive")
+        # Interactive first; sorted is stable, so FIFO within a priority.
+        candidates.sort(key=lambda r: r.priority != "interactive")
+        request = self.first_with_blocks(candidates) if self.paged else candidates[0]
+        if request is None:
+            return None
         if request.metrics.prefill_start is None:
             request.metrics.prefill_start = self.clock()
         start = self.clock()
@@ -439,12 +435,12 @@ class Engine:
     def decode_one_step(self) -> None:
         """One token for every decoding request, in one forward over the cache's rows.
 
-        Paged: make_room_for_decodes() first (it may preempt). Nothing to do with
-        every slot free. Timed from before decode_inputs to after
-        accept_decoded: model(tokens [R, 1], offsets, cache) -> the last position's
-        logits [R, V], evaluated (mx.eval) inside the try; a raise fails the
-        forward's requests (fail_forward). Then accept_decoded, report_forward(start,
-        seconds, [], the requests) and metrics.record_decode_step(requests, seconds).
+        Paged: make_room_for_decodes() first (it may preempt). Nothing to do with every
+        slot free. Timed from before decode_inputs to after accept_decoded: model(tokens
+        [R, 1], offsets, cache) -> the last position's logits [R, V], evaluated
+        (mx.eval) inside the try; a raise fails the forward's requests (fail_forward).
+        Then accept_decoded, report_forward(start, seconds, [], the requests) and
+        metrics.record_decode_step(requests, seconds).
         """
         if self.paged:
             self.make_room_for_decodes()
@@ -486,21 +482,20 @@ class Engine:
     def run_mixed_step(self) -> Request | None:
         """ONE forward: every decoding request's token, then chunks within budget.
 
-        Paged: make_room_for_decodes() first (it may preempt). The chunk budget is token_budget - the decode rows fed, empty slots' dummy
-        rows included (None: no limit);
-        plan_chunks picks the chunks. Nothing to run: return None. The clock `start`
-        is read once, before the forward: it is the prefill_start of a request
+        Paged: make_room_for_decodes() first (it may preempt). The chunk budget is
+        token_budget - the decode rows fed, empty slots' dummy rows included (None: no
+        limit); plan_chunks picks the chunks. Nothing to run: return None. The clock
+        `start` is read once, before the forward: it is the prefill_start of a request
         whose first chunk this is. mixed_forward(model, decode tokens, offsets, the
-        batch cache (None with no decodes), chunks), with its logits and every
-        chunk's cache evaluated inside the try; a raise fails every request in the
-        forward (fail_forward) and returns None. Then, per chunk: offset += its
-        length, its prefill_chunks += 1; a chunk with logits samples the first token
+        batch cache (None with no decodes), chunks), with its logits and every chunk's
+        cache evaluated inside the try; a raise fails every request in the forward
+        (fail_forward) and returns None. Then, per chunk: offset += its length, its
+        prefill_chunks += 1; a chunk with logits samples the first token
         (sample_and_accept; metrics.generated_tokens += 1) and a request it finished
         leaves waiting. Then accept_decoded for the decodes; report_forward(start,
         seconds, [(request, chunk length)], decoding requests);
-        metrics.record_mixed_step(chunk lengths, decodes, seconds); an
-        AdaptiveChunker is told record(seconds) when a chunk ran;
-        move_prefilled_to_free_slots().
+        metrics.record_mixed_step(chunk lengths, decodes, seconds); an AdaptiveChunker
+        is told record(seconds) when a chunk ran; move_prefilled_to_free_slots().
         Returns the first planned request whose prefill is not done (the snapshot's
         `prefilling`), else None.
         """
@@ -704,8 +699,10 @@ class Engine:
     def make_room_for_decodes(self) -> None:
         """Before a decode forward (paged): a decoding request whose next token starts
         a new block gets one. While the pool has none, the newest request holding
-        blocks is preempted (vLLM's policy), the request itself if it is the newest:
-        the oldest always goes on, so nothing deadlocks."""
+        blocks is preempted (vLLM's policy; batch before interactive), the request
+        itself if it is that one. The oldest interactive request (the oldest batch
+        one when no interactive request holds blocks) always goes on, so nothing
+        deadlocks."""
         self.settle_blocks()  # finished requests give their blocks back first
         for slot, request in self.decoding():
             if self.slots[slot] is not request:  # preempted for an older request
@@ -776,8 +773,8 @@ class Engine:
         """At the end of a step: metrics.total_seconds (clock - started), running
         (occupied slots), waiting (len(waiting)), finished (added minus the requests
         in `ids` not finished yet) and peak_memory_bytes (mx.get_peak_memory()).
-        Paged: metrics.record_blocks(pool.in_use, len(pool.cached),
-        kv_bytes_per_token())."""
+        Paged: metrics.record_blocks(pool.in_use, pool.peak_in_use,
+        len(pool.cached), kv_bytes_per_token())."""
         self.metrics.total_seconds = self.clock() - self.started
         self.metrics.running = sum(r is not None for r in self.slots)
         self.metrics.waiting = len(self.waiting)
@@ -785,7 +782,10 @@ class Engine:
         self.metrics.peak_memory_bytes = mx.get_peak_memory()
         if self.paged:  # after settle_blocks: finished requests hold nothing
             self.metrics.record_blocks(
-                self.pool.in_use, len(self.pool.cached), self.kv_bytes_per_token()
+                self.pool.in_use,
+                self.pool.peak_in_use,
+                len(self.pool.cached),
+                self.kv_bytes_per_token(),
             )
 
     def kv_bytes_per_token(self) -> int:

@@ -100,9 +100,10 @@ class RunMetrics:
         max_seq_len: what paged memory is compared with.
     With a paged KV cache (week 3 day 2), at the end of the latest iteration
     (record_blocks): kv_blocks_total and kv_block_size, the pool's size;
-    kv_blocks_in_use, blocks some request holds, and kv_peak_blocks_in_use, their
-    most in any iteration; kv_blocks_cached, hashed blocks nobody holds (day 3);
-    kv_bytes_per_token, keys and values of one token over all layers.
+    kv_blocks_in_use, blocks some request holds, and kv_peak_blocks_in_use, the
+    most held at once, even within an iteration (the pool's peak_in_use);
+    kv_blocks_cached, hashed blocks nobody holds (day 3); kv_bytes_per_token, keys
+    and values of one token over all layers.
     preemptions: requests preempted to free blocks (each recomputes later).
     prefix_prompt_tokens, prefix_cached_tokens: over requests admitted to a paged
     engine (once each, at their first admission), prompt tokens, and how many of
@@ -164,10 +165,13 @@ class RunMetrics:
         self.mixed_steps += 1
         self.mixed_seconds += seconds
 
-    def record_blocks(self, in_use: int, cached: int, bytes_per_token: int) -> None:
-        """The pool at the end of an iteration: blocks held, blocks cached."""
+    def record_blocks(
+        self, in_use: int, peak_in_use: int, cached: int, bytes_per_token: int
+    ) -> None:
+        """The pool at the end of an iteration: blocks held, the most ever held at
+        once (the pool's peak_in_use), blocks cached."""
         self.kv_blocks_in_use = in_use
-        self.kv_peak_blocks_in_use = max(self.kv_peak_blocks_in_use, in_use)
+        self.kv_peak_blocks_in_use = max(self.kv_peak_blocks_in_use, peak_in_use)
         self.kv_blocks_cached = cached
         self.kv_bytes_per_token = bytes_per_token
 

@@ -67,6 +67,8 @@ class BlockPool:
     refcounts[b]: the requests holding block b. A block held by nobody is either
     free (in `free`) or cached (in `cached`, hashed, least recently used first).
     hash_of / block_of: a cached-or-held hashed block's name, both ways.
+    peak_in_use: the most blocks held at once, raised wherever a block is taken
+    (allocate, lookup): blocks a step takes and gives back before it ends count too.
     """
 
     def __init__(self, num_blocks: int, block_size: int):
@@ -77,6 +79,7 @@ class BlockPool:
         self.cached: OrderedDict[int, None] = OrderedDict()
         self.hash_of: dict[int, bytes] = {}
         self.block_of: dict[bytes, int] = {}
+        self.peak_in_use = 0
 
     @property
     def available(self) -> int:
@@ -106,12 +109,15 @@ class BlockPool:
                 del self.block_of[self.hash_of.pop(block)]
             self.refcounts[block] = 1
             blocks.append(block)
+        self.peak_in_use = max(self.peak_in_use, self.in_use)
         return blocks
 
     def release(self, blocks: list[int]) -> None:
         """Each block's refcount - 1; a block nobody holds any more becomes cached
-        (most recently used) if hashed, else free."""
-        for block in blocks:
+        (most recently used) if hashed, else free. `blocks` come in table order and
+        are given back last to first, so a chain's tail is evicted before its root:
+        without its root block, the rest of a chain can never be found."""
+        for block in reversed(blocks):
             self.refcounts[block] -= 1
             if self.refcounts[block] == 0:
                 if block in self.hash_of:
@@ -135,6 +141,7 @@ class BlockPool:
             self.cached.pop(block, None)
             table.blocks.append(block)
             table.hashes.append(parent)
+        self.peak_in_use = max(self.peak_in_use, self.in_use)
         return table
 
     def remember(self, block: int, block_hash: bytes) -> None:
@@ -157,7 +164,11 @@ class LayerBlocks:
         self.values: mx.array | None = None
 
     def write(
-        self, tables: list[list[int]], positions: list[int], keys: mx.array, values
+        self,
+        tables: list[list[int]],
+        positions: list[int],
+        keys: mx.array,
+        values: mx.array,
     ) -> None:
         """Store keys/values [n, H, D]: row i at position positions[i] of the request
         whose blocks are tables[i]."""

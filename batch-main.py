@@ -31,6 +31,7 @@ from scripts.cli import (  # noqa: E402
     context_length,
     fail,
     load_model_or_exit,
+    newest_kv_cache,
     newest_model,
     note_slow_blas,
     require_model_name,
@@ -88,10 +89,10 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--kv-cache",
-        default="paged",
         choices=("paged", "dense"),
-        help="paged: a pool of blocks shared by every request (week 3 day 2, the "
-        "default); dense: max-seq-len positions per slot (week 2)",
+        help="paged: a pool of blocks shared by every request (week 3 day 2; the "
+        "default once the package has it); dense: max-seq-len positions per slot "
+        "(week 2)",
     )
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument(
@@ -214,7 +215,9 @@ def live_view(snapshot, policy: str) -> Group:
     return Group(slots, progress)
 
 
-def run(package, model, tokenizer, prompts, args, console: Console):
+def run(
+    package, model, tokenizer, prompts, args, prefix_caching: bool, console: Console
+):
     def generate(on_step):
         return package.batch_generate(
             model,
@@ -229,7 +232,7 @@ def run(package, model, tokenizer, prompts, args, console: Console):
             token_budget=args.token_budget,
             kv_cache=args.kv_cache,
             block_size=args.block_size,
-            prefix_caching=not args.no_prefix_caching,
+            prefix_caching=prefix_caching,
         )
 
     if not console.is_terminal:
@@ -328,7 +331,10 @@ def main() -> None:
     console = Console()
     try:
         model, _ = newest_model(package, mlx_model, kinds)
-        results = run(package, model, tokenizer, prompts, args, console)
+        args.kv_cache, prefix_caching = newest_kv_cache(
+            package, args.kv_cache, not args.no_prefix_caching
+        )
+        results = run(package, model, tokenizer, prompts, args, prefix_caching, console)
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
     except (TypeError, ValueError) as error:

@@ -201,6 +201,36 @@ def newest_model(package, mlx_model, kinds: list[str]):
         return model, kind
 
 
+def newest_kv_cache(
+    package, asked: str | None, prefix_caching: bool = True
+) -> tuple[str, bool]:
+    """(KV cache, prefix caching) to run: the KV cache `asked` if given, else "paged"
+    when `package` has built week 3 day 2's block pool and "dense" when not yet;
+    prefix caching as asked where the package has week 3 day 3's lookup. A
+    fallback is said on stderr."""
+    try:
+        pool = package.BlockPool(1, 1)
+    except NotImplementedError:
+        if asked is None:
+            print(
+                f"{package.__name__}: dense KV cache (the paged one is week 3 day 2)",
+                file=sys.stderr,
+            )
+            return "dense", False
+        return asked, prefix_caching
+    kv_cache = asked or "paged"
+    if kv_cache == "paged" and prefix_caching:
+        try:
+            pool.lookup([])
+        except NotImplementedError:
+            print(
+                f"{package.__name__}: no prefix caching (it is week 3 day 3)",
+                file=sys.stderr,
+            )
+            return kv_cache, False
+    return kv_cache, prefix_caching
+
+
 def read_piped_stdin() -> str | None:
     """The text on standard input when it is a pipe or a redirected file, else None.
 

@@ -486,3 +486,33 @@ def test_learner_with_no_model_yet_is_told_the_first_day_to_write(
     assert capsys.readouterr().err == (
         "error: not implemented yet in src/tiny_llm: Week 1 Day 5: not implemented\n"
     )
+
+
+class UnbuiltPool:
+    def __init__(self, num_blocks, block_size):
+        raise NotImplementedError("Week 3 Day 2: BlockPool")
+
+
+class PoolWithoutLookup(tiny_llm_ref.BlockPool):
+    def lookup(self, tokens):
+        raise NotImplementedError("Week 3 Day 3: lookup")
+
+
+@pytest.mark.parametrize(
+    "pool, asked, prefix_caching, expected, said",
+    [
+        (tiny_llm_ref.BlockPool, None, True, ("paged", True), ""),
+        (tiny_llm_ref.BlockPool, "dense", True, ("dense", True), ""),
+        (tiny_llm_ref.BlockPool, None, False, ("paged", False), ""),
+        (UnbuiltPool, None, True, ("dense", False), "the paged one is week 3 day 2"),
+        (PoolWithoutLookup, None, True, ("paged", False), "it is week 3 day 3"),
+        (PoolWithoutLookup, None, False, ("paged", False), ""),
+    ],
+)
+def test_learner_runs_the_newest_kv_cache_it_has_built(
+    pool, asked, prefix_caching, expected, said, capsys
+):
+    package = SimpleNamespace(__name__="tiny_llm", BlockPool=pool)
+    assert cli.newest_kv_cache(package, asked, prefix_caching) == expected
+    err = capsys.readouterr().err
+    assert (said in err) if said else err == ""

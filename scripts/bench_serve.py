@@ -246,7 +246,9 @@ def main() -> None:
     parser.set_defaults(requests=30, rate=0.3, max_tokens=24, long_notes=8)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--policy", default="mixed", choices=("alternate", "mixed"))
-    parser.add_argument("--token-budget", type=int, default=64)
+    parser.add_argument(
+        "--token-budget", type=int, default=64, help="ours, mixed policy (0: no limit)"
+    )
     parser.add_argument(
         "--peer-concurrency",
         type=int,

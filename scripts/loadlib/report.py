@@ -93,6 +93,7 @@ def plot(path: Path, runs: dict[str, list[Outcome]], title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for name, outcomes in runs.items():
@@ -106,8 +107,9 @@ def plot(path: Path, runs: dict[str, list[Outcome]], title: str) -> None:
                 axis.step(values, fraction, where="post", label=name)
     left.set(xlabel="time to first token (s)", ylabel="fraction of requests")
     right.set(xlabel="inter-token latency (ms)", ylabel="fraction of gaps")
-    right.set_xscale("log")
     for axis in (left, right):
+        axis.set_xscale("log")
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         axis.grid(alpha=0.3)
         axis.legend()
     fig.suptitle(title)

@@ -155,7 +155,13 @@ def main() -> None:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_graceful_shutdown=5,  # open streams get 5 s, then Ctrl-C ends them
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from cli import (  # noqa: E402
     context_length,
     fail,
     load_model_or_exit,
+    newest_kv_cache,
     newest_model,
     note_slow_blas,
     require_model_name,
@@ -54,6 +55,21 @@ def parse_args() -> argparse.Namespace:
         "--max-seq-len", type=int, help="positions per slot (default: the model's)"
     )
     parser.add_argument(
+        "--kv-cache",
+        choices=("paged", "dense"),
+        help="paged: blocks shared by every request (the default once the package "
+        "has week 3 day 2); dense: max-seq-len positions per slot",
+    )
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument(
+        "--num-blocks", type=int, help="with --kv-cache paged: the pool's size"
+    )
+    parser.add_argument(
+        "--no-prefix-caching",
+        action="store_true",
+        help="with --kv-cache paged: compute every prompt whole",
+    )
+    parser.add_argument(
         "--reserved-interactive-slots",
         type=int,
         default=1,
@@ -81,7 +97,7 @@ def parse_args() -> argparse.Namespace:
         fail(f"unknown --solution {args.solution!r}: choose ref or learner")
     if not 0 < args.port < 65536:
         fail(f"--port must be in 1..65535, got {args.port}")
-    for name in ("batch_size", "max_waiting"):
+    for name in ("batch_size", "max_waiting", "block_size"):
         if getattr(args, name) < 1:
             fail(
                 f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
@@ -110,6 +126,9 @@ def build_engine(package, mlx_model, tokenizer, args):
         fail(f"--max-seq-len {max_seq_len} is beyond the model's context of {limit}")
     try:
         model, _ = newest_model(package, mlx_model, kinds)
+        args.kv_cache, prefix_caching = newest_kv_cache(
+            package, args.kv_cache, not args.no_prefix_caching
+        )
         return package.Engine(
             model,
             tokenizer,
@@ -119,6 +138,10 @@ def build_engine(package, mlx_model, tokenizer, args):
             policy=args.policy,
             token_budget=args.token_budget,
             reserved_interactive_slots=args.reserved_interactive_slots,
+            kv_cache=args.kv_cache,
+            block_size=args.block_size,
+            num_blocks=args.num_blocks,
+            prefix_caching=prefix_caching,
         )
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
@@ -151,7 +174,9 @@ def main() -> None:
     app = create_app(engine, settings, package.make_sampler, EngineLog(write).update)
     print(
         f"serving {name} ({package.__name__}, policy {args.policy}, "
-        f"{args.batch_size} slots) on http://{args.host}:{args.port}/",
+        f"{args.batch_size} slots, {args.kv_cache} KV cache"
+        f"{', prefix caching' if engine.prefix_caching else ''}) on "
+        f"http://{args.host}:{args.port}/",
         file=sys.stderr,
         flush=True,
     )

@@ -93,6 +93,7 @@ def server(model, embedded_model, want):
         prefill_step=128,
         policy="mixed",
         reserved_interactive_slots=1,
+        kv_cache="paged",  # what `pdm run serve` runs on the reference
     )
     settings = ServerSettings(
         MODEL, api_key=API_KEY, max_waiting=64, max_body_bytes=MAX_BODY_BYTES
@@ -373,6 +374,37 @@ def test_metrics_count_what_was_served(client, http):
     assert after["tiny_llm:num_requests_running"] == 0
     assert after["tiny_llm:num_requests_waiting"] == 0
     assert after["tiny_llm:mlx_active_memory_bytes"] > 0
+
+
+def test_a_repeated_prompt_is_served_from_the_prefix_cache(client, tokenizer, http):
+    """The second time, the prompt's full blocks come from the prefix cache: usage
+    says how many tokens, and /metrics counts them as hits."""
+    question = "Describe a lighthouse in one sentence, please, in plain words."
+    prompt = chat_prompt(tokenizer, question)
+    wait_idle(http)
+    before = scrape(http)
+    replies = [
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": question}],
+            max_tokens=3,
+            temperature=0,
+        )
+        for _ in range(2)
+    ]
+    wait_idle(http)
+    after = scrape(http)
+    cached = replies[1].usage.prompt_tokens_details.cached_tokens
+    assert 0 < cached < len(prompt)
+    assert (
+        replies[0].choices[0].message.content == replies[1].choices[0].message.content
+    )
+    hits = "tiny_llm:prefix_cache_hits_total"
+    queries = "tiny_llm:prefix_cache_queries_total"
+    assert after[hits] - before[hits] == sum(
+        r.usage.prompt_tokens_details.cached_tokens for r in replies
+    )
+    assert after[queries] - before[queries] == 2 * len(prompt)
 
 
 # Refusals.

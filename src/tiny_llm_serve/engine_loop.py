@@ -85,7 +85,9 @@ class EngineLoop:
         self.snapshot: SchedulerSnapshot | None = None
         self.rates: deque[tuple[float, int, int]] = deque(maxlen=4096)
         self.last_log_line = ""
-        self.counted = {"prefill_tokens": 0, "prefill_chunks": 0, "decode_steps": 0}
+        self.counted = dict.fromkeys(
+            ("prefill_tokens", "prefill_chunks", "decode_steps", "preemptions"), 0
+        )
         self.thread = threading.Thread(target=self.run, name="engine", daemon=True)
 
     def start(self) -> None:
@@ -181,6 +183,7 @@ class EngineLoop:
             ("prefill_tokens", m.prompt_tokens),
             ("prefill_chunks", m.prefill_chunks),
             ("decode_steps", m.decode_steps),
+            ("preemptions", m.preemptions),
         ):
             value = getattr(run, name)
             counter.inc(value - self.counted[name])
@@ -253,6 +256,10 @@ def finish_reason(engine_reason: str, stopped_by_string: bool) -> str:
 
 
 def kv_cache_usage(snapshot: SchedulerSnapshot, max_seq_len: int) -> float:
-    """Positions held by the decode slots over what all slots can hold."""
+    """Paged: the pool's blocks held by requests over all its blocks. Dense:
+    positions held by the decode slots over what all slots can hold."""
+    run = snapshot.metrics
+    if run.kv_blocks_total:
+        return run.kv_blocks_in_use / run.kv_blocks_total
     held = sum(view.offset for view in snapshot.slots if view is not None)
     return held / (len(snapshot.slots) * max_seq_len) if snapshot.slots else 0.0

@@ -26,13 +26,15 @@ class ServerMetrics:
     e2e_request_latency_seconds, request_queue_time_seconds: histograms.
     request_prompt_tokens, request_generation_tokens: histograms per request.
     prompt_tokens_total, generation_tokens_total: tokens prefilled and generated.
-    prefill_chunks_total, decode_steps_total, engine_steps_total: the engine's work.
+    prefill_chunks_total, decode_steps_total, engine_steps_total: the engine's work;
+    num_preemptions_total: requests a paged engine preempted to free blocks.
     request_success_total{finished_reason}: finished requests, by reason (stop,
     length, abort, error). request_rejected_total{reason}: refused before the engine
     saw them (bad_request, busy, unauthorized).
     num_requests_running, num_requests_waiting: the engine's slots in use and its
-    queue after the latest step. kv_cache_usage_perc: positions held in the decode
-    slots over what the slots can hold (0 to 1).
+    queue after the latest step. kv_cache_usage_perc (0 to 1): a paged cache's
+    blocks in use over its pool; a dense cache's positions held in the decode slots
+    over what the slots can hold.
     prefix_cache_queries_total, prefix_cache_hits_total: prompt tokens looked up in
     the prefix cache and tokens served from it (hits / queries is the hit rate).
     mlx_active_memory_bytes, mlx_peak_memory_bytes: MLX's allocator, read when
@@ -72,6 +74,11 @@ class ServerMetrics:
         )
         self.engine_steps = Counter(
             PREFIX + "engine_steps", "Engine steps run.", registry=r
+        )
+        self.preemptions = Counter(
+            PREFIX + "num_preemptions",
+            "Requests preempted to free KV blocks (recomputed later).",
+            registry=r,
         )
         self.request_success = Counter(
             PREFIX + "request_success",

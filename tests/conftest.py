@@ -12,6 +12,26 @@ def embedded_model():
     return load_model()
 
 
+@pytest.fixture(scope="session")
+def random_pairs():
+    """(mlx-lm model, tiny model) for every random size of random_models.SIZES,
+    Qwen2 and Llama, sharpened, the same float32 weights in both; built once."""
+    from .helpers import sharpened
+    from .random_models import SIZES, random_model
+
+    pairs = []
+    for seed, size in enumerate(SIZES):
+        mlx_model = sharpened(random_model(*size, seed=seed))
+        pairs.append((mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")))
+    return pairs
+
+
+@pytest.fixture(scope="session")
+def pair(random_pairs):
+    """The first random pair: a small Qwen2 model."""
+    return random_pairs[0]
+
+
 @pytest.fixture(autouse=True)
 def seeded():
     mx.random.seed(0)

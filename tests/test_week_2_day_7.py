@@ -20,11 +20,9 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
-from .helpers import assert_same_tokens, expected_tokens, sharpened, token_ids
-from .random_models import SIZES, random_model
+from .helpers import assert_same_tokens, expected_tokens, token_ids
 from .solution import tiny
 
-QWEN2_SIZES = [size for size in SIZES if size[0] == "qwen2"]
 LONG_PROMPT = (
     "Here are my notes from a week of baking. On Monday the sourdough starter "
     "bubbled slowly, so I fed it twice with rye flour. On Tuesday the loaf spread "
@@ -91,18 +89,9 @@ class TimedModel:
 
 
 @pytest.fixture(scope="module")
-def random_pairs():
-    """(mlx-lm model, tiny model) for each random Qwen2 size, same float32 weights."""
-    pairs = []
-    for seed, size in enumerate(QWEN2_SIZES):
-        mlx_model = sharpened(random_model(*size, seed=seed))
-        pairs.append((mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")))
-    return pairs
-
-
-@pytest.fixture(scope="module")
-def pair(random_pairs):
-    return random_pairs[0]
+def qwen2_pairs(random_pairs):
+    """The random pairs whose model is a Qwen2."""
+    return [pair for pair in random_pairs if pair[0].args.model_type == "qwen2"]
 
 
 # --- Request.try_prefill ----------------------------------------------------------
@@ -213,10 +202,10 @@ def test_chunked_prefill_cache_equals_whole_prompt_cache(pair, tokenizer, no_eos
 )
 @given(data=st.data())
 def test_chunked_prefill_tokens_do_not_depend_on_chunk_or_batch_size(
-    random_pairs, tokenizer, data
+    qwen2_pairs, tokenizer, data
 ):
-    index = data.draw(st.integers(0, len(random_pairs) - 1), label="model")
-    mlx_model, model = random_pairs[index]
+    index = data.draw(st.integers(0, len(qwen2_pairs) - 1), label="model")
+    mlx_model, model = qwen2_pairs[index]
     vocab = mlx_model.args.vocab_size
     prompts = data.draw(
         st.lists(
@@ -382,8 +371,8 @@ def test_chunked_prefill_adaptive_chunker_follows_fake_chunk_times(
 
 
 @pytest.mark.parametrize("policy", ["select_chunk_size", "adaptive"])
-def test_chunked_prefill_policies_keep_the_tokens(random_pairs, tokenizer, policy):
-    mlx_model, model = random_pairs[1]
+def test_chunked_prefill_policies_keep_the_tokens(qwen2_pairs, tokenizer, policy):
+    mlx_model, model = qwen2_pairs[1]
     rng = np.random.default_rng(7)
     prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (150, 9, 70, 31)]
     prefill_step = (

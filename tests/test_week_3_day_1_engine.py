@@ -27,8 +27,7 @@ from hypothesis import strategies as st
 
 from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
 
-from .helpers import assert_same_tokens, expected_tokens, sharpened, token_ids
-from .random_models import SIZES, random_model
+from .helpers import assert_same_tokens, expected_tokens, token_ids
 from .solution import tiny
 
 # (policy, token_budget): the alternating schedule, the smallest budget a batch of
@@ -40,22 +39,6 @@ MAX_STEPS = 2000
 
 
 # --- references and helpers -------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def random_pairs():
-    """(mlx-lm model, tiny model) for every random size, Qwen2 and Llama, same
-    float32 weights."""
-    pairs = []
-    for seed, size in enumerate(SIZES):
-        mlx_model = sharpened(random_model(*size, seed=seed))
-        pairs.append((mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")))
-    return pairs
-
-
-@pytest.fixture(scope="module")
-def pair(random_pairs):
-    return random_pairs[0]
 
 
 def eos_first(tokenizer):

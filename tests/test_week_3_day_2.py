@@ -15,27 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import sharpened, token_ids
+from .helpers import token_ids
 from .paged_checks import assert_like_mlx_lm, assert_pool_empty, run_engine
-from .random_models import SIZES, random_model
 from .solution import tiny
 
 BLOCK_SIZES = [1, 3, 16]
-
-
-@pytest.fixture(scope="module")
-def random_pairs():
-    """(mlx-lm model, tiny model) for every random size, same float32 weights."""
-    pairs = []
-    for seed, size in enumerate(SIZES):
-        mlx_model = sharpened(random_model(*size, seed=seed))
-        pairs.append((mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")))
-    return pairs
-
-
-@pytest.fixture(scope="module")
-def pair(random_pairs):
-    return random_pairs[0]
 
 
 def paged_engine(model, tokenizer, **settings):

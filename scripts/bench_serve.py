@@ -101,6 +101,8 @@ def ours(args, port: int) -> Server:
     command += ["--batch-size", str(args.batch_size), "--policy", args.policy]
     if args.policy == "mixed" and args.token_budget:
         command += ["--token-budget", str(args.token_budget)]
+    if args.kv_cache:
+        command += ["--kv-cache", args.kv_cache]
     return Server("tiny-llm", command, port, "/health")
 
 
@@ -248,6 +250,11 @@ def main() -> None:
     parser.add_argument("--policy", default="mixed", choices=("alternate", "mixed"))
     parser.add_argument(
         "--token-budget", type=int, default=64, help="ours, mixed policy (0: no limit)"
+    )
+    parser.add_argument(
+        "--kv-cache",
+        choices=("paged", "dense"),
+        help="ours' KV cache (default: what pdm run serve picks)",
     )
     parser.add_argument(
         "--peer-concurrency",

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from cli import exit_on_interrupt
 
+POOL_TOKENS = 16384  # the paged cache's default pool: 1024 blocks of 16
+
 exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
 
 from cli import (  # noqa: E402
@@ -62,7 +64,10 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument(
-        "--num-blocks", type=int, help="with --kv-cache paged: the pool's size"
+        "--num-blocks",
+        type=int,
+        help=f"with --kv-cache paged: the pool's size (default: {POOL_TOKENS} "
+        "positions, or one full-length request if more)",
     )
     parser.add_argument(
         "--no-prefix-caching",
@@ -117,6 +122,13 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def default_num_blocks(args, max_seq_len: int) -> int:
+    """A pool of POOL_TOKENS positions, or one full-length request if that is more.
+    The engine's own default, batch_size x max_seq_len, is 65536 positions at the
+    embedded model's 8192 (3.4 GB) and made each step about 4x slower here."""
+    return max(-(-max_seq_len // args.block_size), POOL_TOKENS // args.block_size)
+
+
 def build_engine(package, mlx_model, tokenizer, args):
     """The package's Engine on its newest model; bad settings exit with one line."""
     kinds = ["week2-fast", "week2"] if args.solution == "learner" else ["week2-fast"]
@@ -129,6 +141,8 @@ def build_engine(package, mlx_model, tokenizer, args):
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
+        if args.kv_cache == "paged" and args.num_blocks is None:
+            args.num_blocks = default_num_blocks(args, max_seq_len)
         return package.Engine(
             model,
             tokenizer,

@@ -253,6 +253,14 @@ def read_stdin() -> str:
         fail("standard input is not UTF-8 text")
 
 
+def step_time(metrics) -> str:
+    """The mixed policy's average step time, or the alternate policy's chunk time
+    (its moving average), for the engine log line."""
+    if metrics.mixed_steps:
+        return f"step avg: {1000 * metrics.mixed_seconds / metrics.mixed_steps:.0f} ms"
+    return f"chunk avg: {1000 * metrics.chunk_time_average:.0f} ms"
+
+
 class EngineLog:
     """Every LOG_INTERVAL seconds, one line of throughput over the interval and queue
     sizes, in the style of vLLM's engine log."""
@@ -278,7 +286,7 @@ class EngineLog:
             f"Avg generation throughput: {generation_rate:.1f} tokens/s, "
             f"Running: {metrics.running} reqs, Waiting: {metrics.waiting} reqs, "
             f"Finished: {snapshot.finished}/{snapshot.total}, "
-            f"chunk avg: {1000 * metrics.chunk_time_average:.0f} ms, "
+            f"{step_time(metrics)}, "
             f"longest stall: {1000 * metrics.longest_decode_stall:.0f} ms"
         )
         self.last_time = now

@@ -5,29 +5,7 @@ client after a few chunks."""
 from dataclasses import dataclass
 
 import numpy as np
-
-SHORT_QUESTIONS = [
-    "What is the capital of France?",
-    "Name three primary colors.",
-    "Why is the sky blue?",
-    "Give me a synonym for happy.",
-    "How many legs does a spider have?",
-    "What does a compiler do?",
-    "Suggest a name for a gray cat.",
-    "What is 12 times 12?",
-    "Who wrote Romeo and Juliet?",
-    "What is the boiling point of water?",
-]
-TOPICS = [
-    "the river level",
-    "the bakery queue",
-    "the train delays",
-    "the garden soil",
-    "the library hours",
-    "the bridge repairs",
-    "the market prices",
-    "the school concert",
-]
+from prompt_texts import NOTE_TOPICS, SHORT_QUESTIONS
 
 
 @dataclass
@@ -46,7 +24,7 @@ class LoadRequest:
 def long_question(notes: int, rng: np.random.Generator) -> str:
     """About 27 tokens per note: numbered notes, then a question about them."""
     lines = [
-        f"Note {n + 1}: on day {rng.integers(1, 29)} {TOPICS[rng.integers(len(TOPICS))]}"
+        f"Note {n + 1}: on day {rng.integers(1, 29)} {NOTE_TOPICS[rng.integers(len(NOTE_TOPICS))]}"
         f" changed by {rng.integers(2, 90)} percent, after {rng.integers(1, 12)} quiet "
         "weeks."
         for n in range(notes)

@@ -95,3 +95,20 @@ def assert_same_tokens(actual, expected, gaps, what):
                 f"(ours: {actual}, mlx-lm: {expected})"
             )
             return
+
+
+def run_engine(engine, specs, after_step=None, max_steps: int = 3000) -> list:
+    """Add every spec, step until all finish (calling after_step(engine) after each
+    step, when given), and return their GenerationResults in spec order."""
+    ids = [engine.add_request(spec) for spec in specs]
+    results = {}
+    for _ in range(max_steps):
+        if not engine.has_unfinished():
+            break
+        for output in engine.step():
+            if output.result is not None:
+                results[output.request_id] = output.result
+        if after_step is not None:
+            after_step(engine)
+    assert not engine.has_unfinished(), f"not done after {max_steps} steps"
+    return [results[i] for i in ids]

@@ -8,6 +8,7 @@ BlockTable) and `slots`.
 
 from collections import Counter
 
+from . import helpers
 from .helpers import assert_same_tokens, expected_tokens
 
 
@@ -47,19 +48,9 @@ def assert_pool_empty(engine) -> None:
 
 
 def run_engine(engine, specs, check=check_pool, max_steps: int = 3000) -> list:
-    """Add every spec, step to the end, check() after each step; the results in
-    spec order."""
-    ids = [engine.add_request(spec) for spec in specs]
-    results = {}
-    for _ in range(max_steps):
-        if not engine.has_unfinished():
-            break
-        for output in engine.step():
-            if output.result is not None:
-                results[output.request_id] = output.result
-        check(engine)
-    assert not engine.has_unfinished(), f"not done after {max_steps} steps"
-    return [results[i] for i in ids]
+    """helpers.run_engine with check() after every step: the pool's rules by
+    default."""
+    return helpers.run_engine(engine, specs, check, max_steps)
 
 
 def assert_like_mlx_lm(results, mlx_model, prompts, max_tokens, tokenizer, banned=()):

@@ -13,7 +13,13 @@ import pytest
 
 from tiny_llm_base.mlx_lm_reference import greedy_without
 
-from .helpers import assert_same_tokens, expected_tokens, sharpened, token_ids
+from .helpers import (
+    assert_same_tokens,
+    expected_tokens,
+    run_engine,
+    sharpened,
+    token_ids,
+)
 from .random_models import random_model
 from .solution import tiny
 
@@ -22,23 +28,6 @@ from .solution import tiny
 def pair():
     mlx_model = sharpened(random_model("qwen2", 96, 6, 2, 160, 2, 211, False, seed=5))
     return mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
-
-
-def run(engine, prompts, after_step=None, steps=500) -> list:
-    """Add `prompts`, step until all finish (calling after_step(engine) after each
-    step), and return their GenerationResults in prompt order."""
-    ids = [engine.add_request(p) for p in prompts]
-    results = {}
-    for _ in range(steps):
-        if not engine.has_unfinished():
-            break
-        for output in engine.step():
-            if output.result is not None:
-                results[output.request_id] = output.result
-        if after_step is not None:
-            after_step(engine)
-    assert not engine.has_unfinished(), "the engine did not finish in time"
-    return [results[i] for i in ids]
 
 
 def assert_tokens(results, mlx_model, prompts, max_tokens, tokenizer, banned):
@@ -68,7 +57,7 @@ def test_no_more_requests_prefill_than_there_will_be_slots(pair, tokenizer, no_e
         occupied = sum(slot is not None for slot in engine.slots)
         assert occupied + len(started) <= engine.batch_size
 
-    results = run(engine, prompts, check_slots)
+    results = run_engine(engine, prompts, check_slots, max_steps=500)
     assert_tokens(results, mlx_model, prompts, 3, tokenizer, banned)
 
 
@@ -100,7 +89,7 @@ def test_a_step_feeds_at_most_token_budget_rows(pair, tokenizer, monkeypatch):
         token_budget=5,
         sampler=sampler,
     )
-    results = run(engine, prompts)
+    results = run_engine(engine, prompts, max_steps=500)
     assert fed and max(fed) <= 5
     for i, (spec, result) in enumerate(zip(prompts, results)):
         [(tokens, gaps)] = expected_tokens(
@@ -145,7 +134,7 @@ def test_an_adaptive_chunker_is_asked_once_a_mixed_step(pair, tokenizer, no_eos)
     def check_asked(engine):
         assert chunker.asked <= engine.steps_done
 
-    results = run(engine, prompts, check_asked)
+    results = run_engine(engine, prompts, check_asked, max_steps=500)
     with_chunks = [f for f in forwards if f.chunks]
     assert len(chunker.recorded) == len(with_chunks)
     assert chunker.asked == len(with_chunks)
@@ -176,7 +165,7 @@ def test_a_policys_bad_chunk_size_fails_its_request_alone(
         max_tokens=3,
         sampler=sampler,
     )
-    first, failed, last = run(engine, [good[0], bad, good[1]])
+    first, failed, last = run_engine(engine, [good[0], bad, good[1]], max_steps=500)
     assert failed.finish_reason == "error" and "chunk size" in failed.error
     assert_tokens([first, last], mlx_model, good, 3, tokenizer, banned)
 

@@ -15,7 +15,7 @@ import importlib
 import sys
 from pathlib import Path
 
-from scripts.cli import exit_on_interrupt
+from scripts.commands.cli import exit_on_interrupt
 
 exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
 
@@ -26,7 +26,7 @@ from rich.progress_bar import ProgressBar  # noqa: E402
 from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
-from scripts.cli import (  # noqa: E402
+from scripts.commands.cli import (  # noqa: E402
     EngineLog,
     context_length,
     fail,

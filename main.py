@@ -16,13 +16,13 @@ import importlib
 import sys
 import time
 
-from scripts.cli import exit_on_interrupt
+from scripts.commands.cli import exit_on_interrupt
 
 exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
 
 import tiny_llm_ref  # noqa: E402  (before mlx.core: loads the fast BLAS)
 
-from scripts.cli import (  # noqa: E402
+from scripts.commands.cli import (  # noqa: E402
     MODEL_KINDS,
     context_length,
     fail,

@@ -1,6 +1,6 @@
 """Checks that the book in book/ builds and hangs together; no tiny_llm imports.
 
-- mdbook builds it (scripts/book.py --build, into a temporary folder) without
+- mdbook builds it (scripts/commands/book.py --build, into a temporary folder) without
   printing one warning or error, and every chapter comes out as a page;
 - SUMMARY.md links every chapter file, and every chapter it links exists;
 - every `{{#include path:anchor}}` resolves, relative to the chapter that contains
@@ -252,7 +252,7 @@ def test_test_commands_have_test_files():
 def test_book_builds_without_warnings(tmp_path):
     dest = tmp_path / "html"
     result = subprocess.run(
-        [sys.executable, "scripts/book.py", "--build", "--dest", str(dest)],
+        [sys.executable, "-m", "scripts.commands.book", "--build", "--dest", str(dest)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 import tiny_llm_ref
-from scripts import cli
+from scripts.commands import cli
 from tiny_llm_base import fast_blas
 from tiny_llm_base import embedded_model as store
 

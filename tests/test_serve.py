@@ -811,7 +811,7 @@ def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
 )
 def test_serve_refuses_bad_options_with_one_line(arguments, complaint):
     result = subprocess.run(
-        [sys.executable, "scripts/serve.py", *arguments],
+        [sys.executable, "-m", "scripts.commands.serve", *arguments],
         cwd=ROOT,
         capture_output=True,
         text=True,

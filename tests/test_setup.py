@@ -273,7 +273,7 @@ def test_load_model_explains_an_unreachable_hub_repo(monkeypatch):
 
 def test_check_installation_reports_device_blas_and_rate():
     result = subprocess.run(
-        [sys.executable, "scripts/check_installation.py"],
+        [sys.executable, "-m", "scripts.commands.check_installation"],
         cwd=ROOT,
         capture_output=True,
         text=True,

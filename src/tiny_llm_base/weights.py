@@ -86,7 +86,7 @@ def choose_weight_format(device: mx.Device | None = None) -> str:
 
     "float32" on the CPU: dequantize once at load time. MLX's CPU kernels for
     quantized and half-precision matmul do not use BLAS, while float32 matmul runs
-    on OpenBLAS; the benchmark in scripts/bench_quantized.py (table in the book's
+    on OpenBLAS; the benchmark in scripts/bench/bench_quantized.py (table in the book's
     week 2 day 2 chapter) measured float32 fastest on this course's CPUs, for
     decode (M=1) and prefill (M=128) alike.
     "quantized" on a GPU (Metal or CUDA): decode is bound by memory bandwidth and

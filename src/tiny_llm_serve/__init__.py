@@ -1,6 +1,6 @@
 """tiny-llm's OpenAI-compatible server: infrastructure over either package's Engine.
 
-create_app(engine, settings) gives a FastAPI app; `pdm run serve` (scripts/serve.py)
+create_app(engine, settings) gives a FastAPI app; `pdm run serve` (scripts/commands/serve.py)
 loads a model, builds the engine and runs the app with uvicorn. One engine thread
 owns MLX (engine_loop.py); the HTTP handlers (app.py) check requests (protocol.py),
 hand them over and read their tokens from queues.

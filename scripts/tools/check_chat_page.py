@@ -1,4 +1,4 @@
-"""Check the chat page in a real headless browser: `python scripts/check_chat_page.py`.
+"""Check the chat page in a real headless browser: `python -m scripts.tools.check_chat_page`.
 
 Starts our server on 127.0.0.1 (or uses --url), opens `/?q=QUESTION` in Debian's
 chromium, which makes the page send the question at once, waits (bounded) until the
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--headless",
@@ -97,7 +97,7 @@ def evaluate(browser: Browser, session: str, expression: str):
 
 
 def start_server(port: int) -> subprocess.Popen:
-    command = [sys.executable, "scripts/serve.py", "--port", str(port)]
+    command = [sys.executable, "-m", "scripts.commands.serve", "--port", str(port)]
     process = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -34,7 +34,7 @@ from tiny_llm_base import PromptSpec, load_model
 from tiny_llm_base.mlx_lm_reference import float32_copy
 from tiny_llm_ref import Engine, Qwen2ModelWeek2
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "book/src/images"
 BATCH_SIZE = 4
 BLOCK_SIZE = 16

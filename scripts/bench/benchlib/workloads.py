@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prompt_texts import NOTE_TOPICS, SHORT_QUESTIONS
+from scripts.bench.prompt_texts import NOTE_TOPICS, SHORT_QUESTIONS
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
 

@@ -4,7 +4,7 @@
                                   [--repeats 1] [--time-limit S] [--out FILE]
                                   [--images-prefix PATH] [--timeline CASE:CONF,CONF]
 
-Three workloads on the embedded SmolLM2 in float32, batch 5 (scripts/benchlib/
+Three workloads on the embedded SmolLM2 in float32, batch 5 (scripts/bench/benchlib/
 workloads.py): a, long prompts queued among short ones; b, a long prompt arrives
 while 4 requests decode; c, requests arriving over time (Poisson, fixed seed, one in
 four long).
@@ -50,22 +50,22 @@ from tiny_llm_base.fast_blas import STATUS
 from tiny_llm_base.mlx_lm_reference import float32_copy, greedy_without
 from tiny_llm_ref import Qwen2ModelWeek2, load_model
 
-from benchlib import render
-from benchlib.measure import (
+from scripts.bench.benchlib import render
+from scripts.bench.benchlib.measure import (
     Run,
     dominance_goal,
     goal_lines,
     median_run,
     memory_goal,
 )
-from benchlib.runners import (
+from scripts.bench.benchlib.runners import (
     BATCH_SIZE,
     Config,
     parse_config,
     run_mlx_lm,
     run_ours,
 )
-from benchlib.workloads import CASE_TITLES, WORKLOADS, warmup_workload
+from scripts.bench.benchlib.workloads import CASE_TITLES, WORKLOADS, warmup_workload
 
 DEFAULT_CONFIGS = (
     "alternate:32,alternate:128,alternate:512,alternate:none,"

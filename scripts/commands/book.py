@@ -13,7 +13,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
 DEFAULT_DEST = BOOK / "book"
 

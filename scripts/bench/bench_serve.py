@@ -4,7 +4,7 @@ pdm run bench-serve                       # the side-by-side run, then the soak
 pdm run bench-serve --skip-soak --requests 20
 pdm run bench-serve --soak-only
 
-One script run starts each server in turn on 127.0.0.1 (ours: scripts/serve.py;
+One script run starts each server in turn on 127.0.0.1 (ours: scripts/commands/serve.py;
 the peer: mlx_lm.server on the embedded model's folder, with the fast BLAS loaded
 first as for ours), warms it with one request, sends it the load test's workload at
 the same arrival rate, and stops it. The goal: our TTFT p99 and ITL p99 at most
@@ -28,13 +28,17 @@ import time
 from pathlib import Path
 
 import httpx
-from load_test import add_workload_arguments, check_workload_arguments, workload_of
-from loadlib import report
-from loadlib.client import run_load
-from loadlib.workload import make_workload
+from scripts.commands.load_test import (
+    add_workload_arguments,
+    check_workload_arguments,
+    workload_of,
+)
+from scripts.bench.loadlib import report
+from scripts.bench.loadlib.client import run_load
+from scripts.bench.loadlib.workload import make_workload
 from rich.console import Console
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "book" / "src" / "images"
 GOAL_RATIO = 0.8
 MEMORY_TOLERANCE = 0.05
@@ -97,7 +101,7 @@ class Server:
 
 
 def ours(args, port: int) -> Server:
-    command = [sys.executable, "scripts/serve.py", "--port", str(port)]
+    command = [sys.executable, "-m", "scripts.commands.serve", "--port", str(port)]
     command += ["--batch-size", str(args.batch_size), "--policy", args.policy]
     if args.policy == "mixed" and args.token_budget:
         command += ["--token-budget", str(args.token_budget)]

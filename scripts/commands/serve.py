@@ -15,13 +15,13 @@ import os
 import sys
 from pathlib import Path
 
-from cli import exit_on_interrupt
+from scripts.commands.cli import exit_on_interrupt
 
 POOL_TOKENS = 16384  # the paged cache's default pool: 1024 blocks of 16
 
 exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
 
-from cli import (  # noqa: E402
+from scripts.commands.cli import (  # noqa: E402
     EngineLog,
     context_length,
     fail,

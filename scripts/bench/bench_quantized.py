@@ -1,7 +1,7 @@
 """Which weight format multiplies fastest here? Times every format on the embedded
 model's layer shapes, decode-shaped (M=1) and prefill-shaped (M=128), in one run.
 
-    python scripts/bench_quantized.py [--repeats 5] [--out results.json]
+    python -m scripts.bench.bench_quantized [--repeats 5] [--out results.json]
 
 Formats, all computing x [M, K] @ w.T for a weight w [N, K]:
 - float32:  the dequantized weight in float32, plain `@` (OpenBLAS on Linux CPUs)

@@ -14,9 +14,9 @@ import asyncio
 import sys
 from pathlib import Path
 
-from loadlib import report
-from loadlib.client import require_loopback, run_load
-from loadlib.workload import make_workload
+from scripts.bench.loadlib import report
+from scripts.bench.loadlib.client import require_loopback, run_load
+from scripts.bench.loadlib.workload import make_workload
 from rich.console import Console
 
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 spec = importlib.util.spec_from_file_location(
-    "fast_blas", Path(__file__).parents[1] / "src/tiny_llm_base/fast_blas.py"
+    "fast_blas", Path(__file__).parents[2] / "src/tiny_llm_base/fast_blas.py"
 )
 fast_blas = importlib.util.module_from_spec(spec)
 sys.modules["fast_blas"] = fast_blas

@@ -1,0 +1,1 @@
+"""The benchmarks (`pdm run bench*`) and the libraries they share."""

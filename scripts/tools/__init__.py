@@ -1,0 +1,1 @@
+"""The project's own tools: the install hook and the chat page check."""

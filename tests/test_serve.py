@@ -736,7 +736,7 @@ def test_a_missing_or_wrong_api_key_gets_401(server):
             assert response.json()["error"]["type"] == "authentication_error"
         assert bare.get("/v1/models").status_code == 401
         assert bare.get("/health").status_code == 200
-        assert bare.get("/metrics").status_code == 200
+        assert bare.get("/metrics").status_code == 401
     wrong = openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()

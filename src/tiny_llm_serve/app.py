@@ -8,8 +8,11 @@ disconnects, so its slot is free after the engine's next step.
 """
 
 import asyncio
+import base64
+import binascii
 import hmac
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -21,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingRes
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from tiny_llm_base import PromptSpec, SchedulerSnapshot
 
@@ -29,6 +33,7 @@ from .errors import ApiError, invalid
 from .metrics import ServerMetrics
 from .protocol import (
     GenerationRequest,
+    short,
     chunk_object,
     new_id,
     parse_chat,
@@ -38,22 +43,27 @@ from .protocol import (
 )
 
 CHAT_PAGE = Path(__file__).with_name("chat.html")
-PROTECTED = ("/v1/", "/engine")  # what needs the API key when one is set
+OPEN_PATHS = ("/health",)  # all else needs the API key when one is set
+logger = logging.getLogger("tiny_llm_serve")
 
 
 @dataclass
 class ServerSettings:
     """model_name: the one model id served (GET /v1/models); a request naming
-    another gets 404. api_key: None, or the key every /v1 and /engine request must
-    send as `Authorization: Bearer KEY`. max_waiting: requests handed to the engine
+    another gets 404. api_key: None, or the key every request but /health must
+    send as `Authorization: Bearer KEY` (or as the password of HTTP Basic
+    authentication, which is how a browser opens the chat page); without one,
+    /engine shows no request text. max_waiting: requests handed to the engine
     without a token yet beyond which new ones get 503 with Retry-After
-    (retry_after_s). max_body_bytes: larger bodies get 413."""
+    (retry_after_s). max_body_bytes: larger bodies get 413. body_timeout_s: a
+    body not all there by then gets 408 and its connection is closed."""
 
     model_name: str
     api_key: str | None = None
     max_waiting: int = 64
     retry_after_s: int = 1
     max_body_bytes: int = 1 << 20
+    body_timeout_s: float = 10.0
 
 
 def create_app(
@@ -101,44 +111,60 @@ def create_app(
         }.get(error.status_code, str(error.detail))
         return ApiError(error.status_code, message, kind).response()
 
-    @app.exception_handler(Exception)
-    async def server_error(request: Request, error: Exception) -> JSONResponse:
-        message = f"internal error: {type(error).__name__}: {error}"
-        return ApiError(500, message, "server_error").response()
-
     if settings.api_key:
         app.add_middleware(RequireApiKey, key=settings.api_key, metrics=metrics)
+    app.add_middleware(AnswerUnexpectedErrors)  # outermost: sees every error
 
-    @app.get("/", response_class=HTMLResponse)
+    def get(path: str):
+        """A GET route that answers HEAD too, with the same headers and no body."""
+        return app.api_route(path, methods=["GET", "HEAD"])
+
+    @get("/")
     async def chat_page() -> HTMLResponse:
         return HTMLResponse(CHAT_PAGE.read_text(encoding="utf-8"))
 
-    @app.get("/health")
+    @get("/health")
     async def health() -> JSONResponse:
         if loop.failure is not None:
             return JSONResponse({"status": "failed", "error": loop.failure}, 503)
         return JSONResponse({"status": "ok"})
 
-    @app.get("/metrics")
+    @get("/metrics")
     async def prometheus() -> Response:
         return Response(
             generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST
         )
 
-    @app.get("/engine")
+    @get("/engine")
     async def engine_status() -> JSONResponse:
-        return JSONResponse(loop.status())
+        # Without a key anyone who can connect reads this: positions, no text.
+        return JSONResponse(loop.status(show_text=settings.api_key is not None))
 
-    @app.get("/v1/models")
-    async def models() -> JSONResponse:
-        model = {
+    def model_object() -> dict:
+        return {
             "id": settings.model_name,
             "object": "model",
             "created": started,
             "owned_by": "tiny-llm",
             "max_model_len": engine.max_seq_len,
         }
-        return JSONResponse({"object": "list", "data": [model]})
+
+    @get("/v1/models")
+    async def models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [model_object()]})
+
+    @get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> JSONResponse:
+        if model_id != settings.model_name:
+            raise ApiError(
+                404,
+                f"the model {short(model_id)} is not served here: this server has "
+                f"{settings.model_name!r} only (GET /v1/models lists it)",
+                "not_found_error",
+                param="model",
+                code="model_not_found",
+            )
+        return JSONResponse(model_object())
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -149,7 +175,19 @@ def create_app(
         return await generate(request, parse_completion(await read_json(request)))
 
     async def read_json(request: Request):
-        """The body as JSON, refused past max_body_bytes (413) or when malformed."""
+        """The body as JSON, refused unless sent as application/json (415), past
+        max_body_bytes (413), when it does not arrive within body_timeout_s (408,
+        and the connection closes) or when it is malformed or nested too deep."""
+        given = request.headers.get("content-type", "")
+        if given.partition(";")[0].strip().lower() != "application/json":
+            # A web page can POST text/plain to any address without asking the
+            # browser first (no CORS preflight): only JSON starts a generation.
+            raise ApiError(
+                415,
+                f"the body must be sent with 'Content-Type: application/json', got "
+                f"{short(given) if given else 'none'}: send the JSON with that header",
+                code="unsupported_media_type",
+            )
         limit = settings.max_body_bytes
         too_large = ApiError(
             413,
@@ -160,15 +198,33 @@ def create_app(
         if declared.isdigit() and int(declared) > limit:
             raise too_large
         body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > limit:
-                raise too_large
+        try:
+            async with asyncio.timeout(settings.body_timeout_s):
+                async for piece in request.stream():
+                    body += piece
+                    if len(body) > limit:
+                        raise too_large
+        except TimeoutError:
+            raise ApiError(
+                408,
+                f"the request body did not arrive within {settings.body_timeout_s:g} "
+                f"s ({len(body)} of {declared or 'an unknown number of'} bytes came): "
+                "send the whole body, with a Content-Length that matches it",
+                code="request_timeout",
+                headers={"Connection": "close"},
+            ) from None
         try:
             return json.loads(body)
         except (ValueError, UnicodeDecodeError) as error:
             raise invalid(
                 f"the body is not valid JSON ({error}): send a JSON object",
+                None,
+                code="invalid_json",
+            ) from None
+        except RecursionError:
+            raise invalid(
+                "the body's JSON is nested too deeply to read: send a flat object "
+                "as the API describes",
                 None,
                 code="invalid_json",
             ) from None
@@ -210,23 +266,21 @@ def create_app(
             )
         text, ending = "", None
         try:
-            async for piece, reason, result in answer(stream):
+            async for piece, end in answer(stream):
                 text += piece
-                if reason is not None:
-                    ending = reason, result
+                ending = end
         finally:
             watcher.cancel()
             if ending is None:  # cancelled or failed before the engine finished it
                 loop.abort(stream.request_id)
-        reason, result = ending
         return JSONResponse(
             response_object(
                 request,
                 response_id,
                 settings.model_name,
                 text,
-                reason,
-                usage(prompt_tokens, len(result.tokens), result.cached_tokens),
+                ending.reason,
+                usage(prompt_tokens, ending.completion_tokens, ending.cached_tokens),
             )
         )
 
@@ -272,14 +326,17 @@ def create_app(
         loop.submit(spec, stream)
         return len(ids)
 
-    async def answer(stream: Stream) -> AsyncIterator[tuple[str, str | None, object]]:
-        """(text, None, None) for each piece of the answer, then ("", finish_reason,
-        GenerationResult). A failed request raises ApiError (500)."""
+    async def answer(stream: Stream) -> AsyncIterator[tuple[str, Ending | None]]:
+        """(text, None) for each piece of the answer, then ("", Ending). A failed
+        request raises ApiError (500; 503 when the server is stopping)."""
         stops = stream.stops
+        received = 0  # tokens up to the one that completed a stop string
         while True:
             output = await stream.queue.get()
             if isinstance(output, EngineFailure):
-                raise ApiError(500, output.message, "server_error")
+                raise ApiError(output.status, output.message, "server_error")
+            if not stream.stopped_by_string:
+                received += len(output.tokens)
             piece = stops.feed(output.text)
             if stops.stopped and not stream.stopped_by_string:
                 stream.stopped_by_string = True
@@ -287,7 +344,7 @@ def create_app(
             if output.finish_reason is not None:
                 piece += stops.flush()
             if piece:
-                yield piece, None, None
+                yield piece, None
             if output.finish_reason is None:
                 continue
             if output.finish_reason == "error":
@@ -295,7 +352,9 @@ def create_app(
                     500, f"generation failed: {output.result.error}", "server_error"
                 )
             reason = finish_reason(output.finish_reason, stream.stopped_by_string)
-            yield "", reason, output.result
+            result = output.result
+            tokens = received if stream.stopped_by_string else len(result.tokens)
+            yield "", Ending(reason, tokens, result.cached_tokens)
             return
 
     async def stream_events(
@@ -306,32 +365,37 @@ def create_app(
         prompt_tokens: int,
     ) -> AsyncIterator[str]:
         """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`.
-        The chunk with the finish_reason carries usage; with
-        stream_options.include_usage a usage-only chunk follows, as OpenAI sends."""
+        With stream_options.include_usage, usage comes once, on a last chunk with no
+        choices, as OpenAI sends it. A failure is an error event, then [DONE]."""
         model = settings.model_name
         finished = False
         try:
             if request.endpoint == "chat":
                 yield sse(chunk_object(request, response_id, model, "", first=True))
-            async for piece, reason, result in answer(stream):
-                if reason is None:
+            async for piece, end in answer(stream):
+                if end is None:
                     yield sse(chunk_object(request, response_id, model, piece))
                     continue
                 finished = True
-                counts = usage(prompt_tokens, len(result.tokens), result.cached_tokens)
-                yield sse(chunk_object(request, response_id, model, "", reason, counts))
+                yield sse(chunk_object(request, response_id, model, "", end.reason))
                 if request.include_usage:
+                    counts = usage(
+                        prompt_tokens, end.completion_tokens, end.cached_tokens
+                    )
                     yield sse(
                         chunk_object(request, response_id, model, None, None, counts)
                     )
-            yield "data: [DONE]\n\n"
         except ApiError as error:
             finished = True
             yield sse(error.body())
+        except Exception as error:  # a bug: the client still gets an ending
+            logger.exception("a stream failed")
+            yield sse(ApiError(500, internal_message(error), "server_error").body())
         finally:
             watcher.cancel()
-            if not finished:  # the client went away, or the server is stopping
+            if not finished:  # the client went away, or the stream failed
                 loop.abort(stream.request_id)
+        yield "data: [DONE]\n\n"
 
     async def abort_on_disconnect(http_request: Request, stream: Stream) -> None:
         while True:
@@ -343,32 +407,92 @@ def create_app(
     return app
 
 
+@dataclass
+class Ending:
+    """How a request ended: OpenAI's finish_reason, the tokens its client got (up
+    to the one that completed a stop string) and those its prompt found cached."""
+
+    reason: str
+    completion_tokens: int
+    cached_tokens: int
+
+
+class AnswerUnexpectedErrors:
+    """ASGI middleware: an exception no handler turned into a response becomes a
+    500 in OpenAI's shape, logged once, and the connection stays usable (Starlette's
+    own handler re-raises it, so uvicorn prints it again and drops the connection).
+    A client that hangs up while sending its body ends its request quietly."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        started = False
+
+        async def tracked_send(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked_send)
+        except ClientDisconnect:
+            return
+        except Exception as error:
+            if started or scope["type"] != "http":
+                raise
+            logger.exception("%s %s failed", scope["method"], scope["path"])
+            response = ApiError(500, internal_message(error), "server_error")
+            await response.response()(scope, receive, send)
+
+
 class RequireApiKey:
-    """ASGI middleware: PROTECTED paths need `Authorization: Bearer KEY`, else 401.
-    (Plain ASGI rather than BaseHTTPMiddleware, which would re-stream every SSE
-    chunk through a memory channel.)"""
+    """ASGI middleware: every path but OPEN_PATHS needs the key, else 401. It comes
+    as `Authorization: Bearer KEY`, or as the password of HTTP Basic
+    authentication: a browser opening the chat page asks for it, then sends it
+    with the page's own requests. (Plain ASGI rather than BaseHTTPMiddleware,
+    which would re-stream every SSE chunk through a memory channel.)"""
 
     def __init__(self, app, key: str, metrics: ServerMetrics):
         self.app = app
-        self.expected = f"Bearer {key}".encode()
+        self.key = key.encode()
         self.metrics = metrics
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PROTECTED):
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                self.metrics.request_rejected.labels("unauthorized").inc()
-                response = ApiError(
-                    401,
-                    "missing or wrong API key: send the header "
-                    "'Authorization: Bearer <key>' with the key the server was "
-                    "started with (--api-key)",
-                    "authentication_error",
-                    code="invalid_api_key",
-                ).response()
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(self.presented_key(given), self.key):
+            await self.app(scope, receive, send)
+            return
+        self.metrics.request_rejected.labels("unauthorized").inc()
+        headers = None
+        if scope["path"] == "/":  # the browser asks for the key
+            headers = {"WWW-Authenticate": 'Basic realm="tiny-llm", charset="UTF-8"'}
+        response = ApiError(
+            401,
+            "missing or wrong API key: send the header 'Authorization: Bearer "
+            "<key>' with the key the server was started with (--api-key); in a "
+            "browser, give the key as the password",
+            "authentication_error",
+            code="invalid_api_key",
+            headers=headers,
+        ).response()
+        await response(scope, receive, send)
+
+    @staticmethod
+    def presented_key(header: bytes) -> bytes:
+        scheme, _, credentials = header.partition(b" ")
+        if scheme.lower() == b"bearer":
+            return credentials
+        if scheme.lower() == b"basic":
+            try:
+                pair = base64.b64decode(credentials, validate=True)
+            except (binascii.Error, ValueError):
+                return b""
+            return pair.partition(b":")[2]  # any user name; the key is the password
+        return b""
 
 
 def prompt_ids(engine, request: GenerationRequest) -> list[int]:
@@ -395,7 +519,7 @@ def prompt_ids(engine, request: GenerationRequest) -> list[int]:
     for position, token in enumerate(request.prompt):
         if token >= vocab:
             raise invalid(
-                f"prompt[{position}] is {token}, outside the model's vocabulary "
+                f"prompt[{position}] is {short(token)}, outside the model's vocabulary "
                 f"[0, {vocab}): send ids the model's tokenizer made",
                 "prompt",
             )
@@ -405,6 +529,10 @@ def prompt_ids(engine, request: GenerationRequest) -> list[int]:
 def context_error(request: GenerationRequest, message: str) -> ApiError:
     param = "messages" if request.endpoint == "chat" else "prompt"
     return invalid(message, param, code="context_length_exceeded")
+
+
+def internal_message(error: Exception) -> str:
+    return f"internal error: {type(error).__name__}: {error}"
 
 
 def sse(payload: dict) -> str:

@@ -24,11 +24,13 @@ RATE_WINDOW_S = 5.0  # tokens/s on the chat page: over this many seconds
 
 
 class EngineFailure:
-    """Put into every open stream when engine.step() itself raised: the engine is
-    broken (a bug, or a learner's unwritten day), and the server says so."""
+    """Put into every open stream when engine.step() itself raised (status 500:
+    the engine is broken, a bug or a learner's unwritten day), or when the server
+    is stopping (503)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, status: int = 500):
         self.message = message
+        self.status = status
 
 
 class Stream:
@@ -194,7 +196,7 @@ class EngineLoop:
         self.rates.append((now, run.prefill_tokens, run.generated_tokens))
         self.snapshot = snapshot
 
-    def fail_all(self, message: str) -> None:
+    def fail_all(self, message: str, status: int = 500) -> None:
         """engine.step() raised: every open request ends with the error, and later
         ones are refused (failure is kept) until the server restarts."""
         self.failure = message
@@ -202,10 +204,21 @@ class EngineLoop:
             streams, self.streams = self.streams, {}
             self.unstarted.clear()
         for stream in streams.values():
-            stream.put(EngineFailure(message))
+            stream.put(EngineFailure(message, status))
 
-    def status(self) -> dict:
-        """The live view the chat page polls: slots, queue, rates, the log line."""
+    def shut_down(self) -> None:
+        """The server is stopping (any thread): open requests end now with a 503,
+        streams with an error event instead of being cut, and the engine takes no
+        more steps."""
+        self.fail_all(
+            "the server is shutting down: send the request again once it is back",
+            status=503,
+        )
+        self.wakeup.set()
+
+    def status(self, show_text: bool = True) -> dict:
+        """The live view the chat page polls: slots, queue, rates, the log line.
+        show_text False: the slots' positions without the end of their text."""
         snapshot = self.snapshot
         now = time.perf_counter()
         recent = [r for r in self.rates if r[0] >= now - RATE_WINDOW_S]
@@ -227,8 +240,8 @@ class EngineLoop:
                     "priority": view.priority,
                     "offset": view.offset,
                     "generated": view.generated,
-                    "text_tail": view.text_tail,
                 }
+                | ({"text_tail": view.text_tail} if show_text else {})
                 for view in slots
             ],
             "batch_size": self.engine.batch_size,

@@ -148,7 +148,7 @@ def chat_messages(body: dict) -> list[dict]:
 def message_text(content, where: str) -> str:
     """A message's text: a string, or a list of {"type": "text", "text": ...} parts."""
     if isinstance(content, str):
-        return content
+        return valid_text(content, where)
     if isinstance(content, list):
         texts = []
         for number, part in enumerate(content):
@@ -162,7 +162,7 @@ def message_text(content, where: str) -> str:
                 raise wrong_type(
                     f"{where}[{number}].text", part.get("text"), "a string"
                 )
-            texts.append(part["text"])
+            texts.append(valid_text(part["text"], f"{where}[{number}].text"))
         return "".join(texts)
     raise wrong_type(where, content, 'a string or a list of {"type": "text"} parts')
 
@@ -178,31 +178,61 @@ def completion_prompt(body: dict) -> str | list[int]:
     prompt = body["prompt"]
     if (
         isinstance(prompt, list)
-        and len(prompt) == 1
-        and isinstance(prompt[0], (str, list))
+        and prompt
+        and all(isinstance(p, (str, list)) for p in prompt)
     ):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        if not prompt:
-            raise invalid("prompt is empty: give the model text to continue", "prompt")
-        return prompt
-    if isinstance(prompt, list):
-        if not prompt:
-            raise invalid("prompt is an empty list: give text or token ids", "prompt")
-        if all(isinstance(t, (str, list)) for t in prompt):
+        if len(prompt) > 1:
             raise invalid(
                 f"prompt holds {len(prompt)} prompts: send one prompt per request",
                 "prompt",
             )
+        prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, list) and any(isinstance(p, (str, list)) for p in prompt):
+            raise invalid(
+                f"prompt[0] must be a string or a list of token ids, got "
+                f"{json_type(prompt)} holding {json_type(prompt[0])}: {PROMPT_FORMS}",
+                "prompt",
+                code="invalid_type",
+            )
+    if isinstance(prompt, str):
+        if not prompt:
+            raise invalid("prompt is empty: give the model text to continue", "prompt")
+        return valid_text(prompt, "prompt")
+    if isinstance(prompt, list):
+        if not prompt:
+            raise invalid("prompt is an empty list: give text or token ids", "prompt")
         for position, token in enumerate(prompt):
             if not is_int(token) or token < 0:
                 raise invalid(
-                    f"prompt[{position}] is {token!r}: token ids are ints >= 0",
+                    f"prompt[{position}] is {short(token)}: token ids are ints "
+                    f">= 0; {PROMPT_FORMS}",
                     "prompt",
                     code="invalid_type",
                 )
         return list(prompt)
-    raise wrong_type("prompt", prompt, "a string or a list of token ids")
+    raise wrong_type("prompt", prompt, PROMPT_FORMS.removeprefix("prompt takes "))
+
+
+PROMPT_FORMS = (
+    'prompt takes a string ("Once upon a time"), a list of token ids ([1, 2, 3]), '
+    "or a list holding one of them"
+)
+
+
+def valid_text(text: str, where: str) -> str:
+    """`text` if it is valid Unicode: JSON may escape half a surrogate pair
+    ("\\ud800"), which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise invalid(
+            f"{where} holds an unpaired surrogate ({text[error.start]!a}) at character "
+            f"{error.start}: send valid Unicode text (a \\ud800-\\udbff escape must "
+            "be followed by a \\udc00-\\udfff one)",
+            where,
+            code="invalid_text",
+        ) from None
+    return text
 
 
 def common_fields(
@@ -294,13 +324,17 @@ def number_field(
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise wrong_type(name, value, "a number")
-    too_low = value <= low if open_low else value < low
-    if not math.isfinite(value) or too_low or value > high:
-        bracket = "(" if open_low else "["
+    bracket = "(" if open_low else "["
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        number = math.inf
+    too_low = number <= low if open_low else number < low
+    if not math.isfinite(number) or too_low or number > high:
         raise invalid(
-            f"{name} must be in {bracket}{low:g}, {high:g}], got {value}", name
+            f"{name} must be in {bracket}{low:g}, {high:g}], got {short(value)}", name
         )
-    return float(value)
+    return number
 
 
 def stop_strings(stop) -> list[str]:
@@ -317,7 +351,7 @@ def stop_strings(stop) -> list[str]:
         raise invalid(
             "stop holds an empty string: every stop string needs text", "stop"
         )
-    return stops
+    return [valid_text(s, "stop") for s in stops]
 
 
 def refuse_unsupported(body: dict, names: tuple[str, ...], what: str) -> None:
@@ -340,6 +374,12 @@ def wrong_type(param: str, value, expected: str) -> ApiError:
 
 def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def short(value, limit: int = 40) -> str:
+    """A client's value for a message, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} chars)"
 
 
 def json_type(value) -> str:

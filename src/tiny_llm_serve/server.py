@@ -1,0 +1,59 @@
+"""Running the app: a socket bound before the slow start, and a clean stop.
+
+`listen_socket` binds the address first, so that a port in use fails at once with
+OSError instead of after loading a model. `serve` runs uvicorn on that socket and
+calls on_started once requests are answered. A stop signal (SIGTERM, Ctrl-C) first
+ends every open request with a 503, streams with an error event and [DONE], so no
+client sees its answer cut off without a word; uvicorn then closes the connections.
+"""
+
+import socket
+from collections.abc import Callable
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+GRACE_S = 5  # open connections get this long to finish after a stop signal
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port), not yet listening; raises OSError."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, telling the app's engine loop first when asked to stop."""
+
+    def __init__(self, app: FastAPI, on_started: Callable[[], None]):
+        config = uvicorn.Config(
+            app, log_level="warning", timeout_graceful_shutdown=GRACE_S
+        )
+        super().__init__(config)
+        self.app = app
+        self.on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.on_started()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            self.app.state.engine_loop.shut_down()
+        super().handle_exit(sig, frame)
+
+
+def serve(app: FastAPI, sock: socket.socket, on_started: Callable[[], None]) -> None:
+    """Serve `app` on `sock` (from listen_socket) until a stop signal."""
+    Server(app, on_started).run(sockets=[sock])

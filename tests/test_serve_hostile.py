@@ -1,0 +1,507 @@
+"""The server against hostile and careless clients (issue 16), on 127.0.0.1.
+
+Two servers in threads of this process over the reference engine: one without an
+API key (`open_server`), one with (`keyed`). Raw sockets send what no client
+library would: a body shorter than its Content-Length, a hang-up mid-body, a second
+request on a connection after a 500. The CLI itself (`python -m
+scripts.commands.serve`) is started for what only a process shows: the start-up
+lines, a port already in use, and SIGTERM with a stream open.
+"""
+
+import base64
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+import tiny_llm_ref
+from tiny_llm_base import PromptSpec
+from tiny_llm_serve import ServerSettings, create_app
+
+from .test_serve import (
+    API_KEY,
+    CHAT,
+    COMPLETIONS,
+    HI,
+    MAX_SEQ_LEN,
+    ROOT,
+    SEA,
+    WAIT_S,
+    BrokenEngine,
+    RunningServer,
+    chat_prompt,
+    free_port,
+    wait_idle,
+)
+
+OPEN_MODEL = "local/tiny-model"  # a slash, as Hub ids have: GET /v1/models/{id}
+LONG_STORY = [{"role": "user", "content": "Tell me a very long story."}]
+
+
+def small_engine(model, tokenizer):
+    return tiny_llm_ref.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=MAX_SEQ_LEN,
+        prefill_step=128,
+        policy="mixed",
+        kv_cache="paged",
+        num_blocks=96,
+    )
+
+
+@pytest.fixture(scope="module")
+def model(embedded_model):
+    return tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+
+
+@pytest.fixture(scope="module")
+def open_server(model, tokenizer):
+    """No API key; make_sampler records the (temperature, top_p, top_k) it gets."""
+    sampled = []
+
+    def recording_sampler(temperature, top_p, top_k):
+        sampled.append((temperature, top_p, top_k))
+        return tiny_llm_ref.make_sampler(temperature, top_p, top_k)
+
+    settings = ServerSettings(OPEN_MODEL)
+    running = RunningServer(
+        create_app(small_engine(model, tokenizer), settings, recording_sampler)
+    )
+    running.settings, running.sampled = settings, sampled
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed(model, tokenizer):
+    settings = ServerSettings(OPEN_MODEL, api_key=API_KEY)
+    running = RunningServer(
+        create_app(small_engine(model, tokenizer), settings, tiny_llm_ref.make_sampler)
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def http(open_server):
+    with httpx.Client(base_url=open_server.url, timeout=WAIT_S) as c:
+        yield c
+
+
+@pytest.fixture
+def server_log():
+    """What the server logs (uvicorn's errors and ours) during the test."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "tiny_llm_serve")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    yield records
+    for logger in loggers:
+        logger.removeHandler(handler)
+
+
+def logged(records: list[logging.LogRecord]) -> list[str]:
+    return [record.getMessage() for record in records]
+
+
+def exchange(sock: socket.socket, request: bytes) -> tuple[int, dict, bytes]:
+    """Send one raw HTTP/1.1 request; read its response (status, headers, body).
+    Raises ConnectionError when the server closes instead of answering."""
+    sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = sock.recv(65536)
+        if not piece:
+            raise ConnectionError("the server closed the connection")
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    while len(body) < int(headers.get("content-length", 0)):
+        piece = sock.recv(65536)
+        if not piece:
+            raise ConnectionError("the server closed the connection mid-body")
+        body += piece
+    return int(lines[0].split()[1]), headers, body
+
+
+def post(path: str, body: bytes, declared: int | None = None) -> bytes:
+    length = len(body) if declared is None else declared
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+        f"\r\nContent-Length: {length}\r\n\r\n"
+    ).encode() + body
+
+
+def is_openai_error(body: dict) -> bool:
+    return set(body.get("error", {})) == {"message", "type", "param", "code"}
+
+
+# Usage: what the client received, once.
+
+
+def test_usage_counts_the_tokens_up_to_the_stop_string(open_server, model, tokenizer):
+    """Whole and streamed, identical greedy requests count the same tokens: those
+    up to the one that completed the stop string, none generated after it."""
+    stop = "s"
+    (full,) = tiny_llm_ref.batch_generate(
+        model, tokenizer, [PromptSpec(chat_prompt(tokenizer, SEA), 24)]
+    )
+    assert stop in full.text, full.text
+    want = next(
+        n
+        for n in range(1, len(full.tokens) + 1)
+        if stop in tokenizer.decode(full.tokens[:n])
+    )
+    client = openai.OpenAI(
+        base_url=open_server.url + "/v1", api_key="none", max_retries=0
+    )
+    asked = dict(
+        model=OPEN_MODEL,
+        messages=[{"role": "user", "content": SEA}],
+        max_tokens=24,
+        temperature=0,
+        stop=[stop],
+    )
+    whole = client.chat.completions.create(**asked)
+    chunks = list(
+        client.chat.completions.create(
+            **asked, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert (
+        whole.choices[0].message.content
+        == streamed
+        == full.text[: full.text.index(stop)]
+    )
+    assert whole.usage.completion_tokens == want
+    assert chunks[-1].usage.completion_tokens == want
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_a_stream_carries_usage_once_on_a_last_chunk(open_server, include_usage):
+    client = openai.OpenAI(
+        base_url=open_server.url + "/v1", api_key="none", max_retries=0
+    )
+    options = {"stream_options": {"include_usage": True}} if include_usage else {}
+    chunks = list(
+        client.chat.completions.create(
+            model=OPEN_MODEL,
+            messages=HI,
+            max_tokens=3,
+            temperature=0,
+            stream=True,
+            **options,
+        )
+    )
+    with_usage = [c for c in chunks if c.usage is not None]
+    if not include_usage:
+        assert with_usage == []
+        return
+    assert with_usage == [chunks[-1]]
+    assert chunks[-1].choices == []
+    assert chunks[-2].choices[0].finish_reason is not None
+    assert 1 <= chunks[-1].usage.completion_tokens <= 3
+
+
+# Connections: a 500 keeps them, an idle body loses them, a hang-up is quiet.
+
+
+def test_after_a_500_the_next_request_on_the_connection_works(tokenizer, server_log):
+    class RefusingEngine(BrokenEngine):
+        def add_request(self, spec: PromptSpec) -> int:
+            raise RuntimeError("add_request broke")
+
+    engine = RefusingEngine(tokenizer, tokenizer.vocab_size)
+    running = RunningServer(
+        create_app(engine, ServerSettings(OPEN_MODEL), tiny_llm_ref.make_sampler)
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", running.port), WAIT_S) as sock:
+            status, _, body = exchange(sock, post(COMPLETIONS, b'{"prompt": "a"}'))
+            assert status == 500
+            assert (
+                "add_request broke"
+                in httpx.Response(500, content=body).json()["error"]["message"]
+            )
+            status, _, body = exchange(
+                sock, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+            )
+            assert status == 200 and b'"ok"' in body
+    finally:
+        running.stop()
+    assert not any("Exception in ASGI" in m for m in logged(server_log))
+
+
+def test_a_body_that_never_arrives_gets_408_and_the_connection_closes(open_server):
+    open_server.settings.body_timeout_s = 0.5
+    try:
+        with socket.create_connection(("127.0.0.1", open_server.port)) as sock:
+            sock.settimeout(10)  # today's server never answers: this ends the test
+            started = time.monotonic()
+            status, headers, body = exchange(
+                sock, post(CHAT, b'{"messages": [', declared=500)
+            )
+            assert status == 408
+            assert headers.get("connection") == "close"
+            error = httpx.Response(408, content=body).json()
+            assert (
+                is_openai_error(error) and "Content-Length" in error["error"]["message"]
+            )
+            assert sock.recv(1) == b"", "the server keeps a half-read connection"
+            assert time.monotonic() - started < 5
+    finally:
+        open_server.settings.body_timeout_s = ServerSettings("x").body_timeout_s
+
+
+def test_a_client_that_hangs_up_mid_body_logs_nothing(open_server, http, server_log):
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", open_server.port), WAIT_S) as s:
+            s.sendall(post(CHAT, b'{"messages": [', declared=500))
+            time.sleep(0.1)
+    assert http.get("/health").status_code == 200
+    time.sleep(0.3)
+    assert logged(server_log) == []
+
+
+# Bad input: a 4xx that says what to send, never a 500 or a log line.
+
+DEEP = b"[" * 30_000 + b"]" * 30_000  # under the 1 MiB limit; json recurses on it
+HOSTILE = [
+    ("400-digit temperature", CHAT, b'{"messages": [{"role": "user", "content": "Hi"}], "temperature": 1' + b"0" * 400 + b"}", "temperature"),
+    ("400-digit top_p", COMPLETIONS, b'{"prompt": "a", "top_p": -1' + b"0" * 400 + b"}", "top_p"),
+    ("JSON nested 30,000 deep", CHAT, DEEP, None),
+    ("lone surrogate in content", CHAT, b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages[0].content"),
+    ("lone surrogate in a text part", CHAT, b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udc00"}]}]}', "messages[0].content[0].text"),
+    ("lone surrogate in a prompt", COMPLETIONS, b'{"prompt": "x\\udfff"}', "prompt"),
+    ("lone surrogate in a stop string", COMPLETIONS, b'{"prompt": "x", "stop": ["\\ud800"]}', "stop"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "path, body, param", [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE]
+)
+def test_hostile_input_gets_a_400(http, server_log, path, body, param):
+    response = http.post(
+        path, content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert is_openai_error(response.json()) and error["param"] == param
+    assert "Union[" not in error["message"] and "Error" not in error["message"]
+    assert logged(server_log) == []
+
+
+@pytest.mark.parametrize("prompt", [[["a"]], [[1, "a"]], [[[1]]]])
+def test_a_nested_prompt_is_told_what_prompt_accepts(http, prompt):
+    response = http.post(COMPLETIONS, json={"prompt": prompt})
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert "a string" in message and "token ids" in message, message
+    assert "1 prompts" not in message
+
+
+@pytest.mark.parametrize("path", ["/", "/health", "/v1/models", "/metrics", "/engine"])
+def test_head_answers_like_get_without_a_body(http, path):
+    got, head = http.get(path), http.head(path)
+    assert head.status_code == 200 == got.status_code
+    assert head.content == b""
+    assert head.headers["content-type"] == got.headers["content-type"]
+
+
+def test_a_model_can_be_retrieved_by_id(open_server):
+    client = openai.OpenAI(
+        base_url=open_server.url + "/v1", api_key="none", max_retries=0
+    )
+    model = client.models.retrieve(OPEN_MODEL)
+    assert model.id == OPEN_MODEL and model.max_model_len == MAX_SEQ_LEN
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.models.retrieve("gpt-9")
+    error = raised.value.response.json()["error"]
+    assert error["code"] == "model_not_found" and OPEN_MODEL in error["message"]
+
+
+def test_the_temperature_default_is_openais(open_server, http):
+    """Left out, temperature is 1.0 (sampling), as in OpenAI's API: greedy needs 0."""
+    before = len(open_server.sampled)
+    body = {"messages": HI, "max_tokens": 1}
+    assert http.post(CHAT, json=body).status_code == 200
+    assert open_server.sampled[before:] == [(1.0, 1.0, None)]
+    body["temperature"] = 0
+    assert http.post(CHAT, json=body).status_code == 200
+    assert len(open_server.sampled) == before + 1, "temperature 0 is greedy"
+
+
+# A local server against web pages: JSON only, no text without a key, no auto-send.
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", None]
+)
+def test_only_json_bodies_start_a_generation(http, content_type):
+    total = wait_idle(http)["total"]
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    body = b'{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}'
+    response = http.post(CHAT, content=body, headers=headers)
+    assert response.status_code == 415, response.text
+    assert is_openai_error(response.json())
+    assert "application/json" in response.json()["error"]["message"]
+    assert http.get("/engine").json()["total"] == total
+    charset = {"Content-Type": "application/json; charset=utf-8"}
+    assert http.post(CHAT, content=body, headers=charset).status_code == 200
+
+
+def running_slot(base_url: str, headers: dict) -> tuple[dict, str]:
+    """Start a long stream, read three content chunks; the /engine view and the
+    text received so far, while it runs. The stream is closed on return."""
+    body = {"messages": LONG_STORY, "max_tokens": 200, "temperature": 0, "stream": True}
+    with httpx.Client(base_url=base_url, headers=headers, timeout=WAIT_S) as c:
+        with c.stream("POST", CHAT, json=body) as response:
+            text, chunks = "", 0
+            for line in response.iter_lines():
+                found = re.search(r'"content":"([^"]+)"', line)
+                if found:
+                    text, chunks = text + found.group(1), chunks + 1
+                if chunks == 3:
+                    break
+            return c.get("/engine").json(), text
+
+
+def test_the_engine_view_shows_no_text_without_a_key(open_server, keyed):
+    status, text = running_slot(open_server.url, {})
+    (slot,) = [s for s in status["slots"] if s is not None]
+    assert "text_tail" not in slot and slot["offset"] > 0 and slot["generated"] >= 3
+    assert text.strip() and text.strip()[-8:] not in str(status)
+    status, text = running_slot(keyed.url, {"Authorization": f"Bearer {API_KEY}"})
+    (slot,) = [s for s in status["slots"] if s is not None]
+    assert slot["text_tail"].strip()
+
+
+def test_with_a_key_every_endpoint_but_health_needs_it(keyed):
+    with httpx.Client(base_url=keyed.url, timeout=WAIT_S) as bare:
+        for path in (
+            "/",
+            "/metrics",
+            "/engine",
+            "/v1/models",
+            f"/v1/models/{OPEN_MODEL}",
+        ):
+            response = bare.get(path)
+            assert response.status_code == 401, path
+            assert response.json()["error"]["type"] == "authentication_error"
+        assert bare.get("/health").status_code == 200
+        assert bare.get("/").headers["www-authenticate"].startswith("Basic ")
+        basic = base64.b64encode(f"anyone:{API_KEY}".encode()).decode()
+        page = bare.get("/", headers={"Authorization": f"Basic {basic}"})
+        assert page.status_code == 200 and "/v1/chat/completions" in page.text
+        wrong = base64.b64encode(b"anyone:wrong").decode()
+        assert (
+            bare.get("/", headers={"Authorization": f"Basic {wrong}"}).status_code
+            == 401
+        )
+
+
+def test_a_link_fills_the_chat_box_but_only_the_user_sends(http):
+    script = http.get("/").text.split("<script>", 1)[1]
+    handler = script.index('$("ask").onsubmit')
+    handler_end = script.index("};", handler)
+    calls = [m.start() for m in re.finditer(r"(?<!function )\bask\(", script)]
+    assert calls and all(handler < c < handler_end for c in calls), (
+        "ask() runs outside the Send handler: a link could send a question"
+    )
+    assert '$("question").value = params.get("q")' in script
+
+
+# The CLI: start-up lines, a port in use, SIGTERM.
+
+
+def serve_command(port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "scripts.commands.serve", "--port", str(port),
+        "--max-seq-len", "512", "--num-blocks", "64", "--batch-size", "2",
+    ]  # fmt: skip
+
+
+def cli_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "TINY_LLM_API_KEY"}
+
+
+def test_a_port_in_use_is_one_error_line_and_status_1():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            serve_command(port),
+            cwd=ROOT,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S * 3,
+        )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1, result.stderr
+    assert not any(line.startswith("serving") for line in lines), result.stderr
+    assert lines[-1].startswith("error: ") and str(port) in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sigterm_ends_open_streams_with_an_error_event():
+    port = free_port()
+    process = subprocess.Popen(
+        serve_command(port),
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + WAIT_S * 3
+        while not any(line.startswith("serving") for line in lines):
+            assert process.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "the server did not start in time"
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(url + "/health", timeout=WAIT_S).status_code == 200, (
+            "'serving' was printed before the server answered"
+        )
+        assert any("no --api-key" in line for line in lines), "".join(lines)
+        body = {"messages": LONG_STORY, "max_tokens": 400, "stream": True}
+        events = []
+        with httpx.stream("POST", url + CHAT, json=body, timeout=WAIT_S) as response:
+            for line in response.iter_lines():
+                if line:
+                    events.append(line)
+                if len(events) == 3:
+                    process.send_signal(signal.SIGTERM)
+        process.wait(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    reader.join(timeout=5)
+    assert events[-1] == "data: [DONE]", events[-3:]
+    assert '"error"' in events[-2] and "shutting down" in events[-2], events[-3:]
+    log = "".join(lines)
+    assert "Traceback" not in log and "Exception in ASGI" not in log, log

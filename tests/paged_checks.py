@@ -15,8 +15,8 @@ from .helpers import assert_same_tokens, expected_tokens
 def check_pool(engine) -> None:
     """Every block is exactly one of: held (refcount = the tables that list it),
     free, or cached (hashed, held by nobody); names map both ways."""
-    pool = engine.pool
-    holders = Counter(b for table in engine.tables.values() for b in table.blocks)
+    pool = engine.kv.pool
+    holders = Counter(b for table in engine.kv.tables.values() for b in table.blocks)
     for block in range(pool.num_blocks):
         assert pool.refcounts[block] == holders[block], (
             f"block {block}: refcount {pool.refcounts[block]}, held by "
@@ -30,9 +30,9 @@ def check_pool(engine) -> None:
     assert set(cached) <= set(pool.hash_of), "a cached block has no name"
     assert all(pool.block_of[h] == b for b, h in pool.hash_of.items())
     assert len(pool.block_of) == len(pool.hash_of)
-    for request, table in engine.tables.items():
+    for request, table in engine.kv.tables.items():
         assert not request.is_finished, "a finished request still holds blocks"
-        assert request.offset <= len(table.blocks) * engine.block_size
+        assert request.offset <= len(table.blocks) * engine.config.block_size
         assert len(table.blocks) == len(set(table.blocks)), "a table repeats a block"
 
 
@@ -40,8 +40,8 @@ def assert_pool_empty(engine) -> None:
     """After a run: nothing held, every block free or cached, and the cached blocks
     are exactly the named ones."""
     check_pool(engine)
-    pool = engine.pool
-    assert engine.tables == {}
+    pool = engine.kv.pool
+    assert engine.kv.tables == {}
     assert pool.in_use == 0 and all(n == 0 for n in pool.refcounts)
     assert set(pool.cached) == set(pool.hash_of)
     assert len(pool.free) + len(pool.cached) == pool.num_blocks

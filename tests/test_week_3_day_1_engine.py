@@ -122,17 +122,17 @@ def assert_caches_follow_slots(engine, recorder: Recorder, prompt_lengths) -> No
     in use holds its prompt and every generated token but the last (not fed yet), a
     free slot nothing, and the cache feeds rows up to the highest slot in use."""
     slots = engine.snapshot().slots
-    assert len(slots) == engine.batch_size
+    assert len(slots) == engine.config.batch_size
     expected = [
         0
         if view is None
         else prompt_lengths[view.request] + len(recorder.tokens(view.request)) - 1
         for view in slots
     ]
-    for request, view in zip(engine.slots, slots):
+    for request, view in zip(engine.planner.slots, slots):
         assert (request is None) == (view is None)
     rows = max((slot + 1 for slot, n in enumerate(expected) if n), default=0)
-    for layer, cache in enumerate(engine.cache):
+    for layer, cache in enumerate(engine.kv.batch_cache):
         assert list(cache.offset) == expected, f"layer {layer}"
         assert cache.rows == rows, f"layer {layer}"
 
@@ -141,16 +141,16 @@ def assert_engine_empty(engine) -> None:
     """Nothing left and nothing held: no request, every slot free, every layer's batch
     cache empty and without storage."""
     assert not engine.has_unfinished()
-    assert engine.slots == [None] * engine.batch_size
-    assert engine.waiting == []
-    for layer, cache in enumerate(engine.cache):
+    assert engine.planner.slots == [None] * engine.config.batch_size
+    assert engine.planner.waiting == []
+    for layer, cache in enumerate(engine.kv.batch_cache):
         assert cache.rows == 0, f"layer {layer}"
-        assert list(cache.offset) == [0] * engine.batch_size, f"layer {layer}"
+        assert list(cache.offset) == [0] * engine.config.batch_size, f"layer {layer}"
         assert cache.keys is None and cache.values is None, (
             f"layer {layer}: an empty batch cache keeps no storage"
         )
     snapshot = engine.snapshot()
-    assert snapshot.slots == [None] * engine.batch_size
+    assert snapshot.slots == [None] * engine.config.batch_size
     assert snapshot.prefilling is None
     assert engine.metrics.running == 0 and engine.metrics.waiting == 0
 
@@ -1021,7 +1021,7 @@ def test_a_failed_mixed_forward_fails_its_requests_and_the_engine_goes_on(
     assert outputs[ids["A"]].result.tokens == a_tokens
     assert ids["C"] not in outputs
     assert_caches_follow_slots(engine, recorder, lengths)
-    assert engine.slots == [None] * 3
+    assert engine.planner.slots == [None] * 3
     add("D")
     holders = set()
 

@@ -53,9 +53,9 @@ def test_no_more_requests_prefill_than_there_will_be_slots(pair, tokenizer, no_e
     )
 
     def check_slots(engine):
-        started = [r for r in engine.waiting if r.offset > 0]
-        occupied = sum(slot is not None for slot in engine.slots)
-        assert occupied + len(started) <= engine.batch_size
+        started = [r for r in engine.planner.waiting if r.offset > 0]
+        occupied = sum(slot is not None for slot in engine.planner.slots)
+        assert occupied + len(started) <= engine.config.batch_size
 
     results = run_engine(engine, prompts, check_slots, max_steps=500)
     assert_tokens(results, mlx_model, prompts, 3, tokenizer, banned)
@@ -67,13 +67,13 @@ def test_a_step_feeds_at_most_token_budget_rows(pair, tokenizer, monkeypatch):
     banned = sorted(tokenizer.eos_token_ids)
     sampler = greedy_without(banned, mlx_model.args.vocab_size)
     fed = []
-    real_forward = tiny.engine.mixed_forward
+    real_forward = tiny.runner.mixed_forward
 
     def counting_forward(model, decode_tokens, offsets, cache, chunks):
         fed.append(len(decode_tokens) + sum(len(c.tokens) for c in chunks))
         return real_forward(model, decode_tokens, offsets, cache, chunks)
 
-    monkeypatch.setattr(tiny.engine, "mixed_forward", counting_forward)
+    monkeypatch.setattr(tiny.runner, "mixed_forward", counting_forward)
     rng = np.random.default_rng(2)
     lengths, limits = (6, 7, 8, 30, 25), (2, 12, 12, 6, 6)
     prompts = [

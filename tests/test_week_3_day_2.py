@@ -190,7 +190,7 @@ def test_paged_engine_matches_mlx_lm(random_pairs, tokenizer, data):
     results = run_engine(engine, prompts)
     assert_like_mlx_lm(results, mlx_model, prompts, max_tokens, tokenizer)
     assert_pool_empty(engine)
-    assert not engine.pool.cached, "nothing is cached without prefix caching"
+    assert not engine.kv.pool.cached, "nothing is cached without prefix caching"
 
 
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
@@ -283,13 +283,13 @@ def test_paged_memory_follows_the_tokens_held(pair, tokenizer, no_eos):
     seen = []
 
     def check(engine):
-        for request, table in engine.tables.items():
+        for request, table in engine.kv.tables.items():
             held = max(len(request.prefill_tokens), request.offset)
             assert len(table.blocks) == tiny.blocks_needed(held, 4)
-        in_use = sum(len(table.blocks) for table in engine.tables.values())
-        assert engine.pool.in_use == in_use
+        in_use = sum(len(table.blocks) for table in engine.kv.tables.values())
+        assert engine.kv.pool.in_use == in_use
         assert engine.metrics.kv_blocks_in_use == in_use
-        seen.append(engine.pool.in_use)
+        seen.append(engine.kv.pool.in_use)
 
     run_engine(engine, prompts, check)
     assert engine.metrics.kv_peak_blocks_in_use == max(seen)
@@ -335,7 +335,7 @@ def test_abort_and_failures_give_blocks_back(pair, tokenizer, no_eos):
 
     for _ in range(3):
         step()
-    assert engine.tables, "somebody holds blocks"
+    assert engine.kv.tables, "somebody holds blocks"
     engine.abort(decoding)
     engine.abort(prefilling)
     for _ in range(50):

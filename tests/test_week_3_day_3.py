@@ -228,18 +228,18 @@ def test_shared_blocks_are_never_written(pair, tokenizer):
         block_size=4,
     )
     run_engine(engine, [a])
-    shared = engine.pool.lookup(b[:-1])
-    engine.pool.release(shared.blocks)
+    shared = engine.kv.pool.lookup(b[:-1])
+    engine.kv.pool.release(shared.blocks)
     assert len(shared.blocks) == 3
     blocks = mx.array(shared.blocks)
     before = [
         (np.array(layer.keys[blocks]), np.array(layer.values[blocks]))
-        for layer in engine.layer_blocks
+        for layer in engine.kv.layer_blocks
     ]
     (result,) = run_engine(engine, [b])
     assert result.cached_tokens == 12
     assert_like_mlx_lm([result], mlx_model, [b], 8, tokenizer)
-    for layer, (keys, values) in zip(engine.layer_blocks, before):
+    for layer, (keys, values) in zip(engine.kv.layer_blocks, before):
         np.testing.assert_array_equal(np.array(layer.keys[blocks]), keys)
         np.testing.assert_array_equal(np.array(layer.values[blocks]), values)
     assert_pool_empty(engine)
@@ -277,13 +277,13 @@ def test_blocks_shared_with_a_running_request_are_never_written(
                 results[output.request_id] = output.result
 
     first = engine.add_request(a)
-    while not engine.slots[0]:  # A prefilled, its prompt's full blocks named
+    while not engine.planner.slots[0]:  # A prefilled, its prompt's full blocks named
         step()
-    [table] = engine.tables.values()
+    [table] = engine.kv.tables.values()
     blocks = mx.array(table.blocks[:3])
     before = [
         (np.array(layer.keys[blocks]), np.array(layer.values[blocks]))
-        for layer in engine.layer_blocks
+        for layer in engine.kv.layer_blocks
     ]
     second = engine.add_request(b)
     most_holders = 0
@@ -291,13 +291,13 @@ def test_blocks_shared_with_a_running_request_are_never_written(
         if not engine.has_unfinished():
             break
         step()
-        most_holders = max(most_holders, engine.pool.refcounts[table.blocks[0]])
+        most_holders = max(most_holders, engine.kv.pool.refcounts[table.blocks[0]])
     assert most_holders == 2, "B ran beside A, holding A's blocks"
     assert results[second].cached_tokens == 12
     assert_like_mlx_lm(
         [results[first], results[second]], mlx_model, [a, b], 8, tokenizer, banned
     )
-    for layer, (keys, values) in zip(engine.layer_blocks, before):
+    for layer, (keys, values) in zip(engine.kv.layer_blocks, before):
         np.testing.assert_array_equal(np.array(layer.keys[blocks]), keys)
         np.testing.assert_array_equal(np.array(layer.values[blocks]), values)
     assert_pool_empty(engine)

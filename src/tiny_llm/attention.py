@@ -1,6 +1,10 @@
 """Scaled dot-product attention, multi-head and grouped, and the chunk causal mask."""
 
+import math
+
 import mlx.core as mx
+
+from .basics import linear, softmax
 
 
 def scaled_dot_product_attention_simple(
@@ -15,10 +19,11 @@ def scaled_dot_product_attention_simple(
     query: [..., L, D], key and value: [..., S, D] -> [..., L, D].
     scale defaults to 1 / sqrt(D): it keeps the scores' variance near 1 so the
     softmax does not saturate. mask is additive (0 keeps a score, -inf drops it) and
-    broadcasts to [..., L, S]. Use your `softmax` over the last axis.
+    broadcasts to [..., L, S].
     """
     raise NotImplementedError(
-        "Week 1 Day 1: scaled_dot_product_attention_simple (scores, mask, softmax, @ value)"
+        "Week 1 Day 1: scaled_dot_product_attention_simple (scores, mask, softmax, @ "
+        "value)"
     )
 
 
@@ -48,13 +53,10 @@ class SimpleMultiHeadAttention:
         value: mx.array,
         mask: mx.array | None = None,
     ) -> mx.array:
-        """query: [N, L, E], key and value: [N, S, E], mask: [L, S] -> [N, L, E].
-
-        Project with wq, wk, wv; split E into [H, D] and move heads before the
-        sequence axis ([N, H, L, D]); attend; merge the heads back; project with wo.
-        """
+        """query: [N, L, E], key and value: [N, S, E], mask: [L, S] -> [N, L, E]."""
         raise NotImplementedError(
-            "Week 1 Day 1: SimpleMultiHeadAttention (project, split heads, attend, merge, project)"
+            "Week 1 Day 1: SimpleMultiHeadAttention (project, split heads, attend, "
+            "merge, project)"
         )
 
 
@@ -81,11 +83,12 @@ def scaled_dot_product_attention_grouped(
 
     query: [B, H_q, L, D], key and value: [B, H, S, D] -> [B, H_q, L, D], where
     H_q = n_repeats * H. Query heads h * n_repeats .. (h + 1) * n_repeats - 1 use
-    key/value head h. Instead of copying K and V n_repeats times, reshape the query
-    to [B, H, n_repeats, L, D] and K, V to [B, H, 1, S, D]: broadcasting does the
-    sharing. mask: additive, broadcastable to [B, H_q, L, S] (split its head axis
-    like the query's), or "causal" for causal_mask(L, S).
+    key/value head h. Instead of copying K and V n_repeats times, the query is
+    reshaped to [B, H, n_repeats, L, D] and K, V to [B, H, 1, S, D]: broadcasting
+    does the sharing. mask: additive, broadcastable to [B, H_q, L, S], or
+    "causal" for causal_mask(L, S).
     """
     raise NotImplementedError(
-        "Week 1 Day 3: scaled_dot_product_attention_grouped (reshape, attend, reshape back)"
+        "Week 1 Day 3: scaled_dot_product_attention_grouped (reshape, attend, reshape"
+        " back)"
     )

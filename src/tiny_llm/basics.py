@@ -6,8 +6,8 @@ import mlx.core as mx
 def softmax(x: mx.array, axis: int) -> mx.array:
     """exp(x) / sum(exp(x)) along `axis`.
 
-    Subtract the maximum along `axis` first: it changes nothing mathematically but
-    keeps `exp` from overflowing. Sum in float32; return x's dtype.
+    Subtracting the maximum first changes nothing mathematically but keeps `exp`
+    from overflowing; the sum is done in float32 and the result has x's dtype.
     """
     raise NotImplementedError(
         "Week 1 Day 1: softmax (subtract the max, exp, normalize)"
@@ -18,7 +18,7 @@ def linear(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
     """x: [..., I], w: [O, I], bias: [O] -> [..., O].
 
     Weights are stored one output row per neuron (the PyTorch / MLX layout), so the
-    product is x @ w.T; add bias when given.
+    product is x @ w.T.
     """
     raise NotImplementedError("Week 1 Day 1: linear (x @ w.T + bias)")
 

@@ -6,6 +6,8 @@ request while it runs. `batch_generate` takes a fixed `prefill_step`, None for n
 chunking, `select_chunk_size`, or an `AdaptiveChunker`.
 """
 
+from collections import deque
+
 
 def select_chunk_size(
     sequence_length: int, active_decode_requests: int, batch_size: int
@@ -17,8 +19,8 @@ def select_chunk_size(
     - otherwise the balanced default of 128.
     """
     raise NotImplementedError(
-        "Week 2 Day 7: select_chunk_size: 64 when active_decode_requests > "
-        "0.8 * batch_size, else 256 for prompts longer than 2048 tokens, else 128"
+        "Week 2 Day 7: select_chunk_size: 64 when active_decode_requests > 0.8 * "
+        "batch_size, else 256 for prompts longer than 2048 tokens, else 128"
     )
 
 
@@ -49,8 +51,8 @@ class AdaptiveChunker:
     def record(self, seconds: float) -> None:
         """Report how long the last chunk took."""
         raise NotImplementedError(
-            "Week 2 Day 7: AdaptiveChunker.record: remember the chunk time "
-            "(only the last `window` count)"
+            "Week 2 Day 7: AdaptiveChunker.record: remember the chunk time (only the "
+            "last `window` count)"
         )
 
     def select_chunk_size(self, active_decode_requests: int, batch_size: int) -> int:

@@ -2,6 +2,8 @@
 
 import mlx.core as mx
 
+from .basics import linear
+
 
 class Embedding:
     """weight: [vocab_size, embedding_dim], one row per token id."""

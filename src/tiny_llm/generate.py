@@ -1,10 +1,13 @@
-"""Generating text with the week-1 model: the whole sequence goes through it each step."""
+"""Generating text: with the week-1 model the whole sequence goes through it each
+step; with the week-2 model and its KV cache, only the new token does."""
 
 from collections.abc import Callable
 
+import mlx.core as mx
+
 from .qwen2_week1 import Qwen2ModelWeek1
 from .qwen2_week2 import Qwen2ModelWeek2
-from .sampler import Sampler
+from .sampler import Sampler, make_sampler
 
 
 def simple_generate(
@@ -23,12 +26,6 @@ def simple_generate(
     end-of-sequence token or after max_tokens tokens. sampler defaults to greedy.
     on_text(segment) is called with each newly readable piece of text; the pieces
     concatenate to the returned string.
-
-    Hints: tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-    add_generation_prompt=True) gives the prompt's token ids; the sampler wants
-    log-probabilities (logits - logsumexp); tokenizer.eos_token_ids; a fresh
-    `tokenizer.detokenizer` takes add_token(id), gives last_segment, and needs
-    finalize() at the end.
     """
     raise NotImplementedError("Week 1 Day 6: simple_generate (the generation loop)")
 
@@ -51,6 +48,42 @@ def simple_generate_with_kv_cache(
     """
     raise NotImplementedError(
         "Week 2 Day 1: simple_generate_with_kv_cache: like simple_generate, but "
-        "create the model's KV cache once, run the prompt at offset 0, then feed "
-        "only the last sampled token at offset = the tokens already cached"
+        "create the model's KV cache once, run the prompt at offset 0, then feed only"
+        " the last sampled token at offset = the tokens already cached"
     )
+
+
+def generate_text(
+    next_logits: Callable[[list[int]], mx.array],
+    tokenizer,
+    prompt: str,
+    sampler: Sampler | None,
+    max_tokens: int,
+    on_text: Callable[[str], None] | None,
+) -> str:
+    """The loop both generators share; next_logits(all tokens so far) -> logits [1, V]."""
+    sampler = sampler or make_sampler(0.0)
+    tokens = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True
+    )
+    detokenizer = tokenizer.detokenizer  # a fresh streaming detokenizer
+    pieces = []
+
+    def emit(segment: str) -> None:
+        if segment:
+            pieces.append(segment)
+            if on_text is not None:
+                on_text(segment)
+
+    for _ in range(max_tokens):
+        logits = next_logits(tokens)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        token = sampler(logprobs).item()
+        if token in tokenizer.eos_token_ids:
+            break
+        tokens.append(token)
+        detokenizer.add_token(token)
+        emit(detokenizer.last_segment)
+    detokenizer.finalize()
+    emit(detokenizer.last_segment)
+    return "".join(pieces)

@@ -22,8 +22,8 @@ class TinyKvCache:
     ) -> tuple[mx.array, mx.array, mx.array | str | None]:
         """Store this step's keys/values [B, H, L, D]; return all keys, values and the mask."""
         raise NotImplementedError(
-            "Week 2 Day 1: TinyKvCache is the interface; TinyKvFullCache (and on "
-            "Day 5 BatchingKvCache) implement update_and_fetch"
+            "Week 2 Day 1: TinyKvCache is the interface; TinyKvFullCache (and on Day "
+            "5 BatchingKvCache) implement update_and_fetch"
         )
 
 
@@ -38,8 +38,8 @@ class TinyKvFullCache(TinyKvCache):
 
     def __init__(self) -> None:
         raise NotImplementedError(
-            "Week 2 Day 1: TinyKvFullCache: start empty: no key/value storage yet "
-            "and offset 0"
+            "Week 2 Day 1: TinyKvFullCache: start empty: no key/value storage yet and"
+            " offset 0"
         )
 
     def update_and_fetch(
@@ -48,8 +48,8 @@ class TinyKvFullCache(TinyKvCache):
         raise NotImplementedError(
             "Week 2 Day 1: update_and_fetch: grow the storage if offset + L does not "
             "fit, write keys/values at offset .. offset + L - 1, advance offset, and "
-            "return keys[:, :, :offset], values[:, :, :offset] and the mask "
-            '("causal" when L > 1, None for one token)'
+            'return keys[:, :, :offset], values[:, :, :offset] and the mask ("causal"'
+            " when L > 1, None for one token)"
         )
 
     def capacity(self) -> int:
@@ -59,9 +59,9 @@ class TinyKvFullCache(TinyKvCache):
 
     def grow(self, B: int, H: int, capacity: int, D: int, dtype: mx.Dtype) -> None:
         raise NotImplementedError(
-            "Week 2 Day 1: grow: allocate [B, H, capacity, D] keys and values and copy "
-            "the first offset tokens over (update_and_fetch asks for at least twice "
-            "the old capacity, and INITIAL_CAPACITY the first time)"
+            "Week 2 Day 1: grow: allocate [B, H, capacity, D] keys and values and "
+            "copy the first offset tokens over (update_and_fetch asks for at least "
+            "twice the old capacity, and INITIAL_CAPACITY the first time)"
         )
 
     def fetch(self) -> tuple[mx.array, mx.array]:
@@ -126,18 +126,18 @@ class BatchingKvCache(TinyKvCache):
         raise NotImplementedError(
             "Week 2 Day 5: fit: cut the storage to `rows` rows if it has more; if it "
             "then has fewer rows or fewer than `length` positions, allocate zeroed "
-            "[rows, H, capacity, D] keys and values (capacity: at least length, "
-            "twice the old and INITIAL_CAPACITY, at most max_seq_len) and copy the "
-            "old storage in"
+            "[rows, H, capacity, D] keys and values (capacity: at least length, twice"
+            " the old and INITIAL_CAPACITY, at most max_seq_len) and copy the old "
+            "storage in"
         )
 
     def add_request(self, prefilled: TinyKvFullCache, slot: int) -> None:
         """Copy a prefilled request's keys/values [1, H, S, D] into row `slot`."""
         raise NotImplementedError(
-            "Week 2 Day 5: add_request: ValueError for a slot outside "
-            "[0, max_active_requests), a slot in use, or S > max_seq_len; fit the "
-            "storage to cover row slot and S positions; copy the prefilled "
-            "keys/values into row slot; offset S"
+            "Week 2 Day 5: add_request: ValueError for a slot outside [0, "
+            "max_active_requests), a slot in use, or S > max_seq_len; fit the storage"
+            " to cover row slot and S positions; copy the prefilled keys/values into "
+            "row slot; offset S"
         )
 
     def remove_request(self, slot: int) -> None:
@@ -159,6 +159,6 @@ class BatchingKvCache(TinyKvCache):
             "Week 2 Day 5: update_and_fetch: ValueError unless rows <= B <= "
             "max_active_requests, or when a row would pass max_seq_len; fit the "
             "storage to B rows and S = max(offsets[:B]) + L positions; write row b's "
-            "L keys/values at offsets[b], build batch_causal_mask, advance the "
-            "non-empty rows, return [:, :, :S] and the mask"
+            "L keys/values at offsets[b], build batch_causal_mask, advance the non-"
+            "empty rows, return [:, :, :S] and the mask"
         )

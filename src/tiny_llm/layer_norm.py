@@ -6,8 +6,8 @@ import mlx.core as mx
 class RMSNorm:
     """y = x / sqrt(mean(x^2) + eps) * weight, over the last axis.
 
-    weight: [dim]. Take the mean of squares in float32: in float16 the squares of
-    activations in the hundreds already overflow. Return x's dtype.
+    weight: [dim]. The mean of squares is taken in float32: in float16 the squares
+    of activations in the hundreds already overflow. The output has x's dtype.
     """
 
     def __init__(self, dim: int, weight: mx.array, eps: float = 1e-5):

@@ -54,20 +54,22 @@ class RequestMetrics:
     @property
     def queue_time(self) -> float | None:
         raise NotImplementedError(
-            "Week 2 Day 6: queue_time: prefill_start - arrival (None until both are known)"
+            "Week 2 Day 6: queue_time: prefill_start - arrival (None until both are "
+            "known)"
         )
 
     @property
     def time_to_first_token(self) -> float | None:
         raise NotImplementedError(
-            "Week 2 Day 6: time_to_first_token: first token time - arrival "
-            "(None before the arrival or the first token)"
+            "Week 2 Day 6: time_to_first_token: first token time - arrival (None "
+            "before the arrival or the first token)"
         )
 
     @property
     def inter_token_latencies(self) -> list[float]:
         raise NotImplementedError(
-            "Week 2 Day 6: inter_token_latencies: the gaps between consecutive token_times"
+            "Week 2 Day 6: inter_token_latencies: the gaps between consecutive "
+            "token_times"
         )
 
     @property
@@ -146,15 +148,16 @@ class RunMetrics:
     def record_prefill_chunk(self, tokens: int, seconds: float) -> None:
         """Count one prefill chunk of `tokens` prompt tokens that took `seconds`."""
         raise NotImplementedError(
-            "Week 2 Day 6: record_prefill_chunk: count the chunk and its tokens, add its "
-            "seconds, and update chunk_time_average (the first chunk sets it; later "
-            "ones weigh 0.1)"
+            "Week 2 Day 6: record_prefill_chunk: count the chunk and its tokens, add "
+            "its seconds, and update chunk_time_average (the first chunk sets it; "
+            "later ones weigh 0.1)"
         )
 
     def record_decode_step(self, tokens: int, seconds: float) -> None:
         """Count one decode step that generated `tokens` tokens in `seconds`."""
         raise NotImplementedError(
-            "Week 2 Day 6: record_decode_step: count the step, its tokens and its seconds"
+            "Week 2 Day 6: record_decode_step: count the step, its tokens and its "
+            "seconds"
         )
 
     def record_mixed_step(
@@ -176,8 +179,8 @@ class RunMetrics:
         once (the pool's peak_in_use), blocks cached."""
         raise NotImplementedError(
             "Week 3 Day 2: record_blocks: set kv_blocks_in_use, raise "
-            "kv_peak_blocks_in_use to peak_in_use if higher, set kv_blocks_cached "
-            "and kv_bytes_per_token"
+            "kv_peak_blocks_in_use to peak_in_use if higher, set kv_blocks_cached and"
+            " kv_bytes_per_token"
         )
 
     def record_prefix_lookup(self, prompt_tokens: int, cached_tokens: int) -> None:
@@ -206,15 +209,16 @@ class RunMetrics:
     def interleaving_ratio(self) -> float:
         """Prefill chunks per decode step: how finely prefill is mixed into decoding."""
         raise NotImplementedError(
-            "Week 2 Day 6: interleaving_ratio: prefill_chunks / decode_steps "
-            "(inf before the first decode step)"
+            "Week 2 Day 6: interleaving_ratio: prefill_chunks / decode_steps (inf "
+            "before the first decode step)"
         )
 
     @property
     def prompt_throughput(self) -> float:
         """Prompt tokens prefilled per second of the whole run."""
         raise NotImplementedError(
-            "Week 2 Day 6: prompt_throughput: prefill_tokens / total_seconds (0.0 at 0 s)"
+            "Week 2 Day 6: prompt_throughput: prefill_tokens / total_seconds (0.0 at "
+            "0 s)"
         )
 
     @property

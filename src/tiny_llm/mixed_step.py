@@ -23,11 +23,13 @@ rows and the last position of each chunk that finishes its prompt.
 """
 
 from dataclasses import dataclass
+from functools import partial
+from itertools import accumulate
 
 import mlx.core as mx
 
 from .kv_cache import BatchingKvCache, TinyKvCache
-from .qwen2_week2 import Qwen2ModelWeek2, check_offset  # noqa: F401
+from .qwen2_week2 import Qwen2ModelWeek2, check_offset
 
 
 @dataclass
@@ -56,17 +58,17 @@ def split_parts(
     own batch row, as day 5's decode step has them. The chunks follow, in order.
     """
     raise NotImplementedError(
-        "Week 3 Day 1: split_parts: the decode part is x[:, :, :B] with axes 0 "
-        "and 2 swapped (None when B is 0); then chunk c is x[:, :, start:end], "
-        "the chunks one after the other from position B"
+        "Week 3 Day 1: split_parts: the decode part is x[:, :, :B] with axes 0 and 2 "
+        "swapped (None when B is 0); then chunk c is x[:, :, start:end], the chunks "
+        "one after the other from position B"
     )
 
 
 def join_parts(decode: mx.array | None, chunks: list[mx.array]) -> mx.array:
     """split_parts undone: [B, H, 1, D] and each [1, H, L_c, D] -> [1, H, T, D]."""
     raise NotImplementedError(
-        "Week 3 Day 1: join_parts: swap the decode part's axes 0 and 2 back "
-        "(when there is one) and concatenate it and the chunks along axis 2"
+        "Week 3 Day 1: join_parts: swap the decode part's axes 0 and 2 back (when "
+        "there is one) and concatenate it and the chunks along axis 2"
     )
 
 
@@ -89,13 +91,13 @@ def mixed_forward(
     tokens. Nothing is evaluated here.
     """
     raise NotImplementedError(
-        "Week 3 Day 1: mixed_forward: ValueError for decode tokens without a "
-        "batch cache, a count of offsets unlike the tokens' or an empty chunk; "
-        "check_offset every layer's caches; embed the decode tokens and every "
-        "chunk's tokens as one sequence [1, T]; run each layer as "
-        "layer.forward(h, attend), where attend(q, k, v) cuts q, k, v with "
-        "split_parts, runs attention.attend on the decode rows (decode offsets, "
-        "batch cache) and on each chunk (chunk.offset, chunk.cache[layer]), and "
-        "glues the outputs with join_parts; then model.logits only on the decode "
-        "rows and the last position of each chunk that wants_logits"
+        "Week 3 Day 1: mixed_forward: ValueError for decode tokens without a batch "
+        "cache, a count of offsets unlike the tokens' or an empty chunk; check_offset"
+        " every layer's caches; embed the decode tokens and every chunk's tokens as "
+        "one sequence [1, T]; run each layer as layer.forward(h, attend), where "
+        "attend(q, k, v) cuts q, k, v with split_parts, runs attention.attend on the "
+        "decode rows (decode offsets, batch cache) and on each chunk (chunk.offset, "
+        "chunk.cache[layer]), and glues the outputs with join_parts; then "
+        "model.logits only on the decode rows and the last position of each chunk "
+        "that wants_logits"
     )

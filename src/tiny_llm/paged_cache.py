@@ -25,15 +25,16 @@ computing them. A hashed block that no request holds stays cached, least recentl
 used first out, until the free list runs dry.
 """
 
-import hashlib  # noqa: F401  (chain_hash)
-from array import array  # noqa: F401  (chain_hash)
-from collections import OrderedDict, deque  # noqa: F401  (BlockPool)
+import hashlib
+import os
+from array import array
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from .kv_cache import TinyKvCache, batch_causal_mask  # noqa: F401
+from .kv_cache import TinyKvCache, batch_causal_mask
 
 
 def blocks_needed(tokens: int, block_size: int) -> int:
@@ -48,9 +49,44 @@ def chain_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
     block) and its token ids. Equal names mean equal tokens at every position before
     the block's end (a collision would need a broken SHA-256)."""
     raise NotImplementedError(
-        "Week 3 Day 3: chain_hash: hashlib.sha256 fed the parent hash (b'' for None), "
-        "then the token ids as bytes (array('q', tokens).tobytes()); its digest()"
+        "Week 3 Day 3: chain_hash: hashlib.sha256 fed the parent hash (b'' for None),"
+        " then the token ids as bytes (array('q', tokens).tobytes()); its digest()"
     )
+
+
+def check_pool_fits(model, positions: int) -> None:
+    """Refuse a pool of `positions` positions that could not fit in this machine's
+    memory, before MLX tries (an allocation past it can crash the process). Bytes
+    per position come from the model's layers (keys and values, float32 at most);
+    a model that does not show its layers is checked at the pool's first write."""
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        return
+    per_position = sum(
+        2 * layer.attention.num_kv_heads * layer.attention.head_dim * 4
+        for layer in layers
+    )
+    check_memory(positions * per_position, positions)
+
+
+def check_memory(needed: int, positions: int) -> None:
+    """ValueError, with the numbers, when `needed` bytes for a pool of `positions`
+    positions pass what the machine has."""
+    have = physical_memory()
+    if have and needed > have:
+        raise ValueError(
+            f"a KV pool of {positions:,} positions needs {needed / 2**30:,.1f} GiB, "
+            f"but this machine has {have / 2**30:,.1f} GiB: lower num_blocks or "
+            "block_size"
+        )
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 @dataclass
@@ -77,8 +113,9 @@ class BlockPool:
     def __init__(self, num_blocks: int, block_size: int):
         raise NotImplementedError(
             "Week 3 Day 2: BlockPool: keep num_blocks and block_size; every block "
-            "free (a deque 0 .. num_blocks - 1) with refcount 0; no cached blocks (an "
-            "OrderedDict) and no names (hash_of, block_of: empty dicts); peak_in_use 0"
+            "free (a deque 0 .. num_blocks - 1) with refcount 0; no cached blocks (an"
+            " OrderedDict) and no names (hash_of, block_of: empty dicts); peak_in_use"
+            " 0"
         )
 
     @property
@@ -98,8 +135,8 @@ class BlockPool:
         recently used cached blocks, which forget their hash. ValueError when fewer
         than `count` are available (check `available` first)."""
         raise NotImplementedError(
-            "Week 3 Day 2: allocate: ValueError if count > available; else pop blocks "
-            "from the front of the free list (day 3: when it is empty, the least "
+            "Week 3 Day 2: allocate: ValueError if count > available; else pop blocks"
+            " from the front of the free list (day 3: when it is empty, the least "
             "recently used cached block, forgetting its name in hash_of and "
             "block_of), each with refcount 1; then raise peak_in_use to in_use"
         )
@@ -131,8 +168,8 @@ class BlockPool:
         block computed twice, by requests that ran side by side) keeps its first
         block: this one stays unnamed, and is freed when its request ends."""
         raise NotImplementedError(
-            "Week 3 Day 3: remember: unless the hash or the block already has a name, "
-            "record block_of[hash] = block and hash_of[block] = hash"
+            "Week 3 Day 3: remember: unless the hash or the block already has a name,"
+            " record block_of[hash] = block and hash_of[block] = hash"
         )
 
 
@@ -214,9 +251,9 @@ class PagedKvCache(TinyKvCache):
         keys/values [1, H, offset + L, D] and the mask ("causal", or None for L = 1)."""
         raise NotImplementedError(
             "Week 3 Day 2: update_and_fetch: check_room(offset + L), write the L new "
-            "keys/values ([L, H, D]) at positions offset .. offset + L - 1, offset += "
-            "L, then gather the table's first offset positions; mask 'causal' for L > "
-            "1 else None"
+            "keys/values ([L, H, D]) at positions offset .. offset + L - 1, offset +="
+            " L, then gather the table's first offset positions; mask 'causal' for L "
+            "> 1 else None"
         )
 
 
@@ -266,7 +303,7 @@ class PagedBatchingKvCache(TinyKvCache):
             "Week 3 Day 2: update_and_fetch: check rows <= B <= max_active_requests "
             "and S = max(offsets) + L <= max_seq_len as BatchingKvCache does; write "
             "the occupied rows' tokens through their tables in ONE write, advance "
-            "their offsets, gather every row's table to S positions (an empty row: an "
-            "empty table) and build the mask from the offsets before the step "
+            "their offsets, gather every row's table to S positions (an empty row: an"
+            " empty table) and build the mask from the offsets before the step "
             "(batch_causal_mask)"
         )

@@ -13,7 +13,7 @@ class RoPE:
     traditional=True pairs neighbouring features (x[..., 0::2], x[..., 1::2]), as
     the original RoPE paper and llama.cpp do; False pairs feature i with feature
     i + dims/2 (the two halves), as Hugging Face Qwen2 and Llama models do.
-    Precompute cos and sin for positions 0 .. seq_len - 1 here.
+    cos and sin are precomputed for positions 0 .. seq_len - 1.
     """
 
     def __init__(
@@ -28,8 +28,6 @@ class RoPE:
 
         offset: the absolute position of x[:, 0], an int shared by all rows or an
         mx.array [B] with one start position per row (rows of a batch that are at
-        different points of their sequences). Rotate (a, b) to
-        (a cos - b sin, a sin + b cos); return x's dtype. Raise ValueError when an
-        int offset runs past seq_len.
+        different points of their sequences).
         """
         raise NotImplementedError("Week 1 Day 2: RoPE.__call__ (rotate feature pairs)")

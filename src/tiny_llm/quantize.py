@@ -14,6 +14,16 @@ biases, group size 64 or 32) instead of 16 or 32.
 
 import mlx.core as mx
 
+SUPPORTED_BITS = (2, 4, 8)
+
+
+def _check_bits(bits: int) -> None:
+    if bits not in SUPPORTED_BITS:
+        raise ValueError(
+            f"bits={bits} is not supported: use one of {SUPPORTED_BITS} "
+            "(these widths divide 32, so no value straddles two uint32 words)"
+        )
+
 
 def unpack_quantized(packed: mx.array, bits: int) -> mx.array:
     """Split each uint32 word into its `32 / bits` integers, lowest bits first.
@@ -22,8 +32,8 @@ def unpack_quantized(packed: mx.array, bits: int) -> mx.array:
     bits must divide 32 (2, 4 or 8); raise ValueError otherwise.
     """
     raise NotImplementedError(
-        "Week 2 Day 2: unpack_quantized: shift each word right by 0, bits, 2*bits, ... "
-        "and mask with 2**bits - 1"
+        "Week 2 Day 2: unpack_quantized: shift each word right by 0, bits, 2*bits, "
+        "... and mask with 2**bits - 1"
     )
 
 

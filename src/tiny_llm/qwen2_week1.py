@@ -7,12 +7,15 @@ Week 1 has no cache: every call recomputes attention over the whole sequence.
 import mlx.core as mx
 from mlx import nn
 
-from tiny_llm_base import (  # noqa: F401  (given: use them in Qwen2ModelWeek1)
+from tiny_llm_base import (
     DEFAULT_MAX_SEQ_LEN,
     check_supported_architecture,
     dequantize_linear,
 )
 
+from .attention import scaled_dot_product_attention_grouped
+from .basics import linear, silu
+from .embedding import Embedding
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
 
@@ -63,12 +66,7 @@ class Qwen2MultiHeadAttention:
         raise NotImplementedError("Week 1 Day 5: Qwen2MultiHeadAttention.__init__")
 
     def __call__(self, x: mx.array) -> mx.array:
-        """x: [B, L, E] -> [B, L, E]; position p attends to positions 0 .. p.
-
-        Project to q [B, L, H_q, D] and k, v [B, L, H, D]; RoPE on q and k; move the
-        heads before the sequence axis; grouped attention with scale 1 / sqrt(D) and
-        mask "causal"; merge the heads; project with wo.
-        """
+        """x: [B, L, E] -> [B, L, E]; position p attends to positions 0 .. p."""
         raise NotImplementedError("Week 1 Day 5: Qwen2MultiHeadAttention")
 
 
@@ -94,9 +92,11 @@ class Qwen2TransformerBlock:
 class Qwen2ModelWeek1:
     """A hand-written copy of an mlx-lm qwen2 or llama model: inputs [B, L] -> logits.
 
-    Quantized layers are dequantized once, here. The weights take the dtype of the
-    model's unquantized parameters (its norms): float32 for the embedded model, so
-    matmuls go through the fast float32 BLAS; bfloat16 for a bfloat16 checkpoint.
+    Quantized layers are dequantized once, here. All weights take the dtype of the
+    model's unquantized parameters, its norms: that is the precision the checkpoint
+    computes in (bfloat16 for a bfloat16 checkpoint). The embedded model's norms are
+    float32, and so is its model: float32 matmuls go through the fast BLAS, while
+    float16 ones (its quantization scales' dtype) are slow on a CPU.
     """
 
     def __init__(self, mlx_model: nn.Module):
@@ -119,11 +119,46 @@ class Qwen2ModelWeek1:
             "Week 1 Day 5: Qwen2ModelWeek1.__init__ (copy the weights)"
         )
 
-    def __call__(self, inputs: mx.array) -> mx.array:
-        """inputs: [B, L] token ids -> logits [B, L, vocab_size], causal, no cache.
+    def _weight(self, layer: nn.Module) -> mx.array:
+        weight = dequantize_linear(layer, self.dtype)
+        mx.eval(weight)  # dequantize now, once, not lazily inside the first forward
+        return weight
 
-        embed -> every block -> final norm -> lm head (the embedding's as_linear when tied).
-        """
+    def _bias(self, layer: nn.Module) -> mx.array | None:
+        return layer["bias"].astype(self.dtype) if "bias" in layer else None
+
+    def _block(self, layer: nn.Module, args, rope: RoPE) -> Qwen2TransformerBlock:
+        attn, mlp = layer.self_attn, layer.mlp
+        attention = Qwen2MultiHeadAttention(
+            args.num_attention_heads,
+            args.num_key_value_heads,
+            self._weight(attn.q_proj),
+            self._weight(attn.k_proj),
+            self._weight(attn.v_proj),
+            self._weight(attn.o_proj),
+            rope=rope,
+            bq=self._bias(attn.q_proj),
+            bk=self._bias(attn.k_proj),
+            bv=self._bias(attn.v_proj),
+            bo=self._bias(attn.o_proj),
+        )
+        feed_forward = Qwen2MLP(
+            args.hidden_size,
+            args.intermediate_size,
+            self._weight(mlp.gate_proj),
+            self._weight(mlp.up_proj),
+            self._weight(mlp.down_proj),
+        )
+        eps = args.rms_norm_eps
+        return Qwen2TransformerBlock(
+            attention,
+            feed_forward,
+            RMSNorm(args.hidden_size, layer.input_layernorm.weight, eps=eps),
+            RMSNorm(args.hidden_size, layer.post_attention_layernorm.weight, eps=eps),
+        )
+
+    def __call__(self, inputs: mx.array) -> mx.array:
+        """inputs: [B, L] token ids -> logits [B, L, vocab_size], causal, no cache."""
         raise NotImplementedError(
             "Week 1 Day 5: Qwen2ModelWeek1 (embed, blocks, norm, head)"
         )

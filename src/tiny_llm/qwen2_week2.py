@@ -10,12 +10,6 @@ Two switches: `weights` keeps linear layers dequantized ("float32") or quantized
 ("quantized", run by quantized_matmul), "auto" picks per device; `use_fast_kernels`
 swaps the hand-written RMSNorm, RoPE, attention and quantized matmul for mx.fast's
 fused kernels (week 2 day 3).
-
-Day 1 builds the model with float32 weights and hand-written kernels; Day 2 adds the
-"quantized" and "auto" weights; Day 3 adds use_fast_kernels. Your week-1 modules
-(linear, silu, RoPE, RMSNorm, Embedding, grouped attention) are the building
-blocks; tiny_llm_base gives dequantize_linear, QuantizedWeights and the
-architecture check.
 """
 
 from collections.abc import Callable
@@ -23,7 +17,7 @@ from collections.abc import Callable
 import mlx.core as mx
 from mlx import nn
 
-from tiny_llm_base import (  # noqa: F401  (given: use them in the model)
+from tiny_llm_base import (
     DEFAULT_MAX_SEQ_LEN,
     QuantizedWeights,
     check_supported_architecture,
@@ -31,13 +25,13 @@ from tiny_llm_base import (  # noqa: F401  (given: use them in the model)
     dequantize_linear,
 )
 
-from .attention import scaled_dot_product_attention_grouped  # noqa: F401
-from .basics import linear, silu  # noqa: F401
-from .embedding import Embedding  # noqa: F401
+from .attention import scaled_dot_product_attention_grouped
+from .basics import linear, silu
+from .embedding import Embedding
 from .kv_cache import TinyKvCache, TinyKvFullCache
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
-from .quantize import quantized_matmul  # noqa: F401
+from .quantize import quantized_matmul
 
 Weight = mx.array | QuantizedWeights
 # attend(q, k, v) -> attention output: the per-sequence step of a block.
@@ -55,14 +49,18 @@ def project(
     )
 
 
+# ANCHOR: swiglu
+@mx.compile
 def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     """silu(gate) * up, [..., hidden]: compiled, the elementwise ops run as one pass."""
     raise NotImplementedError(
         "Week 2 Day 3: swiglu: silu(gate) * up, decorated with @mx.compile so the "
         "elementwise ops run as one fused pass"
     )
+    # ANCHOR_END: swiglu
 
 
+# ANCHOR: fast_attention
 QUERY_BLOCK = 128
 
 
@@ -81,21 +79,22 @@ def fast_attention(
     raise NotImplementedError(
         "Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v, "
         "scale=scale, mask=mask) passes the tests; then, on the CPU and for a "
-        '"causal" mask with L > QUERY_BLOCK, run blocks of QUERY_BLOCK queries, '
-        "each against the first S - L + end keys, and concatenate"
+        '"causal" mask with L > QUERY_BLOCK, run blocks of QUERY_BLOCK queries, each '
+        "against the first S - L + end keys, and concatenate"
     )
+    # ANCHOR_END: fast_attention
 
 
 def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
     """x: [..., dim] normalized by `norm`, by hand or by mx.fast.rms_norm.
 
-    RMSNorm keeps its weight in float32; the fused kernel takes it in x's dtype so
+    RMSNorm keeps its weight in float32; mx.fast.rms_norm gets it in x's dtype so
     that, like the hand-written norm, it returns x's dtype (a float32 weight would
     promote a bfloat16 model's activations to float32).
     """
     raise NotImplementedError(
-        "Week 2 Day 1: rms_norm: norm(x). Day 3: with fast, "
-        "mx.fast.rms_norm(x, norm.weight.astype(x.dtype), norm.eps)"
+        "Week 2 Day 1: rms_norm: norm(x). Day 3: with fast, mx.fast.rms_norm(x, "
+        "norm.weight.astype(x.dtype), norm.eps)"
     )
 
 
@@ -112,8 +111,8 @@ def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None
     raise NotImplementedError(
         "Week 2 Day 1: check_offset: compare each row's offset (an int is every "
         "row's) with cache.offset and raise ValueError naming both numbers, e.g. "
-        "'offset 7 (row 0) does not match the KV cache, which holds 6 tokens'. Day 5: "
-        "a BatchingKvCache's offset is a list, one count per row; skip its empty "
+        "'offset 7 (row 0) does not match the KV cache, which holds 6 tokens'. Day 5:"
+        " a BatchingKvCache's offset is a list, one count per row; skip its empty "
         "rows (count 0)"
     )
 
@@ -129,8 +128,8 @@ class WeightLoader:
 
     def weight(self, layer: nn.Module) -> Weight:
         raise NotImplementedError(
-            "Week 2 Day 1: WeightLoader.weight: dequantize_linear(layer, dtype). "
-            'Day 2: when quantized and "scales" in layer, '
+            "Week 2 Day 1: WeightLoader.weight: dequantize_linear(layer, dtype). Day "
+            '2: when quantized and "scales" in layer, '
             "QuantizedWeights.from_mlx_layer(layer) instead"
         )
 
@@ -149,16 +148,17 @@ class Qwen2AttentionWeek2:
     ):
         raise NotImplementedError(
             "Week 2 Day 1: Qwen2AttentionWeek2: head counts and head_dim (q_proj's "
-            "output size / num_attention_heads), wq wk wv wo and their biases (o_proj "
-            "has one in a Llama with attention_bias) through `load`, the shared rope"
+            "output size / num_attention_heads), wq wk wv wo and their biases (o_proj"
+            " has one in a Llama with attention_bias) through `load`, the shared rope"
         )
 
     def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
         raise NotImplementedError(
-            "Week 2 Day 1: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and 2 "
-            "around it. Day 3: with fast, mx.fast.rope(x, head_dim, traditional=..., "
-            "base=rope_theta, scale=1.0, offset=offset) on [B, H, L, D] directly"
+            "Week 2 Day 1: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and "
+            "2 around it. Day 3: with fast, mx.fast.rope(x, head_dim, "
+            "traditional=..., base=rope_theta, scale=1.0, offset=offset) on [B, H, L,"
+            " D] directly"
         )
 
     def project_qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
@@ -187,15 +187,15 @@ class Qwen2AttentionWeek2:
         """
         raise NotImplementedError(
             "Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask = "
-            "cache.update_and_fetch(k, v); grouped attention with scale and that mask. "
-            "Day 3: with fast, fast_attention"
+            "cache.update_and_fetch(k, v); grouped attention with scale and that "
+            "mask. Day 3: with fast, fast_attention"
         )
 
     def project_out(self, out: mx.array) -> mx.array:
         """out: [B, H_q, L, D] -> [B, L, E]: the heads side by side, through wo."""
         raise NotImplementedError(
-            "Week 2 Day 1: project_out: swap axes 1 and 2, reshape to [B, L, H_q * D], "
-            "project through wo (and its bias)"
+            "Week 2 Day 1: project_out: swap axes 1 and 2, reshape to [B, L, H_q * "
+            "D], project through wo (and its bias)"
         )
 
 
@@ -215,8 +215,8 @@ class Qwen2BlockWeek2:
     ) -> mx.array:
         """x: [B, L, E] at positions offset .. offset + L - 1 -> [B, L, E]."""
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2BlockWeek2: self.forward(x, attend) with attend(q, k, "
-            "v) = self.attention.attend(q, k, v, offset, cache)"
+            "Week 2 Day 1: Qwen2BlockWeek2: self.forward(x, attend) with attend(q, k,"
+            " v) = self.attention.attend(q, k, v, offset, cache)"
         )
 
     def forward(self, x: mx.array, attend: Attend) -> mx.array:
@@ -228,9 +228,10 @@ class Qwen2BlockWeek2:
         tokens their own positions and cache (the mixed step, week 3 day 1).
         """
         raise NotImplementedError(
-            "Week 2 Day 1: forward: as week 1's block: h = x + project_out(attend("
-            "*project_qkv(input_norm(x)))); out = h + MLP(post_attention_norm(h)), "
-            "the norms through rms_norm. Day 3: swiglu when fast"
+            "Week 2 Day 1: forward: as week 1's block: h = x + "
+            "project_out(attend(*project_qkv(input_norm(x)))); out = h + "
+            "MLP(post_attention_norm(h)), the norms through rms_norm. Day 3: swiglu "
+            "when fast"
         )
 
 
@@ -251,10 +252,10 @@ class Qwen2ModelWeek2:
         use_fast_kernels: bool = False,
     ):
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2ModelWeek2: as week 1's model, with weights='float32' "
-            "(dequantized to float32; an unquantized checkpoint keeps its dtype), one "
-            "RoPE shared by the layers, and use_fast_kernels kept for Day 3; keep "
-            "vocab_size (args.vocab_size) and context_length "
+            "Week 2 Day 1: Qwen2ModelWeek2: as week 1's model, with weights='float32'"
+            " (dequantized to float32; an unquantized checkpoint keeps its dtype), "
+            "one RoPE shared by the layers, and use_fast_kernels kept for Day 3; keep"
+            " vocab_size (args.vocab_size) and context_length "
             "(args.max_position_embeddings, or DEFAULT_MAX_SEQ_LEN when None: also "
             "the RoPE table's length) for Day 6's requests. Day 2: 'auto' asks "
             "choose_weight_format(), 'quantized' keeps packed weights, anything else "
@@ -282,10 +283,10 @@ class Qwen2ModelWeek2:
         L - 1 positions, which would cost L x V floats.
         """
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2ModelWeek2: check_offset(offset, layer_cache) for every "
-            "layer first; a list offset becomes an mx.array; embed, run every layer "
-            "with its own cache, then self.logits on every position, or on h[:, -1:] "
-            "with last_position_only"
+            "Week 2 Day 1: Qwen2ModelWeek2: check_offset(offset, layer_cache) for "
+            "every layer first; a list offset becomes an mx.array; embed, run every "
+            "layer with its own cache, then self.logits on every position, or on h[:,"
+            " -1:] with last_position_only"
         )
 
     def logits(self, h: mx.array) -> mx.array:

@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-# Infrastructure, not course material: given by tiny_llm_base.
-from tiny_llm_base import (  # noqa: F401
+from tiny_llm_base import (
     PRIORITIES,
     GenerationResult,
-    PromptSpec,
     Sampler,
     check_int,
     greedy,
@@ -55,9 +53,10 @@ class Request:
         "interactive". clock: read once per accepted token (metrics.token_times).
 
     prefill_tokens: the prompt's token ids.
-    offset: tokens in the request's KV cache: 0, then each prefill chunk's length,
-        then 1 per decode step (the engine adds it before accept; for a mixed
-        step's chunk, the chunk's length).
+    offset: tokens in the request's KV cache, its next position. Only `advance`
+        moves it forward (try_prefill by each chunk's length; the engine's model
+        runner by what each forward fed; a prefix cache by the tokens it already
+        holds), and only `restart` sets it back to 0.
     next_token: the token sampled last, not yet in any cache: the next decode step's
         input. None before the first token and once finished.
     generated: the generated tokens; an EOS is never kept.
@@ -96,11 +95,41 @@ class Request:
             "alone (fail(), no raise) for a priority not in PRIORITIES, a max_tokens "
             "that is not an int of at least 1 or None, a sampler that is not "
             "callable, a bad prompt (prompt_token_ids with model.vocab_size raises "
-            "TypeError or ValueError), a prompt whose tokens plus max_tokens - 1 pass "
-            "context_length (name both numbers), or one longer than max_seq_len. "
-            "Otherwise keep the prompt's token ids, create the model's KV cache, take "
-            "tokenizer.detokenizer and record the prompt length in metrics"
+            "TypeError or ValueError), a prompt whose tokens plus max_tokens - 1 pass"
+            " context_length (name both numbers), or one longer than max_seq_len. "
+            "Otherwise keep the prompt's token ids, create the model's KV cache, take"
+            " tokenizer.detokenizer and record the prompt length in metrics"
         )
+
+    def _checked_prompt_ids(self) -> list[int]:
+        """The prompt's token ids, once this request's settings hold up; raises
+        TypeError or ValueError saying what to fix."""
+        if self.priority not in PRIORITIES:
+            raise ValueError(
+                f"priority must be one of {PRIORITIES}, got {self.priority!r}"
+            )
+        check_int("max_tokens", self.max_tokens, 1, allow_none=True)
+        if not callable(self.sampler):
+            raise TypeError(
+                "sampler must be callable (log-probabilities [1, V] -> token id [1]), "
+                f"got {type(self.sampler).__name__}"
+            )
+        ids = prompt_token_ids(self.tokenizer, self.prompt, self.model.vocab_size)
+        # Every prompt token and every generated token but the last takes a position.
+        needed = len(ids) + (self.max_tokens or 1) - 1
+        context = self.model.context_length
+        if needed > context:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens and max_tokens is "
+                f"{self.max_tokens}: that needs {needed} positions, more than the model's context of "
+                f"{context}; shorten the prompt or lower max_tokens"
+            )
+        if len(ids) > self.max_seq_len:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens but max_seq_len is "
+                f"{self.max_seq_len}: raise max_seq_len or shorten the prompt"
+            )
+        return ids
 
     @property
     def is_prefill_done(self) -> bool:
@@ -138,9 +167,24 @@ class Request:
             "prefill_tokens[offset : offset + step] through the model at `offset` "
             "with kv_cache (step: max_step, else prefill_max_step; None: the whole "
             "rest; last_position_only=True), advance offset, mx.eval the cache, and "
-            "on the last chunk sample_and_accept the first token. Day 6 calls it "
-            "once per prompt, with the whole prompt; Day 7's tests call it chunk by "
-            "chunk"
+            "on the last chunk sample_and_accept the first token. Day 6 calls it once"
+            " per prompt, with the whole prompt; Day 7's tests call it chunk by chunk"
+        )
+
+    def advance(self, tokens: int) -> None:
+        """`tokens` more of this request's tokens are in its KV cache now: the one
+        place its position moves forward."""
+        raise NotImplementedError("Week 2 Day 6: advance: offset += tokens")
+
+    def restart(self) -> None:
+        """Start over (preemption): the KV cache was taken back, so the prompt and the
+        tokens generated so far are prefilled again from position 0, and the
+        prefill's last chunk samples the next token. Tokens already generated stay
+        generated; the request's own cache is made anew when it is admitted again."""
+        raise NotImplementedError(
+            "Week 2 Day 6: restart: prefill_tokens = the prompt (its first "
+            "metrics.prompt_tokens tokens) + generated; offset 0; next_token and "
+            "kv_cache None; metrics.preemptions += 1"
         )
 
     def sample(self, logits: mx.array) -> int:
@@ -150,9 +194,9 @@ class Request:
         token id of the model's vocabulary (see sampled_token_id).
         """
         raise NotImplementedError(
-            "Week 2 Day 6: sample: turn logits into log-probabilities "
-            "(subtract logsumexp), call the sampler, and return "
-            "sampled_token_id(its result, model.vocab_size)"
+            "Week 2 Day 6: sample: turn logits into log-probabilities (subtract "
+            "logsumexp), call the sampler, and return sampled_token_id(its result, "
+            "model.vocab_size)"
         )
 
     def sample_and_accept(self, logits: mx.array) -> None:
@@ -202,7 +246,7 @@ class Request:
         """This request's GenerationResult; cached_tokens is metrics.cached_tokens
         (week 3 day 3)."""
         raise NotImplementedError(
-            "Week 2 Day 6: result: a GenerationResult of this request's text, "
-            "tokens, finish reason, metrics, error, prompt and priority (Week 3 Day "
-            "3 adds cached_tokens: metrics.cached_tokens)"
+            "Week 2 Day 6: result: a GenerationResult of this request's text, tokens,"
+            " finish reason, metrics, error, prompt and priority (Week 3 Day 3 adds "
+            "cached_tokens: metrics.cached_tokens)"
         )

@@ -13,9 +13,7 @@ def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> S
     temp == 0 picks the most likely token (greedy). Otherwise the log-probabilities
     are divided by temp (below 1 sharpens, above 1 flattens), then top_k keeps the k
     most likely tokens, then top_p keeps the smallest set of most likely tokens whose
-    probability reaches top_p, and one token is drawn from what is left
-    (mx.random.categorical). Raise ValueError for temp < 0, top_p outside (0, 1] or
-    top_k < 1, saying which argument is wrong.
+    probability reaches top_p, and one token is drawn from what is left.
     """
     raise NotImplementedError(
         "Week 1 Day 7: make_sampler (greedy, temperature, top-k, top-p)"
@@ -25,7 +23,8 @@ def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> S
 def keep_top_k(logits: mx.array, k: int) -> mx.array:
     """logits: [B, V]; every token outside each row's k largest becomes -inf."""
     raise NotImplementedError(
-        "Week 1 Day 7: keep_top_k (mx.argpartition, then -inf the rest)"
+        "Week 1 Day 7: keep_top_k (mx.argpartition, then -inf the rest) argpartition "
+        "puts the k largest first, in no particular order: drop the rest."
     )
 
 

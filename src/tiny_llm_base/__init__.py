@@ -3,13 +3,7 @@ but neither teaches. The fast BLAS, model loading and the embedded model, the ob
 a request and a scheduler report in, and the weight helpers around mlx-lm's layers."""
 
 from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
-from .arguments import (
-    KV_CACHES,
-    POLICIES,
-    check_batch_arguments,
-    check_engine_arguments,
-    check_kv_cache_arguments,
-)
+from .config import KV_CACHES, POLICIES, EngineConfig
 from .embedded_model import EmbeddedModelError
 from .loader import ModelLoadError, load_model
 from .prompts import (

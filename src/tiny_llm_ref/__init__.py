@@ -3,6 +3,7 @@
 from tiny_llm_base import fast_blas  # noqa: F401  (first: OpenBLAS before mlx.core)
 from tiny_llm_base import (
     BatchResults,
+    EngineConfig,
     GenerationResult,
     ModelLoadError,
     PromptSpec,
@@ -36,7 +37,10 @@ from .flash_attention import flash_attention
 from .metrics import RequestMetrics, RunMetrics
 from .request import Request
 from .chunking import AdaptiveChunker, select_chunk_size
+from .kv_manager import DenseKvManager, KvManager
+from .planner import Plan, Planner
 from .mixed_step import PrefillChunk, mixed_forward
+from .runner import Forward, ModelRunner
 from .paged_cache import (
     BlockPool,
     BlockTable,
@@ -46,5 +50,7 @@ from .paged_cache import (
     blocks_needed,
     chain_hash,
 )
+from .paged_manager import PagedKvManager
+from .prefix_cache import PrefixCachingKvManager
 from .engine import Engine, RequestOutput
 from .scheduler import batch_generate

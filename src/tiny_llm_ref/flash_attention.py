@@ -33,6 +33,8 @@ def flash_attention(
     query_tile, key_tile: the tile sizes; the result does not depend on them.
     Returns [B, H_q, L, D] in query's dtype. A row that sees no key at all is zeros.
     """
+    # Week 2 Day 4: implement flash_attention, an online softmax over key/value tiles
+    # (running max, running sum, rescaled accumulator)
     batch, query_heads, length, head_dim = query.shape
     _, kv_heads, num_keys, _ = key.shape
     if query_heads % kv_heads != 0:

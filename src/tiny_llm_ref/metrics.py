@@ -46,27 +46,34 @@ class RequestMetrics:
 
     def record_token(self, now: float) -> None:
         """Count one generated token, accepted at time `now`."""
+        # Week 2 Day 6: record_token: append `now` to token_times and count the token in
+        # generated_tokens
         self.token_times.append(now)
         self.generated_tokens += 1
 
     @property
     def queue_time(self) -> float | None:
+        # Week 2 Day 6: queue_time: prefill_start - arrival (None until both are known)
         if self.arrival is None or self.prefill_start is None:
             return None
         return self.prefill_start - self.arrival
 
     @property
     def time_to_first_token(self) -> float | None:
+        # Week 2 Day 6: time_to_first_token: first token time - arrival (None before the
+        # arrival or the first token)
         if self.arrival is None or not self.token_times:
             return None
         return self.token_times[0] - self.arrival
 
     @property
     def inter_token_latencies(self) -> list[float]:
+        # Week 2 Day 6: inter_token_latencies: the gaps between consecutive token_times
         return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
 
     @property
     def longest_stall(self) -> float:
+        # Week 2 Day 6: longest_stall: the largest inter-token latency (0.0 if none)
         return max(self.inter_token_latencies, default=0.0)
 
 
@@ -138,6 +145,9 @@ class RunMetrics:
 
     def record_prefill_chunk(self, tokens: int, seconds: float) -> None:
         """Count one prefill chunk of `tokens` prompt tokens that took `seconds`."""
+        # Week 2 Day 6: record_prefill_chunk: count the chunk and its tokens, add its
+        # seconds, and update chunk_time_average (the first chunk sets it; later ones
+        # weigh 0.1)
         if self.prefill_chunks == 0:
             self.chunk_time_average = seconds
         else:
@@ -148,6 +158,7 @@ class RunMetrics:
 
     def record_decode_step(self, tokens: int, seconds: float) -> None:
         """Count one decode step that generated `tokens` tokens in `seconds`."""
+        # Week 2 Day 6: record_decode_step: count the step, its tokens and its seconds
         self.decode_steps += 1
         self.generated_tokens += tokens
         self.decode_seconds += seconds
@@ -157,6 +168,10 @@ class RunMetrics:
     ) -> None:
         """Count one mixed forward: a prefill chunk per entry of `chunk_tokens`, one
         decode step if it generated `decode_tokens` > 0, and its `seconds` once."""
+        # Week 3 Day 1: record_mixed_step: add the chunks and their tokens to the
+        # prefill counters (not prefill_seconds), one decode step and its tokens when
+        # decode_tokens > 0, then count the step in mixed_steps and its seconds in
+        # mixed_seconds
         self.prefill_chunks += len(chunk_tokens)
         self.prefill_tokens += sum(chunk_tokens)
         if decode_tokens:
@@ -170,6 +185,8 @@ class RunMetrics:
     ) -> None:
         """The pool at the end of an iteration: blocks held, the most ever held at
         once (the pool's peak_in_use), blocks cached."""
+        # Week 3 Day 2: record_blocks: set kv_blocks_in_use, raise kv_peak_blocks_in_use
+        # to peak_in_use if higher, set kv_blocks_cached and kv_bytes_per_token
         self.kv_blocks_in_use = in_use
         self.kv_peak_blocks_in_use = max(self.kv_peak_blocks_in_use, peak_in_use)
         self.kv_blocks_cached = cached
@@ -177,12 +194,16 @@ class RunMetrics:
 
     def record_prefix_lookup(self, prompt_tokens: int, cached_tokens: int) -> None:
         """Count one admitted prompt and its tokens found in the prefix cache."""
+        # Week 3 Day 3: record_prefix_lookup: add to prefix_prompt_tokens and
+        # prefix_cached_tokens
         self.prefix_prompt_tokens += prompt_tokens
         self.prefix_cached_tokens += cached_tokens
 
     @property
     def prefix_cache_hit_rate(self) -> float:
         """Cached prompt tokens / prompt tokens admitted (0.0 before any)."""
+        # Week 3 Day 3: prefix_cache_hit_rate: prefix_cached_tokens /
+        # prefix_prompt_tokens (0.0 when no prompt was admitted)
         if not self.prefix_prompt_tokens:
             return 0.0
         return self.prefix_cached_tokens / self.prefix_prompt_tokens
@@ -190,11 +211,14 @@ class RunMetrics:
     @property
     def kv_peak_tokens(self) -> int:
         """Positions the most blocks ever held at once can store."""
+        # Week 3 Day 2: kv_peak_tokens: kv_peak_blocks_in_use * kv_block_size
         return self.kv_peak_blocks_in_use * self.kv_block_size
 
     @property
     def interleaving_ratio(self) -> float:
         """Prefill chunks per decode step: how finely prefill is mixed into decoding."""
+        # Week 2 Day 6: interleaving_ratio: prefill_chunks / decode_steps (inf before
+        # the first decode step)
         return (
             self.prefill_chunks / self.decode_steps
             if self.decode_steps
@@ -204,9 +228,12 @@ class RunMetrics:
     @property
     def prompt_throughput(self) -> float:
         """Prompt tokens prefilled per second of the whole run."""
+        # Week 2 Day 6: prompt_throughput: prefill_tokens / total_seconds (0.0 at 0 s)
         return self.prefill_tokens / self.total_seconds if self.total_seconds else 0.0
 
     @property
     def generation_throughput(self) -> float:
         """Tokens generated per second of the whole run."""
+        # Week 2 Day 6: generation_throughput: generated_tokens / total_seconds (0.0 at
+        # 0 s)
         return self.generated_tokens / self.total_seconds if self.total_seconds else 0.0

@@ -57,6 +57,9 @@ def split_parts(
     The first B tokens are the decode rows: swapping axes 0 and 2 makes each one its
     own batch row, as day 5's decode step has them. The chunks follow, in order.
     """
+    # Week 3 Day 1: split_parts: the decode part is x[:, :, :B] with axes 0 and 2
+    # swapped (None when B is 0); then chunk c is x[:, :, start:end], the chunks one
+    # after the other from position B
     decode = x[:, :, :decode_rows].swapaxes(0, 2) if decode_rows else None
     ends = list(accumulate(chunk_lengths, initial=decode_rows))
     return decode, [x[:, :, start:end] for start, end in zip(ends, ends[1:])]
@@ -64,6 +67,8 @@ def split_parts(
 
 def join_parts(decode: mx.array | None, chunks: list[mx.array]) -> mx.array:
     """split_parts undone: [B, H, 1, D] and each [1, H, L_c, D] -> [1, H, T, D]."""
+    # Week 3 Day 1: join_parts: swap the decode part's axes 0 and 2 back (when there is
+    # one) and concatenate it and the chunks along axis 2
     parts = [] if decode is None else [decode.swapaxes(0, 2)]
     return mx.concatenate(parts + chunks, axis=2)
 
@@ -86,6 +91,14 @@ def mixed_forward(
     forwards would: the batch cache by one token per row, each chunk's cache by its
     tokens. Nothing is evaluated here.
     """
+    # Week 3 Day 1: mixed_forward: ValueError for decode tokens without a batch cache, a
+    # count of offsets unlike the tokens' or an empty chunk; check_offset every layer's
+    # caches; embed the decode tokens and every chunk's tokens as one sequence [1, T];
+    # run each layer as layer.forward(h, attend), where attend(q, k, v) cuts q, k, v
+    # with split_parts, runs attention.attend on the decode rows (decode offsets, batch
+    # cache) and on each chunk (chunk.offset, chunk.cache[layer]), and glues the outputs
+    # with join_parts; then model.logits only on the decode rows and the last position
+    # of each chunk that wants_logits
     B = len(decode_tokens)
     if B and batch_cache is None:
         raise ValueError("decode tokens need the batch cache their rows live in")

@@ -26,6 +26,7 @@ used first out, until the free list runs dry.
 """
 
 import hashlib
+import os
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from .kv_cache import TinyKvCache, batch_causal_mask
 
 def blocks_needed(tokens: int, block_size: int) -> int:
     """The blocks that hold `tokens` positions: ceil(tokens / block_size)."""
+    # Week 3 Day 2: blocks_needed: ceil(tokens / block_size), in integers
     return -(-tokens // block_size)
 
 
@@ -45,9 +47,46 @@ def chain_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
     """A full block's name: SHA-256 over its parent block's hash (None for the first
     block) and its token ids. Equal names mean equal tokens at every position before
     the block's end (a collision would need a broken SHA-256)."""
+    # Week 3 Day 3: chain_hash: hashlib.sha256 fed the parent hash (b'' for None), then
+    # the token ids as bytes (array('q', tokens).tobytes()); its digest()
     digest = hashlib.sha256(parent or b"")
     digest.update(array("q", tokens).tobytes())
     return digest.digest()
+
+
+def check_pool_fits(model, positions: int) -> None:
+    """Refuse a pool of `positions` positions that could not fit in this machine's
+    memory, before MLX tries (an allocation past it can crash the process). Bytes
+    per position come from the model's layers (keys and values, float32 at most);
+    a model that does not show its layers is checked at the pool's first write."""
+    layers = getattr(model, "layers", None)
+    if layers is None:
+        return
+    per_position = sum(
+        2 * layer.attention.num_kv_heads * layer.attention.head_dim * 4
+        for layer in layers
+    )
+    check_memory(positions * per_position, positions)
+
+
+def check_memory(needed: int, positions: int) -> None:
+    """ValueError, with the numbers, when `needed` bytes for a pool of `positions`
+    positions pass what the machine has."""
+    have = physical_memory()
+    if have and needed > have:
+        raise ValueError(
+            f"a KV pool of {positions:,} positions needs {needed / 2**30:,.1f} GiB, "
+            f"but this machine has {have / 2**30:,.1f} GiB: lower num_blocks or "
+            "block_size"
+        )
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 @dataclass
@@ -72,6 +111,9 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, block_size: int):
+        # Week 3 Day 2: BlockPool: keep num_blocks and block_size; every block free (a
+        # deque 0 .. num_blocks - 1) with refcount 0; no cached blocks (an OrderedDict)
+        # and no names (hash_of, block_of: empty dicts); peak_in_use 0
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.free: deque[int] = deque(range(num_blocks))
@@ -84,17 +126,23 @@ class BlockPool:
     @property
     def available(self) -> int:
         """Blocks allocate() can hand out: the free ones and the cached ones."""
+        # Week 3 Day 2: available: free blocks + cached blocks
         return len(self.free) + len(self.cached)
 
     @property
     def in_use(self) -> int:
         """Blocks some request holds."""
+        # Week 3 Day 2: in_use: num_blocks - available
         return self.num_blocks - self.available
 
     def allocate(self, count: int) -> list[int]:
         """`count` blocks, each with refcount 1. Free blocks go first; then the least
         recently used cached blocks, which forget their hash. ValueError when fewer
         than `count` are available (check `available` first)."""
+        # Week 3 Day 2: allocate: ValueError if count > available; else pop blocks from
+        # the front of the free list (day 3: when it is empty, the least recently used
+        # cached block, forgetting its name in hash_of and block_of), each with refcount
+        # 1; then raise peak_in_use to in_use
         if count > self.available:
             raise ValueError(
                 f"{count} blocks asked, {self.available} available: check available "
@@ -117,6 +165,9 @@ class BlockPool:
         (most recently used) if hashed, else free. `blocks` come in table order and
         are given back last to first, so a chain's tail is evicted before its root:
         without its root block, the rest of a chain can never be found."""
+        # Week 3 Day 2: release: refcount - 1 per block, last to first; at 0 the block
+        # goes to the end of the free list (day 3: into `cached`, most recently used, if
+        # it has a name)
         for block in reversed(blocks):
             self.refcounts[block] -= 1
             if self.refcounts[block] == 0:
@@ -129,6 +180,10 @@ class BlockPool:
         """The longest chain of cached full blocks that starts `tokens`, each block's
         refcount raised (a cached one is no longer evictable): a BlockTable of them
         and their hashes. Only full blocks of `tokens` count."""
+        # Week 3 Day 3: lookup: walk the full blocks of tokens, chaining chain_hash from
+        # None; stop at the first name block_of lacks; for each found block raise its
+        # refcount, take it out of `cached`, and add it and its hash to a new
+        # BlockTable; then raise peak_in_use to in_use
         table = BlockTable()
         size = self.block_size
         parent = None
@@ -148,6 +203,8 @@ class BlockPool:
         """Name a full block so later requests can find it. A name already taken (a
         block computed twice, by requests that ran side by side) keeps its first
         block: this one stays unnamed, and is freed when its request ends."""
+        # Week 3 Day 3: remember: unless the hash or the block already has a name,
+        # record block_of[hash] = block and hash_of[block] = hash
         if block_hash not in self.block_of and block not in self.hash_of:
             self.block_of[block_hash] = block
             self.hash_of[block] = block_hash
@@ -158,6 +215,8 @@ class LayerBlocks:
     first write (when H, D and the dtype are known)."""
 
     def __init__(self, num_blocks: int, block_size: int):
+        # Week 3 Day 2: LayerBlocks: keep num_blocks and block_size; keys and values
+        # None until the first write
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.keys: mx.array | None = None
@@ -172,9 +231,15 @@ class LayerBlocks:
     ) -> None:
         """Store keys/values [n, H, D]: row i at position positions[i] of the request
         whose blocks are tables[i]."""
+        # Week 3 Day 2: write: make keys/values mx.zeros((num_blocks, H, block_size, D))
+        # at the first write; position p of table t is block t[p // block_size], slot p
+        # % block_size; scatter all n rows at once: pool[blocks[:, None],
+        # mx.arange(H)[None, :], slots[:, None]] = rows
         n, H, D = keys.shape
         if self.keys is None:
             shape = (self.num_blocks, H, self.block_size, D)
+            capacity = self.num_blocks * self.block_size
+            check_memory(2 * capacity * H * D * keys.dtype.size, capacity)
             self.keys, self.values = (
                 mx.zeros(shape, keys.dtype),
                 mx.zeros(shape, keys.dtype),
@@ -190,6 +255,10 @@ class LayerBlocks:
         """Keys and values [B, H, length, D] of B requests, each read through its
         block table. A table shorter than the others is padded with block 0: the
         caller's mask must hide those positions."""
+        # Week 3 Day 2: gather: pad every table to ceil(length / block_size) blocks with
+        # block 0, index the pool with the [B, width] table array -> [B, width, H,
+        # block_size, D], move the heads before the blocks, reshape to [B, H, width *
+        # block_size, D] and cut to length
         width = blocks_needed(length, self.block_size)
         padded = mx.array([(t + [0] * width)[:width] for t in tables])  # [B, width]
 
@@ -211,19 +280,26 @@ class PagedKvCache(TinyKvCache):
     """
 
     def __init__(self, layer: LayerBlocks, table: BlockTable, offset: int = 0):
+        # Week 3 Day 2: PagedKvCache: keep the layer's LayerBlocks, the request's
+        # BlockTable and offset
         self.layer = layer
         self.table = table
         self.offset = offset
 
     @property
     def keys(self) -> mx.array | None:
+        # Week 3 Day 2: keys: the layer's pool of keys (layer.keys)
         return self.layer.keys
 
     @property
     def values(self) -> mx.array | None:
+        # Week 3 Day 2: values: the layer's pool of values (layer.values)
         return self.layer.values
 
     def check_room(self, end: int) -> None:
+        # Week 3 Day 2: check_room: ValueError unless positions 0 .. end - 1 fit the
+        # table's blocks (len(blocks) * block_size), saying to reserve blocks before the
+        # forward
         capacity = len(self.table.blocks) * self.layer.block_size
         if end > capacity:
             raise ValueError(
@@ -236,6 +312,10 @@ class PagedKvCache(TinyKvCache):
     ) -> tuple[mx.array, mx.array, str | None]:
         """keys/values: [1, H, L, D] at positions offset .. offset + L - 1. Returns all
         keys/values [1, H, offset + L, D] and the mask ("causal", or None for L = 1)."""
+        # Week 3 Day 2: update_and_fetch: check_room(offset + L), write the L new
+        # keys/values ([L, H, D]) at positions offset .. offset + L - 1, offset += L,
+        # then gather the table's first offset positions; mask 'causal' for L > 1 else
+        # None
         L = keys.shape[2]
         end = self.offset + L
         self.check_room(end)
@@ -255,21 +335,28 @@ class PagedBatchingKvCache(TinyKvCache):
     slot copies nothing."""
 
     def __init__(self, max_active_requests: int, max_seq_len: int):
+        # Week 3 Day 2: PagedBatchingKvCache: keep max_active_requests and max_seq_len;
+        # every slot None
         self.max_active_requests = max_active_requests
         self.max_seq_len = max_seq_len
         self.slots: list[PagedKvCache | None] = [None] * max_active_requests
 
     @property
     def offset(self) -> list[int]:
+        # Week 3 Day 2: offset: each slot's view's offset, 0 for an empty slot
         return [0 if view is None else view.offset for view in self.slots]
 
     @property
     def rows(self) -> int:
         """The highest slot in use + 1 (0 when empty): the rows a step must feed."""
+        # Week 3 Day 2: rows: the highest occupied slot + 1, 0 when empty
         return max((i + 1 for i, view in enumerate(self.slots) if view), default=0)
 
     def add_request(self, prefilled: PagedKvCache, slot: int) -> None:
         """Row `slot` reads and writes through the request's own block table."""
+        # Week 3 Day 2: add_request: ValueError for a slot outside [0,
+        # max_active_requests) or in use; else the slot holds the request's PagedKvCache
+        # (nothing is copied)
         if not 0 <= slot < self.max_active_requests:
             raise ValueError(f"slot {slot} is outside [0, {self.max_active_requests})")
         if self.slots[slot] is not None:
@@ -278,6 +365,7 @@ class PagedBatchingKvCache(TinyKvCache):
 
     def remove_request(self, slot: int) -> None:
         """Row `slot` is empty again; the request's blocks are the engine's to release."""
+        # Week 3 Day 2: remove_request: the slot holds None
         self.slots[slot] = None
 
     def update_and_fetch(
@@ -286,6 +374,11 @@ class PagedBatchingKvCache(TinyKvCache):
         """keys/values: [B, H, L, D], row b written at its request's offset (an empty
         row's are dropped). Returns keys/values [B, H, S, D], S = the longest row's
         offset + L, and the mask [B, 1, L, S] from each row's offset."""
+        # Week 3 Day 2: update_and_fetch: check rows <= B <= max_active_requests and S =
+        # max(offsets) + L <= max_seq_len as BatchingKvCache does; write the occupied
+        # rows' tokens through their tables in ONE write, advance their offsets, gather
+        # every row's table to S positions (an empty row: an empty table) and build the
+        # mask from the offsets before the step (batch_causal_mask)
         B, H, L, D = keys.shape
         if not self.rows <= B <= self.max_active_requests:
             raise ValueError(

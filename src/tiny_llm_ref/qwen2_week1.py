@@ -35,12 +35,14 @@ class Qwen2MLP:
         w_up: mx.array,
         w_down: mx.array,
     ):
+        # Week 1 Day 4: Qwen2MLP.__init__ (keep the weights)
         self.dim = dim
         self.hidden_dim = hidden_dim
         self.w_gate, self.w_up, self.w_down = w_gate, w_up, w_down
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [..., dim] -> [..., dim]."""
+        # Week 1 Day 4: Qwen2MLP (down(silu(gate x) * up x))
         return linear(silu(linear(x, self.w_gate)) * linear(x, self.w_up), self.w_down)
 
 
@@ -65,6 +67,7 @@ class Qwen2MultiHeadAttention:
         bv: mx.array | None = None,
         bo: mx.array | None = None,
     ):
+        # Week 1 Day 5: Qwen2MultiHeadAttention.__init__
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = wq.shape[0] // num_heads
@@ -74,6 +77,7 @@ class Qwen2MultiHeadAttention:
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [B, L, E] -> [B, L, E]; position p attends to positions 0 .. p."""
+        # Week 1 Day 5: Qwen2MultiHeadAttention
         batch, length, _ = x.shape
         q = linear(x, self.wq, self.bq).reshape(batch, length, self.num_heads, -1)
         k = linear(x, self.wk, self.bk).reshape(batch, length, self.num_kv_heads, -1)
@@ -99,6 +103,7 @@ class Qwen2TransformerBlock:
         input_norm: RMSNorm,
         post_attention_norm: RMSNorm,
     ):
+        # Week 1 Day 5: Qwen2TransformerBlock.__init__
         self.attention = attention
         self.mlp = mlp
         self.input_norm = input_norm
@@ -106,6 +111,7 @@ class Qwen2TransformerBlock:
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [B, L, E] -> [B, L, E]."""
+        # Week 1 Day 5: Qwen2TransformerBlock (two residual branches)
         h = x + self.attention(self.input_norm(x))
         return h + self.mlp(self.post_attention_norm(h))
 
@@ -121,6 +127,22 @@ class Qwen2ModelWeek1:
     """
 
     def __init__(self, mlx_model: nn.Module):
+        """Copy the weights out of mlx_model.
+
+        mlx_model.args has the sizes (hidden_size, num_attention_heads,
+        num_key_value_heads, rms_norm_eps, rope_theta, rope_traditional,
+        max_position_embeddings (may be None), tie_word_embeddings).
+        mlx_model.model has embed_tokens, layers[i].self_attn.{q,k,v,o}_proj,
+        layers[i].mlp.{gate,up,down}_proj, layers[i].input_layernorm,
+        layers[i].post_attention_layernorm and norm; mlx_model.lm_head exists when
+        the embeddings are not tied. Given by tiny_llm_base:
+        `check_supported_architecture(args)` raises for what the course does not
+        implement (call it first); `dequantize_linear(layer, dtype)` gives any of
+        those layers' weight as a float array. A layer has a bias when "bias" in
+        layer. The head dim is q_proj's output size / num_attention_heads; RoPE's
+        table covers max_position_embeddings or DEFAULT_MAX_SEQ_LEN positions.
+        """
+        # Week 1 Day 5: Qwen2ModelWeek1.__init__ (copy the weights)
         args = mlx_model.args
         check_supported_architecture(args)
         inner = mlx_model.model
@@ -185,6 +207,7 @@ class Qwen2ModelWeek1:
 
     def __call__(self, inputs: mx.array) -> mx.array:
         """inputs: [B, L] token ids -> logits [B, L, vocab_size], causal, no cache."""
+        # Week 1 Day 5: Qwen2ModelWeek1 (embed, blocks, norm, head)
         h = self.embedding(inputs)
         for layer in self.layers:
             h = layer(h)

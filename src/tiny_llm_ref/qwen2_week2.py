@@ -42,6 +42,9 @@ def project(
     x: mx.array, w: Weight, bias: mx.array | None = None, fast: bool = False
 ) -> mx.array:
     """x: [..., in] -> [..., out] through a dense [out, in] or a quantized weight."""
+    # Week 2 Day 1: project: linear(x, w, bias) for a dense weight. Day 2: a
+    # QuantizedWeights w goes through quantized_matmul(w.scales, w.biases, w.group_size,
+    # w.bits, x, w.weight). Day 3: with fast, mx.quantized_matmul
     if isinstance(w, mx.array):
         return linear(x, w, bias)
     if fast:
@@ -63,6 +66,8 @@ def project(
 @mx.compile
 def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     """silu(gate) * up, [..., hidden]: compiled, the elementwise ops run as one pass."""
+    # Week 2 Day 3: swiglu: silu(gate) * up, decorated with @mx.compile so the
+    # elementwise ops run as one fused pass
     return silu(gate) * up
     # ANCHOR_END: swiglu
 
@@ -83,6 +88,10 @@ def fast_attention(
     "causal" problem, and most of the masked triangle is never computed. (GPU
     kernels skip masked tiles themselves.)
     """
+    # Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v,
+    # scale=scale, mask=mask) passes the tests; then, on the CPU and for a "causal" mask
+    # with L > QUERY_BLOCK, run blocks of QUERY_BLOCK queries, each against the first S
+    # - L + end keys, and concatenate
     L, S = q.shape[2], k.shape[2]
     on_cpu = mx.default_device().type == mx.cpu
     if not (on_cpu and isinstance(mask, str) and L > QUERY_BLOCK):
@@ -111,6 +120,8 @@ def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
     that, like the hand-written norm, it returns x's dtype (a float32 weight would
     promote a bfloat16 model's activations to float32).
     """
+    # Week 2 Day 1: rms_norm: norm(x). Day 3: with fast, mx.fast.rms_norm(x,
+    # norm.weight.astype(x.dtype), norm.eps)
     if fast:
         return mx.fast.rms_norm(x, norm.weight.astype(x.dtype), norm.eps)
     return norm(x)
@@ -126,6 +137,10 @@ def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None
     rows; a BatchingKvCache one per row, and an empty row (0 tokens) runs a dummy
     token at any position.
     """
+    # Week 2 Day 1: check_offset: compare each row's offset (an int is every row's) with
+    # cache.offset and raise ValueError naming both numbers, e.g. 'offset 7 (row 0) does
+    # not match the KV cache, which holds 6 tokens'. Day 5: a BatchingKvCache's offset
+    # is a list, one count per row; skip its empty rows (count 0)
     counts = cache.offset
     per_row = isinstance(counts, list)
     given = (
@@ -148,15 +163,22 @@ class WeightLoader:
     """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
 
     def __init__(self, quantized: bool, dtype: mx.Dtype):
+        # Week 2 Day 1: WeightLoader: keep `quantized` (always False until Day 2) and
+        # the dtype of the dense weights
         self.quantized = quantized
         self.dtype = dtype
 
     def weight(self, layer: nn.Module) -> Weight:
+        # Week 2 Day 1: WeightLoader.weight: dequantize_linear(layer, dtype). Day 2:
+        # when quantized and "scales" in layer, QuantizedWeights.from_mlx_layer(layer)
+        # instead
         if self.quantized and "scales" in layer:
             return QuantizedWeights.from_mlx_layer(layer)
         return dequantize_linear(layer, self.dtype)
 
     def bias(self, layer: nn.Module) -> mx.array | None:
+        # Week 2 Day 1: WeightLoader.bias: layer["bias"] in dtype, or None when the
+        # layer has no bias
         return layer["bias"].astype(self.dtype) if "bias" in layer else None
 
 
@@ -166,6 +188,9 @@ class Qwen2AttentionWeek2:
     def __init__(
         self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
     ):
+        # Week 2 Day 1: Qwen2AttentionWeek2: head counts and head_dim (q_proj's output
+        # size / num_attention_heads), wq wk wv wo and their biases (o_proj has one in a
+        # Llama with attention_bias) through `load`, the shared rope
         self.num_heads = args.num_attention_heads
         self.num_kv_heads = args.num_key_value_heads
         self.head_dim = layer.q_proj.weight.shape[0] // self.num_heads
@@ -185,6 +210,9 @@ class Qwen2AttentionWeek2:
 
     def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
+        # Week 2 Day 1: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and 2
+        # around it. Day 3: with fast, mx.fast.rope(x, head_dim, traditional=...,
+        # base=rope_theta, scale=1.0, offset=offset) on [B, H, L, D] directly
         if self.fast:
             return mx.fast.rope(
                 x,
@@ -201,6 +229,8 @@ class Qwen2AttentionWeek2:
 
         Each token is projected alone: tokens of different sequences can share a call.
         """
+        # Week 2 Day 1: project_qkv: project x through wq/wk/wv (with their biases),
+        # reshape to [B, L, heads, head_dim] and swap axes 1 and 2
         B, L, _ = x.shape
 
         def heads(w: Weight, b: mx.array | None, n: int) -> mx.array:
@@ -230,6 +260,9 @@ class Qwen2AttentionWeek2:
         The one step where tokens meet: RoPE at their positions, the keys and values
         stored in the cache, and attention to everything it holds under its mask.
         """
+        # Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask =
+        # cache.update_and_fetch(k, v); grouped attention with scale and that mask. Day
+        # 3: with fast, fast_attention
         q, k = self.apply_rope(q, offset), self.apply_rope(k, offset)
         keys, values, mask = cache.update_and_fetch(k, v)
         attention = (
@@ -239,6 +272,8 @@ class Qwen2AttentionWeek2:
 
     def project_out(self, out: mx.array) -> mx.array:
         """out: [B, H_q, L, D] -> [B, L, E]: the heads side by side, through wo."""
+        # Week 2 Day 1: project_out: swap axes 1 and 2, reshape to [B, L, H_q * D],
+        # project through wo (and its bias)
         B, _, L, _ = out.shape
         return project(
             out.swapaxes(1, 2).reshape(B, L, -1), self.wo, self.bo, self.fast
@@ -251,6 +286,8 @@ class Qwen2BlockWeek2:
     def __init__(
         self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
     ):
+        # Week 2 Day 1: Qwen2BlockWeek2: the attention, the MLP's gate/up/down weights
+        # through `load`, the two RMSNorms
         self.attention = Qwen2AttentionWeek2(layer.self_attn, args, load, rope, fast)
         mlp = layer.mlp
         self.w_gate, self.w_up, self.w_down = (
@@ -268,6 +305,8 @@ class Qwen2BlockWeek2:
         self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
     ) -> mx.array:
         """x: [B, L, E] at positions offset .. offset + L - 1 -> [B, L, E]."""
+        # Week 2 Day 1: Qwen2BlockWeek2: self.forward(x, attend) with attend(q, k, v) =
+        # self.attention.attend(q, k, v, offset, cache)
         return self.forward(
             x, lambda q, k, v: self.attention.attend(q, k, v, offset, cache)
         )
@@ -280,6 +319,10 @@ class Qwen2BlockWeek2:
         of different sequences can share one call, if attend gives each sequence's
         tokens their own positions and cache (the mixed step, week 3 day 1).
         """
+        # Week 2 Day 1: forward: as week 1's block: h = x +
+        # project_out(attend(*project_qkv(input_norm(x)))); out = h +
+        # MLP(post_attention_norm(h)), the norms through rms_norm. Day 3: swiglu when
+        # fast
         attention = self.attention
         q, k, v = attention.project_qkv(rms_norm(self.input_norm, x, self.fast))
         h = x + attention.project_out(attend(q, k, v))
@@ -308,6 +351,13 @@ class Qwen2ModelWeek2:
         weights: str = "auto",
         use_fast_kernels: bool = False,
     ):
+        # Week 2 Day 1: Qwen2ModelWeek2: as week 1's model, with weights='float32'
+        # (dequantized to float32; an unquantized checkpoint keeps its dtype), one RoPE
+        # shared by the layers, and use_fast_kernels kept for Day 3; keep vocab_size
+        # (args.vocab_size) and context_length (args.max_position_embeddings, or
+        # DEFAULT_MAX_SEQ_LEN when None: also the RoPE table's length) for Day 6's
+        # requests. Day 2: 'auto' asks choose_weight_format(), 'quantized' keeps packed
+        # weights, anything else is a ValueError
         if weights == "auto":
             weights = choose_weight_format()
         if weights not in ("float32", "quantized"):
@@ -355,6 +405,7 @@ class Qwen2ModelWeek2:
 
     def create_kv_cache(self) -> list[TinyKvFullCache]:
         """One empty cache per layer."""
+        # Week 2 Day 1: create_kv_cache: one TinyKvFullCache per layer
         return [TinyKvFullCache() for _ in range(self.num_layers)]
 
     def __call__(
@@ -371,6 +422,10 @@ class Qwen2ModelWeek2:
         after its last token: last_position_only skips the LM head on the other
         L - 1 positions, which would cost L x V floats.
         """
+        # Week 2 Day 1: Qwen2ModelWeek2: check_offset(offset, layer_cache) for every
+        # layer first; a list offset becomes an mx.array; embed, run every layer with
+        # its own cache, then self.logits on every position, or on h[:, -1:] with
+        # last_position_only
         for layer_cache in cache:
             check_offset(offset, layer_cache)
         if not isinstance(offset, int):
@@ -383,6 +438,8 @@ class Qwen2ModelWeek2:
     def logits(self, h: mx.array) -> mx.array:
         """h: [..., E] -> [..., V]: the final norm, then the LM head (the embedding
         matrix when the two are tied)."""
+        # Week 2 Day 1: logits: rms_norm with the final norm, then the lm head (the
+        # embedding's as_linear when tied)
         h = rms_norm(self.norm, h, self.fast)
         if self.lm_head is None:
             return self.embedding.as_linear(h)

@@ -53,9 +53,10 @@ class Request:
         "interactive". clock: read once per accepted token (metrics.token_times).
 
     prefill_tokens: the prompt's token ids.
-    offset: tokens in the request's KV cache: 0, then each prefill chunk's length,
-        then 1 per decode step (the engine adds it before accept; for a mixed
-        step's chunk, the chunk's length).
+    offset: tokens in the request's KV cache, its next position. Only `advance`
+        moves it forward (try_prefill by each chunk's length; the engine's model
+        runner by what each forward fed; a prefix cache by the tokens it already
+        holds), and only `restart` sets it back to 0.
     next_token: the token sampled last, not yet in any cache: the next decode step's
         input. None before the first token and once finished.
     generated: the generated tokens; an EOS is never kept.
@@ -87,6 +88,15 @@ class Request:
     kv_cache: list[TinyKvCache] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        # Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at least 1
+        # or None) or a max_seq_len that is not an int or passes model.context_length
+        # (None becomes context_length). Fail this request alone (fail(), no raise) for
+        # a priority not in PRIORITIES, a max_tokens that is not an int of at least 1 or
+        # None, a sampler that is not callable, a bad prompt (prompt_token_ids with
+        # model.vocab_size raises TypeError or ValueError), a prompt whose tokens plus
+        # max_tokens - 1 pass context_length (name both numbers), or one longer than
+        # max_seq_len. Otherwise keep the prompt's token ids, create the model's KV
+        # cache, take tokenizer.detokenizer and record the prompt length in metrics
         check_int("prefill_max_step", self.prefill_max_step, 1, allow_none=True)
         context = self.model.context_length
         if self.max_seq_len is None:
@@ -139,14 +149,17 @@ class Request:
 
     @property
     def is_prefill_done(self) -> bool:
+        # Week 2 Day 6: is_prefill_done: offset has reached the prompt length
         return self.offset >= len(self.prefill_tokens)
 
     @property
     def is_finished(self) -> bool:
+        # Week 2 Day 6: is_finished: the request has a finish_reason
         return self.finish_reason is not None
 
     @property
     def text(self) -> str:
+        # Week 2 Day 6: text: the detokenizer's text ('' without a detokenizer)
         return self.detokenizer.text if self.detokenizer else ""
 
     def try_prefill(self, max_step: int | None = None) -> int:
@@ -162,6 +175,12 @@ class Request:
         done; TypeError or ValueError for a max_step that is not an int of at least 1
         or None.
         """
+        # Week 2 Day 6: try_prefill: ValueError once prefill is done; run
+        # prefill_tokens[offset : offset + step] through the model at `offset` with
+        # kv_cache (step: max_step, else prefill_max_step; None: the whole rest;
+        # last_position_only=True), advance offset, mx.eval the cache, and on the last
+        # chunk sample_and_accept the first token. Day 6 calls it once per prompt, with
+        # the whole prompt; Day 7's tests call it chunk by chunk
         if self.is_prefill_done:
             raise ValueError("prefill is already done: this request is decoding")
         check_int("max_step", max_step, 1, allow_none=True)
@@ -173,7 +192,8 @@ class Request:
         )
         chunk = mx.array([self.prefill_tokens[self.offset : end]])
         logits = self.model(chunk, self.offset, self.kv_cache, last_position_only=True)
-        processed, self.offset = end - self.offset, end
+        processed = end - self.offset
+        self.advance(processed)
         cache_state = [c.keys for c in self.kv_cache] + [
             c.values for c in self.kv_cache
         ]
@@ -182,12 +202,35 @@ class Request:
             self.sample_and_accept(logits[:, -1, :])
         return processed
 
+    def advance(self, tokens: int) -> None:
+        """`tokens` more of this request's tokens are in its KV cache now: the one
+        place its position moves forward."""
+        # Week 2 Day 6: advance: offset += tokens
+        self.offset += tokens
+
+    def restart(self) -> None:
+        """Start over (preemption): the KV cache was taken back, so the prompt and the
+        tokens generated so far are prefilled again from position 0, and the
+        prefill's last chunk samples the next token. Tokens already generated stay
+        generated; the request's own cache is made anew when it is admitted again."""
+        # Week 2 Day 6: restart: prefill_tokens = the prompt (its first
+        # metrics.prompt_tokens tokens) + generated; offset 0; next_token and kv_cache
+        # None; metrics.preemptions += 1
+        prompt = self.prefill_tokens[: self.metrics.prompt_tokens]
+        self.prefill_tokens = prompt + self.generated
+        self.offset = 0
+        self.next_token = None
+        self.kv_cache = None
+        self.metrics.preemptions += 1
+
     def sample(self, logits: mx.array) -> int:
         """logits: [1, V] -> the next token id, through this request's sampler.
 
         Raises TypeError or ValueError when the sampler returns anything but one
         token id of the model's vocabulary (see sampled_token_id).
         """
+        # Week 2 Day 6: sample: turn logits into log-probabilities (subtract logsumexp),
+        # call the sampler, and return sampled_token_id(its result, model.vocab_size)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         return sampled_token_id(self.sampler(logprobs), self.model.vocab_size)
 
@@ -197,6 +240,8 @@ class Request:
         Whatever fails here (the sampler, its token, the detokenizer) fails this
         request alone.
         """
+        # Week 2 Day 6: sample_and_accept: accept(sample(logits)); any exception fails
+        # this request (fail() with a message that names the error), never the batch
         try:
             self.accept(self.sample(logits))
         except Exception as error:
@@ -214,6 +259,9 @@ class Request:
         has max_tokens tokens, or with "max_seq_len" once offset has reached
         max_seq_len (no room left in the cache to feed the token).
         """
+        # Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept);
+        # otherwise keep it, feed the detokenizer, make it next_token, and finish with
+        # 'length' at max_tokens or 'max_seq_len' when offset reaches it
         self.metrics.record_token(self.clock())
         if token in self.tokenizer.eos_token_ids:
             self.finish("stop")
@@ -229,6 +277,8 @@ class Request:
     def finish(self, reason: str) -> None:
         """End the request: finish_reason, no next_token, no cache, the detokenizer
         flushed. Its decode slot, if any, is the scheduler's to free."""
+        # Week 2 Day 6: finish: set finish_reason, drop next_token and the cache,
+        # finalize the detokenizer
         self.finish_reason = reason
         self.next_token = None
         self.detokenizer.finalize()
@@ -237,6 +287,8 @@ class Request:
     def fail(self, message: str) -> None:
         """Finish this request alone with "error", `message` saying why; the tokens
         so far are kept, next_token and the cache dropped."""
+        # Week 2 Day 6: fail: keep the error message, finish with 'error', drop
+        # next_token and the cache
         self.error = message
         self.finish_reason = "error"
         self.next_token = None
@@ -245,6 +297,9 @@ class Request:
     def result(self) -> GenerationResult:
         """This request's GenerationResult; cached_tokens is metrics.cached_tokens
         (week 3 day 3)."""
+        # Week 2 Day 6: result: a GenerationResult of this request's text, tokens,
+        # finish reason, metrics, error, prompt and priority (Week 3 Day 3 adds
+        # cached_tokens: metrics.cached_tokens)
         return GenerationResult(
             self.text,
             list(self.generated),

@@ -15,6 +15,7 @@ def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> S
     most likely tokens, then top_p keeps the smallest set of most likely tokens whose
     probability reaches top_p, and one token is drawn from what is left.
     """
+    # Week 1 Day 7: make_sampler (greedy, temperature, top-k, top-p)
     if temp < 0:
         raise ValueError(f"temp must be >= 0 (0 means greedy), got {temp}")
     if not 0 < top_p <= 1:
@@ -39,6 +40,7 @@ def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> S
 
 def keep_top_k(logits: mx.array, k: int) -> mx.array:
     """logits: [B, V]; every token outside each row's k largest becomes -inf."""
+    # Week 1 Day 7: keep_top_k (mx.argpartition, then -inf the rest)
     # argpartition puts the k largest first, in no particular order: drop the rest.
     dropped = mx.argpartition(-logits, kth=k - 1, axis=-1)[:, k:]
     return mx.put_along_axis(logits, dropped, mx.array(-mx.inf, logits.dtype), axis=-1)
@@ -50,6 +52,7 @@ def keep_top_p(logits: mx.array, p: float) -> mx.array:
     A token is kept when the probability of all more likely tokens is still below
     p, so the most likely token always survives.
     """
+    # Week 1 Day 7: keep_top_p (sort, cumulative sum, -inf the tail)
     order = mx.argsort(-logits, axis=-1)
     sorted_logits = mx.take_along_axis(logits, order, axis=-1)
     sorted_probs = mx.softmax(sorted_logits.astype(mx.float32), axis=-1)

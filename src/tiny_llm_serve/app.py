@@ -146,7 +146,7 @@ def create_app(
             "object": "model",
             "created": started,
             "owned_by": "tiny-llm",
-            "max_model_len": engine.max_seq_len,
+            "max_model_len": engine.config.max_seq_len,
         }
 
     @get("/v1/models")
@@ -288,7 +288,7 @@ def create_app(
         """On a worker thread: the prompt's token ids, checked against the context,
         handed to the engine; returns the prompt's length."""
         ids = prompt_ids(engine, request)
-        limit = engine.max_seq_len
+        limit = engine.config.max_seq_len
         if request.max_tokens is None and len(ids) >= limit:
             raise context_error(
                 request,

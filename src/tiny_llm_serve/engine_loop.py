@@ -192,7 +192,7 @@ class EngineLoop:
             self.counted[name] = value
         m.running.set(run.running)
         m.waiting.set(run.waiting)
-        m.kv_cache_usage.set(kv_cache_usage(snapshot, self.engine.max_seq_len))
+        m.kv_cache_usage.set(kv_cache_usage(snapshot, self.engine.config.max_seq_len))
         self.rates.append((now, run.prefill_tokens, run.generated_tokens))
         self.snapshot = snapshot
 
@@ -244,7 +244,7 @@ class EngineLoop:
                 | ({"text_tail": view.text_tail} if show_text else {})
                 for view in slots
             ],
-            "batch_size": self.engine.batch_size,
+            "batch_size": self.engine.config.batch_size,
             "running": 0 if snapshot is None else snapshot.metrics.running,
             "waiting": 0 if snapshot is None else snapshot.metrics.waiting,
             "finished": 0 if snapshot is None else snapshot.finished,
@@ -253,8 +253,8 @@ class EngineLoop:
             "generation_tokens_per_s": generation_rate,
             "kv_cache_usage": 0.0
             if snapshot is None
-            else kv_cache_usage(snapshot, self.engine.max_seq_len),
-            "policy": self.engine.policy,
+            else kv_cache_usage(snapshot, self.engine.config.max_seq_len),
+            "policy": self.engine.config.policy,
             "last_log_line": self.last_log_line,
             "failure": self.failure,
         }

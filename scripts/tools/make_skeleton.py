@@ -1,0 +1,167 @@
+"""Make the learner's package, src/tiny_llm, from the reference, src/tiny_llm_ref.
+
+    pdm run make-skeleton            # rewrite src/tiny_llm
+    pdm run make-skeleton --check    # exit 1 and name the files that would change
+
+A reference function whose body begins (after its docstring, if any) with a comment
+naming a day,
+
+    def step(self) -> list[RequestOutput]:
+        \"\"\"One iteration: ...\"\"\"
+        # Week 2 Day 6: read the inbox, admit arrivals, plan, run, report.
+        ...
+
+becomes in the skeleton that signature, that docstring and
+`raise NotImplementedError("Week 2 Day 6: read the inbox, ...")`. Every other line
+is copied as it is. So a signature, a docstring and a day's message exist once, in
+the reference, and the skeleton cannot drift from it: tests/test_api.py fails when
+the checked-in skeleton differs from what this command makes.
+"""
+
+import argparse
+import ast
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "src" / "tiny_llm_ref"
+SKELETON = ROOT / "src" / "tiny_llm"
+DAY_COMMENT = re.compile(r"^(\s*)# (Week \d+ Day \d+: .*)$")
+PACKAGE_DOCSTRING = '''"""tiny-llm, your implementation: the course functions raise NotImplementedError until
+you write them. Infrastructure (fast BLAS, model loading, the objects the scheduler
+reports in) comes from tiny_llm_base, never from the reference."""
+'''
+
+
+def day_comment(lines: list[str], start: int) -> tuple[str, int] | None:
+    """The day's message that starts at line index `start`, and the index after its
+    last comment line; None when no day comment starts there."""
+    match = DAY_COMMENT.match(lines[start])
+    if match is None:
+        return None
+    indent, words = match[1], [match[2]]
+    end = start + 1
+    continuation = re.compile(rf"^{indent}# (?!Week \d+ Day \d+:)(.*)$")
+    while end < len(lines) and (more := continuation.match(lines[end])):
+        words.append(more[1])
+        end += 1
+    return " ".join(words), end
+
+
+def functions(tree: ast.Module) -> list[ast.FunctionDef]:
+    """Module-level functions and the methods of module-level classes."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            found.append(node)
+        elif isinstance(node, ast.ClassDef):
+            found += [f for f in node.body if isinstance(f, ast.FunctionDef)]
+    return found
+
+
+def body_start(function: ast.FunctionDef, lines: list[str]) -> int:
+    """The index of the body's first line after the docstring, comments included."""
+    first = function.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        return first.end_lineno
+    start = first.lineno - 1
+    while start > function.lineno and lines[start - 1].lstrip().startswith("#"):
+        start -= 1
+    return start
+
+
+def raise_lines(indent: str, message: str) -> list[str]:
+    """`raise NotImplementedError(message)`, the message split into string pieces
+    that keep each line within 88 characters."""
+    width = 88 - len(indent) - 8
+    pieces = textwrap.wrap(message, width, drop_whitespace=False) or [""]
+    if len(pieces) == 1:
+        return [f"{indent}raise NotImplementedError({message!r})"]
+    body = [f"{indent}    {piece!r}" for piece in pieces]
+    return [f"{indent}raise NotImplementedError(", *body, f"{indent})"]
+
+
+def skeleton_of(source: str) -> str:
+    """The skeleton of one reference module's source."""
+    lines = source.splitlines()
+    replacements = []  # (first index, end index, new lines), in file order
+    for function in functions(ast.parse(source)):
+        start = body_start(function, lines)
+        found = day_comment(lines, start) if start < len(lines) else None
+        if found is None:
+            continue
+        message, _ = found
+        indent = DAY_COMMENT.match(lines[start])[1]
+        replacements.append((start, function.end_lineno, raise_lines(indent, message)))
+    for first, end, new in reversed(replacements):
+        lines[first:end] = new
+    return "\n".join(lines) + "\n"
+
+
+def formatted(source: str, name: str) -> str:
+    """The source as `ruff format` writes it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", name, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return result.stdout
+
+
+def expected_skeleton() -> dict[Path, str]:
+    """Every file of src/tiny_llm as the reference makes it."""
+    files = {}
+    for path in sorted(REFERENCE.glob("*.py")):
+        source = path.read_text()
+        if path.name == "__init__.py":
+            body = source.split('"""', 2)[2].lstrip("\n")
+            text = PACKAGE_DOCSTRING + "\n" + body
+        else:
+            text = skeleton_of(source)
+        files[SKELETON / path.name] = formatted(text, str(SKELETON / path.name))
+    return files
+
+
+def differences() -> list[Path]:
+    """The skeleton files that are missing, differ, or have no reference module."""
+    expected = expected_skeleton()
+    changed = [
+        p for p, text in expected.items() if not p.exists() or p.read_text() != text
+    ]
+    extra = [p for p in SKELETON.glob("*.py") if p not in expected]
+    return changed + extra
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 naming the files that differ",
+    )
+    args = parser.parse_args()
+    if args.check:
+        stale = differences()
+        for path in stale:
+            print(f"differs from the reference: {path.relative_to(ROOT)}")
+        if stale:
+            print("run `pdm run make-skeleton` to remake src/tiny_llm")
+        return 1 if stale else 0
+    expected = expected_skeleton()
+    for path in SKELETON.glob("*.py"):
+        if path not in expected:
+            path.unlink()
+    for path, text in expected.items():
+        path.write_text(text)
+    print(f"wrote {len(expected)} files in {SKELETON.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The planner: each step it decides what runs, and calls no model.
+
+It owns the decode slots and the queue of waiting requests (prefilling, or
+prefilled and waiting for a slot), and asks the KV manager for room. Two policies:
+- "alternate" (week 2 days 6 and 7): plan_chunk() gives ONE chunk of the most urgent
+  waiting request; then plan_decodes() gives every decoding request's next token.
+  The engine runs them as two forwards.
+- "mixed" (week 3 day 1): plan_mixed() gives both at once, for ONE forward: every
+  decoding request first, so decodes never wait, then prefill chunks (interactive
+  before batch, first come first served) within `token_budget`.
+
+Rules both keep:
+- A request starts prefilling only if it will have a slot when its prefill ends
+  (slot_for), so no more requests prefill at once than there will be slots.
+- A batch request never takes the slots reserved for interactive ones.
+- When the KV manager has no room for a decode (a paged pool runs dry, week 3 day
+  2), the newest request holding memory is preempted: it gives its memory back and
+  waits, first in line, to recompute (batch before interactive, so the oldest
+  interactive request always goes on and nothing deadlocks).
+"""
+
+import itertools
+from dataclasses import dataclass, field
+
+from tiny_llm_base import EngineConfig, check_int
+from tiny_llm_base.config import is_adaptive
+
+from .request import Request
+
+
+@dataclass
+class Plan:
+    """What one forward runs.
+
+    rows: the batch cache's rows fed, up to the highest slot in use: the decoding
+        request in that slot, or None for an empty slot among them (a dummy row).
+    chunks: (request, tokens): the request's next `tokens` prompt tokens, from its
+        offset.
+    mixed: run rows and chunks as one forward (week 3 day 1); else the plan holds
+        either one chunk (try_prefill) or the rows (a decode forward).
+    """
+
+    rows: list[Request | None] = field(default_factory=list)
+    chunks: list[tuple[Request, int]] = field(default_factory=list)
+    mixed: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.rows or self.chunks)
+
+
+class Planner:
+    """Slots, the waiting queue, and the decisions.
+
+    config: the engine's EngineConfig. kv: the KV manager (see kv_manager.py).
+    slots: batch_size entries, the Request decoding in slot i or None.
+    waiting: admitted requests neither in a slot nor finished, in admission order
+        (a preempted request goes back to the front).
+    order: each unfinished request's number, 0, 1, 2, ... in the order it was
+        added. holding: the requests the KV manager holds memory for, with their
+        number: preemption takes the newest. preemptions: how many so far.
+    batch_slots: the slots batch requests may hold, batch_size -
+        reserved_interactive_slots.
+    """
+
+    def __init__(self, config: EngineConfig, kv):
+        raise NotImplementedError(
+            "Week 2 Day 6: Planner: keep config and kv; batch_size empty slots, "
+            "nothing waiting, nothing ordered or holding, batch_slots, a counter for "
+            "add, preemptions 0"
+        )
+
+    def add(self, request: Request) -> None:
+        """An arrived request waits for its prefill."""
+        raise NotImplementedError(
+            "Week 2 Day 6: add: append to waiting, give it the next number in order"
+        )
+
+    def by_urgency(self) -> list[Request]:
+        """The waiting requests, interactive first, the first admitted first within a
+        priority (sorted is stable)."""
+        raise NotImplementedError(
+            'Week 2 Day 6: by_urgency: waiting sorted by priority != "interactive" '
+            "(stable)"
+        )
+
+    def decoding(self) -> list[tuple[int, Request]]:
+        """(slot, request) of every occupied slot, lowest slot first."""
+        raise NotImplementedError(
+            "Week 2 Day 6: decoding: (slot, request) of the occupied slots"
+        )
+
+    def slot_for(self, request: Request, also_ready: list[Request] = ()) -> int | None:
+        """The lowest free slot this request may take, leaving one for each prefilled
+        request and each in `also_ready` (their prefill ends this step); lowest first,
+        so the batch cache's rows stay few. None for a batch request once batch
+        requests, prefilled ones waiting for a slot included, hold batch_slots
+        slots."""
+        raise NotImplementedError(
+            "Week 2 Day 6: slot_for: the free slots after leaving one per ready "
+            "request; None when there is none or a batch request would pass "
+            "batch_slots"
+        )
+
+    def chunk_size(self, request: Request) -> int | None:
+        """The next chunk's size for `request`, from prefill_step: an int or None as
+        it is; an AdaptiveChunker: select_chunk_size(decoding, batch_size); any other
+        function: prefill_step(prompt tokens, decoding, batch_size). `decoding` is
+        the occupied slots now. A policy's answer that is not an int >= 1 (or None)
+        raises (check_int)."""
+        raise NotImplementedError(
+            "Week 2 Day 6: chunk_size: prefill_step as it is, or asked "
+            "(AdaptiveChunker or function), checked with check_int"
+        )
+
+    def admit(self, request: Request) -> bool:
+        """Room for the request's prefill from the KV manager (True at once for a
+        request already holding memory); it holds memory from then on."""
+        raise NotImplementedError(
+            "Week 2 Day 6: admit: True for a holder; else kv.admit, and on success it"
+            " holds (holding[request] = its number)"
+        )
+
+    def plan_chunk(self) -> Plan:
+        """The alternate policy's chunk: the most urgent waiting request that is still
+        prefilling, will have a slot when done and gets room from the KV manager, with
+        chunk_size(request) tokens (None: the rest of its prompt). Once one cannot
+        get room, nobody behind it who holds none overtakes it. A policy's bad chunk
+        size fails that request alone ("prefill failed: ...")."""
+        raise NotImplementedError(
+            "Week 2 Day 6: plan_chunk: the first request by urgency that prefills, "
+            "has a slot in view and holds or gets memory; Plan(chunks=[(request, "
+            "size)])"
+        )
+
+    def plan_decodes(self) -> Plan:
+        """The alternate policy's decode forward: room for every decoding request's
+        next token (make_room_for_decodes), then the rows up to the highest slot in
+        use."""
+        raise NotImplementedError(
+            "Week 2 Day 6: plan_decodes: make_room_for_decodes(), then "
+            "Plan(rows=decode_rows())"
+        )
+
+    def decode_rows(self) -> list[Request | None]:
+        """The slots up to the highest in use (an empty one among them: None)."""
+        raise NotImplementedError(
+            "Week 2 Day 6: decode_rows: slots[: highest occupied slot + 1]"
+        )
+
+    def plan_mixed(self) -> Plan:
+        """The mixed policy's one forward: every decode row first (room made for
+        them), then prefill chunks most urgent first until token_budget is spent
+        (None: no limit). Every row fed counts against the budget, an empty slot's
+        dummy row too.
+
+        Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
+        request's offset; a request needs room from the KV manager before its chunk,
+        and once one cannot get it, the requests after it that hold none wait too.
+        slot_for is asked with `also_ready` = the requests that have started
+        prefilling (offset > 0) and those planned so far, so that each keeps a slot
+        in view. An AdaptiveChunker is asked once a step (it learns from one time a
+        step); a size a policy gets wrong fails that request alone.
+        """
+        raise NotImplementedError(
+            "Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks "
+            "by urgency within the budget left; Plan(rows, chunks, mixed=True)"
+        )
+
+    def make_room_for_decodes(self) -> None:
+        """Before a decode forward: the KV manager grows every decoding request by
+        its next token. While it cannot, the newest request holding memory is
+        preempted (the request itself if it is that one)."""
+        raise NotImplementedError(
+            "Week 2 Day 6: make_room_for_decodes: while kv.grow(request) is False and"
+            " the request still decodes, preempt(newest_holder())"
+        )
+
+    def newest_holder(self) -> Request:
+        """The request to preempt: the newest batch request holding memory, else the
+        newest interactive one."""
+        raise NotImplementedError(
+            'Week 2 Day 6: newest_holder: max of holding by (priority == "batch", '
+            "number)"
+        )
+
+    def preempt(self, request: Request) -> None:
+        """Take a request's memory back and make it wait again, first in line, to
+        recompute its tokens (Request.restart)."""
+        raise NotImplementedError(
+            "Week 2 Day 6: preempt: leave(request), request.restart(), back to the "
+            "front of waiting, preemptions += 1"
+        )
+
+    def place_prefilled(self) -> None:
+        """Every prefilled waiting request, interactive first, takes the slot
+        slot_for gives it (the KV manager's place) and leaves waiting."""
+        raise NotImplementedError(
+            "Week 2 Day 6: place_prefilled: each prefilled waiting request by urgency"
+            " takes slot_for(request) through kv.place"
+        )
+
+    def leave(self, request: Request) -> None:
+        """The request leaves its slot or the waiting queue, and gives its memory
+        back (the KV manager's release)."""
+        raise NotImplementedError(
+            "Week 2 Day 6: leave: empty its slot (kv.remove) or take it out of "
+            "waiting; if it holds memory, kv.release it"
+        )
+
+    def retire_finished(self) -> None:
+        """Every finished request (stopped, failed, aborted) leaves (leave) and is
+        forgotten."""
+        raise NotImplementedError(
+            "Week 2 Day 6: retire_finished: leave() and forget (order) every finished"
+            " request in the slots or waiting"
+        )

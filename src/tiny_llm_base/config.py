@@ -1,0 +1,177 @@
+"""The engine's settings in one object, checked once when it is made.
+
+Engine, batch_generate and the command lines all take an EngineConfig (or its fields
+as keyword arguments). A wrong type is a TypeError, a wrong value a ValueError, each
+naming the setting and saying what it takes. What belongs to one prompt (its text or
+ids, max_tokens, sampler, priority) is the Request's to check: a bad one fails that
+request alone.
+"""
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .prompts import PromptSpec, Sampler, check_int, is_int
+
+POLICIES = ("alternate", "mixed")
+KV_CACHES = ("dense", "paged")
+
+
+def is_adaptive(policy) -> bool:
+    """An AdaptiveChunker, or anything shaped like one: it is asked
+    select_chunk_size(decoding, batch_size) and told record(seconds)."""
+    return hasattr(policy, "select_chunk_size")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What an Engine runs with.
+
+    batch_size: decode slots. max_seq_len: positions one request may hold, at most
+        the model's context_length (checked against the model by check_model).
+    prefill_step: prompt tokens per prefill chunk; None prefills each prompt whole;
+        or a policy asked before each chunk: a function called as policy(prompt
+        tokens, requests in decode slots, batch_size), such as select_chunk_size, or
+        an AdaptiveChunker. With the "mixed" policy it caps one request's chunk.
+    policy: "alternate" (week 2 days 6-7: a chunk's forward, then the decodes') or
+        "mixed" (week 3 day 1: one forward a step). token_budget: the most tokens one
+        mixed step feeds (None: no limit); more than batch_size, so a step always
+        has room for a prefill token beside one decode row per slot.
+    max_tokens, sampler: defaults that a PromptSpec may override (sampler None:
+        greedy).
+    reserved_interactive_slots: batch requests together never hold more than
+        batch_size - reserved_interactive_slots decode slots.
+    kv_cache: "dense" (week 2 day 5's caches) or "paged" (week 3 day 2): a pool of
+        num_blocks blocks of block_size positions (None: batch_size x max_seq_len
+        positions); prefix_caching (paged only, week 3 day 3) reuses full blocks an
+        earlier request computed.
+    """
+
+    batch_size: int = 5
+    max_seq_len: int = 512
+    prefill_step: object = 128
+    policy: str = "alternate"
+    token_budget: int | None = None
+    max_tokens: int | None = None
+    sampler: Sampler | None = None
+    reserved_interactive_slots: int = 0
+    kv_cache: str = "dense"
+    block_size: int = 16
+    num_blocks: int | None = None
+    prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        check_int("batch_size", self.batch_size, 1)
+        check_int("max_seq_len", self.max_seq_len, 1)
+        check_int("max_tokens", self.max_tokens, 1, allow_none=True)
+        step = self.prefill_step
+        if not (callable(step) or is_adaptive(step)):
+            if step is not None and not is_int(step):
+                raise TypeError(
+                    "prefill_step must be an int chunk size, None (no chunking), "
+                    "select_chunk_size or an AdaptiveChunker, got "
+                    f"{type(step).__name__} {step!r}"
+                )
+            check_int("prefill_step", step, 1, allow_none=True)
+        check_int("reserved_interactive_slots", self.reserved_interactive_slots, 0)
+        if self.reserved_interactive_slots >= self.batch_size:
+            raise ValueError(
+                "reserved_interactive_slots must be less than batch_size "
+                f"({self.batch_size}), got {self.reserved_interactive_slots}: batch "
+                "requests need a slot"
+            )
+        if self.sampler is not None and not callable(self.sampler):
+            raise TypeError(
+                f"sampler must be callable or None, got {type(self.sampler).__name__}"
+            )
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        check_int("token_budget", self.token_budget, self.batch_size + 1, True)
+        if self.token_budget is not None and self.policy != "mixed":
+            raise ValueError(
+                "token_budget limits a mixed step: pass policy='mixed' or leave it None"
+            )
+        self.check_kv_cache()
+
+    def check_kv_cache(self) -> None:
+        if self.kv_cache not in KV_CACHES:
+            raise ValueError(
+                f"kv_cache must be one of {KV_CACHES}, got {self.kv_cache!r}"
+            )
+        check_int("block_size", self.block_size, 1)
+        check_int("num_blocks", self.num_blocks, 1, allow_none=True)
+        one_request = -(-self.max_seq_len // self.block_size)
+        if self.num_blocks is not None and self.num_blocks < one_request:
+            raise ValueError(
+                f"num_blocks is {self.num_blocks}, but one request of max_seq_len="
+                f"{self.max_seq_len} tokens needs {one_request} blocks of "
+                f"{self.block_size}: pass at least {one_request}, or lower max_seq_len"
+            )
+        if not isinstance(self.prefix_caching, bool):
+            raise TypeError(
+                "prefix_caching must be True or False, got "
+                f"{type(self.prefix_caching).__name__}"
+            )
+
+    @classmethod
+    def of(cls, config: "EngineConfig | None", settings: dict) -> "EngineConfig":
+        """`config` (default: EngineConfig()) with the keyword `settings` replacing
+        its fields; TypeError for a name that is no setting."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - names)
+        if unknown:
+            raise TypeError(
+                f"unknown engine setting {unknown[0]!r}: the settings are "
+                f"{', '.join(sorted(names))}"
+            )
+        if config is not None and not isinstance(config, cls):
+            raise TypeError(
+                f"config must be an EngineConfig or None, got {type(config).__name__}"
+            )
+        return dataclasses.replace(config or cls(), **settings)
+
+    def check_model(self, model) -> None:
+        """The settings that depend on the model: max_seq_len within its context."""
+        if self.max_seq_len > model.context_length:
+            raise ValueError(
+                f"max_seq_len is {self.max_seq_len} but the model's context is "
+                f"{model.context_length} positions: pass at most "
+                f"{model.context_length}"
+            )
+
+    @property
+    def num_pool_blocks(self) -> int:
+        """The paged pool's blocks: num_blocks, or as many positions as the dense
+        cache's batch_size x max_seq_len."""
+        if self.num_blocks is not None:
+            return self.num_blocks
+        return self.batch_size * -(-self.max_seq_len // self.block_size)
+
+
+def check_callable(name: str, value, allow_none: bool = True) -> None:
+    """TypeError unless `value` is callable (or None when allowed)."""
+    if (value is None and allow_none) or callable(value):
+        return
+    raise TypeError(f"{name} must be callable or None, got {type(value).__name__}")
+
+
+def prompt_specs(prompts) -> list[PromptSpec]:
+    """batch_generate's prompts, each as a PromptSpec; TypeError for anything but a
+    list of prompts, ValueError or TypeError for a bad arrival_step."""
+    if isinstance(prompts, (str, bytes, PromptSpec)) or not isinstance(
+        prompts, Iterable
+    ):
+        raise TypeError(
+            f"prompts must be a list of prompts, got {type(prompts).__name__}: "
+            "pass [prompt] for a single prompt"
+        )
+    prompts = list(prompts)
+    if prompts and all(is_int(p) for p in prompts):
+        raise TypeError(
+            "prompts is a list of ints: pass [token_ids] for a single prompt of "
+            "token ids"
+        )
+    specs = [p if isinstance(p, PromptSpec) else PromptSpec(p) for p in prompts]
+    for spec in specs:
+        check_int("arrival_step", spec.arrival_step, 0)
+    return specs

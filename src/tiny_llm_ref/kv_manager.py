@@ -1,0 +1,89 @@
+"""The KV manager: where a request's keys and values live, behind one small interface.
+
+The planner asks it four things, and never looks at the caches itself:
+
+    admit(request) -> bool   room for the request's prefill? (False: it waits)
+    grow(request) -> bool    room for a decoding request's next token? (False: the
+                             planner preempts somebody and asks again)
+    place(request, slot)     the prefilled request's cache becomes decode row `slot`
+    release(request)         the request is done (finished, aborted, preempted):
+                             take its memory back
+
+and, after every step, `after_step()`; `batch_cache` holds the decode rows (one
+cache per layer) that the model runner feeds.
+
+DenseKvManager (week 2 day 6) is the first: each prefilling request has its own
+TinyKvFullCache per layer, and a decode slot is a row of day 5's BatchingKvCache, so
+it always has room. Week 3 day 2's PagedKvManager keeps the same interface over a
+pool of blocks, and day 3's PrefixCachingKvManager adds shared prefixes.
+"""
+
+from tiny_llm_base import EngineConfig
+
+from .kv_cache import BatchingKvCache
+from .request import Request
+
+
+class KvManager:
+    """What every KV manager shares: `batch_cache`, one decode-row cache per layer,
+    and moving a request in and out of a row."""
+
+    batch_cache: list
+
+    def place(self, request: Request, slot: int) -> None:
+        """The prefilled request's cache becomes row `slot` of every layer's batch
+        cache (add_request); the request's own reference to it is dropped."""
+        # Week 2 Day 6: place: add_request(the request cache of the layer, slot) on
+        # every layer of batch_cache, then request.kv_cache = None
+        for layer_cache, request_cache in zip(self.batch_cache, request.kv_cache):
+            layer_cache.add_request(request_cache, slot)
+        request.kv_cache = None
+
+    def remove(self, slot: int) -> None:
+        """Row `slot` is empty again in every layer (remove_request)."""
+        # Week 2 Day 6: remove: remove_request(slot) on every layer of batch_cache
+        for layer_cache in self.batch_cache:
+            layer_cache.remove_request(slot)
+
+
+class DenseKvManager(KvManager):
+    """Dense caches: a request's own cache while it prefills, then a batch-cache row.
+
+    model: anything with create_kv_cache() (one cache per layer).
+    batch_cache: one BatchingKvCache(batch_size, max_seq_len) per layer; count the
+        layers as len(model.create_kv_cache()).
+    """
+
+    def __init__(self, model, config: EngineConfig):
+        # Week 2 Day 6: DenseKvManager: keep the model; batch_cache = one
+        # BatchingKvCache(batch_size, max_seq_len) per layer
+        self.model = model
+        layers = len(model.create_kv_cache())
+        self.batch_cache = [
+            BatchingKvCache(config.batch_size, config.max_seq_len)
+            for _ in range(layers)
+        ]
+
+    def admit(self, request: Request) -> bool:
+        """Room for the request's prefill: its own caches (a new set after a
+        restart). Always True: dense caches grow as they are written."""
+        # Week 2 Day 6: admit: new caches (model.create_kv_cache()) for a request that
+        # has none; True
+        if request.kv_cache is None:
+            request.kv_cache = self.model.create_kv_cache()
+        return True
+
+    def grow(self, request: Request) -> bool:
+        """Room for a decoding request's next token: a batch-cache row grows by
+        itself, so always True."""
+        return True
+
+    def release(self, request: Request) -> None:
+        """Nothing to give back: a finished request's own cache went with it, and its
+        row was emptied by remove()."""
+
+    def after_step(self) -> None:
+        """Nothing to do after a step."""
+
+    def record(self, metrics) -> None:
+        """No figures of its own to report."""

@@ -1,0 +1,95 @@
+"""Prefix caching (week 3 day 3): a prompt starts after the blocks an earlier request
+already computed.
+
+A full block is named by chain_hash(the previous block's name, its token ids), so
+equal names mean equal tokens from position 0 to the block's end, hence equal keys
+and values. The manager names every request's full blocks as they fill (after each
+step, and when the request lets go of them); the pool remembers named blocks even
+after nobody holds them (BlockPool.remember, least recently used out first); a new
+request looks its prompt up (BlockPool.lookup) and shares what it finds.
+
+Two rules keep it correct:
+- only full blocks are named: a partial block may still change;
+- the lookup covers all but the prompt's last token: that one is always computed,
+  since the request samples its first token from that position's logits.
+"""
+
+from .paged_cache import BlockTable, chain_hash
+from .paged_manager import PagedKvManager
+from .request import Request
+
+
+class PrefixCachingKvManager(PagedKvManager):
+    """The paged manager, sharing full blocks between requests.
+
+    prompt_tokens, cached_tokens: over the requests admitted (once each, at their
+    first admission, not after a preemption), their prompt tokens and how many
+    came from the cache: the run's hit rate.
+    """
+
+    def __init__(self, model, config):
+        super().__init__(model, config)
+        # Week 3 Day 3: PrefixCachingKvManager: the paged manager, counters at 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+
+    def cached_prefix(self, request: Request) -> BlockTable:
+        """The longest chain of cached full blocks that starts the request's prompt,
+        over all but its last token (pool.lookup)."""
+        # Week 3 Day 3: cached_prefix: pool.lookup(prefill_tokens[:-1])
+        return self.pool.lookup(request.prefill_tokens[:-1])
+
+    def admit(self, request: Request) -> bool:
+        """PagedKvManager.admit, which starts the request after its cached prefix;
+        at its first admission, its metrics.cached_tokens and the manager's counters
+        count the tokens found."""
+        # Week 3 Day 3: admit: the paged admit, then at a first admission count the
+        # cached tokens
+        if not super().admit(request):
+            return False
+        if request.metrics.preemptions == 0:
+            request.metrics.cached_tokens = request.offset
+            self.prompt_tokens += len(request.prefill_tokens)
+            self.cached_tokens += request.offset
+        return True
+
+    def after_step(self) -> None:
+        """Name every holder's newly filled blocks."""
+        # Week 3 Day 3: after_step: name_full_blocks of every holder
+        for request in self.tables:
+            self.name_full_blocks(request)
+
+    def release(self, request: Request) -> None:
+        """Name the request's full blocks before they go back: the pool keeps them
+        cached for later prompts."""
+        # Week 3 Day 3: release: name_full_blocks, then the paged release
+        self.name_full_blocks(request)
+        super().release(request)
+
+    def name_full_blocks(self, request: Request) -> None:
+        """Name each full block of the request not named yet: chain_hash(the previous
+        block's name, its tokens), then pool.remember(block, name). Its tokens are
+        its prompt and then the tokens it generated; `offset` says how many are in
+        the cache."""
+        # Week 3 Day 3: name_full_blocks: chain_hash each full block not named yet and
+        # pool.remember it
+        table = self.tables[request]
+        size = self.block_size
+        full = request.offset // size
+        if len(table.hashes) >= full:
+            return
+        prompt = request.prefill_tokens[: request.metrics.prompt_tokens]
+        tokens = prompt + request.generated
+        for index in range(len(table.hashes), full):
+            parent = table.hashes[-1] if table.hashes else None
+            block_hash = chain_hash(parent, tokens[index * size : (index + 1) * size])
+            table.hashes.append(block_hash)
+            self.pool.remember(table.blocks[index], block_hash)
+
+    def record(self, metrics) -> None:
+        """The pool's figures (PagedKvManager.record) and the prompt tokens found
+        cached."""
+        # Week 3 Day 3: record: the paged figures and the prefix counters
+        super().record(metrics)
+        metrics.prefix_prompt_tokens = self.prompt_tokens
+        metrics.prefix_cached_tokens = self.cached_tokens

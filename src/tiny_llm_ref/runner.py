@@ -1,0 +1,150 @@
+"""The model runner: the only place the engine's steps call the model, sample and
+evaluate.
+
+It runs a Plan (planner.py) as one forward:
+- one chunk (week 2 day 7): the request's own try_prefill;
+- decode rows (week 2 day 6): model(tokens [R, 1], offsets, batch cache), the last
+  position's logits [R, V];
+- a mixed plan (week 3 day 1): mixed_forward, every decode row and every chunk in one
+  forward.
+Then every request in it moves forward in one place (Request.advance, by what the
+forward fed it) and samples from its logits (Request.sample_and_accept), which may
+finish it.
+
+A failure costs only the requests in the forward: they fail with the error, and the
+run goes on. An interrupt (KeyboardInterrupt, SystemExit) fails them too, so that no
+request's position and cache are left out of step, and is then raised again.
+"""
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from .mixed_step import PrefillChunk, mixed_forward
+from .planner import Plan
+from .request import Request
+
+
+@dataclass
+class Forward:
+    """A forward that ran: when it started, how long it took (the clock's
+    seconds), the chunks (request, prompt tokens) and the decoding requests in it,
+    and whether it was a mixed step."""
+
+    start: float
+    seconds: float
+    chunks: list[tuple[Request, int]]
+    decodes: list[Request]
+    mixed: bool
+
+
+class ModelRunner:
+    """model: the week 2 model (model(tokens, offset, cache) -> logits). clock: the
+    engine's clock, read just before and just after each forward."""
+
+    def __init__(self, model, clock):
+        # Week 2 Day 6: ModelRunner: keep model and clock
+        self.model = model
+        self.clock = clock
+
+    def run(self, plan: Plan, batch_cache: list) -> Forward | None:
+        """Run the plan's forward; None when it failed (its requests failed with the
+        error). A request's prefill_start is this forward's start if it has none."""
+        # Week 2 Day 6: run: read the clock, set prefill_start, run the plan (mixed, one
+        # chunk through try_prefill, or decode); on an error fail its requests and
+        # return None; on an interrupt fail them and raise; else a Forward
+        requests = [r for r, _ in plan.chunks] + [r for r in plan.rows if r]
+        start = self.clock()
+        for request, _ in plan.chunks:
+            if request.metrics.prefill_start is None:
+                request.metrics.prefill_start = start
+        try:
+            if plan.mixed:
+                self.mixed(plan, batch_cache)
+            elif plan.chunks:
+                [(request, tokens)] = plan.chunks
+                request.try_prefill(tokens)
+            else:
+                self.decode(plan.rows, batch_cache)
+        except Exception as error:  # fails this forward's requests, not the run
+            self.fail(requests, f"{type(error).__name__}: {error}", plan)
+            return None
+        except BaseException as interrupt:
+            self.fail(requests, f"interrupted by {type(interrupt).__name__}", plan)
+            raise
+        decodes = [r for r in plan.rows if r]
+        return Forward(start, self.clock() - start, plan.chunks, decodes, plan.mixed)
+
+    def fail(self, requests: list[Request], why: str, plan: Plan) -> None:
+        """Every unfinished request of a forward that raised fails: "prefill
+        failed: ..." for the alternate policy's chunk, "forward failed: ..." for the
+        others."""
+        # Week 2 Day 6: fail: request.fail("prefill failed: ..." or "forward failed:
+        # ...") for each unfinished request
+        kind = "prefill" if plan.chunks and not plan.mixed else "forward"
+        for request in requests:
+            if not request.is_finished:
+                request.fail(f"{kind} failed: {why}")
+
+    def decode(self, rows: list[Request | None], batch_cache: list) -> None:
+        """One token for every decoding request: rows up to the highest slot in use,
+        an empty slot's row feeding token 0 at offset 0; logits [R, V] evaluated
+        before any request moves; then each request advances by 1 and samples its
+        row."""
+        # Week 2 Day 6: decode: tokens and offsets of the rows (0 for an empty one),
+        # model(tokens [R, 1], offsets, batch_cache), last position, mx.eval,
+        # accept_rows
+        tokens = [r.next_token if r else 0 for r in rows]
+        offsets = [r.offset if r else 0 for r in rows]
+        logits = self.model(mx.array(tokens)[:, None], offsets, batch_cache)
+        logits = logits[:, -1, :]
+        mx.eval(logits)
+        self.accept_rows(rows, logits)
+
+    def accept_rows(self, rows: list[Request | None], logits: mx.array) -> None:
+        """logits: [R, V]: each decoding request's fed token is in the cache now
+        (advance 1) and it samples its own row."""
+        # Week 2 Day 6: accept_rows: for each request row: advance(1),
+        # sample_and_accept(logits[row : row + 1])
+        for row, request in enumerate(rows):
+            if request is not None:
+                request.advance(1)
+                request.sample_and_accept(logits[row : row + 1])
+
+    def mixed(self, plan: Plan, batch_cache: list) -> None:
+        """The mixed step (week 3 day 1): mixed_forward over the decode rows and
+        every chunk (PrefillChunk at the request's offset with its kv_cache,
+        wants_logits when the chunk ends its prompt); the logits and every chunk's
+        cache evaluated; then each chunk's request advances by its length and, if
+        its prompt is done, samples its first token; then the decode rows
+        (accept_rows)."""
+        # Week 3 Day 1: mixed: PrefillChunks, mixed_forward, mx.eval of the logits and
+        # the chunk caches, then advance and sample each chunk, then accept_rows
+        rows = plan.rows
+        tokens = [r.next_token if r else 0 for r in rows]
+        offsets = [r.offset if r else 0 for r in rows]
+        chunks = [
+            PrefillChunk(
+                r.prefill_tokens[r.offset : r.offset + n],
+                r.offset,
+                r.kv_cache,
+                wants_logits=r.offset + n == len(r.prefill_tokens),
+            )
+            for r, n in plan.chunks
+        ]
+        decode_logits, chunk_logits = mixed_forward(
+            self.model, tokens, offsets, batch_cache if rows else None, chunks
+        )
+        cache_state = [
+            array
+            for chunk in chunks
+            for layer in chunk.cache
+            for array in (layer.keys, layer.values)
+        ]
+        mx.eval(decode_logits, chunk_logits, cache_state)
+        for (request, tokens_fed), logits in zip(plan.chunks, chunk_logits):
+            request.advance(tokens_fed)
+            if logits is not None:  # the chunk ended the prompt
+                request.sample_and_accept(logits)
+        if rows:
+            self.accept_rows(rows, decode_logits)

@@ -2,6 +2,7 @@
 
     pdm run make-skeleton            # rewrite src/tiny_llm
     pdm run make-skeleton --check    # exit 1 and name the files that would change
+    pdm run make-skeleton --done-through 2.7   # a learner's tree, week 2 finished
 
 A reference function whose body begins (after its docstring, if any) with a comment
 naming a day,
@@ -84,8 +85,14 @@ def raise_lines(indent: str, message: str) -> list[str]:
     return [f"{indent}raise NotImplementedError(", *body, f"{indent})"]
 
 
-def skeleton_of(source: str) -> str:
-    """The skeleton of one reference module's source."""
+def day_of(message: str) -> tuple[int, int]:
+    week, day = re.match(r"Week (\d+) Day (\d+)", message).groups()
+    return int(week), int(day)
+
+
+def skeleton_of(source: str, done: tuple[int, int] = (0, 0)) -> str:
+    """The skeleton of one reference module's source; functions of the days up to
+    `done` (week, day) keep their reference bodies."""
     lines = source.splitlines()
     replacements = []  # (first index, end index, new lines), in file order
     for function in functions(ast.parse(source)):
@@ -94,6 +101,8 @@ def skeleton_of(source: str) -> str:
         if found is None:
             continue
         message, _ = found
+        if day_of(message) <= done:
+            continue
         indent = DAY_COMMENT.match(lines[start])[1]
         replacements.append((start, function.end_lineno, raise_lines(indent, message)))
     for first, end, new in reversed(replacements):
@@ -114,8 +123,9 @@ def formatted(source: str, name: str) -> str:
     return result.stdout
 
 
-def expected_skeleton() -> dict[Path, str]:
-    """Every file of src/tiny_llm as the reference makes it."""
+def expected_skeleton(done: tuple[int, int] = (0, 0)) -> dict[Path, str]:
+    """Every file of src/tiny_llm as the reference makes it, the days up to `done`
+    already written."""
     files = {}
     for path in sorted(REFERENCE.glob("*.py")):
         source = path.read_text()
@@ -123,7 +133,7 @@ def expected_skeleton() -> dict[Path, str]:
             body = source.split('"""', 2)[2].lstrip("\n")
             text = PACKAGE_DOCSTRING + "\n" + body
         else:
-            text = skeleton_of(source)
+            text = skeleton_of(source, done)
         files[SKELETON / path.name] = formatted(text, str(SKELETON / path.name))
     return files
 
@@ -145,7 +155,19 @@ def main() -> int:
         action="store_true",
         help="change nothing; exit 1 naming the files that differ",
     )
+    parser.add_argument(
+        "--done-through",
+        metavar="WEEK.DAY",
+        help="keep the reference's code for every day up to this one (e.g. 2.7): "
+        "a learner's tree with those days finished",
+    )
     args = parser.parse_args()
+    done = (0, 0)
+    if args.done_through:
+        match = re.fullmatch(r"(\d+)\.(\d+)", args.done_through)
+        if match is None:
+            parser.error("--done-through takes WEEK.DAY, such as 2.7")
+        done = (int(match[1]), int(match[2]))
     if args.check:
         stale = differences()
         for path in stale:
@@ -153,7 +175,7 @@ def main() -> int:
         if stale:
             print("run `pdm run make-skeleton` to remake src/tiny_llm")
         return 1 if stale else 0
-    expected = expected_skeleton()
+    expected = expected_skeleton(done)
     for path in SKELETON.glob("*.py"):
         if path not in expected:
             path.unlink()

@@ -166,10 +166,17 @@ def build_engine(package, mlx_model, tokenizer, args):
 def main() -> None:
     args = parse_args()  # before the slow imports: a bad option fails at once
     import tiny_llm_base  # noqa: F401  (before mlx.core: loads the fast BLAS)
-    import uvicorn
 
-    from tiny_llm_serve import ServerSettings, create_app
+    from tiny_llm_serve import ServerSettings, create_app, listen_socket, serve
 
+    try:  # before loading the model: a port in use fails at once
+        sock = listen_socket(args.host, args.port)
+    except OSError as error:
+        fail(
+            f"cannot listen on {args.host}:{args.port}: {error.strerror or error}; "
+            "stop what uses it or choose another --port or --host",
+            status=1,
+        )
     note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
     package = importlib.import_module(
@@ -185,22 +192,25 @@ def main() -> None:
         print(line, flush=True)
         app.state.engine_loop.last_log_line = line
 
+    def started() -> None:
+        print(
+            f"serving {name} ({package.__name__}, policy {args.policy}, "
+            f"{args.batch_size} slots, {args.kv_cache} KV cache"
+            f"{', prefix caching' if engine.config.prefix_caching else ''}) on "
+            f"http://{args.host}:{args.port}/",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not args.api_key:
+            print(
+                "note: no --api-key: anyone who can reach this address may generate "
+                "with it; /engine shows positions but no request text",
+                file=sys.stderr,
+                flush=True,
+            )
+
     app = create_app(engine, settings, package.make_sampler, EngineLog(write).update)
-    print(
-        f"serving {name} ({package.__name__}, policy {args.policy}, "
-        f"{args.batch_size} slots, {args.kv_cache} KV cache"
-        f"{', prefix caching' if engine.prefix_caching else ''}) on "
-        f"http://{args.host}:{args.port}/",
-        file=sys.stderr,
-        flush=True,
-    )
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level="warning",
-        timeout_graceful_shutdown=5,  # open streams get 5 s, then Ctrl-C ends them
-    )
+    serve(app, sock, started)  # SIGTERM or Ctrl-C: open streams end with an error
 
 
 if __name__ == "__main__":

@@ -166,6 +166,7 @@ class Planner:
             "by urgency within the budget left; Plan(rows, chunks, mixed=True)"
         )
 
+    # ANCHOR: make_room
     def make_room_for_decodes(self) -> None:
         """Before a decode forward: the KV manager grows every decoding request by
         its next token. While it cannot, the newest request holding memory is
@@ -190,6 +191,8 @@ class Planner:
             "Week 2 Day 6: preempt: leave(request), request.restart(), back to the "
             "front of waiting, preemptions += 1"
         )
+
+    # ANCHOR_END: make_room
 
     def place_prefilled(self) -> None:
         """Every prefilled waiting request, interactive first, takes the slot

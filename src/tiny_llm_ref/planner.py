@@ -232,6 +232,7 @@ class Planner:
         self.retire_finished()
         return Plan(rows=rows, chunks=chunks, mixed=True)
 
+    # ANCHOR: make_room
     def make_room_for_decodes(self) -> None:
         """Before a decode forward: the KV manager grows every decoding request by
         its next token. While it cannot, the newest request holding memory is
@@ -257,6 +258,8 @@ class Planner:
         request.restart()
         self.waiting.insert(0, request)
         self.preemptions += 1
+
+    # ANCHOR_END: make_room
 
     def place_prefilled(self) -> None:
         """Every prefilled waiting request, interactive first, takes the slot

@@ -10,6 +10,7 @@ work prints the engine's log line, as batch-main does.
 """
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -172,9 +173,14 @@ def main() -> None:
     try:  # before loading the model: a port in use fails at once
         sock = listen_socket(args.host, args.port)
     except OSError as error:
+        in_use = error.errno == errno.EADDRINUSE
         fail(
             f"cannot listen on {args.host}:{args.port}: {error.strerror or error}; "
-            "stop what uses it or choose another --port or --host",
+            + (
+                "stop what uses it or choose another --port"
+                if in_use
+                else "check --host"
+            ),
             status=1,
         )
     note_slow_blas()

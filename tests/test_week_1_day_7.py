@@ -140,6 +140,11 @@ def test_rows_are_sampled_from_their_own_distribution():
         ({"temp": 1.0, "top_p": -0.2}, "top_p"),
         ({"temp": 1.0, "top_k": 0}, "top_k"),
         ({"temp": 1.0, "top_k": -3}, "top_k"),
+        ({"temp": float("nan")}, "temp"),
+        ({"temp": float("inf")}, "temp"),
+        ({"temp": 1.0, "top_p": float("nan")}, "top_p"),
+        ({"temp": 1.0, "top_k": 2.5}, "top_k"),
+        ({"temp": 1.0, "top_k": True}, "top_k"),
     ],
 )
 def test_invalid_arguments_raise(kwargs, message):

@@ -1,8 +1,11 @@
 """Turning next-token log-probabilities into a token: greedy, temperature, top-k, top-p."""
 
+import math
 from collections.abc import Callable
 
 import mlx.core as mx
+
+from tiny_llm_base import is_int
 
 Sampler = Callable[[mx.array], mx.array]
 

@@ -1,8 +1,11 @@
 """Turning next-token log-probabilities into a token: greedy, temperature, top-k, top-p."""
 
+import math
 from collections.abc import Callable
 
 import mlx.core as mx
+
+from tiny_llm_base import is_int
 
 Sampler = Callable[[mx.array], mx.array]
 
@@ -16,13 +19,13 @@ def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> S
     probability reaches top_p, and one token is drawn from what is left.
     """
     # Week 1 Day 7: make_sampler (greedy, temperature, top-k, top-p)
-    if temp < 0:
-        raise ValueError(f"temp must be >= 0 (0 means greedy), got {temp}")
+    if not (math.isfinite(temp) and temp >= 0):
+        raise ValueError(f"temp must be a number >= 0 (0 means greedy), got {temp}")
     if not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {top_p}")
-    if top_k is not None and top_k < 1:
+    if top_k is not None and (not is_int(top_k) or top_k < 1):
         raise ValueError(
-            f"top_k must be >= 1, or None to keep every token; got {top_k}"
+            f"top_k must be an int >= 1, or None to keep every token; got {top_k!r}"
         )
 
     def sample(logprobs: mx.array) -> mx.array:

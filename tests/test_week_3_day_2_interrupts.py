@@ -1,0 +1,71 @@
+"""Week 3 Day 2: an interrupt inside Engine.step() on the paged cache and the mixed
+step leaves every block accounted for and the engine usable; a pool that could not
+fit in memory is refused before anything is allocated."""
+
+import pytest
+
+from .interrupts import INTERRUPTS, check_interrupted_run
+from .paged_checks import assert_pool_empty
+from .solution import tiny
+
+
+@INTERRUPTS
+@pytest.mark.parametrize("policy", ["alternate", "mixed"])
+def test_an_interrupted_step_leaves_the_paged_engine_usable(
+    pair, tokenizer, no_eos, interrupt, policy
+):
+    engine = tiny.Engine(
+        pair[1],
+        tokenizer,
+        batch_size=2,
+        prefill_step=4,
+        policy=policy,
+        kv_cache="paged",
+        block_size=3,
+        prefix_caching=False,
+    )
+    check_interrupted_run(engine, pair, tokenizer, no_eos, interrupt, seed=12)
+    assert_pool_empty(engine)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"block_size": 10**6}, {"num_blocks": 10**9}],
+    ids=["huge blocks", "huge pool"],
+)
+def test_a_pool_past_the_machines_memory_is_refused_with_the_numbers(
+    embedded_model, settings
+):
+    model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
+    with pytest.raises(ValueError, match=r"KV pool of [\d,]+ positions needs .* GiB"):
+        tiny.Engine(
+            model, embedded_model[1], kv_cache="paged", max_seq_len=128, **settings
+        )
+
+
+def test_a_pool_the_model_does_not_describe_is_checked_at_its_first_write(
+    pair, tokenizer
+):
+    """A model wrapper that hides its layers: the request whose forward would make
+    the pool fails with the numbers, and the engine goes on."""
+    model = pair[1]
+
+    class Wrapper:
+        vocab_size, context_length = model.vocab_size, model.context_length
+        create_kv_cache = model.create_kv_cache
+
+        def __call__(self, *args, **kwargs):
+            return model(*args, **kwargs)
+
+    engine = tiny.Engine(
+        Wrapper(),
+        tokenizer,
+        kv_cache="paged",
+        block_size=10**5,
+        num_blocks=10**4,
+        max_seq_len=64,
+    )
+    engine.add_request([1, 2, 3])
+    results = [o.result for _ in range(3) for o in engine.step() if o.result]
+    assert results and results[0].finish_reason == "error"
+    assert "GiB" in results[0].error and "lower num_blocks" in results[0].error

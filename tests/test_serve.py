@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import tiny_llm_ref
 import uvicorn
-from tiny_llm_base import PromptSpec
+from tiny_llm_base import EngineConfig, PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -756,7 +756,7 @@ def test_models_health_and_chat_page(client, http):
 class BrokenEngine:
     """The Engine's interface as the server uses it, with a step that raises."""
 
-    batch_size, max_seq_len, policy = 2, 64, "alternate"
+    config = EngineConfig(batch_size=2, max_seq_len=64, policy="alternate")
 
     def __init__(self, tokenizer, vocab_size):
         self.tokenizer = tokenizer

@@ -288,6 +288,8 @@ HOSTILE = [
     ("400-digit temperature", CHAT, b'{"messages": [{"role": "user", "content": "Hi"}], "temperature": 1' + b"0" * 400 + b"}", "temperature"),
     ("400-digit top_p", COMPLETIONS, b'{"prompt": "a", "top_p": -1' + b"0" * 400 + b"}", "top_p"),
     ("JSON nested 30,000 deep", CHAT, DEEP, None),
+    ("5000-digit max_tokens", CHAT, b'{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 9' + b"0" * 4999 + b"}", None),
+    ("400-digit max_tokens", CHAT, b'{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 9' + b"0" * 399 + b"}", "messages"),
     ("lone surrogate in content", CHAT, b'{"messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages[0].content"),
     ("lone surrogate in a text part", CHAT, b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udc00"}]}]}', "messages[0].content[0].text"),
     ("lone surrogate in a prompt", COMPLETIONS, b'{"prompt": "x\\udfff"}', "prompt"),
@@ -306,6 +308,7 @@ def test_hostile_input_gets_a_400(http, server_log, path, body, param):
     error = response.json()["error"]
     assert is_openai_error(response.json()) and error["param"] == param
     assert "Union[" not in error["message"] and "Error" not in error["message"]
+    assert "sys." not in error["message"] and len(error["message"]) < 300
     assert logged(server_log) == []
 
 

@@ -13,6 +13,7 @@ import binascii
 import hmac
 import json
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -216,8 +217,11 @@ def create_app(
         try:
             return json.loads(body)
         except (ValueError, UnicodeDecodeError) as error:
+            why = str(error)
+            if why.startswith("Exceeds the limit"):  # Python's guard on int parsing
+                why = f"a number has more than {sys.get_int_max_str_digits()} digits"
             raise invalid(
-                f"the body is not valid JSON ({error}): send a JSON object",
+                f"the body is not valid JSON ({why}): send a JSON object",
                 None,
                 code="invalid_json",
             ) from None
@@ -299,7 +303,8 @@ def create_app(
             raise context_error(
                 request,
                 f"the prompt has {len(ids)} tokens and max_tokens is "
-                f"{request.max_tokens}: {len(ids) + request.max_tokens} tokens, more "
+                f"{short(request.max_tokens)}: "
+                f"{short(len(ids) + request.max_tokens)} tokens, more "
                 f"than this server's context of {limit} tokens; shorten the prompt or "
                 "lower max_tokens",
             )

@@ -61,8 +61,12 @@ def small_engine(model, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def model(embedded_model):
-    return tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+def model(embedded_model, tokenizer):
+    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    # Run it once here: MLX cannot evaluate on the engine thread the arrays this
+    # thread left lazy ("There is no Stream(cpu, 0) in current thread").
+    tiny_llm_ref.batch_generate(model, tokenizer, [PromptSpec([1, 2, 3], 1)])
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """Running the app: a socket bound before the slow start, and a clean stop.
 
-`listen_socket` binds the address first, so that a port in use fails at once with
-OSError instead of after loading a model. `serve` runs uvicorn on that socket and
-calls on_started once requests are answered. A stop signal (SIGTERM, Ctrl-C) first
+`listen_socket` binds the address before uvicorn starts, so that a port in use is
+an OSError the caller can report in one line (uvicorn logs and exits on its own).
+`serve` runs uvicorn on that socket and calls on_started once requests are
+answered. A stop signal (SIGTERM, Ctrl-C) first
 ends every open request with a 503, streams with an error event and [DONE], so no
 client sees its answer cut off without a word; uvicorn then closes the connections.
 """

@@ -10,14 +10,14 @@ the periodic engine lines are printed. Both end with every prompt's answer, shor
 and the whole error of each request that failed; the exit status is then 1.
 """
 
-import argparse
-import importlib
-import sys
-from pathlib import Path
+from scripts.commands.interrupt import exit_on_interrupt, unwind_on_interrupt
 
-from scripts.commands.cli import exit_on_interrupt
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
 
-exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import tiny_llm_base  # noqa: E402, F401  (before mlx.core: loads the fast BLAS)
 from rich.console import Console, Group  # noqa: E402
@@ -30,11 +30,25 @@ from scripts.commands.cli import (  # noqa: E402
     EngineLog,
     context_length,
     fail,
+    fail_with_options,
     load_model_or_exit,
     newest_kv_cache,
     newest_model,
     note_slow_blas,
+    option_parser,
+    require_at_least,
     require_model_name,
+)
+
+# The options that set an engine argument of the same name: its errors name them.
+ENGINE_OPTIONS = (
+    "--batch-size",
+    "--max-seq-len",
+    "--max-tokens",
+    "--prefill-step",
+    "--token-budget",
+    "--kv-cache",
+    "--block-size",
 )
 
 DEFAULT_PROMPTS = [
@@ -62,9 +76,7 @@ DEFAULT_PROMPTS = [
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Generate for many prompts with continuous batching."
-    )
+    parser = option_parser("Generate for many prompts with continuous batching.")
     parser.add_argument(
         "--model", help="local model folder or Hub repo id (default: embedded SmolLM2)"
     )
@@ -103,13 +115,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-seq-len", type=int, default=512)
     parser.add_argument("--solution", default="ref", help="ref | learner")
-    parser.error = fail
     args = parser.parse_args()
     require_model_name(args.model)
-    for name in ("batch_size", "max_tokens", "max_seq_len", "block_size"):
-        if getattr(args, name) < 1:
-            option = "--" + name.replace("_", "-")
-            fail(f"{option} must be at least 1, got {getattr(args, name)}")
+    require_at_least(
+        args, 1, "--batch-size", "--max-tokens", "--max-seq-len", "--block-size"
+    )
     args.prefill_step = parse_prefill_step(args.prefill_step)
     args.token_budget = parse_token_budget(args)
     if args.solution not in ("ref", "learner"):
@@ -318,6 +328,7 @@ def clamp_max_seq_len(args, mlx_model) -> None:
 
 
 def main() -> None:
+    unwind_on_interrupt()  # the imports are done
     args = parse_args()
     prompts = args.prompts or DEFAULT_PROMPTS
     note_slow_blas()
@@ -338,7 +349,7 @@ def main() -> None:
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
     except (TypeError, ValueError) as error:
-        fail(str(error))
+        fail_with_options(error, ENGINE_OPTIONS)
     print_summary(results, console, policy_name(args))
     if print_failures(results):
         sys.exit(1)

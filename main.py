@@ -11,14 +11,14 @@ hand-written ones, then the week 1 model, and says on stderr which one answers;
 --loader picks one.
 """
 
-import argparse
-import importlib
-import sys
-import time
+from scripts.commands.interrupt import exit_on_interrupt, unwind_on_interrupt
 
-from scripts.commands.cli import exit_on_interrupt
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
 
-exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 import tiny_llm_ref  # noqa: E402  (before mlx.core: loads the fast BLAS)
 
@@ -26,20 +26,23 @@ from scripts.commands.cli import (  # noqa: E402
     MODEL_KINDS,
     context_length,
     fail,
+    fail_with_options,
     load_model_or_exit,
     newest_model,
     note_slow_blas,
+    option_parser,
     read_piped_stdin,
     read_stdin,
+    require_at_least,
     require_finite,
     require_model_name,
 )
 
-DEFAULT_PROMPT = "Give me a short introduction to large language models."
+DEFAULT_PROMPT = "Give me three tips for a good night's sleep."
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Generate with tiny-llm.")
+    parser = option_parser("Generate with tiny-llm.")
     parser.add_argument(
         "--model", help="local model folder or Hub repo id (default: embedded SmolLM2)"
     )
@@ -48,21 +51,42 @@ def parse_args() -> argparse.Namespace:
         help="the question; '-' reads it from standard input, as does a pipe or a "
         "redirected file when --prompt is left out",
     )
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--temp", type=float, default=0.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=128,
+        help="the most tokens to generate; the answer may end sooner (default: 128)",
+    )
+    parser.add_argument(
+        "--temp",
+        type=float,
+        default=0.0,
+        help="sampling temperature: 0 always takes the likeliest token (greedy, the "
+        "default), higher values pick more varied ones",
+    )
+    parser.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        help="with --temp above 0: sample only from the likeliest tokens whose "
+        "probabilities add up to this, in (0, 1] (default: 1, every token)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="with --temp above 0: sample only from the K likeliest tokens "
+        "(default: no limit)",
+    )
     parser.add_argument("--solution", default="ref", help="ref | learner | mlx")
     parser.add_argument(
         "--loader",
         default="auto",
         help="auto (the newest that runs) | week2-fast | week2 | week1",
     )
-    parser.error = fail
     args = parser.parse_args()
     require_model_name(args.model)
-    if args.max_tokens < 1:
-        fail(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    require_at_least(args, 1, "--max-tokens")
     require_finite("--temp", args.temp)
     require_finite("--top-p", args.top_p)
     if args.solution not in ("ref", "learner", "mlx"):
@@ -89,11 +113,12 @@ def read_prompt(option: str | None) -> str:
 
 
 def main() -> None:
+    unwind_on_interrupt()  # the imports are done
     args = parse_args()
     try:
         sampler = tiny_llm_ref.make_sampler(args.temp, args.top_p, args.top_k)
     except ValueError as error:
-        fail(str(error))
+        fail_with_options(error, ("--temp", "--top-p", "--top-k"))
     note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
     check_context_length(mlx_model, tokenizer, args)

@@ -20,7 +20,7 @@ from tiny_llm_base import embedded_model as store
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 8192  # the embedded SmolLM2's max_position_embeddings (its GGUF metadata)
-DEFAULT_PROMPT = "Give me a short introduction to large language models."
+DEFAULT_PROMPT = "Give me three tips for a good night's sleep."
 
 
 def run(script: str, *args: str, stdin: str | bytes | None = None, env=None):
@@ -87,6 +87,13 @@ def damaged_models(tmp_path_factory) -> Path:
         json.dumps(config),
         skip=("config.json", "tokenizer.json", "tokenizer_config.json"),
     )
+    copy("negative-context", json.dumps({**config, "max_position_embeddings": -5}))
+    copy("word-context", json.dumps({**config, "max_position_embeddings": "big"}))
+    copy("cut-weights", None, skip=("model.safetensors",))
+    with open(source / "model.safetensors", "rb") as weights:
+        (root / "cut-weights" / "model.safetensors").write_bytes(
+            weights.read(50_000_000)
+        )
     (root / "empty").mkdir()
     return root
 
@@ -101,12 +108,12 @@ MAIN_BAD_INPUT = {
         "--max-tokens must be at least 1",
     ),
     "max tokens not a number": (["--max-tokens", "many"], None, 2, "invalid int value"),
-    "negative temp": (["--temp", "-1"], None, 2, "temp must be >= 0"),
+    "negative temp": (["--temp", "-1"], None, 2, "error: --temp must be"),
     "temp nan": (["--temp", "nan"], None, 2, "--temp must be a finite number, got nan"),
     "temp inf": (["--temp", "inf"], None, 2, "--temp must be a finite number, got inf"),
-    "top-p above 1": (["--top-p", "1.5"], None, 2, "top_p must be in (0, 1]"),
+    "top-p above 1": (["--top-p", "1.5"], None, 2, "error: --top-p must be in (0, 1]"),
     "top-p nan": (["--top-p", "nan"], None, 2, "--top-p must be a finite number"),
-    "top-k zero": (["--top-k", "0"], None, 2, "top_k must be >= 1"),
+    "top-k zero": (["--top-k", "0"], None, 2, "error: --top-k must be"),
     "unknown solution": (["--solution", "nope"], None, 2, "unknown --solution 'nope'"),
     "unknown loader": (["--loader", "week9"], None, 2, "unknown --loader 'week9'"),
     "unknown option": (["--prompts", "x"], None, 2, "unrecognized arguments"),
@@ -198,6 +205,26 @@ MAIN_BAD_INPUT = {
         None,
         1,
         "the tokenizer files in {damaged}/no-tokenizer could not be loaded",
+    ),
+    "negative context in config.json": (
+        ["--model", "{damaged}/negative-context"],
+        None,
+        1,
+        '{damaged}/negative-context/config.json gives "max_position_embeddings": -5, '
+        "where it must be a whole number of at least 1: restore",
+    ),
+    "context not a number in config.json": (
+        ["--model", "{damaged}/word-context"],
+        None,
+        1,
+        '{damaged}/word-context/config.json gives "max_position_embeddings": "big"',
+    ),
+    "weights cut short": (
+        ["--model", "{damaged}/cut-weights"],
+        None,
+        1,
+        "{damaged}/cut-weights/model.safetensors is cut short: 50,000,000 bytes where "
+        "its header needs",
     ),
 }
 
@@ -516,3 +543,69 @@ def test_learner_runs_the_newest_kv_cache_it_has_built(
     assert cli.newest_kv_cache(package, asked, prefix_caching) == expected
     err = capsys.readouterr().err
     assert (said in err) if said else err == ""
+
+
+def test_main_help_describes_the_sampling_options():
+    result = run("main.py", "--help")
+    assert result.returncode == 0, result.stderr
+    # Each option's block: its line and the indented lines after it, up to the next.
+    blocks = {}
+    for line in result.stdout.splitlines():
+        if line.lstrip().startswith("-"):
+            option = line.split()[0].rstrip(",")
+            blocks[option] = line
+        elif blocks and line.startswith(" " * 8):
+            blocks[option] += line
+    described = {
+        "--max-tokens": "generate",
+        "--temp": "greedy",
+        "--top-p": "probabilities",
+        "--top-k": "likeliest",
+    }
+    for option, word in described.items():
+        assert word in blocks[option], (option, blocks[option])
+
+
+def test_main_answers_the_default_question_on_topic():
+    result = run("main.py", "--max-tokens", "40")
+    assert result.returncode == 0, result.stderr
+    assert "sleep" in result.stdout.lower()
+
+
+def test_first_run_in_a_pipe_says_what_it_is_doing_in_plain_lines(tmp_path):
+    result = run("main.py", "--max-tokens", "1", env={"TINY_LLM_MODELS": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    folder = tmp_path / store.MODEL_DIR_NAME
+    lines = stderr_lines(result)
+    assert lines[:2] == [
+        f"{cli.STAGES['verify']} (98 MB)",
+        f"{cli.STAGES['convert']} into {folder} (694 tensors): once, on first use",
+    ]
+    assert "\r" not in result.stderr and "\x1b" not in result.stderr
+
+
+@pytest.mark.parametrize("script", ["main.py", "batch-main.py"])
+def test_ctrl_c_in_the_first_second_never_shows_a_traceback(script):
+    """SIGINT at moments across the interpreter's start and the slow imports (the
+    project, MLX, tqdm, rich): each run ends at once, in one line or silently when
+    the signal beat Python's own handler (killed by SIGINT, as the shell shows)."""
+    for delay in (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0):
+        process = subprocess.Popen(
+            [sys.executable, script, "--max-tokens", "1"],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        stderr = process.communicate(timeout=60)[1].decode()
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, (
+            delay,
+            stderr,
+        )
+        if process.returncode == -signal.SIGINT:
+            assert stderr == "", (delay, stderr)
+        else:
+            assert process.returncode == 130, (delay, stderr)
+            assert stderr.splitlines()[-1] == "interrupted", (delay, stderr)

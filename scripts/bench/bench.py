@@ -45,6 +45,13 @@ from mlx_lm.models.cache import make_prompt_cache
 from rich.console import Console
 from rich.table import Table
 
+from scripts.commands.cli import (
+    context_length,
+    fail,
+    option_parser,
+    require_at_least,
+    require_positive,
+)
 from tiny_llm_base.fast_blas import STATUS
 from tiny_llm_base.mlx_lm_reference import float32_copy
 
@@ -143,8 +150,8 @@ def measure(console, runners, jobs, repeats: int, budget_s: float) -> dict:
     return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args() -> argparse.Namespace:
+    parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--prompt-lengths", type=int, nargs="+", default=[128, 1024])
     parser.add_argument("--decode-tokens", type=int, default=64)
@@ -156,7 +163,30 @@ def main() -> None:
     )
     parser.add_argument("--out", help="also write the measurements as JSON here")
     args = parser.parse_args()
+    require_at_least(args, 1, "--repeats", "--prompt-lengths", "--decode-tokens")
+    require_positive(args, "--budget-s")
+    return args
 
+
+def check_context(args: argparse.Namespace, context: int) -> None:
+    """Each prompt, and the decode's prompt with its tokens, fit the model's context."""
+    longest = max(args.prompt_lengths)
+    if longest > context:
+        fail(
+            f"--prompt-lengths {longest} is beyond the model's context of {context} "
+            f"positions (max_position_embeddings): give at most {context}"
+        )
+    decode = DECODE_PROMPT_TOKENS + args.decode_tokens
+    if decode > context:
+        fail(
+            f"--decode-tokens {args.decode_tokens} after a {DECODE_PROMPT_TOKENS}-token "
+            f"prompt needs {decode} positions, beyond the model's context of "
+            f"{context}: give at most {context - DECODE_PROMPT_TOKENS}"
+        )
+
+
+def main() -> None:
+    args = parse_args()
     console = Console()
     blas = (
         f"OpenBLAS ({STATUS.library})"
@@ -169,8 +199,10 @@ def main() -> None:
         f"{os.cpu_count()} CPUs; {blas}; load average {load_before[0]:.1f}"
     )
 
-    with console.status("loading the embedded model twice"):
+    with console.status("loading the embedded model"):
         quantized, _ = tiny_llm_ref.load_model()
+    check_context(args, context_length(quantized))
+    with console.status("loading it again for a float32 copy"):
         float32 = float32_copy(tiny_llm_ref.load_model()[0])
     runners = {
         "tiny fast": TinyRunner(

@@ -66,6 +66,12 @@ from scripts.bench.benchlib.runners import (
     run_ours,
 )
 from scripts.bench.benchlib.workloads import CASE_TITLES, WORKLOADS, warmup_workload
+from scripts.commands.cli import (
+    fail,
+    option_parser,
+    require_at_least,
+    require_positive,
+)
 
 DEFAULT_CONFIGS = (
     "alternate:32,alternate:128,alternate:512,alternate:none,"
@@ -79,7 +85,7 @@ QUICK_CONFIGS = (
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument("--cases", default="a,b,c", help="any of a, b, c")
     parser.add_argument(
         "--configs",
@@ -108,28 +114,41 @@ def parse_args() -> argparse.Namespace:
         help="CASE:CONFIG,CONFIG: the two runs the timeline picture shows",
     )
     args = parser.parse_args()
+    require_at_least(args, 1, "--repeats")
+    require_positive(args, "--time-limit")
+    args.cases = [c.strip() for c in args.cases.split(",")]
+    unknown = [c for c in args.cases if c not in WORKLOADS]
+    if unknown:
+        fail(f"--cases: unknown case {unknown[0]!r}: choose from a, b, c")
+    configs = args.configs or (QUICK_CONFIGS if args.quick else DEFAULT_CONFIGS)
     try:
-        args.cases = [c.strip() for c in args.cases.split(",")]
-        unknown = [c for c in args.cases if c not in WORKLOADS]
-        if unknown:
-            raise ValueError(f"unknown case {unknown[0]!r}: choose from a, b, c")
-        configs = args.configs or (QUICK_CONFIGS if args.quick else DEFAULT_CONFIGS)
         args.configs = [parse_config(c) for c in configs.split(",")]
-        case, _, configs = args.timeline.partition(":")
-        args.timeline = (case, [parse_config(c).label for c in configs.split(",")])
-        if args.repeats < 1:
-            raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-        for config in args.configs:
-            if config.budget is not None and config.budget <= BATCH_SIZE:
-                raise ValueError(
-                    f"{config.label}: a mixed budget must be more than the batch "
-                    f"size ({BATCH_SIZE})"
-                )
     except ValueError as error:
-        parser.error(str(error))
+        fail(f"--configs: {error}")
+    for config in args.configs:
+        if config.budget is not None and config.budget <= BATCH_SIZE:
+            fail(
+                f"--configs: {config.label}: a mixed budget must be more than the "
+                f"batch size ({BATCH_SIZE})"
+            )
+    args.timeline = parse_timeline(args.timeline)
     if args.time_limit is None:
         args.time_limit = 60.0 if args.quick else 240.0
     return args
+
+
+def parse_timeline(text: str) -> tuple[str, list[str]]:
+    """--timeline CASE:CONFIG,CONFIG as (case, configuration labels)."""
+    case, colon, configs = text.partition(":")
+    if not colon or case.strip() not in WORKLOADS or not configs.strip():
+        fail(
+            "--timeline must be CASE:CONFIG,CONFIG with CASE one of a, b, c (e.g. "
+            f"b:alternate:128,mixed:none/128), got {text!r}"
+        )
+    try:
+        return case.strip(), [parse_config(c).label for c in configs.split(",")]
+    except ValueError as error:
+        fail(f"--timeline: {error}")
 
 
 def machine_load() -> str:

@@ -14,7 +14,6 @@ off; the issue's goals met or missed. Table on the terminal, JSON and a plot in
 book/src/images/.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -30,6 +29,7 @@ from mlx_lm.server import LRUPromptCache
 from rich.console import Console
 from rich.table import Table
 
+from scripts.commands.cli import option_parser
 from tiny_llm_base import PromptSpec, load_model
 from tiny_llm_base.mlx_lm_reference import float32_copy
 from tiny_llm_ref import Engine, Qwen2ModelWeek2
@@ -321,7 +321,7 @@ def plot(cases: dict[str, list[Result]], path: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default="bench-results/prefix_cache.json")
     args = parser.parse_args()

@@ -18,7 +18,6 @@ step (M=1) or one 128-token prefill (M=128) of the embedded model: 30 layers of 
 v, o, gate, up, down, and the tied 49152-row head. Attention itself is not included.
 """
 
-import argparse
 import json
 import os
 import platform
@@ -31,6 +30,7 @@ import mlx.core as mx
 from rich.console import Console
 from rich.table import Table
 
+from scripts.commands.cli import option_parser, require_at_least
 from tiny_llm_base.fast_blas import STATUS
 
 GROUP_SIZE = 32
@@ -131,10 +131,11 @@ def cell(ms: float | None, fastest: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", help="also write the measurements as JSON here")
     args = parser.parse_args()
+    require_at_least(args, 1, "--repeats")
 
     console = Console()
     if not console.is_terminal:  # keep the table whole when piped to a file

@@ -28,15 +28,23 @@ import time
 from pathlib import Path
 
 import httpx
+from rich.console import Console
+
+from scripts.bench.loadlib import report
+from scripts.bench.loadlib.client import run_load
+from scripts.bench.loadlib.workload import make_workload
+from scripts.commands.cli import (
+    fail,
+    option_parser,
+    require_at_least,
+    require_fraction,
+    require_positive,
+)
 from scripts.commands.load_test import (
     add_workload_arguments,
     check_workload_arguments,
     workload_of,
 )
-from scripts.bench.loadlib import report
-from scripts.bench.loadlib.client import run_load
-from scripts.bench.loadlib.workload import make_workload
-from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "book" / "src" / "images"
@@ -246,8 +254,25 @@ def soak(args, console: Console) -> dict:
     return summary
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """Every option in range before a server starts: one `error:` line, status 2."""
+    check_workload_arguments(args)
+    require_at_least(args, 1, "--batch-size", "--peer-concurrency")
+    require_at_least(args, 1, "--soak-requests", "--soak-max-tokens")
+    require_at_least(args, 0, "--token-budget")
+    if args.policy == "mixed" and 0 < args.token_budget <= args.batch_size:
+        fail(
+            f"--token-budget must be more than --batch-size ({args.batch_size}), or "
+            f"0 for no limit, got {args.token_budget}"
+        )
+    require_positive(args, "--soak-rate", "--soak-time-limit")
+    require_fraction(args, "--soak-cancel")
+    if args.skip_soak and args.soak_only:
+        fail("--skip-soak and --soak-only leave nothing to run: give one of them")
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = option_parser(__doc__.splitlines()[0])
     add_workload_arguments(parser)
     parser.set_defaults(requests=30, rate=0.3, max_tokens=24, long_notes=8)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -282,7 +307,7 @@ def main() -> None:
     parser.add_argument("--soak-time-limit", type=float, default=900.0)
     parser.add_argument("--json", type=Path, default=Path("bench-serve.json"))
     args = parser.parse_args()
-    check_workload_arguments(args, parser.error)
+    check_options(args)
     console = Console(width=150)
     record = {"arguments": {k: str(v) for k, v in vars(args).items()}}
     record["machine"] = (

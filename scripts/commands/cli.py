@@ -1,18 +1,18 @@
-"""What the command-line programs share: one-line errors, Ctrl-C, model loading with
-progress bars, and the notes a user should see about speed and context length.
+"""What the command-line programs share: options checked into one-line errors, model
+loading with progress, and the notes a user should see about speed and context length.
 
 Imports nothing from MLX at module level: main.py and batch-main.py import this module
 before the project, which must load the fast BLAS before mlx.core.
 """
 
-import atexit
+import argparse
 import math
 import os
-import signal
+import re
 import stat
 import sys
-import threading
 import time
+from collections.abc import Iterable
 from typing import NoReturn
 
 from tqdm import tqdm
@@ -27,8 +27,6 @@ MODEL_KINDS = {
     "week1": "the week 1 model (no KV cache: every token reruns the whole sequence)",
 }
 LOG_INTERVAL = 2.0  # seconds between engine lines, like vLLM's periodic stats
-INTERRUPTED_STATUS = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
-FORCED_EXIT_AFTER_S = 0.5
 
 
 def fail(message: str, status: int = 2) -> NoReturn:
@@ -37,49 +35,59 @@ def fail(message: str, status: int = 2) -> NoReturn:
     sys.exit(status)
 
 
-def exit_on_interrupt() -> None:
-    """Make Ctrl-C end the program at once: one line on stderr, status 130, no traceback.
+def option_parser(description: str) -> argparse.ArgumentParser:
+    """An ArgumentParser whose every complaint is one `error:` line and status 2."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.error = fail
+    return parser
 
-    The handler raises SystemExit, so `with` blocks still restore the terminal, and
-    the line is printed at exit, below whatever they leave. MLX computes with the GIL
-    released, so a long prefill would keep the main thread from running the handler
-    until it returns: a watcher thread, woken by the signal itself through
-    signal.set_wakeup_fd, ends the process if the main thread has not within
-    FORCED_EXIT_AFTER_S. A second Ctrl-C kills at once (the default action).
-    """
-    announced = threading.Lock()
 
-    def announce_once() -> None:
-        if announced.acquire(blocking=False):
-            prefix = "\n" if sys.stderr.isatty() else ""
-            print(f"{prefix}interrupted", file=sys.stderr, flush=True)
+def option_values(args: argparse.Namespace, option: str) -> list:
+    """The values given for `option` as typed (`--max-tokens`); a list option's items."""
+    value = getattr(args, option.removeprefix("--").replace("-", "_"))
+    return value if isinstance(value, list) else [value]
 
-    def on_interrupt(signum, frame) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        atexit.register(announce_once)  # last: after progress bars clear their lines
-        raise SystemExit(INTERRUPTED_STATUS)
 
-    def watch(wakeups: int) -> None:
-        while os.read(wakeups, 1) != bytes([signal.SIGINT]):
-            pass
-        time.sleep(FORCED_EXIT_AFTER_S)
-        announce_once()
-        if sys.stdout.isatty():
-            sys.stdout.write("\x1b[?25h")  # show the cursor a live display hid
-        sys.stdout.flush()
-        os._exit(INTERRUPTED_STATUS)
-
-    wakeups, wakeup_writes = os.pipe()
-    os.set_blocking(wakeup_writes, False)
-    signal.set_wakeup_fd(wakeup_writes, warn_on_full_buffer=False)
-    signal.signal(signal.SIGINT, on_interrupt)
-    threading.Thread(target=watch, args=(wakeups,), daemon=True).start()
+def require_at_least(args: argparse.Namespace, minimum: int, *options: str) -> None:
+    """Each of `options` (as typed, `--max-tokens`) is at least `minimum` or unset."""
+    for option in options:
+        for value in option_values(args, option):
+            if value is not None and value < minimum:
+                fail(f"{option} must be at least {minimum}, got {value}")
 
 
 def require_finite(option: str, value: float) -> None:
     """NaN and infinity pass every `<` and `>` check a range makes: refuse them first."""
     if not math.isfinite(value):
         fail(f"{option} must be a finite number, got {value}")
+
+
+def require_positive(args: argparse.Namespace, *options: str) -> None:
+    """Each of `options` is a finite number above 0 (seconds, rates) or unset."""
+    for option in options:
+        for value in option_values(args, option):
+            if value is not None:
+                require_finite(option, value)
+                if value <= 0:
+                    fail(f"{option} must be more than 0, got {value}")
+
+
+def require_fraction(args: argparse.Namespace, *options: str) -> None:
+    """Each of `options` is a fraction from 0 to 1."""
+    for option in options:
+        for value in option_values(args, option):
+            if not 0 <= value <= 1:
+                fail(f"{option} must be between 0 and 1, got {value}")
+
+
+def fail_with_options(error: Exception, options: Iterable[str]) -> NoReturn:
+    """fail() with a library's error, its parameter names (`max_seq_len`) put back
+    as the options the user typed (`--max-seq-len`)."""
+    message = str(error)
+    for option in options:
+        name = option.removeprefix("--").replace("-", "_")
+        message = re.sub(rf"(?<![\w-]){name}\b", option, message)
+    fail(message)
 
 
 def require_model_name(name: str | None) -> None:
@@ -110,14 +118,23 @@ def context_length(mlx_model) -> int:
 
 
 class ModelProgress:
-    """Renders load_model's progress(stage, done, total) reports as tqdm bars and lines."""
+    """Renders load_model's progress(stage, done, total) reports on stderr: tqdm bars
+    on a terminal; in a pipe or a log, where bars come out as noise, one line a stage.
+    """
 
     def __init__(self) -> None:
         self.bars: dict[str, tqdm] = {}
+        self.plain = not sys.stderr.isatty()
+        self.said: set[str] = set()
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if stage in ("rebuild", "replace-file", "wait"):
             print(self.announcement(stage), file=sys.stderr)
+            return
+        if self.plain:
+            if stage not in self.said:
+                self.said.add(stage)
+                print(self.plain_line(stage, total), file=sys.stderr, flush=True)
             return
         if stage not in self.bars:
             unit = "B" if stage == "verify" else "tensor"
@@ -130,6 +147,19 @@ class ModelProgress:
             )
         bar = self.bars[stage]
         bar.update(done - bar.n)
+
+    @staticmethod
+    def plain_line(stage: str, total: int) -> str:
+        if stage == "verify":
+            return f"{STAGES[stage]} ({total / 1e6:.0f} MB)"
+        if stage == "convert":
+            from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
+
+            folder = default_models_dir() / MODEL_DIR_NAME
+            return (
+                f"{STAGES[stage]} into {folder} ({total} tensors): once, on first use"
+            )
+        return STAGES.get(stage, stage)
 
     @staticmethod
     def announcement(stage: str) -> str:

@@ -14,10 +14,18 @@ import asyncio
 import sys
 from pathlib import Path
 
+from rich.console import Console
+
 from scripts.bench.loadlib import report
 from scripts.bench.loadlib.client import require_loopback, run_load
 from scripts.bench.loadlib.workload import make_workload
-from rich.console import Console
+from scripts.commands.cli import (
+    fail,
+    option_parser,
+    require_at_least,
+    require_fraction,
+    require_positive,
+)
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,15 +51,13 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
 
 
-def check_workload_arguments(args: argparse.Namespace, fail) -> None:
-    for name in ("requests", "concurrency", "max_tokens", "long_notes"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1")
-    if not args.rate > 0 or not args.time_limit > 0:
-        fail("--rate and --time-limit must be positive")
-    for name in ("long_fraction", "cancel"):
-        if not 0 <= getattr(args, name) <= 1:
-            fail(f"--{name.replace('_', '-')} must be between 0 and 1")
+def check_workload_arguments(args: argparse.Namespace) -> None:
+    """The workload's options, each refused with one `error:` line when out of range."""
+    require_at_least(
+        args, 1, "--requests", "--concurrency", "--max-tokens", "--long-notes"
+    )
+    require_positive(args, "--rate", "--time-limit")
+    require_fraction(args, "--long-fraction", "--cancel")
 
 
 def workload_of(args: argparse.Namespace):
@@ -67,7 +73,7 @@ def workload_of(args: argparse.Namespace):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="e.g. http://127.0.0.1:8000")
     parser.add_argument("--api-key")
     parser.add_argument("--model", help="model id to send (default: GET /v1/models)")
@@ -76,11 +82,11 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=Path("load-test.png"))
     add_workload_arguments(parser)
     args = parser.parse_args()
-    check_workload_arguments(args, parser.error)
+    check_workload_arguments(args)
     try:
         require_loopback(args.url)
     except ValueError as error:
-        parser.error(str(error))
+        fail(str(error))
     requests = workload_of(args)
     outcomes, wall = asyncio.run(
         run_load(

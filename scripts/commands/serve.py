@@ -9,33 +9,47 @@ openai client (base_url http://127.0.0.1:8000/v1). Every LOG_INTERVAL seconds of
 work prints the engine's log line, as batch-main does.
 """
 
-import argparse
-import errno
-import importlib
-import os
-import sys
-from pathlib import Path
+from scripts.commands.interrupt import exit_on_interrupt, unwind_on_interrupt
 
-from scripts.commands.cli import exit_on_interrupt
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
 
-POOL_TOKENS = 16384  # the paged cache's default pool: 1024 blocks of 16
-
-exit_on_interrupt()  # before the slow imports: Ctrl-C never shows a traceback
+import argparse  # noqa: E402
+import errno  # noqa: E402
+import importlib  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from scripts.commands.cli import (  # noqa: E402
     EngineLog,
     context_length,
     fail,
+    fail_with_options,
     load_model_or_exit,
     newest_kv_cache,
     newest_model,
     note_slow_blas,
+    option_parser,
+    require_at_least,
     require_model_name,
+)
+
+POOL_TOKENS = 16384  # the paged cache's default pool: 1024 blocks of 16
+# The options that set an engine argument of the same name: its errors name them.
+ENGINE_OPTIONS = (
+    "--batch-size",
+    "--max-seq-len",
+    "--prefill-step",
+    "--token-budget",
+    "--reserved-interactive-slots",
+    "--kv-cache",
+    "--block-size",
+    "--num-blocks",
 )
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Serve a model over the OpenAI API.")
+    parser = option_parser("Serve a model over the OpenAI API.")
     parser.add_argument(
         "--model", help="local model folder or Hub repo id (default: embedded SmolLM2)"
     )
@@ -96,18 +110,16 @@ def parse_args() -> argparse.Namespace:
         "--model-name",
         help="the model id clients send (default: the model folder's name)",
     )
-    parser.error = fail
     args = parser.parse_args()
     require_model_name(args.model)
     if args.solution not in ("ref", "learner"):
         fail(f"unknown --solution {args.solution!r}: choose ref or learner")
     if not 0 < args.port < 65536:
         fail(f"--port must be in 1..65535, got {args.port}")
-    for name in ("batch_size", "max_waiting", "block_size"):
-        if getattr(args, name) < 1:
-            fail(
-                f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
-            )
+    require_at_least(
+        args, 1, "--batch-size", "--max-waiting", "--max-seq-len", "--block-size"
+    )
+    require_at_least(args, 1, "--num-blocks")
     if args.prefill_step.strip().lower() == "none":
         args.prefill_step = None
     elif not args.prefill_step.isdigit() or int(args.prefill_step) < 1:
@@ -134,7 +146,7 @@ def build_engine(package, mlx_model, tokenizer, args):
     """The package's Engine on its newest model; bad settings exit with one line."""
     kinds = ["week2-fast", "week2"] if args.solution == "learner" else ["week2-fast"]
     limit = context_length(mlx_model)
-    max_seq_len = args.max_seq_len or limit
+    max_seq_len = limit if args.max_seq_len is None else args.max_seq_len
     if max_seq_len > limit:
         fail(f"--max-seq-len {max_seq_len} is beyond the model's context of {limit}")
     try:
@@ -161,7 +173,7 @@ def build_engine(package, mlx_model, tokenizer, args):
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
     except (TypeError, ValueError) as error:
-        fail(str(error))
+        fail_with_options(error, ENGINE_OPTIONS)
 
 
 def main() -> None:
@@ -170,13 +182,9 @@ def main() -> None:
 
     from tiny_llm_serve import ServerSettings, create_app, listen_socket, serve
 
-    note_slow_blas()
-    mlx_model, tokenizer = load_model_or_exit(args.model)
-    package = importlib.import_module(
-        "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
-    )
-    engine = build_engine(package, mlx_model, tokenizer, args)
-    try:  # after the settings' own errors, before anything says 'serving'
+    unwind_on_interrupt()  # the imports are done
+
+    try:  # before loading the model: a port in use fails at once
         sock = listen_socket(args.host, args.port)
     except OSError as error:
         in_use = error.errno == errno.EADDRINUSE
@@ -189,6 +197,12 @@ def main() -> None:
             ),
             status=1,
         )
+    note_slow_blas()
+    mlx_model, tokenizer = load_model_or_exit(args.model)
+    package = importlib.import_module(
+        "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
+    )
+    engine = build_engine(package, mlx_model, tokenizer, args)
     name = args.model_name or (
         Path(args.model).name if args.model else "SmolLM2-135M-Instruct"
     )

@@ -7,6 +7,7 @@ naming the file and the problem rather than with mlx-lm's traceback.
 
 import json
 import os
+import struct
 from pathlib import Path
 
 import mlx.nn as nn
@@ -16,6 +17,18 @@ from .embedded_model import Progress, ensure_embedded_model
 
 class ModelLoadError(RuntimeError):
     """A model that cannot be loaded; the message says what to do instead."""
+
+
+# config.json's sizes that must be whole numbers of at least 1 where they are given.
+POSITIVE_INT_FIELDS = (
+    "max_position_embeddings",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "num_key_value_heads",
+    "vocab_size",
+)
 
 
 def load_model(
@@ -61,8 +74,9 @@ def load_model(
 def load_folder(path: Path) -> tuple[nn.Module, object]:
     """mlx-lm's model and tokenizer from a Hugging Face-format folder, or a
     ModelLoadError that names the file at fault: config.json that is not a JSON
-    object, has no model_type, or does not match the weights; tokenizer files that
-    do not load."""
+    object, has no model_type, a size that is not a positive whole number, or does
+    not match the weights; a safetensors file cut short; tokenizer files that do not
+    load."""
     from mlx_lm.utils import load_model as load_mlx_model
     from mlx_lm.utils import load_tokenizer
 
@@ -89,6 +103,16 @@ def load_folder(path: Path) -> tuple[nn.Module, object]:
             f'{config_path} has no "model_type" (e.g. "qwen2" or "llama"): restore '
             "the model's original config.json"
         )
+    for field in POSITIVE_INT_FIELDS:
+        value = config.get(field, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ModelLoadError(
+                f'{config_path} gives "{field}": {json.dumps(value)}, where it must be '
+                "a whole number of at least 1: restore the model's original "
+                "config.json"
+            )
+    for weights in sorted(path.glob("*.safetensors")):
+        check_safetensors_size(weights)
     try:
         model, config = load_mlx_model(path)
     except Exception as error:  # mlx-lm: ValueError, TypeError, KeyError, ...
@@ -104,6 +128,38 @@ def load_folder(path: Path) -> tuple[nn.Module, object]:
             "tokenizer.json and tokenizer_config.json"
         ) from error
     return model, tokenizer
+
+
+def check_safetensors_size(path: Path) -> None:
+    """Raise a ModelLoadError when `path` is shorter than its own header says: an
+    interrupted download or copy. The header is 8 bytes of little-endian length, then
+    JSON giving each tensor's data_offsets from the end of the header."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as file:
+            (length,) = struct.unpack("<Q", file.read(8))
+            if 8 + length > size:
+                raise ValueError("the header runs past the end of the file")
+            header = json.loads(file.read(length))
+        end = max(
+            (
+                entry["data_offsets"][1]
+                for name, entry in header.items()
+                if name != "__metadata__"
+            ),
+            default=0,
+        )
+    except (struct.error, ValueError, TypeError, KeyError, IndexError) as error:
+        raise ModelLoadError(
+            f"{path} is not a readable safetensors file ({one_line(error)}): download "
+            "or copy it again"
+        ) from None
+    needed = 8 + length + end
+    if size < needed:
+        raise ModelLoadError(
+            f"{path} is cut short: {size:,} bytes where its header needs {needed:,} "
+            "(an interrupted download or copy): download or copy it again"
+        )
 
 
 def one_line(error: Exception, limit: int = 240) -> str:

@@ -1,0 +1,69 @@
+"""Ctrl-C for the command-line programs: one line, status 130, never a traceback.
+
+A program installs the handler as its first statement. Until then Ctrl-C raises
+KeyboardInterrupt inside whatever is being imported, with a traceback (tqdm alone
+takes a third of a second to import), so this module imports only modules built
+into the interpreter: `signal` and `threading` would import enum, functools and
+collections first, so it uses `_signal` and `_thread`, the C modules under them.
+"""
+
+import _signal
+import _thread
+import atexit
+import os
+import sys
+import time
+
+INTERRUPTED_STATUS = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+FORCED_EXIT_AFTER_S = 0.5
+unwinding = [False]  # set by unwind_on_interrupt once the slow imports are done
+
+
+def unwind_on_interrupt() -> None:
+    """From now on Ctrl-C raises SystemExit, so that `with` blocks restore the
+    terminal. Before, while the program imports, it ends the process at once: a
+    SystemExit raised inside a C extension's initialisation (mlx.core's) comes out as
+    an ImportError with a traceback."""
+    unwinding[0] = True
+
+
+def exit_on_interrupt() -> None:
+    """Make Ctrl-C end the program at once: one line on stderr, status 130, no traceback.
+
+    The handler raises SystemExit, so `with` blocks still restore the terminal, and
+    the line is printed at exit, below whatever they leave. MLX computes with the GIL
+    released, so a long prefill would keep the main thread from running the handler
+    until it returns: a watcher thread, woken by the signal itself through
+    set_wakeup_fd, ends the process if the main thread has not within
+    FORCED_EXIT_AFTER_S. A second Ctrl-C kills at once (the default action).
+    """
+    announced = _thread.allocate_lock()
+
+    def announce_once() -> None:
+        if announced.acquire(False):
+            prefix = "\n" if sys.stderr.isatty() else ""
+            print(f"{prefix}interrupted", file=sys.stderr, flush=True)
+
+    def on_interrupt(signum, frame) -> None:
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        if not unwinding[0]:
+            announce_once()
+            os._exit(INTERRUPTED_STATUS)
+        atexit.register(announce_once)  # last: after progress bars clear their lines
+        raise SystemExit(INTERRUPTED_STATUS)
+
+    def watch(wakeups: int) -> None:
+        while os.read(wakeups, 1) != bytes([_signal.SIGINT]):
+            pass
+        time.sleep(FORCED_EXIT_AFTER_S)
+        announce_once()
+        if sys.stdout.isatty():
+            sys.stdout.write("\x1b[?25h")  # show the cursor a live display hid
+        sys.stdout.flush()
+        os._exit(INTERRUPTED_STATUS)
+
+    wakeups, wakeup_writes = os.pipe()
+    os.set_blocking(wakeup_writes, False)
+    _signal.set_wakeup_fd(wakeup_writes, warn_on_full_buffer=False)
+    _signal.signal(_signal.SIGINT, on_interrupt)
+    _thread.start_new_thread(watch, (wakeups,))  # never joined: exit does not wait

@@ -1,0 +1,204 @@
+"""The scripts' options as a user types them: every bad value is refused before any
+model or benchmark work, in one `error:` line on stderr naming the option, with exit
+status 2 and no traceback; `book --build --dest` never deletes what it did not write."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTEXT = 8192  # the embedded SmolLM2's max_position_embeddings
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_one_line_error(result, message: str) -> None:
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert [line for line in lines if line.startswith("error:")] == [lines[-1]], lines
+    assert lines[-1].startswith("error: ") and message in lines[-1], lines
+
+
+BENCH = "scripts.bench.bench"
+CHUNKED = "scripts.bench.bench_chunked_prefill"
+SERVE_BENCH = "scripts.bench.bench_serve"
+QUANTIZED = "scripts.bench.bench_quantized"
+LOAD_TEST = "scripts.commands.load_test"
+SERVE = "scripts.commands.serve"
+BOOK = "scripts.commands.book"
+URL = ["--url", "http://127.0.0.1:9"]
+
+# (module, arguments, what the one line says)
+BAD_OPTIONS = {
+    "bench negative decode tokens": (
+        BENCH,
+        ["--decode-tokens", "-5"],
+        "--decode-tokens must be at least 1, got -5",
+    ),
+    "bench zero repeats": (BENCH, ["--repeats", "0"], "--repeats must be at least 1"),
+    "bench negative repeats": (
+        BENCH,
+        ["--repeats", "-1"],
+        "--repeats must be at least 1, got -1",
+    ),
+    "bench zero prompt length": (
+        BENCH,
+        ["--prompt-lengths", "128", "0"],
+        "--prompt-lengths must be at least 1, got 0",
+    ),
+    "bench prompt past the context": (
+        BENCH,
+        ["--prompt-lengths", "100000"],
+        f"--prompt-lengths 100000 is beyond the model's context of {CONTEXT} "
+        f"positions (max_position_embeddings): give at most {CONTEXT}",
+    ),
+    "bench-quantized zero repeats": (
+        QUANTIZED,
+        ["--repeats", "0"],
+        "--repeats must be at least 1, got 0",
+    ),
+    "bench-chunked-prefill timeline without configurations": (
+        CHUNKED,
+        ["--timeline", "x"],
+        "--timeline must be CASE:CONFIG,CONFIG with CASE one of a, b, c",
+    ),
+    "bench-chunked-prefill timeline unknown case": (
+        CHUNKED,
+        ["--timeline", "z:alternate:128"],
+        "--timeline must be CASE:CONFIG,CONFIG",
+    ),
+    "bench-chunked-prefill timeline bad configuration": (
+        CHUNKED,
+        ["--timeline", "b:fast:1"],
+        "--timeline: unknown configuration 'fast:1'",
+    ),
+    "bench-chunked-prefill bad configuration": (
+        CHUNKED,
+        ["--configs", "alternate:0"],
+        "--configs: a size must be a number of tokens >= 1 or none, got '0'",
+    ),
+    "bench-chunked-prefill zero repeats": (
+        CHUNKED,
+        ["--repeats", "0"],
+        "--repeats must be at least 1, got 0",
+    ),
+    "bench-chunked-prefill negative time limit": (
+        CHUNKED,
+        ["--time-limit", "-1"],
+        "--time-limit must be more than 0, got -1.0",
+    ),
+    "bench-chunked-prefill unknown case": (
+        CHUNKED,
+        ["--cases", "a,d"],
+        "--cases: unknown case 'd': choose from a, b, c",
+    ),
+    "bench-serve zero soak requests": (
+        SERVE_BENCH,
+        ["--soak-requests", "0"],
+        "--soak-requests must be at least 1, got 0",
+    ),
+    "bench-serve zero soak rate": (
+        SERVE_BENCH,
+        ["--soak-rate", "0"],
+        "--soak-rate must be more than 0, got 0.0",
+    ),
+    "bench-serve soak cancel past 1": (
+        SERVE_BENCH,
+        ["--soak-cancel", "2"],
+        "--soak-cancel must be between 0 and 1, got 2.0",
+    ),
+    "bench-serve budget below the batch": (
+        SERVE_BENCH,
+        ["--token-budget", "3"],
+        "--token-budget must be more than --batch-size (8), or 0 for no limit, got 3",
+    ),
+    "bench-serve nothing to run": (
+        SERVE_BENCH,
+        ["--skip-soak", "--soak-only"],
+        "--skip-soak and --soak-only leave nothing to run",
+    ),
+    "bench-serve zero requests": (
+        SERVE_BENCH,
+        ["--requests", "0"],
+        "--requests must be at least 1, got 0",
+    ),
+    "load-test zero requests": (
+        LOAD_TEST,
+        [*URL, "--requests", "0"],
+        "--requests must be at least 1, got 0",
+    ),
+    "load-test nan rate": (
+        LOAD_TEST,
+        [*URL, "--rate", "nan"],
+        "--rate must be a finite number, got nan",
+    ),
+    "load-test cancel past 1": (
+        LOAD_TEST,
+        [*URL, "--cancel", "1.5"],
+        "--cancel must be between 0 and 1, got 1.5",
+    ),
+    "serve zero max seq len": (
+        SERVE,
+        ["--max-seq-len", "0"],
+        "--max-seq-len must be at least 1, got 0",
+    ),
+    "serve zero blocks": (
+        SERVE,
+        ["--num-blocks", "0"],
+        "--num-blocks must be at least 1, got 0",
+    ),
+    "book port out of range": (BOOK, ["--port", "0"], "--port must be in 1..65535"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_OPTIONS)
+def test_scripts_refuse_bad_options_with_one_line(case):
+    module, args, message = BAD_OPTIONS[case]
+    assert_one_line_error(run(module, *args), message)
+
+
+def test_serve_names_the_option_when_the_engine_refuses_a_setting():
+    result = run(SERVE, "--policy", "mixed", "--token-budget", "5")
+    assert_one_line_error(result, "error: --token-budget must be at least 9, got 5")
+
+
+def test_book_build_refuses_a_folder_it_did_not_write(tmp_path):
+    mine = tmp_path / "notes" / "mine.txt"
+    mine.parent.mkdir()
+    mine.write_text("keep me")
+    result = run(BOOK, "--build", "--dest", str(mine.parent))
+    assert_one_line_error(
+        result,
+        f"--dest {mine.parent} is not empty and holds no book written by",
+    )
+    assert mine.read_text() == "keep me"
+    assert os.listdir(mine.parent) == ["mine.txt"]
+
+
+def test_book_build_refuses_a_file_as_its_folder(tmp_path):
+    file = tmp_path / "book.html"
+    file.write_text("keep me")
+    result = run(BOOK, "--build", "--dest", str(file))
+    assert_one_line_error(result, f"--dest {file} is a file, not a folder")
+    assert file.read_text() == "keep me"
+
+
+def test_book_build_rebuilds_its_own_output(tmp_path):
+    dest = tmp_path / "html"
+    for _ in range(2):  # the second build replaces the first one's folder
+        result = run(BOOK, "--build", "--dest", str(dest))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert (dest / "index.html").is_file() and (dest / ".tiny-llm-book").is_file()

@@ -61,6 +61,7 @@ def test_a_pool_the_model_does_not_describe_is_checked_at_its_first_write(
         Wrapper(),
         tokenizer,
         kv_cache="paged",
+        prefix_caching=False,
         block_size=10**5,
         num_blocks=10**4,
         max_seq_len=64,

@@ -116,7 +116,7 @@ class RunMetrics:
     preemptions: requests preempted to free blocks (each recomputes later).
     prefix_prompt_tokens, prefix_cached_tokens: over requests admitted to a paged
     engine (once each, at their first admission), prompt tokens, and how many of
-    them came from the prefix cache (record_prefix_lookup, week 3 day 3).
+    them came from the prefix cache (set by the PrefixCachingKvManager, week 3 day 3).
     """
 
     prefill_chunks: int = 0
@@ -167,9 +167,10 @@ class RunMetrics:
         decode step if it generated `decode_tokens` > 0, and its `seconds` once."""
         raise NotImplementedError(
             "Week 3 Day 1: record_mixed_step: add the chunks and their tokens to the "
-            "prefill counters (not prefill_seconds), one decode step and its tokens "
-            "when decode_tokens > 0, then count the step in mixed_steps and its "
-            "seconds in mixed_seconds"
+            "prefill counters (not prefill_seconds, not chunk_time_average: a mixed "
+            "step's time is not one chunk's), one decode step and its tokens when "
+            "decode_tokens > 0, then count the step in mixed_steps and its seconds in"
+            " mixed_seconds"
         )
 
     def record_blocks(
@@ -181,13 +182,6 @@ class RunMetrics:
             "Week 3 Day 2: record_blocks: set kv_blocks_in_use, raise "
             "kv_peak_blocks_in_use to peak_in_use if higher, set kv_blocks_cached and"
             " kv_bytes_per_token"
-        )
-
-    def record_prefix_lookup(self, prompt_tokens: int, cached_tokens: int) -> None:
-        """Count one admitted prompt and its tokens found in the prefix cache."""
-        raise NotImplementedError(
-            "Week 3 Day 3: record_prefix_lookup: add to prefix_prompt_tokens and "
-            "prefix_cached_tokens"
         )
 
     @property

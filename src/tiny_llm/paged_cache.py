@@ -194,9 +194,11 @@ class LayerBlocks:
         whose blocks are tables[i]."""
         raise NotImplementedError(
             "Week 3 Day 2: write: make keys/values mx.zeros((num_blocks, H, "
-            "block_size, D)) at the first write; position p of table t is block t[p "
-            "// block_size], slot p % block_size; scatter all n rows at once: "
-            "pool[blocks[:, None], mx.arange(H)[None, :], slots[:, None]] = rows"
+            "block_size, D)) at the first write, after check_memory(2 x num_blocks x "
+            "block_size x H x D x keys.dtype.size bytes, num_blocks x block_size "
+            "positions); position p of table t is block t[p // block_size], slot p % "
+            "block_size; scatter all n rows at once: pool[blocks[:, None], "
+            "mx.arange(H)[None, :], slots[:, None]] = rows"
         )
 
     def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:
@@ -260,7 +262,12 @@ class PagedKvCache(TinyKvCache):
 class PagedBatchingKvCache(TinyKvCache):
     """One layer's decode rows, like BatchingKvCache, but a slot holds a request's
     PagedKvCache instead of a copy of its keys: moving a prefilled request into a
-    slot copies nothing."""
+    slot copies nothing.
+
+    slots: max_active_requests entries, the PagedKvCache in row i or None. The
+    layer's LayerBlocks is reached through a slot's view, so a step with no
+    occupied row has nothing to write to: update_and_fetch raises ValueError.
+    """
 
     def __init__(self, max_active_requests: int, max_seq_len: int):
         raise NotImplementedError(

@@ -28,7 +28,9 @@ class PagedKvManager(KvManager):
 
     pool: the BlockPool (ids, refcounts). layer_blocks: one LayerBlocks per layer
     (its keys and values arrays). batch_cache: one PagedBatchingKvCache per layer.
-    tables: request -> its BlockTable, for every request holding blocks.
+    tables: request -> its BlockTable, for every request holding blocks. Count the
+    layers as len(model.create_kv_cache()): `model` may be a wrapper that shows
+    nothing else.
     A pool that could not fit in this machine's memory is refused here, before
     anything is allocated (check_pool_fits).
     """

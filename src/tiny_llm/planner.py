@@ -159,7 +159,8 @@ class Planner:
         slot_for is asked with `also_ready` = the requests that have started
         prefilling (offset > 0) and those planned so far, so that each keeps a slot
         in view. An AdaptiveChunker is asked once a step (it learns from one time a
-        step); a size a policy gets wrong fails that request alone.
+        step); a size a policy gets wrong fails that request alone, and the next
+        request asks the policy again.
         """
         raise NotImplementedError(
             "Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks "

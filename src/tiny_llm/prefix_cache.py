@@ -42,8 +42,10 @@ class PrefixCachingKvManager(PagedKvManager):
 
     def admit(self, request: Request) -> bool:
         """PagedKvManager.admit, which starts the request after its cached prefix;
-        at its first admission, its metrics.cached_tokens and the manager's counters
-        count the tokens found."""
+        only when it succeeds, and only at the request's first admission
+        (metrics.preemptions == 0: a request refused or preempted earlier is not
+        counted twice), its metrics.cached_tokens and the manager's counters count
+        the tokens found."""
         raise NotImplementedError(
             "Week 3 Day 3: admit: the paged admit, then at a first admission count "
             "the cached tokens"
@@ -64,9 +66,11 @@ class PrefixCachingKvManager(PagedKvManager):
 
     def name_full_blocks(self, request: Request) -> None:
         """Name each full block of the request not named yet: chain_hash(the previous
-        block's name, its tokens), then pool.remember(block, name). Its tokens are
-        its prompt and then the tokens it generated; `offset` says how many are in
-        the cache."""
+        block's name, its tokens), then pool.remember(block, name); the name joins
+        table.hashes even when remember keeps an earlier block under it, so the
+        chain goes on. Its tokens are prefill_tokens[: metrics.prompt_tokens] (the
+        prompt: after a restart prefill_tokens holds the generated tokens too) and
+        then generated; `offset` says how many are in the cache."""
         raise NotImplementedError(
             "Week 3 Day 3: name_full_blocks: chain_hash each full block not named yet"
             " and pool.remember it"

@@ -114,7 +114,7 @@ class RunMetrics:
     preemptions: requests preempted to free blocks (each recomputes later).
     prefix_prompt_tokens, prefix_cached_tokens: over requests admitted to a paged
     engine (once each, at their first admission), prompt tokens, and how many of
-    them came from the prefix cache (record_prefix_lookup, week 3 day 3).
+    them came from the prefix cache (set by the PrefixCachingKvManager, week 3 day 3).
     """
 
     prefill_chunks: int = 0
@@ -169,7 +169,8 @@ class RunMetrics:
         """Count one mixed forward: a prefill chunk per entry of `chunk_tokens`, one
         decode step if it generated `decode_tokens` > 0, and its `seconds` once."""
         # Week 3 Day 1: record_mixed_step: add the chunks and their tokens to the
-        # prefill counters (not prefill_seconds), one decode step and its tokens when
+        # prefill counters (not prefill_seconds, not chunk_time_average: a mixed
+        # step's time is not one chunk's), one decode step and its tokens when
         # decode_tokens > 0, then count the step in mixed_steps and its seconds in
         # mixed_seconds
         self.prefill_chunks += len(chunk_tokens)
@@ -191,13 +192,6 @@ class RunMetrics:
         self.kv_peak_blocks_in_use = max(self.kv_peak_blocks_in_use, peak_in_use)
         self.kv_blocks_cached = cached
         self.kv_bytes_per_token = bytes_per_token
-
-    def record_prefix_lookup(self, prompt_tokens: int, cached_tokens: int) -> None:
-        """Count one admitted prompt and its tokens found in the prefix cache."""
-        # Week 3 Day 3: record_prefix_lookup: add to prefix_prompt_tokens and
-        # prefix_cached_tokens
-        self.prefix_prompt_tokens += prompt_tokens
-        self.prefix_cached_tokens += cached_tokens
 
     @property
     def prefix_cache_hit_rate(self) -> float:

@@ -89,7 +89,10 @@ def mixed_forward(
     each offset must be its row's count in the batch cache, as each chunk's offset
     must be its cache's (check_offset). Every cache given is updated as the separate
     forwards would: the batch cache by one token per row, each chunk's cache by its
-    tokens. Nothing is evaluated here.
+    tokens. The final norm and LM head run once, on the sampled rows gathered (the
+    decode rows, then the last row of each chunk that wants logits); with none,
+    no LM head runs and the result is (None, [None] * len(chunks)). Nothing is
+    evaluated here.
     """
     # Week 3 Day 1: mixed_forward: ValueError for decode tokens without a batch cache, a
     # count of offsets unlike the tokens' or an empty chunk; check_offset every layer's

@@ -232,7 +232,8 @@ class LayerBlocks:
         """Store keys/values [n, H, D]: row i at position positions[i] of the request
         whose blocks are tables[i]."""
         # Week 3 Day 2: write: make keys/values mx.zeros((num_blocks, H, block_size, D))
-        # at the first write; position p of table t is block t[p // block_size], slot p
+        # at the first write, after check_memory(2 x num_blocks x block_size x H x D x
+        # keys.dtype.size bytes, num_blocks x block_size positions); position p of table t is block t[p // block_size], slot p
         # % block_size; scatter all n rows at once: pool[blocks[:, None],
         # mx.arange(H)[None, :], slots[:, None]] = rows
         n, H, D = keys.shape
@@ -332,7 +333,12 @@ class PagedKvCache(TinyKvCache):
 class PagedBatchingKvCache(TinyKvCache):
     """One layer's decode rows, like BatchingKvCache, but a slot holds a request's
     PagedKvCache instead of a copy of its keys: moving a prefilled request into a
-    slot copies nothing."""
+    slot copies nothing.
+
+    slots: max_active_requests entries, the PagedKvCache in row i or None. The
+    layer's LayerBlocks is reached through a slot's view, so a step with no
+    occupied row has nothing to write to: update_and_fetch raises ValueError.
+    """
 
     def __init__(self, max_active_requests: int, max_seq_len: int):
         # Week 3 Day 2: PagedBatchingKvCache: keep max_active_requests and max_seq_len;

@@ -114,7 +114,8 @@ class ModelRunner:
     def mixed(self, plan: Plan, batch_cache: list) -> None:
         """The mixed step (week 3 day 1): mixed_forward over the decode rows and
         every chunk (PrefillChunk at the request's offset with its kv_cache,
-        wants_logits when the chunk ends its prompt); the logits and every chunk's
+        wants_logits when the chunk ends its prompt; the batch cache only when there
+        are decode rows, else None); the logits and every chunk's
         cache evaluated; then each chunk's request advances by its length and, if
         its prompt is done, samples its first token; then the decode rows
         (accept_rows)."""

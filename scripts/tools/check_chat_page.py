@@ -1,7 +1,8 @@
 """Check the chat page in a real headless browser: `python -m scripts.tools.check_chat_page`.
 
 Starts our server on 127.0.0.1 (or uses --url), opens `/?q=QUESTION` in Debian's
-chromium, which makes the page send the question at once, waits (bounded) until the
+chromium (the page fills its box with the question; the script presses Send, as the
+page asks a person to), waits (bounded) until the
 page says the streamed answer is done, checks that the answer and the engine panel
 are on the page, and saves a screenshot. Needs `apt-get install -y chromium`; not
 part of CI.
@@ -89,6 +90,14 @@ class Browser:
             self.process.kill()
 
 
+# The page only fills its box from ?q= (a link must not spend the user's key), so the
+# check presses Send once the page has loaded.
+SEND_WHEN_LOADED = (
+    'document.readyState === "complete" && document.getElementById("send") !== null'
+    ' && (document.getElementById("send").click(), true)'
+)
+
+
 def evaluate(browser: Browser, session: str, expression: str):
     result = browser.call(
         "Runtime.evaluate", session, expression=expression, returnByValue=True
@@ -141,8 +150,10 @@ def main() -> None:
                 "Target.attachToTarget", targetId=target, flatten=True
             )["sessionId"]
             deadline = time.monotonic() + args.timeout
-            state = None
+            state, sent = None, False
             while time.monotonic() < deadline:
+                if not sent:
+                    sent = evaluate(browser, session, SEND_WHEN_LOADED)
                 state = evaluate(browser, session, "document.body.dataset.state")
                 if state in ("done", "error"):
                     break

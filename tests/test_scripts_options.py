@@ -3,6 +3,7 @@ model or benchmark work, in one `error:` line on stderr naming the option, with 
 status 2 and no traceback; `book --build --dest` never deletes what it did not write."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -171,7 +172,10 @@ def test_scripts_refuse_bad_options_with_one_line(case):
 
 
 def test_serve_names_the_option_when_the_engine_refuses_a_setting():
-    result = run(SERVE, "--policy", "mixed", "--token-budget", "5")
+    with socket.socket() as probe:  # a free port: the server may bind before it
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    result = run(SERVE, "--port", port, "--policy", "mixed", "--token-budget", "5")
     assert_one_line_error(result, "error: --token-budget must be at least 9, got 5")
 
 

@@ -184,7 +184,13 @@ def main() -> None:
 
     unwind_on_interrupt()  # the imports are done
 
-    try:  # before loading the model: a port in use fails at once
+    note_slow_blas()
+    mlx_model, tokenizer = load_model_or_exit(args.model)
+    package = importlib.import_module(
+        "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
+    )
+    engine = build_engine(package, mlx_model, tokenizer, args)
+    try:  # after the settings' own errors, before anything says 'serving'
         sock = listen_socket(args.host, args.port)
     except OSError as error:
         in_use = error.errno == errno.EADDRINUSE
@@ -197,12 +203,6 @@ def main() -> None:
             ),
             status=1,
         )
-    note_slow_blas()
-    mlx_model, tokenizer = load_model_or_exit(args.model)
-    package = importlib.import_module(
-        "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
-    )
-    engine = build_engine(package, mlx_model, tokenizer, args)
     name = args.model_name or (
         Path(args.model).name if args.model else "SmolLM2-135M-Instruct"
     )

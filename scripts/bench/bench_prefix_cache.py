@@ -110,8 +110,8 @@ def run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching) -> Resu
     engine = Engine(
         model,
         tokenizer,
-        BATCH_SIZE,
-        max_seq_len,
+        batch_size=BATCH_SIZE,
+        max_seq_len=max_seq_len,
         prefill_step=512,
         policy="mixed",
         kv_cache="paged",
@@ -155,8 +155,8 @@ def run_chat_engine(model, tokenizer, turns, max_tokens, caching) -> Result:
     engine = Engine(
         model,
         tokenizer,
-        BATCH_SIZE,
-        2048,
+        batch_size=BATCH_SIZE,
+        max_seq_len=2048,
         prefill_step=512,
         policy="mixed",
         kv_cache="paged",

@@ -126,7 +126,8 @@ class EngineConfig:
             )
         if config is not None and not isinstance(config, cls):
             raise TypeError(
-                f"config must be an EngineConfig or None, got {type(config).__name__}"
+                f"config must be an EngineConfig or None, got {type(config).__name__}: "
+                "pass the settings as keywords (batch_size=4, max_seq_len=512)"
             )
         return dataclasses.replace(config or cls(), **settings)
 

@@ -126,8 +126,8 @@ def run_ours(
     engine = Engine(
         model,
         tokenizer,
-        BATCH_SIZE,
-        workload.max_seq_len,
+        batch_size=BATCH_SIZE,
+        max_seq_len=workload.max_seq_len,
         prefill_step=config.chunk,
         policy=config.policy,
         token_budget=config.budget,

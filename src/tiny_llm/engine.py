@@ -33,6 +33,7 @@ from tiny_llm_base.config import check_callable, is_adaptive
 
 from .kv_manager import DenseKvManager
 from .metrics import RunMetrics
+from .mixed_step import plan_mixed
 from .paged_manager import PagedKvManager
 from .planner import Plan, Planner
 from .prefix_cache import PrefixCachingKvManager
@@ -121,7 +122,7 @@ class Engine:
         "abort" and frees its slot and memory, whether it waits, prefills or
         decodes. An unknown or finished id is ignored."""
         raise NotImplementedError(
-            'Week 3 Day 1: abort: put ("abort", id, None, None) in the inbox'
+            'Week 2 Day 6: abort: put ("abort", id, None, None) in the inbox'
         )
 
     def has_unfinished(self) -> bool:
@@ -166,7 +167,7 @@ class Engine:
         leaves wherever it is. An id that is unknown, already reported or already
         finished is ignored."""
         raise NotImplementedError(
-            'Week 3 Day 1: stop: find the request, finish it with "abort" and retire it'
+            'Week 2 Day 6: stop: find the request, finish it with "abort" and retire it'
         )
 
     def admit_arrivals(self) -> None:

@@ -166,7 +166,7 @@ class RunMetrics:
         """Count one mixed forward: a prefill chunk per entry of `chunk_tokens`, one
         decode step if it generated `decode_tokens` > 0, and its `seconds` once."""
         raise NotImplementedError(
-            "Week 3 Day 1: record_mixed_step: add the chunks and their tokens to the "
+            "Week 2 Day 6: record_mixed_step: add the chunks and their tokens to the "
             "prefill counters (not prefill_seconds, not chunk_time_average: a mixed "
             "step's time is not one chunk's), one decode step and its tokens when "
             "decode_tokens > 0, then count the step in mixed_steps and its seconds in"
@@ -179,7 +179,7 @@ class RunMetrics:
         """The pool at the end of an iteration: blocks held, the most ever held at
         once (the pool's peak_in_use), blocks cached."""
         raise NotImplementedError(
-            "Week 3 Day 2: record_blocks: set kv_blocks_in_use, raise "
+            "Week 2 Day 6: record_blocks: set kv_blocks_in_use, raise "
             "kv_peak_blocks_in_use to peak_in_use if higher, set kv_blocks_cached and"
             " kv_bytes_per_token"
         )
@@ -188,7 +188,7 @@ class RunMetrics:
     def prefix_cache_hit_rate(self) -> float:
         """Cached prompt tokens / prompt tokens admitted (0.0 before any)."""
         raise NotImplementedError(
-            "Week 3 Day 3: prefix_cache_hit_rate: prefix_cached_tokens / "
+            "Week 2 Day 6: prefix_cache_hit_rate: prefix_cached_tokens / "
             "prefix_prompt_tokens (0.0 when no prompt was admitted)"
         )
 
@@ -196,7 +196,7 @@ class RunMetrics:
     def kv_peak_tokens(self) -> int:
         """Positions the most blocks ever held at once can store."""
         raise NotImplementedError(
-            "Week 3 Day 2: kv_peak_tokens: kv_peak_blocks_in_use * kv_block_size"
+            "Week 2 Day 6: kv_peak_tokens: kv_peak_blocks_in_use * kv_block_size"
         )
 
     @property

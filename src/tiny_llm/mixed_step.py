@@ -20,6 +20,10 @@ attention is split, each part against its own cache:
 
 The final norm and the LM head run only on the rows that are sampled: the B decode
 rows and the last position of each chunk that finishes its prompt.
+
+The day's other two pieces are here too: plan_mixed, the mixed policy's plan (the
+planner's rules, one forward's worth of decodes and chunks within the token budget),
+and run_mixed, which the model runner calls to run such a plan.
 """
 
 from dataclasses import dataclass
@@ -28,8 +32,12 @@ from itertools import accumulate
 
 import mlx.core as mx
 
+from tiny_llm_base.config import is_adaptive
+
 from .kv_cache import BatchingKvCache, TinyKvCache
+from .planner import Plan, Planner
 from .qwen2_week2 import Qwen2ModelWeek2, check_offset
+from .request import Request
 
 
 @dataclass
@@ -103,4 +111,40 @@ def mixed_forward(
         "chunk.cache[layer]), and glues the outputs with join_parts; then "
         "model.logits only on the decode rows and the last position of each chunk "
         "that wants_logits"
+    )
+
+
+def plan_mixed(planner: Planner) -> Plan:
+    """The mixed policy's plan for ONE forward, made with the planner's week 2 day 6
+    rules: every decode row first (room made for them), then prefill chunks most urgent first until token_budget is spent
+    (None: no limit). Every row fed counts against the budget, an empty slot's
+    dummy row too.
+
+    Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
+    request's offset; a request needs room from the KV manager before its chunk,
+    and once one cannot get it, the requests after it that hold none wait too.
+    slot_for is asked with `also_ready` = the requests that have started
+    prefilling (offset > 0) and those planned so far, so that each keeps a slot
+    in view. An AdaptiveChunker is asked once a step (it learns from one time a
+    step); a size a policy gets wrong fails that request alone, and the next
+    request asks the policy again.
+    """
+    raise NotImplementedError(
+        "Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks by "
+        "urgency within the budget left; Plan(rows, chunks, mixed=True)"
+    )
+
+
+def run_mixed(model, plan: Plan, batch_cache: list) -> mx.array | None:
+    """Run a mixed plan: mixed_forward over the decode rows and
+    every chunk (PrefillChunk at the request's offset with its kv_cache,
+    wants_logits when the chunk ends its prompt; the batch cache only when there
+    are decode rows, else None); the logits and every chunk's
+    cache evaluated; then each chunk's request advances by its length and, if
+    its prompt is done, samples its first token. Returns the decode rows' logits
+    [R, V] (None without rows): the model runner has them accepted (accept_rows)."""
+    raise NotImplementedError(
+        "Week 3 Day 1: run_mixed: PrefillChunks, mixed_forward, mx.eval of the logits"
+        " and the chunk caches, then advance and sample each chunk; return the decode"
+        " logits"
     )

@@ -5,7 +5,8 @@ prefilled and waiting for a slot), and asks the KV manager for room. Two policie
 - "alternate" (week 2 days 6 and 7): plan_chunk() gives ONE chunk of the most urgent
   waiting request; then plan_decodes() gives every decoding request's next token.
   The engine runs them as two forwards.
-- "mixed" (week 3 day 1): plan_mixed() gives both at once, for ONE forward: every
+- "mixed" (week 3 day 1): mixed_step.plan_mixed(planner) gives both at once, for ONE
+  forward: every
   decoding request first, so decodes never wait, then prefill chunks (interactive
   before batch, first come first served) within `token_budget`.
 
@@ -145,26 +146,6 @@ class Planner:
         """The slots up to the highest in use (an empty one among them: None)."""
         raise NotImplementedError(
             "Week 2 Day 6: decode_rows: slots[: highest occupied slot + 1]"
-        )
-
-    def plan_mixed(self) -> Plan:
-        """The mixed policy's one forward: every decode row first (room made for
-        them), then prefill chunks most urgent first until token_budget is spent
-        (None: no limit). Every row fed counts against the budget, an empty slot's
-        dummy row too.
-
-        Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
-        request's offset; a request needs room from the KV manager before its chunk,
-        and once one cannot get it, the requests after it that hold none wait too.
-        slot_for is asked with `also_ready` = the requests that have started
-        prefilling (offset > 0) and those planned so far, so that each keeps a slot
-        in view. An AdaptiveChunker is asked once a step (it learns from one time a
-        step); a size a policy gets wrong fails that request alone, and the next
-        request asks the policy again.
-        """
-        raise NotImplementedError(
-            "Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks "
-            "by urgency within the budget left; Plan(rows, chunks, mixed=True)"
         )
 
     # ANCHOR: make_room

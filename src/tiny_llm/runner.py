@@ -5,8 +5,8 @@ It runs a Plan (planner.py) as one forward:
 - one chunk (week 2 day 7): the request's own try_prefill;
 - decode rows (week 2 day 6): model(tokens [R, 1], offsets, batch cache), the last
   position's logits [R, V];
-- a mixed plan (week 3 day 1): mixed_forward, every decode row and every chunk in one
-  forward.
+- a mixed plan (week 3 day 1): mixed_step.run_mixed, every decode row and every chunk
+  in one forward.
 Then every request in it moves forward in one place (Request.advance, by what the
 forward fed it) and samples from its logits (Request.sample_and_accept), which may
 finish it.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from .mixed_step import PrefillChunk, mixed_forward
+from .mixed_step import run_mixed
 from .planner import Plan
 from .request import Request
 
@@ -81,18 +81,4 @@ class ModelRunner:
         raise NotImplementedError(
             "Week 2 Day 6: accept_rows: for each request row: advance(1), "
             "sample_and_accept(logits[row : row + 1])"
-        )
-
-    def mixed(self, plan: Plan, batch_cache: list) -> None:
-        """The mixed step (week 3 day 1): mixed_forward over the decode rows and
-        every chunk (PrefillChunk at the request's offset with its kv_cache,
-        wants_logits when the chunk ends its prompt; the batch cache only when there
-        are decode rows, else None); the logits and every chunk's
-        cache evaluated; then each chunk's request advances by its length and, if
-        its prompt is done, samples its first token; then the decode rows
-        (accept_rows)."""
-        raise NotImplementedError(
-            "Week 3 Day 1: mixed: PrefillChunks, mixed_forward, mx.eval of the logits"
-            " and the chunk caches, then advance and sample each chunk, then "
-            "accept_rows"
         )

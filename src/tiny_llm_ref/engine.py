@@ -33,6 +33,7 @@ from tiny_llm_base.config import check_callable, is_adaptive
 
 from .kv_manager import DenseKvManager
 from .metrics import RunMetrics
+from .mixed_step import plan_mixed
 from .paged_manager import PagedKvManager
 from .planner import Plan, Planner
 from .prefix_cache import PrefixCachingKvManager
@@ -162,7 +163,7 @@ class Engine:
         """Stop a request (any thread): within the next step it finishes with
         "abort" and frees its slot and memory, whether it waits, prefills or
         decodes. An unknown or finished id is ignored."""
-        # Week 3 Day 1: abort: put ("abort", id, None, None) in the inbox
+        # Week 2 Day 6: abort: put ("abort", id, None, None) in the inbox
         self.inbox.put(("abort", request_id, None, None))
 
     def has_unfinished(self) -> bool:
@@ -188,7 +189,7 @@ class Engine:
             self.planner.place_prefilled()
             self.run(self.planner.plan_decodes())
         else:  # one forward: the decodes and the chunks together
-            self.run(self.planner.plan_mixed())
+            self.run(plan_mixed(self.planner))
             self.planner.place_prefilled()
         self.kv.after_step()
         self.steps_done += 1
@@ -233,7 +234,7 @@ class Engine:
         """Abort a request now (the engine's thread): it finishes with "abort" and
         leaves wherever it is. An id that is unknown, already reported or already
         finished is ignored."""
-        # Week 3 Day 1: stop: find the request, finish it with "abort" and retire it
+        # Week 2 Day 6: stop: find the request, finish it with "abort" and retire it
         request = next((r for r, i in self.ids.items() if i == request_id), None)
         if request is None or request.is_finished:
             return

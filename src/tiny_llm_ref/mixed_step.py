@@ -20,6 +20,10 @@ attention is split, each part against its own cache:
 
 The final norm and the LM head run only on the rows that are sampled: the B decode
 rows and the last position of each chunk that finishes its prompt.
+
+The day's other two pieces are here too: plan_mixed, the mixed policy's plan (the
+planner's rules, one forward's worth of decodes and chunks within the token budget),
+and run_mixed, which the model runner calls to run such a plan.
 """
 
 from dataclasses import dataclass
@@ -28,8 +32,12 @@ from itertools import accumulate
 
 import mlx.core as mx
 
+from tiny_llm_base.config import is_adaptive
+
 from .kv_cache import BatchingKvCache, TinyKvCache
+from .planner import Plan, Planner
 from .qwen2_week2 import Qwen2ModelWeek2, check_offset
+from .request import Request
 
 
 @dataclass
@@ -157,3 +165,91 @@ def mixed_forward(
         for chunk, row in zip(chunks, last_rows)
     ]
     return (logits[:B] if B else None), chunk_logits
+
+
+def plan_mixed(planner: Planner) -> Plan:
+    """The mixed policy's plan for ONE forward, made with the planner's week 2 day 6
+    rules: every decode row first (room made for them), then prefill chunks most urgent first until token_budget is spent
+    (None: no limit). Every row fed counts against the budget, an empty slot's
+    dummy row too.
+
+    Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
+    request's offset; a request needs room from the KV manager before its chunk,
+    and once one cannot get it, the requests after it that hold none wait too.
+    slot_for is asked with `also_ready` = the requests that have started
+    prefilling (offset > 0) and those planned so far, so that each keeps a slot
+    in view. An AdaptiveChunker is asked once a step (it learns from one time a
+    step); a size a policy gets wrong fails that request alone, and the next
+    request asks the policy again.
+    """
+    # Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks by
+    # urgency within the budget left; Plan(rows, chunks, mixed=True)
+    planner.make_room_for_decodes()
+    rows = planner.decode_rows()
+    budget = planner.config.token_budget
+    budget = None if budget is None else budget - len(rows)
+    chunks: list[tuple[Request, int]] = []
+    holding = [r for r in planner.waiting if r.offset > 0]
+    step_size, blocked = None, False
+    for request in planner.by_urgency():
+        if budget is not None and budget <= 0:
+            break
+        if request.is_prefill_done or planner.slot_for(request, holding) is None:
+            continue
+        if request not in planner.holding and (blocked or not planner.admit(request)):
+            blocked = True  # first come, first served: nobody overtakes it
+            continue
+        try:
+            if step_size is None or not is_adaptive(planner.config.prefill_step):
+                step_size = planner.chunk_size(request)
+        except (TypeError, ValueError) as error:  # a policy's bad answer
+            request.fail(f"prefill failed: {error}")
+            continue
+        left = len(request.prefill_tokens) - request.offset
+        size = min(left, step_size or left, left if budget is None else budget)
+        chunks.append((request, size))
+        if request not in holding:
+            holding.append(request)
+        if budget is not None:
+            budget -= size
+    planner.retire_finished()
+    return Plan(rows=rows, chunks=chunks, mixed=True)
+
+
+def run_mixed(model, plan: Plan, batch_cache: list) -> mx.array | None:
+    """Run a mixed plan: mixed_forward over the decode rows and
+    every chunk (PrefillChunk at the request's offset with its kv_cache,
+    wants_logits when the chunk ends its prompt; the batch cache only when there
+    are decode rows, else None); the logits and every chunk's
+    cache evaluated; then each chunk's request advances by its length and, if
+    its prompt is done, samples its first token. Returns the decode rows' logits
+    [R, V] (None without rows): the model runner has them accepted (accept_rows)."""
+    # Week 3 Day 1: run_mixed: PrefillChunks, mixed_forward, mx.eval of the logits and
+    # the chunk caches, then advance and sample each chunk; return the decode logits
+    rows = plan.rows
+    tokens = [r.next_token if r else 0 for r in rows]
+    offsets = [r.offset if r else 0 for r in rows]
+    chunks = [
+        PrefillChunk(
+            r.prefill_tokens[r.offset : r.offset + n],
+            r.offset,
+            r.kv_cache,
+            wants_logits=r.offset + n == len(r.prefill_tokens),
+        )
+        for r, n in plan.chunks
+    ]
+    decode_logits, chunk_logits = mixed_forward(
+        model, tokens, offsets, batch_cache if rows else None, chunks
+    )
+    cache_state = [
+        array
+        for chunk in chunks
+        for layer in chunk.cache
+        for array in (layer.keys, layer.values)
+    ]
+    mx.eval(decode_logits, chunk_logits, cache_state)
+    for (request, tokens_fed), logits in zip(plan.chunks, chunk_logits):
+        request.advance(tokens_fed)
+        if logits is not None:  # the chunk ended the prompt
+            request.sample_and_accept(logits)
+    return decode_logits

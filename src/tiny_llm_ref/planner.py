@@ -5,7 +5,8 @@ prefilled and waiting for a slot), and asks the KV manager for room. Two policie
 - "alternate" (week 2 days 6 and 7): plan_chunk() gives ONE chunk of the most urgent
   waiting request; then plan_decodes() gives every decoding request's next token.
   The engine runs them as two forwards.
-- "mixed" (week 3 day 1): plan_mixed() gives both at once, for ONE forward: every
+- "mixed" (week 3 day 1): mixed_step.plan_mixed(planner) gives both at once, for ONE
+  forward: every
   decoding request first, so decodes never wait, then prefill chunks (interactive
   before batch, first come first served) within `token_budget`.
 
@@ -184,54 +185,6 @@ class Planner:
         # Week 2 Day 6: decode_rows: slots[: highest occupied slot + 1]
         active = self.decoding()
         return self.slots[: active[-1][0] + 1] if active else []
-
-    def plan_mixed(self) -> Plan:
-        """The mixed policy's one forward: every decode row first (room made for
-        them), then prefill chunks most urgent first until token_budget is spent
-        (None: no limit). Every row fed counts against the budget, an empty slot's
-        dummy row too.
-
-        Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
-        request's offset; a request needs room from the KV manager before its chunk,
-        and once one cannot get it, the requests after it that hold none wait too.
-        slot_for is asked with `also_ready` = the requests that have started
-        prefilling (offset > 0) and those planned so far, so that each keeps a slot
-        in view. An AdaptiveChunker is asked once a step (it learns from one time a
-        step); a size a policy gets wrong fails that request alone, and the next
-        request asks the policy again.
-        """
-        # Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks by
-        # urgency within the budget left; Plan(rows, chunks, mixed=True)
-        self.make_room_for_decodes()
-        rows = self.decode_rows()
-        budget = self.config.token_budget
-        budget = None if budget is None else budget - len(rows)
-        chunks: list[tuple[Request, int]] = []
-        holding = [r for r in self.waiting if r.offset > 0]
-        step_size, blocked = None, False
-        for request in self.by_urgency():
-            if budget is not None and budget <= 0:
-                break
-            if request.is_prefill_done or self.slot_for(request, holding) is None:
-                continue
-            if request not in self.holding and (blocked or not self.admit(request)):
-                blocked = True  # first come, first served: nobody overtakes it
-                continue
-            try:
-                if step_size is None or not is_adaptive(self.config.prefill_step):
-                    step_size = self.chunk_size(request)
-            except (TypeError, ValueError) as error:  # a policy's bad answer
-                request.fail(f"prefill failed: {error}")
-                continue
-            left = len(request.prefill_tokens) - request.offset
-            size = min(left, step_size or left, left if budget is None else budget)
-            chunks.append((request, size))
-            if request not in holding:
-                holding.append(request)
-            if budget is not None:
-                budget -= size
-        self.retire_finished()
-        return Plan(rows=rows, chunks=chunks, mixed=True)
 
     # ANCHOR: make_room
     def make_room_for_decodes(self) -> None:

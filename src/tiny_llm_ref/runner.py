@@ -5,8 +5,8 @@ It runs a Plan (planner.py) as one forward:
 - one chunk (week 2 day 7): the request's own try_prefill;
 - decode rows (week 2 day 6): model(tokens [R, 1], offsets, batch cache), the last
   position's logits [R, V];
-- a mixed plan (week 3 day 1): mixed_forward, every decode row and every chunk in one
-  forward.
+- a mixed plan (week 3 day 1): mixed_step.run_mixed, every decode row and every chunk
+  in one forward.
 Then every request in it moves forward in one place (Request.advance, by what the
 forward fed it) and samples from its logits (Request.sample_and_accept), which may
 finish it.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from .mixed_step import PrefillChunk, mixed_forward
+from .mixed_step import run_mixed
 from .planner import Plan
 from .request import Request
 
@@ -60,7 +60,9 @@ class ModelRunner:
                 request.metrics.prefill_start = start
         try:
             if plan.mixed:
-                self.mixed(plan, batch_cache)
+                decode_logits = run_mixed(self.model, plan, batch_cache)
+                if plan.rows:
+                    self.accept_rows(plan.rows, decode_logits)
             elif plan.chunks:
                 [(request, tokens)] = plan.chunks
                 request.try_prefill(tokens)
@@ -110,42 +112,3 @@ class ModelRunner:
             if request is not None:
                 request.advance(1)
                 request.sample_and_accept(logits[row : row + 1])
-
-    def mixed(self, plan: Plan, batch_cache: list) -> None:
-        """The mixed step (week 3 day 1): mixed_forward over the decode rows and
-        every chunk (PrefillChunk at the request's offset with its kv_cache,
-        wants_logits when the chunk ends its prompt; the batch cache only when there
-        are decode rows, else None); the logits and every chunk's
-        cache evaluated; then each chunk's request advances by its length and, if
-        its prompt is done, samples its first token; then the decode rows
-        (accept_rows)."""
-        # Week 3 Day 1: mixed: PrefillChunks, mixed_forward, mx.eval of the logits and
-        # the chunk caches, then advance and sample each chunk, then accept_rows
-        rows = plan.rows
-        tokens = [r.next_token if r else 0 for r in rows]
-        offsets = [r.offset if r else 0 for r in rows]
-        chunks = [
-            PrefillChunk(
-                r.prefill_tokens[r.offset : r.offset + n],
-                r.offset,
-                r.kv_cache,
-                wants_logits=r.offset + n == len(r.prefill_tokens),
-            )
-            for r, n in plan.chunks
-        ]
-        decode_logits, chunk_logits = mixed_forward(
-            self.model, tokens, offsets, batch_cache if rows else None, chunks
-        )
-        cache_state = [
-            array
-            for chunk in chunks
-            for layer in chunk.cache
-            for array in (layer.keys, layer.values)
-        ]
-        mx.eval(decode_logits, chunk_logits, cache_state)
-        for (request, tokens_fed), logits in zip(plan.chunks, chunk_logits):
-            request.advance(tokens_fed)
-            if logits is not None:  # the chunk ended the prompt
-                request.sample_and_accept(logits)
-        if rows:
-            self.accept_rows(rows, decode_logits)

@@ -121,11 +121,10 @@ def plan_mixed(planner: Planner) -> Plan:
     dummy row too.
 
     Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
-    request's offset; a request needs room from the KV manager before its chunk,
-    and once one cannot get it, the requests after it that hold none wait too.
-    slot_for is asked with `also_ready` = the requests that have started
-    prefilling (offset > 0) and those planned so far, so that each keeps a slot
-    in view. An AdaptiveChunker is asked once a step (it learns from one time a
+    request's offset. The requests come from planner.prefill_candidates (room from
+    the KV manager, first come first served), asked with `also_ready` = the
+    requests that have started prefilling (offset > 0) and those planned so far,
+    so that each keeps a slot in view. An AdaptiveChunker is asked once a step (it learns from one time a
     step); a size a policy gets wrong fails that request alone, and the next
     request asks the policy again.
     """

@@ -21,6 +21,7 @@ Rules both keep:
 """
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tiny_llm_base import EngineConfig, check_int
@@ -48,6 +49,14 @@ class Plan:
     def __bool__(self) -> bool:
         return bool(self.rows or self.chunks)
 
+    def decode_inputs(self) -> tuple[list[int], list[int]]:
+        """The rows' tokens and offsets: each request's next_token at its offset, an
+        empty slot's dummy row token 0 at offset 0."""
+        raise NotImplementedError(
+            "Week 2 Day 6: decode_inputs: next_token and offset of each row, 0 and 0 "
+            "for None"
+        )
+
 
 class Planner:
     """Slots, the waiting queue, and the decisions.
@@ -57,8 +66,8 @@ class Planner:
     waiting: admitted requests neither in a slot nor finished, in admission order
         (a preempted request goes back to the front).
     order: each unfinished request's number, 0, 1, 2, ... in the order it was
-        added. holding: the requests the KV manager holds memory for, with their
-        number: preemption takes the newest. preemptions: how many so far.
+        added. holding: the requests the KV manager holds memory for (preemption
+        takes the newest by order). preemptions: how many so far.
     batch_slots: the slots batch requests may hold, batch_size -
         reserved_interactive_slots.
     """
@@ -118,7 +127,19 @@ class Planner:
         request already holding memory); it holds memory from then on."""
         raise NotImplementedError(
             "Week 2 Day 6: admit: True for a holder; else kv.admit, and on success it"
-            " holds (holding[request] = its number)"
+            " joins holding"
+        )
+
+    def prefill_candidates(self, also_ready: list[Request] = ()) -> Iterator[Request]:
+        """The waiting requests that may run a prefill chunk now, most urgent first:
+        still prefilling, with a slot in view (slot_for, with also_ready as it is
+        when each is asked) and memory held or given (admit). First come, first
+        served: once one cannot get memory, nobody behind it who holds none
+        overtakes it, while those holding memory go on."""
+        raise NotImplementedError(
+            "Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled and "
+            "those with no slot in view; admit the others until one is refused, then "
+            "only holders; yield each"
         )
 
     def plan_chunk(self) -> Plan:
@@ -128,9 +149,8 @@ class Planner:
         get room, nobody behind it who holds none overtakes it. A policy's bad chunk
         size fails that request alone ("prefill failed: ...")."""
         raise NotImplementedError(
-            "Week 2 Day 6: plan_chunk: the first request by urgency that prefills, "
-            "has a slot in view and holds or gets memory; Plan(chunks=[(request, "
-            "size)])"
+            "Week 2 Day 6: plan_chunk: the first of prefill_candidates(); "
+            "Plan(chunks=[(request, size)])"
         )
 
     def plan_decodes(self) -> Plan:
@@ -163,7 +183,7 @@ class Planner:
         newest interactive one."""
         raise NotImplementedError(
             'Week 2 Day 6: newest_holder: max of holding by (priority == "batch", '
-            "number)"
+            "order)"
         )
 
     def preempt(self, request: Request) -> None:

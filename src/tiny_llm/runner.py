@@ -64,15 +64,13 @@ class ModelRunner:
             'failed: ...") for each unfinished request'
         )
 
-    def decode(self, rows: list[Request | None], batch_cache: list) -> None:
-        """One token for every decoding request: rows up to the highest slot in use,
-        an empty slot's row feeding token 0 at offset 0; logits [R, V] evaluated
-        before any request moves; then each request advances by 1 and samples its
-        row."""
+    def decode(self, plan: Plan, batch_cache: list) -> None:
+        """One token for every decoding request: the plan's rows, up to the highest
+        slot in use (plan.decode_inputs); logits [R, V] evaluated before any request
+        moves; then each request advances by 1 and samples its row."""
         raise NotImplementedError(
-            "Week 2 Day 6: decode: tokens and offsets of the rows (0 for an empty "
-            "one), model(tokens [R, 1], offsets, batch_cache), last position, "
-            "mx.eval, accept_rows"
+            "Week 2 Day 6: decode: plan.decode_inputs(), model(tokens [R, 1], "
+            "offsets, batch_cache), last position, mx.eval, accept_rows"
         )
 
     def accept_rows(self, rows: list[Request | None], logits: mx.array) -> None:

@@ -100,7 +100,7 @@ class EngineConfig:
             )
         check_int("block_size", self.block_size, 1)
         check_int("num_blocks", self.num_blocks, 1, allow_none=True)
-        one_request = -(-self.max_seq_len // self.block_size)
+        one_request = self.blocks_per_request
         if self.num_blocks is not None and self.num_blocks < one_request:
             raise ValueError(
                 f"num_blocks is {self.num_blocks}, but one request of max_seq_len="
@@ -146,7 +146,12 @@ class EngineConfig:
         cache's batch_size x max_seq_len."""
         if self.num_blocks is not None:
             return self.num_blocks
-        return self.batch_size * -(-self.max_seq_len // self.block_size)
+        return self.batch_size * self.blocks_per_request
+
+    @property
+    def blocks_per_request(self) -> int:
+        """The blocks one request of max_seq_len positions needs."""
+        return -(-self.max_seq_len // self.block_size)
 
 
 def check_callable(name: str, value, allow_none: bool = True) -> None:

@@ -267,7 +267,8 @@ class Engine:
         metrics, chunks = self.metrics, forward.chunks
         for request, _ in chunks:
             request.metrics.prefill_chunks += 1
-            metrics.generated_tokens += request.is_prefill_done
+            if request.is_prefill_done:  # its last chunk sampled a token
+                metrics.generated_tokens += 1
         if forward.mixed:
             metrics.record_mixed_step(
                 [n for _, n in chunks], len(forward.decodes), forward.seconds

@@ -174,11 +174,10 @@ def plan_mixed(planner: Planner) -> Plan:
     dummy row too.
 
     Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
-    request's offset; a request needs room from the KV manager before its chunk,
-    and once one cannot get it, the requests after it that hold none wait too.
-    slot_for is asked with `also_ready` = the requests that have started
-    prefilling (offset > 0) and those planned so far, so that each keeps a slot
-    in view. An AdaptiveChunker is asked once a step (it learns from one time a
+    request's offset. The requests come from planner.prefill_candidates (room from
+    the KV manager, first come first served), asked with `also_ready` = the
+    requests that have started prefilling (offset > 0) and those planned so far,
+    so that each keeps a slot in view. An AdaptiveChunker is asked once a step (it learns from one time a
     step); a size a policy gets wrong fails that request alone, and the next
     request asks the policy again.
     """
@@ -189,16 +188,11 @@ def plan_mixed(planner: Planner) -> Plan:
     budget = planner.config.token_budget
     budget = None if budget is None else budget - len(rows)
     chunks: list[tuple[Request, int]] = []
-    holding = [r for r in planner.waiting if r.offset > 0]
-    step_size, blocked = None, False
-    for request in planner.by_urgency():
+    in_view = [r for r in planner.waiting if r.offset > 0]  # each keeps a slot in view
+    step_size = None
+    for request in planner.prefill_candidates(in_view):
         if budget is not None and budget <= 0:
             break
-        if request.is_prefill_done or planner.slot_for(request, holding) is None:
-            continue
-        if request not in planner.holding and (blocked or not planner.admit(request)):
-            blocked = True  # first come, first served: nobody overtakes it
-            continue
         try:
             if step_size is None or not is_adaptive(planner.config.prefill_step):
                 step_size = planner.chunk_size(request)
@@ -208,8 +202,8 @@ def plan_mixed(planner: Planner) -> Plan:
         left = len(request.prefill_tokens) - request.offset
         size = min(left, step_size or left, left if budget is None else budget)
         chunks.append((request, size))
-        if request not in holding:
-            holding.append(request)
+        if request not in in_view:
+            in_view.append(request)
         if budget is not None:
             budget -= size
     planner.retire_finished()
@@ -227,8 +221,7 @@ def run_mixed(model, plan: Plan, batch_cache: list) -> mx.array | None:
     # Week 3 Day 1: run_mixed: PrefillChunks, mixed_forward, mx.eval of the logits and
     # the chunk caches, then advance and sample each chunk; return the decode logits
     rows = plan.rows
-    tokens = [r.next_token if r else 0 for r in rows]
-    offsets = [r.offset if r else 0 for r in rows]
+    tokens, offsets = plan.decode_inputs()
     chunks = [
         PrefillChunk(
             r.prefill_tokens[r.offset : r.offset + n],

@@ -21,6 +21,7 @@ Rules both keep:
 """
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from tiny_llm_base import EngineConfig, check_int
@@ -48,6 +49,15 @@ class Plan:
     def __bool__(self) -> bool:
         return bool(self.rows or self.chunks)
 
+    def decode_inputs(self) -> tuple[list[int], list[int]]:
+        """The rows' tokens and offsets: each request's next_token at its offset, an
+        empty slot's dummy row token 0 at offset 0."""
+        # Week 2 Day 6: decode_inputs: next_token and offset of each row, 0 and 0 for
+        # None
+        tokens = [r.next_token if r else 0 for r in self.rows]
+        offsets = [r.offset if r else 0 for r in self.rows]
+        return tokens, offsets
+
 
 class Planner:
     """Slots, the waiting queue, and the decisions.
@@ -57,8 +67,8 @@ class Planner:
     waiting: admitted requests neither in a slot nor finished, in admission order
         (a preempted request goes back to the front).
     order: each unfinished request's number, 0, 1, 2, ... in the order it was
-        added. holding: the requests the KV manager holds memory for, with their
-        number: preemption takes the newest. preemptions: how many so far.
+        added. holding: the requests the KV manager holds memory for (preemption
+        takes the newest by order). preemptions: how many so far.
     batch_slots: the slots batch requests may hold, batch_size -
         reserved_interactive_slots.
     """
@@ -72,7 +82,7 @@ class Planner:
         self.slots: list[Request | None] = [None] * config.batch_size
         self.waiting: list[Request] = []
         self.order: dict[Request, int] = {}
-        self.holding: dict[Request, int] = {}
+        self.holding: set[Request] = set()
         self.batch_slots = config.batch_size - config.reserved_interactive_slots
         self.added = itertools.count()
         self.preemptions = 0
@@ -137,14 +147,32 @@ class Planner:
     def admit(self, request: Request) -> bool:
         """Room for the request's prefill from the KV manager (True at once for a
         request already holding memory); it holds memory from then on."""
-        # Week 2 Day 6: admit: True for a holder; else kv.admit, and on success it holds
-        # (holding[request] = its number)
+        # Week 2 Day 6: admit: True for a holder; else kv.admit, and on success it joins
+        # holding
         if request in self.holding:
             return True
         if not self.kv.admit(request):
             return False
-        self.holding[request] = self.order[request]
+        self.holding.add(request)
         return True
+
+    def prefill_candidates(self, also_ready: list[Request] = ()) -> Iterator[Request]:
+        """The waiting requests that may run a prefill chunk now, most urgent first:
+        still prefilling, with a slot in view (slot_for, with also_ready as it is
+        when each is asked) and memory held or given (admit). First come, first
+        served: once one cannot get memory, nobody behind it who holds none
+        overtakes it, while those holding memory go on."""
+        # Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled and those
+        # with no slot in view; admit the others until one is refused, then only
+        # holders; yield each
+        blocked = False
+        for request in self.by_urgency():
+            if request.is_prefill_done or self.slot_for(request, also_ready) is None:
+                continue
+            if request not in self.holding and (blocked or not self.admit(request)):
+                blocked = True
+                continue
+            yield request
 
     def plan_chunk(self) -> Plan:
         """The alternate policy's chunk: the most urgent waiting request that is still
@@ -152,15 +180,9 @@ class Planner:
         chunk_size(request) tokens (None: the rest of its prompt). Once one cannot
         get room, nobody behind it who holds none overtakes it. A policy's bad chunk
         size fails that request alone ("prefill failed: ...")."""
-        # Week 2 Day 6: plan_chunk: the first request by urgency that prefills, has a
-        # slot in view and holds or gets memory; Plan(chunks=[(request, size)])
-        blocked = False
-        for request in self.by_urgency():
-            if request.is_prefill_done or self.slot_for(request) is None:
-                continue
-            if request not in self.holding and (blocked or not self.admit(request)):
-                blocked = True
-                continue
+        # Week 2 Day 6: plan_chunk: the first of prefill_candidates();
+        # Plan(chunks=[(request, size)])
+        for request in self.prefill_candidates():
             try:
                 size = self.chunk_size(request)
             except (TypeError, ValueError) as error:
@@ -200,8 +222,8 @@ class Planner:
     def newest_holder(self) -> Request:
         """The request to preempt: the newest batch request holding memory, else the
         newest interactive one."""
-        # Week 2 Day 6: newest_holder: max of holding by (priority == "batch", number)
-        return max(self.holding, key=lambda r: (r.priority == "batch", self.holding[r]))
+        # Week 2 Day 6: newest_holder: max of holding by (priority == "batch", order)
+        return max(self.holding, key=lambda r: (r.priority == "batch", self.order[r]))
 
     def preempt(self, request: Request) -> None:
         """Take a request's memory back and make it wait again, first in line, to
@@ -239,7 +261,8 @@ class Planner:
             self.kv.remove(slot)
         elif request in self.waiting:
             self.waiting.remove(request)
-        if self.holding.pop(request, None) is not None:
+        if request in self.holding:
+            self.holding.remove(request)
             self.kv.release(request)
 
     def retire_finished(self) -> None:

@@ -67,7 +67,7 @@ class ModelRunner:
                 [(request, tokens)] = plan.chunks
                 request.try_prefill(tokens)
             else:
-                self.decode(plan.rows, batch_cache)
+                self.decode(plan, batch_cache)
         except Exception as error:  # fails this forward's requests, not the run
             self.fail(requests, f"{type(error).__name__}: {error}", plan)
             return None
@@ -88,20 +88,17 @@ class ModelRunner:
             if not request.is_finished:
                 request.fail(f"{kind} failed: {why}")
 
-    def decode(self, rows: list[Request | None], batch_cache: list) -> None:
-        """One token for every decoding request: rows up to the highest slot in use,
-        an empty slot's row feeding token 0 at offset 0; logits [R, V] evaluated
-        before any request moves; then each request advances by 1 and samples its
-        row."""
-        # Week 2 Day 6: decode: tokens and offsets of the rows (0 for an empty one),
-        # model(tokens [R, 1], offsets, batch_cache), last position, mx.eval,
-        # accept_rows
-        tokens = [r.next_token if r else 0 for r in rows]
-        offsets = [r.offset if r else 0 for r in rows]
+    def decode(self, plan: Plan, batch_cache: list) -> None:
+        """One token for every decoding request: the plan's rows, up to the highest
+        slot in use (plan.decode_inputs); logits [R, V] evaluated before any request
+        moves; then each request advances by 1 and samples its row."""
+        # Week 2 Day 6: decode: plan.decode_inputs(), model(tokens [R, 1], offsets,
+        # batch_cache), last position, mx.eval, accept_rows
+        tokens, offsets = plan.decode_inputs()
         logits = self.model(mx.array(tokens)[:, None], offsets, batch_cache)
         logits = logits[:, -1, :]
         mx.eval(logits)
-        self.accept_rows(rows, logits)
+        self.accept_rows(plan.rows, logits)
 
     def accept_rows(self, rows: list[Request | None], logits: mx.array) -> None:
         """logits: [R, V]: each decoding request's fed token is in the cache now

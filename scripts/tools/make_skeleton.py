@@ -138,9 +138,9 @@ def expected_skeleton(done: tuple[int, int] = (0, 0)) -> dict[Path, str]:
     return files
 
 
-def differences() -> list[Path]:
+def differences(done: tuple[int, int] = (0, 0)) -> list[Path]:
     """The skeleton files that are missing, differ, or have no reference module."""
-    expected = expected_skeleton()
+    expected = expected_skeleton(done)
     changed = [
         p for p, text in expected.items() if not p.exists() or p.read_text() != text
     ]
@@ -163,17 +163,18 @@ def main() -> int:
     )
     args = parser.parse_args()
     done = (0, 0)
-    if args.done_through:
+    if args.done_through is not None:
         match = re.fullmatch(r"(\d+)\.(\d+)", args.done_through)
         if match is None:
             parser.error("--done-through takes WEEK.DAY, such as 2.7")
         done = (int(match[1]), int(match[2]))
     if args.check:
-        stale = differences()
+        stale = differences(done)
         for path in stale:
             print(f"differs from the reference: {path.relative_to(ROOT)}")
         if stale:
-            print("run `pdm run make-skeleton` to remake src/tiny_llm")
+            same = f" --done-through {args.done_through}" if args.done_through else ""
+            print(f"run `pdm run make-skeleton{same}` to remake src/tiny_llm")
         return 1 if stale else 0
     expected = expected_skeleton(done)
     for path in SKELETON.glob("*.py"):

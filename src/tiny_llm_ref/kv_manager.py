@@ -19,6 +19,7 @@ pool of blocks, and day 3's PrefixCachingKvManager adds shared prefixes.
 """
 
 from tiny_llm_base import EngineConfig
+from tiny_llm_base.memory import check_fits, kv_bytes_per_position
 
 from .kv_cache import BatchingKvCache
 from .request import Request
@@ -55,8 +56,16 @@ class DenseKvManager(KvManager):
     """
 
     def __init__(self, model, config: EngineConfig):
-        # Week 2 Day 6: DenseKvManager: keep the model; batch_cache = one
+        # Week 2 Day 6: DenseKvManager: refuse a batch_size past memory (check_fits,
+        # kv_bytes_per_position); keep the model; batch_cache = one
         # BatchingKvCache(batch_size, max_seq_len) per layer
+        per_position = kv_bytes_per_position(model)
+        if per_position is not None:  # every slot holds at least one position
+            check_fits(
+                config.batch_size * per_position,
+                f"batch_size {config.batch_size:,} at one position per slot",
+                "lower batch_size",
+            )
         self.model = model
         layers = len(model.create_kv_cache())
         self.batch_cache = [

@@ -26,13 +26,14 @@ used first out, until the free list runs dry.
 """
 
 import hashlib
-import os
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import mlx.core as mx
+
+from tiny_llm_base.memory import check_fits, kv_bytes_per_position
 
 from .kv_cache import TinyKvCache, batch_causal_mask
 
@@ -57,36 +58,21 @@ def chain_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
 def check_pool_fits(model, positions: int) -> None:
     """Refuse a pool of `positions` positions that could not fit in this machine's
     memory, before MLX tries (an allocation past it can crash the process). Bytes
-    per position come from the model's layers (keys and values, float32 at most);
-    a model that does not show its layers is checked at the pool's first write."""
-    layers = getattr(model, "layers", None)
-    if layers is None:
-        return
-    per_position = sum(
-        2 * layer.attention.num_kv_heads * layer.attention.head_dim * 4
-        for layer in layers
-    )
-    check_memory(positions * per_position, positions)
+    per position come from the model's layers; a model that does not show its
+    layers is checked at the pool's first write."""
+    per_position = kv_bytes_per_position(model)
+    if per_position is not None:
+        check_memory(positions * per_position, positions)
 
 
 def check_memory(needed: int, positions: int) -> None:
     """ValueError, with the numbers, when `needed` bytes for a pool of `positions`
     positions pass what the machine has."""
-    have = physical_memory()
-    if have and needed > have:
-        raise ValueError(
-            f"a KV pool of {positions:,} positions needs {needed / 2**30:,.1f} GiB, "
-            f"but this machine has {have / 2**30:,.1f} GiB: lower num_blocks or "
-            "block_size"
-        )
-
-
-def physical_memory() -> int:
-    """This machine's memory in bytes (0 where the system does not say)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 0
+    check_fits(
+        needed,
+        f"a KV pool of {positions:,} positions",
+        "lower num_blocks or block_size",
+    )
 
 
 @dataclass

@@ -17,7 +17,9 @@ def check_pool(engine) -> None:
     free, or cached (hashed, held by nobody); names map both ways."""
     pool = engine.kv.pool
     holders = Counter(b for table in engine.kv.tables.values() for b in table.blocks)
-    for block in range(pool.num_blocks):
+    assert len(pool.refcounts) == pool.high_water <= pool.num_blocks
+    assert all(b < pool.high_water for b in holders), "a held block was never given"
+    for block in range(pool.high_water):
         assert pool.refcounts[block] == holders[block], (
             f"block {block}: refcount {pool.refcounts[block]}, held by "
             f"{holders[block]} tables"
@@ -26,7 +28,7 @@ def check_pool(engine) -> None:
     assert len(set(free)) == len(free), "a block is free twice"
     assert not set(free) & set(cached), "a block is both free and cached"
     assert not (set(free) | set(cached)) & set(holders), "a held block is free"
-    assert len(free) + len(cached) + len(holders) == pool.num_blocks, "a block leaked"
+    assert len(free) + len(cached) + len(holders) == pool.high_water, "a block leaked"
     assert set(cached) <= set(pool.hash_of), "a cached block has no name"
     assert all(pool.block_of[h] == b for b, h in pool.hash_of.items())
     assert len(pool.block_of) == len(pool.hash_of)
@@ -44,7 +46,7 @@ def assert_pool_empty(engine) -> None:
     assert engine.kv.tables == {}
     assert pool.in_use == 0 and all(n == 0 for n in pool.refcounts)
     assert set(pool.cached) == set(pool.hash_of)
-    assert len(pool.free) + len(pool.cached) == pool.num_blocks
+    assert len(pool.free) + len(pool.cached) == pool.high_water
 
 
 def run_engine(engine, specs, check=check_pool, max_steps: int = 3000) -> list:

@@ -88,7 +88,8 @@ def test_paged_cache_reads_back_every_key_in_order(block_size):
             np.array(all_values), np.concatenate(written_values, axis=2)
         )
         assert mask == ("causal" if L > 1 else None)
-    unused = sorted(set(range(num_blocks)) - set(table.blocks))
+    assert max(table.blocks) < layer.capacity <= num_blocks
+    unused = sorted(set(range(layer.capacity)) - set(table.blocks))
     assert not np.array(layer.keys)[unused].any(), "a write left its blocks"
 
 
@@ -259,42 +260,68 @@ def test_a_preempted_request_that_is_the_newest_preempts_itself(
     assert_pool_empty(engine)
 
 
-def test_paged_memory_follows_the_tokens_held(pair, tokenizer, no_eos):
-    """After every step a request holds ceil(tokens / block_size) blocks, its tokens
-    being its prompt while it prefills and its offset after; the metrics report the
-    blocks in use against the dense preallocation."""
+def kv_bytes_per_token(mlx_model, element_size: int = 4) -> int:
+    """Keys and values of one token over all layers, from mlx-lm's config."""
+    args = mlx_model.args
+    head_dim = getattr(args, "head_dim", None) or args.hidden_size // (
+        args.num_attention_heads
+    )
+    heads = args.num_key_value_heads
+    return 2 * heads * head_dim * element_size * args.num_hidden_layers
+
+
+@pytest.mark.parametrize("policy", ["alternate", "mixed"])
+def test_paged_memory_follows_the_tokens_computed(pair, tokenizer, no_eos, policy):
+    """After every step a request holds ceil(offset / block_size) blocks: blocks come
+    with the tokens a step computes, not a whole prompt up front, so a request still
+    prefilling holds none for the part it has not reached. The pool's size is the
+    kv_memory budget over one block's bytes, and its arrays hold no more blocks than
+    it has handed out (doubling from 256 positions)."""
     mlx_model, model = pair
     sampler, _ = no_eos
     rng = np.random.default_rng(7)
     prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (11, 3, 30)]
+    per_token = kv_bytes_per_token(mlx_model)
     engine = paged_engine(
         model,
         tokenizer,
         batch_size=2,
         max_seq_len=64,
         prefill_step=4,
-        policy="mixed",
+        policy=policy,
         max_tokens=6,
         sampler=sampler,
         block_size=4,
+        kv_memory=500 * 4 * per_token + 3,
     )
     assert engine.metrics.kv_dense_tokens == 2 * 64
-    assert engine.metrics.kv_blocks_total == 2 * 16
-    seen = []
+    assert engine.metrics.kv_blocks_total == 500
+    seen, partial = [], []
 
     def check(engine):
         for request, table in engine.kv.tables.items():
-            held = max(len(request.prefill_tokens), request.offset)
-            assert len(table.blocks) == tiny.blocks_needed(held, 4)
+            assert len(table.blocks) == tiny.blocks_needed(request.offset, 4)
+            if not request.is_prefill_done and request.offset:
+                partial.append(request)
         in_use = sum(len(table.blocks) for table in engine.kv.tables.values())
         assert engine.kv.pool.in_use == in_use
         assert engine.metrics.kv_blocks_in_use == in_use
+        for layer in engine.kv.layer_blocks:
+            if layer.keys is not None:
+                assert layer.capacity == max(64, engine.kv.pool.high_water)
+        assert engine.metrics.kv_pool_bytes == sum(
+            layer.keys.nbytes + layer.values.nbytes
+            for layer in engine.kv.layer_blocks
+            if layer.keys is not None
+        )
         seen.append(engine.kv.pool.in_use)
 
     run_engine(engine, prompts, check)
+    assert partial, "no step saw a request part way through its prompt"
     assert engine.metrics.kv_peak_blocks_in_use == max(seen)
     assert engine.metrics.kv_peak_tokens == 4 * max(seen)
-    assert engine.metrics.kv_bytes_per_token > 0
+    assert engine.metrics.kv_bytes_per_token == per_token
+    assert engine.metrics.kv_pool_bytes == 64 * 4 * per_token
     assert engine.metrics.kv_blocks_in_use == 0
     assert_pool_empty(engine)
 

@@ -30,14 +30,37 @@ def test_an_interrupted_step_leaves_the_paged_engine_usable(
 
 @pytest.mark.parametrize(
     "settings",
-    [{"block_size": 10**6}, {"num_blocks": 10**9}],
-    ids=["huge blocks", "huge pool"],
+    [
+        {"block_size": 10**6, "num_blocks": 1},
+        {"num_blocks": 10**9},
+        {"kv_memory": "64TiB"},
+    ],
+    ids=["huge blocks", "huge pool", "huge budget"],
 )
 def test_a_pool_past_the_machines_memory_is_refused_with_the_numbers(
     embedded_model, settings
 ):
     model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
     with pytest.raises(ValueError, match=r"KV pool of [\d,]+ positions needs .* GiB"):
+        tiny.Engine(
+            model, embedded_model[1], kv_cache="paged", max_seq_len=128, **settings
+        )
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"kv_memory": "1MiB"}, r"kv_memory 1.0 MiB holds 16 tokens at 46,080 bytes"),
+        ({"block_size": 10**6}, r"the default KV budget \(half the available memory"),
+    ],
+)
+def test_a_budget_too_small_for_one_request_says_what_it_holds(
+    embedded_model, settings, message
+):
+    """46,080 bytes a token: the embedded model's 30 layers x 3 KV heads x 64 x 2
+    (keys and values) x 4 bytes (float32); 1 MiB holds one whole block of 16."""
+    model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
+    with pytest.raises(ValueError, match=message + ".*max_seq_len"):
         tiny.Engine(
             model, embedded_model[1], kv_cache="paged", max_seq_len=128, **settings
         )
@@ -69,4 +92,4 @@ def test_a_pool_the_model_does_not_describe_is_checked_at_its_first_write(
     engine.add_request([1, 2, 3])
     results = [o.result for _ in range(3) for o in engine.step() if o.result]
     assert results and results[0].finish_reason == "error"
-    assert "GiB" in results[0].error and "lower num_blocks" in results[0].error
+    assert "GiB" in results[0].error and "lower kv_memory" in results[0].error

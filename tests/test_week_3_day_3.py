@@ -63,12 +63,18 @@ def test_pool_finds_the_longest_cached_chain_and_evicts_least_recent_first():
     pool.release(blocks[:1])  # its lookup's hold, then its own: used last
     assert list(pool.cached) == [blocks[2], blocks[1], blocks[0]]
     assert pool.available == 5 and pool.in_use == 0
-    fresh = pool.allocate(3)  # the 2 free blocks, then the least recently used
-    assert blocks[2] in fresh and blocks[2] not in pool.hash_of
+    # A cached block is reused before the pool takes memory for a new id.
+    fresh = pool.allocate(1)
+    assert fresh == [blocks[2]] and blocks[2] not in pool.hash_of
+    assert pool.high_water == 3
     assert pool.lookup(tokens).blocks == blocks[:2], "its chain lost its tail only"
     pool.release(blocks[:2])
-    pool.release(fresh)
+    pool.release(fresh)  # unnamed: free, and reused first
+    assert pool.allocate(1) == fresh
     assert set(pool.cached) == set(pool.hash_of) == {blocks[0], blocks[1]}
+    more = pool.allocate(3)  # the least recently used cached block, then new ids
+    assert more == [blocks[1], blocks[0], 3] and pool.high_water == 4
+    assert pool.hash_of == {} and pool.available == 1
 
 
 def test_a_name_taken_keeps_its_first_block():

@@ -26,6 +26,20 @@ class TinyKvCache:
             "5 BatchingKvCache) implement update_and_fetch"
         )
 
+    def stage(self, keys: mx.array, values: mx.array) -> None:
+        """The first half of update_and_fetch, for a step of several parts (week 3
+        day 1's mixed step stages every part before any part reads): hold this
+        step's keys/values. A cache whose parts share one array (week 3 day 2's
+        paged pool) writes them all at the first fetch, in one scatter."""
+        self.staged = (keys, values)
+
+    def fetch_staged(self) -> tuple[mx.array, mx.array, mx.array | str | None]:
+        """The second half: what update_and_fetch returns for the staged keys and
+        values."""
+        keys, values = self.staged
+        self.staged = None
+        return self.update_and_fetch(keys, values)
+
 
 class TinyKvFullCache(TinyKvCache):
     """A growing cache for one sequence (or B sequences of equal length).

@@ -106,11 +106,12 @@ def mixed_forward(
         "cache, a count of offsets unlike the tokens' or an empty chunk; check_offset"
         " every layer's caches; embed the decode tokens and every chunk's tokens as "
         "one sequence [1, T]; run each layer as layer.forward(h, attend), where "
-        "attend(q, k, v) cuts q, k, v with split_parts, runs attention.attend on the "
-        "decode rows (decode offsets, batch cache) and on each chunk (chunk.offset, "
-        "chunk.cache[layer]), and glues the outputs with join_parts; then "
-        "model.logits only on the decode rows and the last position of each chunk "
-        "that wants_logits"
+        "attend(q, k, v) cuts q, k, v with split_parts; for each part (the decode "
+        "rows at their offsets in the batch cache, then each chunk at chunk.offset in"
+        " chunk.cache[layer]) stages its roped keys and values (cache.stage); only "
+        "then each part's attention.attention over cache.fetch_staged(); glues the "
+        "outputs with join_parts; then model.logits only on the decode rows and the "
+        "last position of each chunk that wants_logits"
     )
 
 
@@ -121,7 +122,8 @@ def plan_mixed(planner: Planner) -> Plan:
     dummy row too.
 
     Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
-    request's offset. The requests come from planner.prefill_candidates (room from
+    request's offset, cut to the room planner.reserve_chunk makes for it; a chunk
+    with no room ends the plan (first come, first served). The requests come from planner.prefill_candidates (room from
     the KV manager, first come first served), asked with `also_ready` = the
     requests that have started prefilling (offset > 0) and those planned so far,
     so that each keeps a slot in view. An AdaptiveChunker is asked once a step (it learns from one time a
@@ -130,7 +132,8 @@ def plan_mixed(planner: Planner) -> Plan:
     """
     raise NotImplementedError(
         "Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks by "
-        "urgency within the budget left; Plan(rows, chunks, mixed=True)"
+        "urgency within the budget left, each cut to what planner.reserve_chunk makes"
+        " room for (stop at the first that gets none); Plan(rows, chunks, mixed=True)"
     )
 
 

@@ -1,33 +1,44 @@
 """A paged KV cache: keys and values live in fixed-size blocks of one shared pool.
 
 A dense cache gives every decode slot max_seq_len positions up front. Here a layer's
-storage is a pool of blocks, keys and values `[num_blocks, H, block_size, D]`, and a
+storage is a pool of blocks, keys and values `[blocks, H, block_size, D]`, and a
 request holds a *block table*: the ids of its blocks, in position order. Position p
 of a request lives in block `table[p // block_size]`, at `p % block_size`. A request
-takes blocks as it grows and gives them back when it ends, so memory follows the
-tokens actually held (vLLM's PagedAttention).
+takes blocks as its steps need them and gives them back when it ends, so memory
+follows the tokens actually held (vLLM's PagedAttention).
 
     block table [7, 2, 9]    block_size 4, offset 10
     positions   0-3 -> block 7,  4-7 -> block 2,  8-9 -> block 9 (2 of 4 used)
 
-Block ids are the same in every layer: one BlockPool does the bookkeeping (a free
-list and a reference count per block) for all of them, and each layer keeps its
+Block ids are the same in every layer: one BlockPool does the bookkeeping (which
+ids are free, a reference count per block) for all of them, and each layer keeps its
 arrays in a LayerBlocks. A PagedKvCache is one request's view of one layer (the
 model calls it like TinyKvFullCache); a PagedBatchingKvCache holds the decode rows'
 views (the engine calls it like BatchingKvCache). Attention reads a request's keys
 by gathering its blocks in table order.
+
+Two rules make the pool cost what the tokens cost, not what the pool could hold:
+- Memory: num_blocks is a budget, not an allocation. The pool hands out the lowest
+  ids first and a new id only when no given-back block can be reused, and a layer's
+  arrays grow (doubling, up to num_blocks) to cover the highest id written.
+- Time: an MLX array is a value; `pool[idx] = x` writes in place only when nothing
+  else still needs the old pool. A step with several parts (week 3 day 1's mixed
+  step) therefore *stages* every part's keys first and writes them in ONE scatter
+  before any part reads (LayerBlocks.stage, then flush): a read between two writes
+  would make MLX copy the whole pool.
 
 Prefix caching (week 3 day 3): a full block is named by a hash chained over its
 parent's hash and its own token ids, so equal hashes mean equal tokens from position
 0 on, hence equal keys and values. The pool remembers hashed blocks; a new request
 whose prompt starts with cached blocks shares them (refcount + 1) instead of
 computing them. A hashed block that no request holds stays cached, least recently
-used first out, until the free list runs dry.
+used first out, until a block is needed and none was given back.
 """
 
 import hashlib
 from array import array
-from collections import OrderedDict, deque
+import heapq
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -71,7 +82,7 @@ def check_memory(needed: int, positions: int) -> None:
     check_fits(
         needed,
         f"a KV pool of {positions:,} positions",
-        "lower num_blocks or block_size",
+        "lower kv_memory (or num_blocks) or block_size",
     )
 
 
@@ -89,8 +100,11 @@ class BlockTable:
 class BlockPool:
     """Block ids 0 .. num_blocks - 1: who holds which, and which full blocks are cached.
 
-    refcounts[b]: the requests holding block b. A block held by nobody is either
-    free (in `free`) or cached (in `cached`, hashed, least recently used first).
+    high_water: ids 0 .. high_water - 1 have been handed out at some time; the ids
+    above were never used, and the layers' arrays need not cover them yet.
+    refcounts[b] (b < high_water): the requests holding block b. A block held by
+    nobody is either free (in `free`, a heap: lowest id first) or cached (in
+    `cached`, hashed, least recently used first).
     hash_of / block_of: a cached-or-held hashed block's name, both ways.
     peak_in_use: the most blocks held at once, raised wherever a block is taken
     (allocate, lookup): blocks a step takes and gives back before it ends count too.
@@ -98,17 +112,17 @@ class BlockPool:
 
     def __init__(self, num_blocks: int, block_size: int):
         raise NotImplementedError(
-            "Week 3 Day 2: BlockPool: keep num_blocks and block_size; every block "
-            "free (a deque 0 .. num_blocks - 1) with refcount 0; no cached blocks (an"
-            " OrderedDict) and no names (hash_of, block_of: empty dicts); peak_in_use"
-            " 0"
+            "Week 3 Day 2: BlockPool: keep num_blocks and block_size; high_water 0, "
+            "no free ids (a list used as a heap), no refcounts; no cached blocks (an "
+            "OrderedDict) and no names (hash_of, block_of: empty dicts); peak_in_use "
+            "0"
         )
 
     @property
     def available(self) -> int:
-        """Blocks allocate() can hand out: the free ones and the cached ones."""
+        """Blocks allocate() can hand out: free, cached, or never used."""
         raise NotImplementedError(
-            "Week 3 Day 2: available: free blocks + cached blocks"
+            "Week 3 Day 2: available: free + cached + the ids above high_water"
         )
 
     @property
@@ -117,14 +131,17 @@ class BlockPool:
         raise NotImplementedError("Week 3 Day 2: in_use: num_blocks - available")
 
     def allocate(self, count: int) -> list[int]:
-        """`count` blocks, each with refcount 1. Free blocks go first; then the least
-        recently used cached blocks, which forget their hash. ValueError when fewer
-        than `count` are available (check `available` first)."""
+        """`count` blocks, each with refcount 1. A given-back block is reused before
+        the pool takes more memory: the lowest free id first, then (day 3) the least
+        recently used cached block, which forgets its name, and only then a new id at
+        high_water. ValueError when fewer than `count` are available (check
+        `available` first)."""
         raise NotImplementedError(
-            "Week 3 Day 2: allocate: ValueError if count > available; else pop blocks"
-            " from the front of the free list (day 3: when it is empty, the least "
-            "recently used cached block, forgetting its name in hash_of and "
-            "block_of), each with refcount 1; then raise peak_in_use to in_use"
+            "Week 3 Day 2: allocate: ValueError if count > available; else for each "
+            "block pop the lowest free id (heapq), or (day 3) evict the least "
+            "recently used cached block, forgetting its name in hash_of and block_of,"
+            " or take id high_water (high_water + 1, a new refcount); refcount 1; "
+            "then raise peak_in_use to in_use"
         )
 
     def release(self, blocks: list[int]) -> None:
@@ -134,8 +151,8 @@ class BlockPool:
         without its root block, the rest of a chain can never be found."""
         raise NotImplementedError(
             "Week 3 Day 2: release: refcount - 1 per block, last to first; at 0 the "
-            "block goes to the end of the free list (day 3: into `cached`, most "
-            "recently used, if it has a name)"
+            "block goes on the free heap (day 3: into `cached`, most recently used, "
+            "if it has a name)"
         )
 
     def lookup(self, tokens: Sequence[int]) -> BlockTable:
@@ -160,42 +177,71 @@ class BlockPool:
 
 
 class LayerBlocks:
-    """One layer's pool: keys and values [num_blocks, H, block_size, D], made at the
-    first write (when H, D and the dtype are known)."""
+    """One layer's pool: keys and values [capacity, H, block_size, D].
+
+    The arrays are made at the first write (when H, D and the dtype are known) and
+    grow, doubling from FIRST_POSITIONS positions up to num_blocks blocks, to cover
+    the highest block id written: memory follows the blocks the BlockPool has
+    handed out (lowest ids first), not the budget. Writes are staged (stage) and
+    written together (flush) before anything is read, so a step writes each layer's
+    pool once, in place.
+    """
+
+    FIRST_POSITIONS = 256
 
     def __init__(self, num_blocks: int, block_size: int):
         raise NotImplementedError(
             "Week 3 Day 2: LayerBlocks: keep num_blocks and block_size; keys and "
-            "values None until the first write"
+            "values None until the first write; nothing staged"
         )
 
-    def write(
-        self,
-        tables: list[list[int]],
-        positions: list[int],
-        keys: mx.array,
-        values: mx.array,
+    @property
+    def capacity(self) -> int:
+        """The blocks the arrays hold now (0 before the first write)."""
+        return 0 if self.keys is None else self.keys.shape[0]
+
+    def stage(
+        self, blocks: list[int], slots: list[int], keys: mx.array, values: mx.array
     ) -> None:
-        """Store keys/values [n, H, D]: row i at position positions[i] of the request
-        whose blocks are tables[i]."""
+        """Hold keys/values [n, H, D] for row i's position: slot slots[i] of block
+        blocks[i]. Nothing is written until flush()."""
         raise NotImplementedError(
-            "Week 3 Day 2: write: make keys/values mx.zeros((num_blocks, H, "
-            "block_size, D)) at the first write, after check_memory(2 x num_blocks x "
-            "block_size x H x D x keys.dtype.size bytes, num_blocks x block_size "
-            "positions); position p of table t is block t[p // block_size], slot p % "
-            "block_size; scatter all n rows at once: pool[blocks[:, None], "
-            "mx.arange(H)[None, :], slots[:, None]] = rows"
+            "Week 3 Day 2: stage: append (blocks, slots, keys, values) to staged"
+        )
+
+    def flush(self) -> None:
+        """Write everything staged in ONE scatter per array, growing the arrays first
+        if a block id is past them. Nothing staged: nothing to do."""
+        raise NotImplementedError(
+            "Week 3 Day 2: flush: concatenate the staged blocks, slots, keys and "
+            "values; grow to cover max(blocks) + 1; pool[blocks[:, None], "
+            "mx.arange(H)[None, :], slots[:, None]] = rows for keys and values; "
+            "nothing staged afterwards"
+        )
+
+    def grow(self, blocks: int, H: int, D: int, dtype: mx.Dtype) -> None:
+        """Arrays of at least `blocks` blocks: the capacity doubles (from
+        FIRST_POSITIONS positions' worth, at most num_blocks) and the old arrays are
+        copied in. The first growth checks that the whole budget could fit the
+        machine (check_memory)."""
+        raise NotImplementedError(
+            "Week 3 Day 2: grow: nothing to do when blocks <= capacity; else the "
+            "first time check_memory(2 x num_blocks x block_size x H x D x dtype.size"
+            " bytes, num_blocks x block_size positions); new capacity max(blocks, 2 x"
+            " capacity, blocks_needed(FIRST_POSITIONS, block_size)), at most "
+            "num_blocks; concatenate zeros after the old arrays"
         )
 
     def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:
         """Keys and values [B, H, length, D] of B requests, each read through its
-        block table. A table shorter than the others is padded with block 0: the
-        caller's mask must hide those positions."""
+        block table (staged writes are flushed first). A table shorter than the
+        others is padded with block 0: the caller's mask must hide those positions.
+        """
         raise NotImplementedError(
-            "Week 3 Day 2: gather: pad every table to ceil(length / block_size) "
-            "blocks with block 0, index the pool with the [B, width] table array -> "
-            "[B, width, H, block_size, D], move the heads before the blocks, reshape "
-            "to [B, H, width * block_size, D] and cut to length"
+            "Week 3 Day 2: gather: flush(); pad every table to ceil(length / "
+            "block_size) blocks with block 0, index the pool with the [B, width] "
+            "table array -> [B, width, H, block_size, D], move the heads before the "
+            "blocks, reshape to [B, H, width * block_size, D] and cut to length"
         )
 
 
@@ -232,17 +278,29 @@ class PagedKvCache(TinyKvCache):
             "before the forward"
         )
 
+    def stage(self, keys: mx.array, values: mx.array) -> None:
+        """keys/values: [1, H, L, D] at positions offset .. offset + L - 1, staged in
+        the layer (written at the next read); offset += L."""
+        raise NotImplementedError(
+            "Week 3 Day 2: stage: check_room(offset + L); stage rows [L, H, D] in the"
+            " layer at each position's block and slot; remember L; offset += L"
+        )
+
+    def fetch_staged(self) -> tuple[mx.array, mx.array, str | None]:
+        """All keys/values [1, H, offset, D] and the mask of the staged step
+        ("causal", or None for L = 1)."""
+        raise NotImplementedError(
+            "Week 3 Day 2: fetch_staged: gather the table's first offset positions; "
+            "mask 'causal' when the staged L > 1 else None"
+        )
+
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, str | None]:
         """keys/values: [1, H, L, D] at positions offset .. offset + L - 1. Returns all
         keys/values [1, H, offset + L, D] and the mask ("causal", or None for L = 1)."""
-        raise NotImplementedError(
-            "Week 3 Day 2: update_and_fetch: check_room(offset + L), write the L new "
-            "keys/values ([L, H, D]) at positions offset .. offset + L - 1, offset +="
-            " L, then gather the table's first offset positions; mask 'causal' for L "
-            "> 1 else None"
-        )
+        self.stage(keys, values)
+        return self.fetch_staged()
 
 
 class PagedBatchingKvCache(TinyKvCache):
@@ -252,7 +310,7 @@ class PagedBatchingKvCache(TinyKvCache):
 
     slots: max_active_requests entries, the PagedKvCache in row i or None. The
     layer's LayerBlocks is reached through a slot's view, so a step with no
-    occupied row has nothing to write to: update_and_fetch raises ValueError.
+    occupied row has nothing to write to: stage raises ValueError.
     """
 
     def __init__(self, max_active_requests: int, max_seq_len: int):
@@ -286,17 +344,33 @@ class PagedBatchingKvCache(TinyKvCache):
         """Row `slot` is empty again; the request's blocks are the engine's to release."""
         raise NotImplementedError("Week 3 Day 2: remove_request: the slot holds None")
 
+    def stage(self, keys: mx.array, values: mx.array) -> None:
+        """keys/values: [B, H, L, D]: each occupied row's L tokens staged through its
+        own view at its offset (an empty row's are dropped); the offsets before the
+        step are kept for the mask."""
+        raise NotImplementedError(
+            "Week 3 Day 2: stage: check rows <= B <= max_active_requests and S = "
+            "max(offsets) + L <= max_seq_len as BatchingKvCache does, and that some "
+            "row is occupied and has room (check_room) before staging any; keep the "
+            "offsets before the step; stage keys[b:b+1] through each occupied row's "
+            "view"
+        )
+
+    def fetch_staged(self) -> tuple[mx.array, mx.array, mx.array]:
+        """keys/values [B, H, S, D], S = the longest row's offset before the step +
+        L, every row read through its table (an empty row: an empty table), and the
+        mask [B, 1, L, S] from the offsets before the step."""
+        raise NotImplementedError(
+            "Week 3 Day 2: fetch_staged: gather every row's table to S positions "
+            "through the layer of an occupied view; batch_causal_mask from the kept "
+            "offsets"
+        )
+
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array]:
         """keys/values: [B, H, L, D], row b written at its request's offset (an empty
         row's are dropped). Returns keys/values [B, H, S, D], S = the longest row's
         offset + L, and the mask [B, 1, L, S] from each row's offset."""
-        raise NotImplementedError(
-            "Week 3 Day 2: update_and_fetch: check rows <= B <= max_active_requests "
-            "and S = max(offsets) + L <= max_seq_len as BatchingKvCache does; write "
-            "the occupied rows' tokens through their tables in ONE write, advance "
-            "their offsets, gather every row's table to S positions (an empty row: an"
-            " empty table) and build the mask from the offsets before the step "
-            "(batch_causal_mask)"
-        )
+        self.stage(keys, values)
+        return self.fetch_staged()

@@ -52,9 +52,10 @@ class PrefixCachingKvManager(PagedKvManager):
         )
 
     def after_step(self) -> None:
-        """Name every holder's newly filled blocks."""
+        """The paged after_step, then name every holder's newly filled blocks."""
         raise NotImplementedError(
-            "Week 3 Day 3: after_step: name_full_blocks of every holder"
+            "Week 3 Day 3: after_step: the paged after_step, then name_full_blocks of"
+            " every holder"
         )
 
     def release(self, request: Request) -> None:

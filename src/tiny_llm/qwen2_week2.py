@@ -187,8 +187,17 @@ class Qwen2AttentionWeek2:
         """
         raise NotImplementedError(
             "Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask = "
-            "cache.update_and_fetch(k, v); grouped attention with scale and that "
-            "mask. Day 3: with fast, fast_attention"
+            "cache.update_and_fetch(k, v); then self.attention"
+        )
+
+    def attention(
+        self, q: mx.array, keys: mx.array, values: mx.array, mask
+    ) -> mx.array:
+        """q: [B, H_q, L, D] (rotated) against keys/values [B, H, S, D] under `mask`
+        -> [B, H_q, L, D]."""
+        raise NotImplementedError(
+            "Week 2 Day 1: attention: grouped attention with scale and the mask. Day "
+            "3: with fast, fast_attention"
         )
 
     def project_out(self, out: mx.array) -> mx.array:

@@ -11,6 +11,13 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .memory import (
+    available_memory,
+    format_bytes,
+    kv_bytes_per_position,
+    kv_element_size,
+    parse_bytes,
+)
 from .prompts import PromptSpec, Sampler, check_int, is_int
 
 POLICIES = ("alternate", "mixed")
@@ -42,9 +49,13 @@ class EngineConfig:
     reserved_interactive_slots: batch requests together never hold more than
         batch_size - reserved_interactive_slots decode slots.
     kv_cache: "dense" (week 2 day 5's caches) or "paged" (week 3 day 2): a pool of
-        num_blocks blocks of block_size positions (None: batch_size x max_seq_len
-        positions); prefix_caching (paged only, week 3 day 3) reuses full blocks an
-        earlier request computed.
+        blocks of block_size positions; prefix_caching (paged only, week 3 day 3)
+        reuses full blocks an earlier request computed.
+    kv_memory: the keys and values' budget in bytes (an int, or a size such as
+        "512MiB" or "2GB"). Paged: the pool holds at most this much, and grows
+        towards it only as blocks are used (None: half the memory available when the
+        engine starts). Dense: batch_size x max_seq_len positions must fit it (None:
+        no limit). num_blocks: the paged pool's size in blocks instead of kv_memory.
     """
 
     batch_size: int = 5
@@ -58,6 +69,7 @@ class EngineConfig:
     kv_cache: str = "dense"
     block_size: int = 16
     num_blocks: int | None = None
+    kv_memory: int | str | None = None
     prefix_caching: bool = True
 
     def __post_init__(self) -> None:
@@ -100,6 +112,14 @@ class EngineConfig:
             )
         check_int("block_size", self.block_size, 1)
         check_int("num_blocks", self.num_blocks, 1, allow_none=True)
+        if self.kv_memory is not None:
+            object.__setattr__(
+                self, "kv_memory", parse_bytes("kv_memory", self.kv_memory)
+            )
+            if self.num_blocks is not None:
+                raise ValueError(
+                    "num_blocks and kv_memory both size the pool: pass one of them"
+                )
         one_request = self.blocks_per_request
         if self.num_blocks is not None and self.num_blocks < one_request:
             raise ValueError(
@@ -140,13 +160,50 @@ class EngineConfig:
                 f"{model.context_length}"
             )
 
-    @property
-    def num_pool_blocks(self) -> int:
-        """The paged pool's blocks: num_blocks, or as many positions as the dense
-        cache's batch_size x max_seq_len."""
+    def pool_blocks(self, model) -> int:
+        """The paged pool's budget in blocks: num_blocks, else kv_memory (default:
+        half the memory available now) over the bytes a block of this model's keys
+        and values takes. ValueError when one request of max_seq_len would not fit.
+        A model that does not show its layers gets batch_size x max_seq_len
+        positions."""
         if self.num_blocks is not None:
             return self.num_blocks
-        return self.batch_size * self.blocks_per_request
+        per_token = kv_bytes_per_position(model, kv_element_size(model))
+        if per_token is None:
+            return self.batch_size * self.blocks_per_request
+        budget = self.kv_memory or available_memory() // 2
+        blocks = budget // (per_token * self.block_size)
+        if blocks < self.blocks_per_request:
+            given = (
+                f"kv_memory {format_bytes(budget)}"
+                if self.kv_memory
+                else f"the default KV budget (half the available memory, "
+                f"{format_bytes(budget)})"
+            )
+            needed = self.blocks_per_request * self.block_size * per_token
+            raise ValueError(
+                f"{given} holds {blocks * self.block_size:,} tokens at {per_token:,} "
+                f"bytes a token, but one request of max_seq_len={self.max_seq_len} "
+                f"needs {self.blocks_per_request} blocks of {self.block_size}: pass "
+                f"kv_memory of at least {format_bytes(needed)}, or lower max_seq_len"
+            )
+        return blocks
+
+    def check_dense_memory(self, model) -> None:
+        """ValueError when kv_memory is set and batch_size x max_seq_len positions of
+        the model's keys and values pass it (the dense cache can grow that far)."""
+        per_token = kv_bytes_per_position(model, kv_element_size(model))
+        if self.kv_memory is None or per_token is None:
+            return
+        needed = self.batch_size * self.max_seq_len * per_token
+        if needed > self.kv_memory:
+            fits = self.kv_memory // (self.max_seq_len * per_token)
+            raise ValueError(
+                f"a dense cache of batch_size {self.batch_size} x max_seq_len "
+                f"{self.max_seq_len} needs {format_bytes(needed)}, past kv_memory "
+                f"{format_bytes(self.kv_memory)}: pass batch_size {fits} or less, "
+                "lower max_seq_len, or use kv_cache='paged'"
+            )
 
     @property
     def blocks_per_request(self) -> int:

@@ -2,6 +2,7 @@
 (an allocation past the machine's memory can crash the process instead of raising)."""
 
 import os
+import re
 
 
 def physical_memory() -> int:
@@ -12,16 +13,88 @@ def physical_memory() -> int:
         return 0
 
 
-def kv_bytes_per_position(model) -> int | None:
-    """Keys and values of one position over all the model's layers, float32 at most;
+def available_memory() -> int:
+    """Memory the system could give this process now, in bytes: Linux's
+    MemAvailable, else the free pages, else the physical memory (0 where the system
+    does not say)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return physical_memory()
+
+
+def kv_bytes_per_position(model, element_size: int = 4) -> int | None:
+    """Keys and values of one position over all the model's layers, at
+    `element_size` bytes a number (default 4: float32, the most a model here keeps);
     None for a model that does not show its layers (a wrapper)."""
     layers = getattr(model, "layers", None)
     if layers is None:
         return None
     return sum(
-        2 * layer.attention.num_kv_heads * layer.attention.head_dim * 4
+        2 * layer.attention.num_kv_heads * layer.attention.head_dim * element_size
         for layer in layers
     )
+
+
+def kv_element_size(model) -> int:
+    """Bytes of one cached number: the size of the model's activation dtype (its
+    embedding table's), 4 when the model does not show it."""
+    weight = getattr(getattr(model, "embedding", None), "weight", None)
+    dtype = getattr(weight, "dtype", None)
+    return dtype.size if dtype is not None else 4
+
+
+UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_bytes(name: str, value) -> int:
+    """A size in bytes from an int or a string such as "512MiB", "1.5GB" or
+    "4096"; TypeError or ValueError naming the setting otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(
+            f"{name} must be bytes as an int or a size such as '512MiB', got "
+            f"{type(value).__name__}"
+        )
+    if isinstance(value, int):
+        size = value
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        unit = match and match.group(2).lower()
+        if not match or unit not in UNITS:
+            raise ValueError(
+                f"{name} must be a size such as '512MiB', '2GiB' or '1.5GB', got "
+                f"{value!r}"
+            )
+        size = int(float(match.group(1)) * UNITS[unit])
+    if size < 1:
+        raise ValueError(f"{name} must be at least 1 byte, got {value!r}")
+    return size
+
+
+def format_bytes(size: int) -> str:
+    """`size` bytes in the largest binary unit that keeps it at least 1."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:,.1f} {unit}"
+    return f"{size} B"
 
 
 def check_fits(needed: int, what: str, advice: str) -> None:

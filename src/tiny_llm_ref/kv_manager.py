@@ -2,9 +2,11 @@
 
 The planner asks it four things, and never looks at the caches itself:
 
-    admit(request) -> bool   room for the request's prefill? (False: it waits)
-    grow(request) -> bool    room for a decoding request's next token? (False: the
-                             planner preempts somebody and asks again)
+    admit(request) -> bool   may the request start holding memory? (False: it
+                             waits)
+    reserve(request, n) -> int  room for the request's next n tokens, before the
+                             forward that computes them: how many fit (0 for a
+                             decode: the planner preempts somebody and asks again)
     place(request, slot)     the prefilled request's cache becomes decode row `slot`
     release(request)         the request is done (finished, aborted, preempted):
                              take its memory back
@@ -56,9 +58,11 @@ class DenseKvManager(KvManager):
     """
 
     def __init__(self, model, config: EngineConfig):
-        # Week 2 Day 6: DenseKvManager: refuse a batch_size past memory (check_fits,
+        # Week 2 Day 6: DenseKvManager: refuse a batch_size past kv_memory
+        # (config.check_dense_memory) or past memory (check_fits,
         # kv_bytes_per_position); keep the model; batch_cache = one
         # BatchingKvCache(batch_size, max_seq_len) per layer
+        config.check_dense_memory(model)
         per_position = kv_bytes_per_position(model)
         if per_position is not None:  # every slot holds at least one position
             check_fits(
@@ -82,10 +86,10 @@ class DenseKvManager(KvManager):
             request.kv_cache = self.model.create_kv_cache()
         return True
 
-    def grow(self, request: Request) -> bool:
-        """Room for a decoding request's next token: a batch-cache row grows by
-        itself, so always True."""
-        return True
+    def reserve(self, request: Request, tokens: int) -> int:
+        """Room for the request's next `tokens` tokens: dense caches grow as they
+        are written, so all of them."""
+        return tokens
 
     def release(self, request: Request) -> None:
         """Nothing to give back: a finished request's own cache went with it, and its

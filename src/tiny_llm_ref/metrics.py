@@ -106,7 +106,9 @@ class RunMetrics:
     kv_dense_tokens: the positions a dense cache preallocates, batch_size x
         max_seq_len: what paged memory is compared with.
     With a paged KV cache (week 3 day 2), at the end of the latest iteration
-    (record_blocks): kv_blocks_total and kv_block_size, the pool's size;
+    (record_blocks): kv_blocks_total and kv_block_size, the pool's budget (it holds
+    kv_blocks_total x kv_block_size tokens); kv_pool_bytes, what its arrays take
+    now (they grow towards the budget as blocks are used);
     kv_blocks_in_use, blocks some request holds, and kv_peak_blocks_in_use, the
     most held at once, even within an iteration (the pool's peak_in_use);
     kv_blocks_cached, hashed blocks nobody holds (day 3); kv_bytes_per_token, keys
@@ -135,6 +137,7 @@ class RunMetrics:
     kv_dense_tokens: int = 0
     kv_blocks_total: int = 0
     kv_block_size: int = 0
+    kv_pool_bytes: int = 0
     kv_blocks_in_use: int = 0
     kv_peak_blocks_in_use: int = 0
     kv_blocks_cached: int = 0

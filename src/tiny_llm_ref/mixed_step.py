@@ -106,10 +106,11 @@ def mixed_forward(
     # count of offsets unlike the tokens' or an empty chunk; check_offset every layer's
     # caches; embed the decode tokens and every chunk's tokens as one sequence [1, T];
     # run each layer as layer.forward(h, attend), where attend(q, k, v) cuts q, k, v
-    # with split_parts, runs attention.attend on the decode rows (decode offsets, batch
-    # cache) and on each chunk (chunk.offset, chunk.cache[layer]), and glues the outputs
-    # with join_parts; then model.logits only on the decode rows and the last position
-    # of each chunk that wants_logits
+    # with split_parts; for each part (the decode rows at their offsets in the batch
+    # cache, then each chunk at chunk.offset in chunk.cache[layer]) stages its roped
+    # keys and values (cache.stage); only then each part's attention.attention over
+    # cache.fetch_staged(); glues the outputs with join_parts; then model.logits only
+    # on the decode rows and the last position of each chunk that wants_logits
     B = len(decode_tokens)
     if B and batch_cache is None:
         raise ValueError("decode tokens need the batch cache their rows live in")
@@ -131,21 +132,28 @@ def mixed_forward(
     row_offsets = mx.array(decode_offsets)
 
     def attend_by_part(layer: int, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
-        """q: [1, H_q, T, D], k and v: [1, H, T, D] -> [1, H_q, T, D]."""
+        """q: [1, H_q, T, D], k and v: [1, H, T, D] -> [1, H_q, T, D]. Every part's
+        keys and values are staged in its cache before any part reads: parts that
+        share one paged pool (day 2) then cost one write."""
         attention = model.layers[layer].attention
         q_rows, q_chunks = split_parts(q, B, lengths)
         k_rows, k_chunks = split_parts(k, B, lengths)
         v_rows, v_chunks = split_parts(v, B, lengths)
-        decode = None
-        if B:
-            decode = attention.attend(
-                q_rows, k_rows, v_rows, row_offsets, batch_cache[layer]
-            )
-        outs = [
-            attention.attend(*qkv, chunk.offset, chunk.cache[layer])
-            for *qkv, chunk in zip(q_chunks, k_chunks, v_chunks, chunks)
+        parts = [
+            (q_c, k_c, v_c, chunk.offset, chunk.cache[layer])
+            for q_c, k_c, v_c, chunk in zip(q_chunks, k_chunks, v_chunks, chunks)
         ]
-        return join_parts(decode, outs)
+        if B:
+            parts.insert(0, (q_rows, k_rows, v_rows, row_offsets, batch_cache[layer]))
+        for _, k_part, v_part, offset, cache in parts:
+            cache.stage(attention.apply_rope(k_part, offset), v_part)
+        outs = [
+            attention.attention(
+                attention.apply_rope(q_part, offset), *cache.fetch_staged()
+            )
+            for q_part, _, _, offset, cache in parts
+        ]
+        return join_parts(outs[0] if B else None, outs[1:] if B else outs)
 
     h = model.embedding(mx.array([step_tokens]))  # [1, T, E]
     for number, layer in enumerate(model.layers):
@@ -174,7 +182,8 @@ def plan_mixed(planner: Planner) -> Plan:
     dummy row too.
 
     Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
-    request's offset. The requests come from planner.prefill_candidates (room from
+    request's offset, cut to the room planner.reserve_chunk makes for it; a chunk
+    with no room ends the plan (first come, first served). The requests come from planner.prefill_candidates (room from
     the KV manager, first come first served), asked with `also_ready` = the
     requests that have started prefilling (offset > 0) and those planned so far,
     so that each keeps a slot in view. An AdaptiveChunker is asked once a step (it learns from one time a
@@ -182,7 +191,8 @@ def plan_mixed(planner: Planner) -> Plan:
     request asks the policy again.
     """
     # Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks by
-    # urgency within the budget left; Plan(rows, chunks, mixed=True)
+    # urgency within the budget left, each cut to what planner.reserve_chunk makes
+    # room for (stop at the first that gets none); Plan(rows, chunks, mixed=True)
     planner.make_room_for_decodes()
     rows = planner.decode_rows()
     budget = planner.config.token_budget
@@ -201,6 +211,9 @@ def plan_mixed(planner: Planner) -> Plan:
             continue
         left = len(request.prefill_tokens) - request.offset
         size = min(left, step_size or left, left if budget is None else budget)
+        size = planner.reserve_chunk(request, size, [r for r, _ in chunks])
+        if not size:  # no memory for it: nobody behind it goes first
+            break
         chunks.append((request, size))
         if request not in in_view:
             in_view.append(request)

@@ -1,33 +1,44 @@
 """A paged KV cache: keys and values live in fixed-size blocks of one shared pool.
 
 A dense cache gives every decode slot max_seq_len positions up front. Here a layer's
-storage is a pool of blocks, keys and values `[num_blocks, H, block_size, D]`, and a
+storage is a pool of blocks, keys and values `[blocks, H, block_size, D]`, and a
 request holds a *block table*: the ids of its blocks, in position order. Position p
 of a request lives in block `table[p // block_size]`, at `p % block_size`. A request
-takes blocks as it grows and gives them back when it ends, so memory follows the
-tokens actually held (vLLM's PagedAttention).
+takes blocks as its steps need them and gives them back when it ends, so memory
+follows the tokens actually held (vLLM's PagedAttention).
 
     block table [7, 2, 9]    block_size 4, offset 10
     positions   0-3 -> block 7,  4-7 -> block 2,  8-9 -> block 9 (2 of 4 used)
 
-Block ids are the same in every layer: one BlockPool does the bookkeeping (a free
-list and a reference count per block) for all of them, and each layer keeps its
+Block ids are the same in every layer: one BlockPool does the bookkeeping (which
+ids are free, a reference count per block) for all of them, and each layer keeps its
 arrays in a LayerBlocks. A PagedKvCache is one request's view of one layer (the
 model calls it like TinyKvFullCache); a PagedBatchingKvCache holds the decode rows'
 views (the engine calls it like BatchingKvCache). Attention reads a request's keys
 by gathering its blocks in table order.
+
+Two rules make the pool cost what the tokens cost, not what the pool could hold:
+- Memory: num_blocks is a budget, not an allocation. The pool hands out the lowest
+  ids first and a new id only when no given-back block can be reused, and a layer's
+  arrays grow (doubling, up to num_blocks) to cover the highest id written.
+- Time: an MLX array is a value; `pool[idx] = x` writes in place only when nothing
+  else still needs the old pool. A step with several parts (week 3 day 1's mixed
+  step) therefore *stages* every part's keys first and writes them in ONE scatter
+  before any part reads (LayerBlocks.stage, then flush): a read between two writes
+  would make MLX copy the whole pool.
 
 Prefix caching (week 3 day 3): a full block is named by a hash chained over its
 parent's hash and its own token ids, so equal hashes mean equal tokens from position
 0 on, hence equal keys and values. The pool remembers hashed blocks; a new request
 whose prompt starts with cached blocks shares them (refcount + 1) instead of
 computing them. A hashed block that no request holds stays cached, least recently
-used first out, until the free list runs dry.
+used first out, until a block is needed and none was given back.
 """
 
 import hashlib
 from array import array
-from collections import OrderedDict, deque
+import heapq
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -71,7 +82,7 @@ def check_memory(needed: int, positions: int) -> None:
     check_fits(
         needed,
         f"a KV pool of {positions:,} positions",
-        "lower num_blocks or block_size",
+        "lower kv_memory (or num_blocks) or block_size",
     )
 
 
@@ -89,21 +100,25 @@ class BlockTable:
 class BlockPool:
     """Block ids 0 .. num_blocks - 1: who holds which, and which full blocks are cached.
 
-    refcounts[b]: the requests holding block b. A block held by nobody is either
-    free (in `free`) or cached (in `cached`, hashed, least recently used first).
+    high_water: ids 0 .. high_water - 1 have been handed out at some time; the ids
+    above were never used, and the layers' arrays need not cover them yet.
+    refcounts[b] (b < high_water): the requests holding block b. A block held by
+    nobody is either free (in `free`, a heap: lowest id first) or cached (in
+    `cached`, hashed, least recently used first).
     hash_of / block_of: a cached-or-held hashed block's name, both ways.
     peak_in_use: the most blocks held at once, raised wherever a block is taken
     (allocate, lookup): blocks a step takes and gives back before it ends count too.
     """
 
     def __init__(self, num_blocks: int, block_size: int):
-        # Week 3 Day 2: BlockPool: keep num_blocks and block_size; every block free (a
-        # deque 0 .. num_blocks - 1) with refcount 0; no cached blocks (an OrderedDict)
-        # and no names (hash_of, block_of: empty dicts); peak_in_use 0
+        # Week 3 Day 2: BlockPool: keep num_blocks and block_size; high_water 0, no
+        # free ids (a list used as a heap), no refcounts; no cached blocks (an
+        # OrderedDict) and no names (hash_of, block_of: empty dicts); peak_in_use 0
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.free: deque[int] = deque(range(num_blocks))
-        self.refcounts = [0] * num_blocks
+        self.high_water = 0
+        self.free: list[int] = []
+        self.refcounts: list[int] = []
         self.cached: OrderedDict[int, None] = OrderedDict()
         self.hash_of: dict[int, bytes] = {}
         self.block_of: dict[bytes, int] = {}
@@ -111,9 +126,9 @@ class BlockPool:
 
     @property
     def available(self) -> int:
-        """Blocks allocate() can hand out: the free ones and the cached ones."""
-        # Week 3 Day 2: available: free blocks + cached blocks
-        return len(self.free) + len(self.cached)
+        """Blocks allocate() can hand out: free, cached, or never used."""
+        # Week 3 Day 2: available: free + cached + the ids above high_water
+        return len(self.free) + len(self.cached) + self.num_blocks - self.high_water
 
     @property
     def in_use(self) -> int:
@@ -122,13 +137,16 @@ class BlockPool:
         return self.num_blocks - self.available
 
     def allocate(self, count: int) -> list[int]:
-        """`count` blocks, each with refcount 1. Free blocks go first; then the least
-        recently used cached blocks, which forget their hash. ValueError when fewer
-        than `count` are available (check `available` first)."""
-        # Week 3 Day 2: allocate: ValueError if count > available; else pop blocks from
-        # the front of the free list (day 3: when it is empty, the least recently used
-        # cached block, forgetting its name in hash_of and block_of), each with refcount
-        # 1; then raise peak_in_use to in_use
+        """`count` blocks, each with refcount 1. A given-back block is reused before
+        the pool takes more memory: the lowest free id first, then (day 3) the least
+        recently used cached block, which forgets its name, and only then a new id at
+        high_water. ValueError when fewer than `count` are available (check
+        `available` first)."""
+        # Week 3 Day 2: allocate: ValueError if count > available; else for each block
+        # pop the lowest free id (heapq), or (day 3) evict the least recently used
+        # cached block, forgetting its name in hash_of and block_of, or take id
+        # high_water (high_water + 1, a new refcount); refcount 1; then raise
+        # peak_in_use to in_use
         if count > self.available:
             raise ValueError(
                 f"{count} blocks asked, {self.available} available: check available "
@@ -137,10 +155,14 @@ class BlockPool:
         blocks = []
         for _ in range(count):
             if self.free:
-                block = self.free.popleft()
-            else:
+                block = heapq.heappop(self.free)
+            elif self.cached:
                 block, _ = self.cached.popitem(last=False)  # least recently used
                 del self.block_of[self.hash_of.pop(block)]
+            else:
+                block = self.high_water
+                self.high_water += 1
+                self.refcounts.append(0)
             self.refcounts[block] = 1
             blocks.append(block)
         self.peak_in_use = max(self.peak_in_use, self.in_use)
@@ -152,15 +174,15 @@ class BlockPool:
         are given back last to first, so a chain's tail is evicted before its root:
         without its root block, the rest of a chain can never be found."""
         # Week 3 Day 2: release: refcount - 1 per block, last to first; at 0 the block
-        # goes to the end of the free list (day 3: into `cached`, most recently used, if
-        # it has a name)
+        # goes on the free heap (day 3: into `cached`, most recently used, if it has a
+        # name)
         for block in reversed(blocks):
             self.refcounts[block] -= 1
             if self.refcounts[block] == 0:
                 if block in self.hash_of:
                     self.cached[block] = None
                 else:
-                    self.free.append(block)
+                    heapq.heappush(self.free, block)
 
     def lookup(self, tokens: Sequence[int]) -> BlockTable:
         """The longest chain of cached full blocks that starts `tokens`, each block's
@@ -197,55 +219,97 @@ class BlockPool:
 
 
 class LayerBlocks:
-    """One layer's pool: keys and values [num_blocks, H, block_size, D], made at the
-    first write (when H, D and the dtype are known)."""
+    """One layer's pool: keys and values [capacity, H, block_size, D].
+
+    The arrays are made at the first write (when H, D and the dtype are known) and
+    grow, doubling from FIRST_POSITIONS positions up to num_blocks blocks, to cover
+    the highest block id written: memory follows the blocks the BlockPool has
+    handed out (lowest ids first), not the budget. Writes are staged (stage) and
+    written together (flush) before anything is read, so a step writes each layer's
+    pool once, in place.
+    """
+
+    FIRST_POSITIONS = 256
 
     def __init__(self, num_blocks: int, block_size: int):
         # Week 3 Day 2: LayerBlocks: keep num_blocks and block_size; keys and values
-        # None until the first write
+        # None until the first write; nothing staged
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.keys: mx.array | None = None
         self.values: mx.array | None = None
+        self.staged: list[tuple[list[int], list[int], mx.array, mx.array]] = []
 
-    def write(
-        self,
-        tables: list[list[int]],
-        positions: list[int],
-        keys: mx.array,
-        values: mx.array,
+    @property
+    def capacity(self) -> int:
+        """The blocks the arrays hold now (0 before the first write)."""
+        return 0 if self.keys is None else self.keys.shape[0]
+
+    def stage(
+        self, blocks: list[int], slots: list[int], keys: mx.array, values: mx.array
     ) -> None:
-        """Store keys/values [n, H, D]: row i at position positions[i] of the request
-        whose blocks are tables[i]."""
-        # Week 3 Day 2: write: make keys/values mx.zeros((num_blocks, H, block_size, D))
-        # at the first write, after check_memory(2 x num_blocks x block_size x H x D x
-        # keys.dtype.size bytes, num_blocks x block_size positions); position p of table t is block t[p // block_size], slot p
-        # % block_size; scatter all n rows at once: pool[blocks[:, None],
-        # mx.arange(H)[None, :], slots[:, None]] = rows
-        n, H, D = keys.shape
-        if self.keys is None:
-            shape = (self.num_blocks, H, self.block_size, D)
-            capacity = self.num_blocks * self.block_size
-            check_memory(2 * capacity * H * D * keys.dtype.size, capacity)
-            self.keys, self.values = (
-                mx.zeros(shape, keys.dtype),
-                mx.zeros(shape, keys.dtype),
+        """Hold keys/values [n, H, D] for row i's position: slot slots[i] of block
+        blocks[i]. Nothing is written until flush()."""
+        # Week 3 Day 2: stage: append (blocks, slots, keys, values) to staged
+        self.staged.append((blocks, slots, keys, values))
+
+    def flush(self) -> None:
+        """Write everything staged in ONE scatter per array, growing the arrays first
+        if a block id is past them. Nothing staged: nothing to do."""
+        # Week 3 Day 2: flush: concatenate the staged blocks, slots, keys and values;
+        # grow to cover max(blocks) + 1; pool[blocks[:, None], mx.arange(H)[None, :],
+        # slots[:, None]] = rows for keys and values; nothing staged afterwards
+        if not self.staged:
+            return
+        blocks = [b for staged in self.staged for b in staged[0]]
+        slots = [s for staged in self.staged for s in staged[1]]
+        keys = mx.concatenate([staged[2] for staged in self.staged])
+        values = mx.concatenate([staged[3] for staged in self.staged])
+        self.staged = []
+        _, H, D = keys.shape
+        self.grow(max(blocks) + 1, H, D, keys.dtype)
+        rows, heads = mx.array(blocks)[:, None], mx.arange(H)[None, :]
+        self.keys[rows, heads, mx.array(slots)[:, None]] = keys
+        self.values[rows, heads, mx.array(slots)[:, None]] = values
+
+    def grow(self, blocks: int, H: int, D: int, dtype: mx.Dtype) -> None:
+        """Arrays of at least `blocks` blocks: the capacity doubles (from
+        FIRST_POSITIONS positions' worth, at most num_blocks) and the old arrays are
+        copied in. The first growth checks that the whole budget could fit the
+        machine (check_memory)."""
+        # Week 3 Day 2: grow: nothing to do when blocks <= capacity; else the first
+        # time check_memory(2 x num_blocks x block_size x H x D x dtype.size bytes,
+        # num_blocks x block_size positions); new capacity max(blocks, 2 x capacity,
+        # blocks_needed(FIRST_POSITIONS, block_size)), at most num_blocks;
+        # concatenate zeros after the old arrays
+        if blocks <= self.capacity:
+            return
+        if blocks > self.num_blocks:
+            raise ValueError(
+                f"block {blocks - 1} is past the pool's {self.num_blocks} blocks"
             )
-        size = self.block_size
-        blocks = mx.array([t[p // size] for t, p in zip(tables, positions)])[:, None]
-        slots = mx.array([p % size for p in positions])[:, None]
-        heads = mx.arange(H)[None, :]
-        self.keys[blocks, heads, slots] = keys
-        self.values[blocks, heads, slots] = values
+        if self.keys is None:
+            positions = self.num_blocks * self.block_size
+            check_memory(2 * positions * H * D * dtype.size, positions)
+        first = blocks_needed(self.FIRST_POSITIONS, self.block_size)
+        capacity = min(self.num_blocks, max(blocks, 2 * self.capacity, first))
+        extra = mx.zeros((capacity - self.capacity, H, self.block_size, D), dtype)
+        if self.keys is None:
+            self.keys, self.values = extra, mx.zeros_like(extra)
+        else:
+            self.keys = mx.concatenate([self.keys, extra])
+            self.values = mx.concatenate([self.values, extra])
 
     def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:
         """Keys and values [B, H, length, D] of B requests, each read through its
-        block table. A table shorter than the others is padded with block 0: the
-        caller's mask must hide those positions."""
-        # Week 3 Day 2: gather: pad every table to ceil(length / block_size) blocks with
-        # block 0, index the pool with the [B, width] table array -> [B, width, H,
-        # block_size, D], move the heads before the blocks, reshape to [B, H, width *
-        # block_size, D] and cut to length
+        block table (staged writes are flushed first). A table shorter than the
+        others is padded with block 0: the caller's mask must hide those positions.
+        """
+        # Week 3 Day 2: gather: flush(); pad every table to ceil(length / block_size)
+        # blocks with block 0, index the pool with the [B, width] table array -> [B,
+        # width, H, block_size, D], move the heads before the blocks, reshape to [B, H,
+        # width * block_size, D] and cut to length
+        self.flush()
         width = blocks_needed(length, self.block_size)
         padded = mx.array([(t + [0] * width)[:width] for t in tables])  # [B, width]
 
@@ -294,26 +358,40 @@ class PagedKvCache(TinyKvCache):
                 "blocks: reserve its blocks before the forward"
             )
 
+    def stage(self, keys: mx.array, values: mx.array) -> None:
+        """keys/values: [1, H, L, D] at positions offset .. offset + L - 1, staged in
+        the layer (written at the next read); offset += L."""
+        # Week 3 Day 2: stage: check_room(offset + L); stage rows [L, H, D] in the layer
+        # at each position's block and slot; remember L; offset += L
+        L = keys.shape[2]
+        end = self.offset + L
+        self.check_room(end)
+        size = self.layer.block_size
+        positions = range(self.offset, end)
+        self.layer.stage(
+            [self.table.blocks[p // size] for p in positions],
+            [p % size for p in positions],
+            keys[0].swapaxes(0, 1),
+            values[0].swapaxes(0, 1),
+        )
+        self.staged_length = L
+        self.offset = end
+
+    def fetch_staged(self) -> tuple[mx.array, mx.array, str | None]:
+        """All keys/values [1, H, offset, D] and the mask of the staged step
+        ("causal", or None for L = 1)."""
+        # Week 3 Day 2: fetch_staged: gather the table's first offset positions; mask
+        # 'causal' when the staged L > 1 else None
+        keys, values = self.layer.gather([self.table.blocks], self.offset)
+        return keys, values, "causal" if self.staged_length > 1 else None
+
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, str | None]:
         """keys/values: [1, H, L, D] at positions offset .. offset + L - 1. Returns all
         keys/values [1, H, offset + L, D] and the mask ("causal", or None for L = 1)."""
-        # Week 3 Day 2: update_and_fetch: check_room(offset + L), write the L new
-        # keys/values ([L, H, D]) at positions offset .. offset + L - 1, offset += L,
-        # then gather the table's first offset positions; mask 'causal' for L > 1 else
-        # None
-        L = keys.shape[2]
-        end = self.offset + L
-        self.check_room(end)
-        tables = [self.table.blocks] * L
-        positions = list(range(self.offset, end))
-        self.layer.write(
-            tables, positions, keys[0].swapaxes(0, 1), values[0].swapaxes(0, 1)
-        )
-        self.offset = end
-        all_keys, all_values = self.layer.gather([self.table.blocks], end)
-        return all_keys, all_values, "causal" if L > 1 else None
+        self.stage(keys, values)
+        return self.fetch_staged()
 
 
 class PagedBatchingKvCache(TinyKvCache):
@@ -323,7 +401,7 @@ class PagedBatchingKvCache(TinyKvCache):
 
     slots: max_active_requests entries, the PagedKvCache in row i or None. The
     layer's LayerBlocks is reached through a slot's view, so a step with no
-    occupied row has nothing to write to: update_and_fetch raises ValueError.
+    occupied row has nothing to write to: stage raises ValueError.
     """
 
     def __init__(self, max_active_requests: int, max_seq_len: int):
@@ -360,45 +438,52 @@ class PagedBatchingKvCache(TinyKvCache):
         # Week 3 Day 2: remove_request: the slot holds None
         self.slots[slot] = None
 
+    def stage(self, keys: mx.array, values: mx.array) -> None:
+        """keys/values: [B, H, L, D]: each occupied row's L tokens staged through its
+        own view at its offset (an empty row's are dropped); the offsets before the
+        step are kept for the mask."""
+        # Week 3 Day 2: stage: check rows <= B <= max_active_requests and S =
+        # max(offsets) + L <= max_seq_len as BatchingKvCache does, and that some row is
+        # occupied and has room (check_room) before staging any; keep the offsets
+        # before the step; stage keys[b:b+1] through each occupied row's view
+        B, _, L, _ = keys.shape
+        if not self.rows <= B <= self.max_active_requests:
+            raise ValueError(
+                f"a step must feed between {self.rows} rows (the slots in use) and "
+                f"{self.max_active_requests}, got {B}"
+            )
+        self.step_offsets = self.offset[:B]
+        if max(self.step_offsets) + L > self.max_seq_len:
+            raise ValueError(f"a request would pass max_seq_len={self.max_seq_len}")
+        views = self.slots[:B]
+        used = [b for b, view in enumerate(views) if view is not None]
+        if not used:
+            raise ValueError("a paged decode step needs a request in some slot")
+        for b in used:  # every row checked before any is staged
+            views[b].check_room(views[b].offset + L)
+        for b in used:
+            views[b].stage(keys[b : b + 1], values[b : b + 1])
+        self.staged_length = L
+
+    def fetch_staged(self) -> tuple[mx.array, mx.array, mx.array]:
+        """keys/values [B, H, S, D], S = the longest row's offset before the step +
+        L, every row read through its table (an empty row: an empty table), and the
+        mask [B, 1, L, S] from the offsets before the step."""
+        # Week 3 Day 2: fetch_staged: gather every row's table to S positions through
+        # the layer of an occupied view; batch_causal_mask from the kept offsets
+        L, offsets = self.staged_length, self.step_offsets
+        views = self.slots[: len(offsets)]
+        S = max(offsets) + L
+        layer = next(view.layer for view in views if view is not None)
+        tables = [[] if view is None else view.table.blocks for view in views]
+        keys, values = layer.gather(tables, S)
+        return keys, values, batch_causal_mask(mx.array(offsets), L, S, keys.dtype)
+
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array]:
         """keys/values: [B, H, L, D], row b written at its request's offset (an empty
         row's are dropped). Returns keys/values [B, H, S, D], S = the longest row's
         offset + L, and the mask [B, 1, L, S] from each row's offset."""
-        # Week 3 Day 2: update_and_fetch: check rows <= B <= max_active_requests and S =
-        # max(offsets) + L <= max_seq_len as BatchingKvCache does; write the occupied
-        # rows' tokens through their tables in ONE write, advance their offsets, gather
-        # every row's table to S positions (an empty row: an empty table) and build the
-        # mask from the offsets before the step (batch_causal_mask)
-        B, H, L, D = keys.shape
-        if not self.rows <= B <= self.max_active_requests:
-            raise ValueError(
-                f"a step must feed between {self.rows} rows (the slots in use) and "
-                f"{self.max_active_requests}, got {B}"
-            )
-        views = self.slots[:B]
-        offsets = [0 if view is None else view.offset for view in views]
-        S = max(offsets) + L
-        if S > self.max_seq_len:
-            raise ValueError(f"a request would pass max_seq_len={self.max_seq_len}")
-        used = [b for b, view in enumerate(views) if view is not None]
-        if not used:
-            raise ValueError("a paged decode step needs a request in some slot")
-        for b in used:
-            views[b].check_room(offsets[b] + L)
-        rows = mx.array(used)
-
-        def new_tokens(x: mx.array) -> mx.array:  # [B, H, L, D] -> [n * L, H, D]
-            return x[rows].swapaxes(1, 2).reshape(len(used) * L, H, D)
-
-        layer = views[used[0]].layer
-        tables = [views[b].table.blocks for b in used for _ in range(L)]
-        positions = [offsets[b] + i for b in used for i in range(L)]
-        layer.write(tables, positions, new_tokens(keys), new_tokens(values))
-        for b in used:
-            views[b].offset += L
-        tables = [[] if view is None else view.table.blocks for view in views]
-        all_keys, all_values = layer.gather(tables, S)
-        mask = batch_causal_mask(mx.array(offsets), L, S, keys.dtype)
-        return all_keys, all_values, mask
+        self.stage(keys, values)
+        return self.fetch_staged()

@@ -1,11 +1,13 @@
 """The paged KV manager (week 3 day 2): the KV manager's interface over a pool of
 blocks.
 
-A request holds a BlockTable. Admission gives it the blocks its whole prompt needs
-(or says no, and it waits: first come, first served); a decoding request whose next
-token starts a new block gets one more (or the planner preempts somebody); a request
-that is done gives its blocks back. Its PagedKvCache views (one per layer) are what
-the model writes and reads, while it prefills and, moved into a decode row, after.
+A request holds a BlockTable that grows with its steps. Admission gives it nothing
+but its cached prefix (day 3); before each forward the planner reserves the blocks
+that step's tokens need (a prefill chunk's, or a decode's when its next token
+starts a block), and a request that is done gives its blocks back. So a chunked
+prefill holds blocks only for positions it has computed or is computing, as vLLM's
+v1 scheduler does. Its PagedKvCache views (one per layer) are what the model writes
+and reads, while it prefills and, moved into a decode row, after.
 """
 
 from tiny_llm_base import EngineConfig
@@ -24,22 +26,25 @@ from .request import Request
 
 
 class PagedKvManager(KvManager):
-    """A pool of config.num_pool_blocks blocks of block_size positions.
+    """A pool of config.pool_blocks(model) blocks of block_size positions: the KV
+    budget (kv_memory, or num_blocks), which the arrays grow towards as blocks are
+    used.
 
     pool: the BlockPool (ids, refcounts). layer_blocks: one LayerBlocks per layer
     (its keys and values arrays). batch_cache: one PagedBatchingKvCache per layer.
     tables: request -> its BlockTable, for every request holding blocks. Count the
     layers as len(model.create_kv_cache()): `model` may be a wrapper that shows
     nothing else.
-    A pool that could not fit in this machine's memory is refused here, before
+    A budget that could not fit in this machine's memory is refused here, before
     anything is allocated (check_pool_fits).
     """
 
     def __init__(self, model, config: EngineConfig):
-        # Week 3 Day 2: PagedKvManager: check_pool_fits, the BlockPool, a LayerBlocks
-        # and a PagedBatchingKvCache per layer, no tables
+        # Week 3 Day 2: PagedKvManager: config.pool_blocks(model) blocks,
+        # check_pool_fits, the BlockPool, a LayerBlocks and a PagedBatchingKvCache per
+        # layer, no tables
         layers = len(model.create_kv_cache())
-        num_blocks, self.block_size = config.num_pool_blocks, config.block_size
+        num_blocks, self.block_size = config.pool_blocks(model), config.block_size
         check_pool_fits(model, num_blocks * self.block_size)
         self.pool = BlockPool(num_blocks, self.block_size)
         self.layer_blocks = [
@@ -52,20 +57,18 @@ class PagedKvManager(KvManager):
         self.tables: dict[Request, BlockTable] = {}
 
     def admit(self, request: Request) -> bool:
-        """The blocks the request's prefill needs, after those it finds cached
-        (cached_prefix); False, holding nothing, when the pool has too few. Its
-        PagedKvCaches start at the cached tokens, and so does the request (advance).
-        """
-        # Week 3 Day 2: admit: cached_prefix, allocate the missing blocks (or release
-        # and return False), PagedKvCache views from the cached tokens, advance
-        tokens = request.prefill_tokens
+        """The request starts holding blocks: those of its prompt found cached
+        (cached_prefix), and none yet for the rest; False, holding nothing, when the
+        pool has no block for its next token. Its PagedKvCaches start at the cached
+        tokens, and so does the request (advance)."""
+        # Week 3 Day 2: admit: cached_prefix; if the pool has no block available,
+        # release it and return False; else the table, PagedKvCache views from the
+        # cached tokens, advance
         table = self.cached_prefix(request)
-        missing = blocks_needed(len(tokens), self.block_size) - len(table.blocks)
-        if missing > self.pool.available:
+        if self.pool.available == 0:
             self.pool.release(table.blocks)
             return False
         cached = len(table.blocks) * self.block_size
-        table.blocks += self.pool.allocate(missing)
         self.tables[request] = table
         request.kv_cache = [
             PagedKvCache(layer, table, cached) for layer in self.layer_blocks
@@ -79,18 +82,20 @@ class PagedKvManager(KvManager):
         # Week 3 Day 2: cached_prefix: an empty BlockTable
         return BlockTable()
 
-    def grow(self, request: Request) -> bool:
-        """A decoding request whose next token starts a new block gets one; False
-        when the pool has none left."""
-        # Week 3 Day 2: grow: a new block when offset has reached the table end; False
-        # when the pool has none
+    def reserve(self, request: Request, tokens: int) -> int:
+        """Room for up to `tokens` more tokens of the request, from its offset: the
+        blocks they need beyond its table, as many as the pool has. Returns how
+        many tokens fit (0 when the pool has no block for the next one)."""
+        # Week 3 Day 2: reserve: the blocks needed for offset + tokens beyond the
+        # table, at most pool.available; allocate them; return the tokens the table now
+        # has room for, at most `tokens`
         table = self.tables[request]
-        if request.offset < len(table.blocks) * self.block_size:
-            return True
-        if self.pool.available == 0:
-            return False
-        table.blocks += self.pool.allocate(1)
-        return True
+        wanted = blocks_needed(request.offset + tokens, self.block_size)
+        missing = min(wanted - len(table.blocks), self.pool.available)
+        if missing > 0:
+            table.blocks += self.pool.allocate(missing)
+        room = len(table.blocks) * self.block_size - request.offset
+        return min(tokens, room)
 
     def release(self, request: Request) -> None:
         """The request's blocks go back to the pool."""
@@ -98,7 +103,11 @@ class PagedKvManager(KvManager):
         self.pool.release(self.tables.pop(request).blocks)
 
     def after_step(self) -> None:
-        """Nothing to do after a step without prefix caching."""
+        """Whatever a failed forward left staged is dropped: it must never be
+        written over blocks that have changed hands."""
+        # Week 3 Day 2: after_step: empty every layer's staged list
+        for layer in self.layer_blocks:
+            layer.staged = []
 
     def record(self, metrics) -> None:
         """The pool in the run's metrics: its size, blocks held, the most held at
@@ -113,6 +122,16 @@ class PagedKvManager(KvManager):
             len(self.pool.cached),
             self.kv_bytes_per_token(),
         )
+        metrics.kv_pool_bytes = self.pool_bytes()
+
+    def pool_bytes(self) -> int:
+        """Bytes the layers' arrays hold now."""
+        # Week 3 Day 2: pool_bytes: keys and values nbytes, summed over layers
+        return sum(
+            layer.keys.nbytes + layer.values.nbytes
+            for layer in self.layer_blocks
+            if layer.keys is not None
+        )
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of keys and values one token takes over all layers (0 before the
@@ -121,7 +140,7 @@ class PagedKvManager(KvManager):
         # over layers
         return sum(
             (layer.keys.nbytes + layer.values.nbytes)
-            // (layer.num_blocks * layer.block_size)
+            // (layer.capacity * layer.block_size)
             for layer in self.layer_blocks
             if layer.keys is not None
         )

@@ -14,10 +14,13 @@ Rules both keep:
 - A request starts prefilling only if it will have a slot when its prefill ends
   (slot_for), so no more requests prefill at once than there will be slots.
 - A batch request never takes the slots reserved for interactive ones.
-- When the KV manager has no room for a decode (a paged pool runs dry, week 3 day
-  2), the newest request holding memory is preempted: it gives its memory back and
-  waits, first in line, to recompute (batch before interactive, so the oldest
-  interactive request always goes on and nothing deadlocks).
+- Memory is reserved for the tokens a forward computes, just before it (the KV
+  manager's reserve). When there is no room for a decode (a paged pool runs dry,
+  week 3 day 2), the newest request holding memory is preempted: it gives its
+  memory back and waits, first in line, to recompute. A prefill chunk with no room
+  preempts only newer waiting requests, else it waits. Newest means batch before
+  interactive, then the latest added (rank), so the oldest interactive request
+  always goes on and nothing deadlocks.
 """
 
 import itertools
@@ -177,11 +180,13 @@ class Planner:
     def plan_chunk(self) -> Plan:
         """The alternate policy's chunk: the most urgent waiting request that is still
         prefilling, will have a slot when done and gets room from the KV manager, with
-        chunk_size(request) tokens (None: the rest of its prompt). Once one cannot
+        chunk_size(request) tokens (None: the rest of its prompt), as many as
+        reserve_chunk makes room for (none: no chunk this step). Once one cannot
         get room, nobody behind it who holds none overtakes it. A policy's bad chunk
         size fails that request alone ("prefill failed: ...")."""
-        # Week 2 Day 6: plan_chunk: the first of prefill_candidates();
-        # Plan(chunks=[(request, size)])
+        # Week 2 Day 6: plan_chunk: the first of prefill_candidates(); its size, cut
+        # to what reserve_chunk makes room for; Plan(chunks=[(request, size)]), or an
+        # empty Plan when that is 0
         for request in self.prefill_candidates():
             try:
                 size = self.chunk_size(request)
@@ -190,7 +195,8 @@ class Planner:
                 self.retire_finished()
                 return Plan()
             left = len(request.prefill_tokens) - request.offset
-            return Plan(chunks=[(request, min(left, size or left))])
+            size = self.reserve_chunk(request, min(left, size or left))
+            return Plan(chunks=[(request, size)]) if size else Plan()
         return Plan()
 
     def plan_decodes(self) -> Plan:
@@ -213,17 +219,47 @@ class Planner:
         """Before a decode forward: the KV manager grows every decoding request by
         its next token. While it cannot, the newest request holding memory is
         preempted (the request itself if it is that one)."""
-        # Week 2 Day 6: make_room_for_decodes: while kv.grow(request) is False and the
+        # Week 2 Day 6: make_room_for_decodes: while kv.reserve(request, 1) is 0 and the
         # request still decodes, preempt(newest_holder())
         for slot, request in self.decoding():
-            while self.slots[slot] is request and not self.kv.grow(request):
+            while self.slots[slot] is request and not self.kv.reserve(request, 1):
                 self.preempt(self.newest_holder())
+
+    def rank(self, request: Request) -> tuple[bool, int]:
+        """Higher is newer, preempted first: batch after interactive, then the
+        order added."""
+        # Week 2 Day 6: rank: (priority == "batch", order[request])
+        return request.priority == "batch", self.order[request]
 
     def newest_holder(self) -> Request:
         """The request to preempt: the newest batch request holding memory, else the
         newest interactive one."""
-        # Week 2 Day 6: newest_holder: max of holding by (priority == "batch", order)
-        return max(self.holding, key=lambda r: (r.priority == "batch", self.order[r]))
+        # Week 2 Day 6: newest_holder: max of holding by rank
+        return max(self.holding, key=self.rank)
+
+    def reserve_chunk(
+        self, request: Request, size: int, planned: list[Request] = ()
+    ) -> int:
+        """Room for up to `size` tokens of the request's next chunk (kv.reserve):
+        the tokens to feed. With none, waiting requests that hold memory, are newer
+        (rank) and not in `planned` (chunks already in this step's plan) are
+        preempted, newest first, until there is room or none is left (0: the
+        request waits). A prefill never preempts an older request or a decode."""
+        # Week 2 Day 6: reserve_chunk: while kv.reserve(request, size) is 0, preempt the
+        # newest waiting holder ranked above the request and not planned; 0 when there
+        # is none
+        while not (room := self.kv.reserve(request, size)):
+            newer = [
+                r
+                for r in self.holding
+                if r in self.waiting
+                and r not in planned
+                and self.rank(r) > self.rank(request)
+            ]
+            if not newer:
+                return 0
+            self.preempt(max(newer, key=self.rank))
+        return room
 
     def preempt(self, request: Request) -> None:
         """Take a request's memory back and make it wait again, first in line, to

@@ -56,8 +56,10 @@ class PrefixCachingKvManager(PagedKvManager):
         return True
 
     def after_step(self) -> None:
-        """Name every holder's newly filled blocks."""
-        # Week 3 Day 3: after_step: name_full_blocks of every holder
+        """The paged after_step, then name every holder's newly filled blocks."""
+        # Week 3 Day 3: after_step: the paged after_step, then name_full_blocks of every
+        # holder
+        super().after_step()
         for request in self.tables:
             self.name_full_blocks(request)
 

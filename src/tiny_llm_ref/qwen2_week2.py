@@ -261,10 +261,17 @@ class Qwen2AttentionWeek2:
         stored in the cache, and attention to everything it holds under its mask.
         """
         # Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask =
-        # cache.update_and_fetch(k, v); grouped attention with scale and that mask. Day
-        # 3: with fast, fast_attention
+        # cache.update_and_fetch(k, v); then self.attention
         q, k = self.apply_rope(q, offset), self.apply_rope(k, offset)
-        keys, values, mask = cache.update_and_fetch(k, v)
+        return self.attention(q, *cache.update_and_fetch(k, v))
+
+    def attention(
+        self, q: mx.array, keys: mx.array, values: mx.array, mask
+    ) -> mx.array:
+        """q: [B, H_q, L, D] (rotated) against keys/values [B, H, S, D] under `mask`
+        -> [B, H_q, L, D]."""
+        # Week 2 Day 1: attention: grouped attention with scale and the mask. Day 3:
+        # with fast, fast_attention
         attention = (
             fast_attention if self.fast else scaled_dot_product_attention_grouped
         )

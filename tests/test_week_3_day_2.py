@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .helpers import token_ids
-from .paged_checks import assert_like_mlx_lm, assert_pool_empty, run_engine
+from .paged_checks import assert_like_mlx_lm, assert_pool_empty, check_pool, run_engine
 from .solution import tiny
 
 BLOCK_SIZES = [1, 3, 16]
@@ -432,9 +432,168 @@ def test_embedded_model_on_the_paged_cache(embedded_model, embedded_float32_refe
         (dict(kv_cache="paged", block_size=2.0), TypeError, "block_size"),
         (dict(kv_cache="paged", block_size=4, num_blocks=15), ValueError, "num_blocks"),
         (dict(kv_cache="paged", prefix_caching="yes"), TypeError, "prefix_caching"),
+        (dict(kv_cache="paged", kv_memory="12 parsecs"), ValueError, "kv_memory"),
+        (dict(kv_cache="paged", kv_memory=0), ValueError, "kv_memory"),
+        (dict(kv_cache="paged", kv_memory=1.5), TypeError, "kv_memory"),
+        (dict(kv_cache="paged", kv_memory=True), TypeError, "kv_memory"),
+        (dict(kv_cache="paged", kv_memory="1GiB", num_blocks=64), ValueError, "one"),
     ],
 )
 def test_engine_rejects_bad_kv_cache_settings(pair, tokenizer, settings, error, name):
     _, model = pair
     with pytest.raises(error, match=name):
         tiny.Engine(model, tokenizer, max_seq_len=64, **settings)
+
+
+def test_a_dense_cache_past_kv_memory_is_refused_with_the_batch_size_that_fits(
+    pair, tokenizer
+):
+    """kv_memory bounds the dense cache too: batch_size x max_seq_len positions
+    must fit it, and the message names the batch_size that does."""
+    mlx_model, model = pair
+    budget = 2 * 64 * kv_bytes_per_token(mlx_model) + 5
+    with pytest.raises(ValueError, match="pass batch_size 2 or less"):
+        tiny.Engine(model, tokenizer, batch_size=3, max_seq_len=64, kv_memory=budget)
+    engine = tiny.Engine(
+        model, tokenizer, batch_size=2, max_seq_len=64, kv_memory=budget
+    )
+    assert engine.config.kv_memory == budget
+
+
+def test_layer_arrays_grow_by_doubling_and_keep_what_was_written():
+    """The arrays hold 256 positions' worth of blocks at the first write, double to
+    cover a higher block id (at least that block + 1, at most num_blocks), and keep
+    every key written before."""
+    H, D, size = 2, 3, 4
+    layer = tiny.LayerBlocks(500, size)
+    rng = np.random.default_rng(3)
+    written = {}
+    for block, capacity in [(0, 64), (70, 128), (300, 301), (490, 500), (5, 500)]:
+        rows = rng.standard_normal((2, H, D)).astype(np.float32)
+        layer.stage([block, block], [1, 3], mx.array(rows), mx.array(-rows))
+        layer.flush()
+        assert layer.capacity == layer.keys.shape[0] == capacity
+        written[block] = rows
+        for b, r in written.items():
+            np.testing.assert_array_equal(np.array(layer.keys[b, :, 1]), r[0])
+            np.testing.assert_array_equal(np.array(layer.values[b, :, 3]), -r[1])
+    with pytest.raises(ValueError, match="past the pool's 500 blocks"):
+        layer.stage([500], [0], mx.zeros((1, H, D)), mx.zeros((1, H, D)))
+        layer.flush()
+
+
+def test_parts_sharing_a_layer_are_written_in_one_scatter():
+    """Three parts of one step (two prefilling requests and a decode row) stage
+    their keys in one layer; the first read writes all of them at once, and every
+    part then reads its own keys with its own mask. A TinyKvFullCache's stage and
+    fetch_staged give what update_and_fetch gives."""
+    H, D, size = 2, 4, 3
+    rng = np.random.default_rng(4)
+    layer = tiny.LayerBlocks(40, size)
+    views = [tiny.PagedKvCache(layer, tiny.BlockTable([b, b + 10])) for b in (1, 2, 3)]
+    batch = tiny.PagedBatchingKvCache(2, 16)
+    history = []
+    for view, length in zip(views, (2, 4, 1)):
+        k = rng.standard_normal((1, H, length, D)).astype(np.float32)
+        view.stage(mx.array(k), mx.array(2 * k))
+        history.append(k)
+    assert len(layer.staged) == 3
+    layer.flush()
+    batch.add_request(views[2], 1)
+    new = [rng.standard_normal((1, H, n, D)).astype(np.float32) for n in (3, 1)]
+    decode = rng.standard_normal((2, H, 1, D)).astype(np.float32)
+    views[0].stage(mx.array(new[0]), mx.array(2 * new[0]))
+    views[1].stage(mx.array(new[1]), mx.array(2 * new[1]))
+    batch.stage(mx.array(decode), mx.array(2 * decode))
+    assert len(layer.staged) == 3 and batch.offset == [0, 2]
+    writes = []
+    scatter = layer.flush
+
+    def counted_flush():
+        writes.append(len(layer.staged))
+        scatter()
+
+    layer.flush = counted_flush
+    k0, v0, mask0 = views[0].fetch_staged()
+    k1, _, mask1 = views[1].fetch_staged()
+    kb, _, maskb = batch.fetch_staged()
+    assert writes[0] == 3 and all(n == 0 for n in writes[1:])
+    np.testing.assert_array_equal(np.array(k0), np.concatenate([history[0], new[0]], 2))
+    np.testing.assert_array_equal(np.array(v0), 2 * np.array(k0))
+    np.testing.assert_array_equal(np.array(k1), np.concatenate([history[1], new[1]], 2))
+    assert mask0 == "causal" and mask1 is None
+    expected = np.concatenate([history[2], decode[1:2]], 2)[0]
+    np.testing.assert_array_equal(np.array(kb[1, :, :2]), expected)
+    assert maskb.shape == (2, 1, 1, 2)
+    full = tiny.TinyKvFullCache()
+    k = mx.array(rng.standard_normal((1, H, 5, D)).astype(np.float32))
+    full.stage(k, 2 * k)
+    keys, values, mask = full.fetch_staged()
+    assert full.offset == 5 and mask == "causal"
+    np.testing.assert_array_equal(np.array(keys), np.array(k))
+
+
+def test_a_mixed_step_writes_each_layer_once(pair, tokenizer, no_eos):
+    """Decodes and two prefill chunks in every step: each layer's pool takes one
+    write a step, however many parts the step has, and the tokens are mlx-lm's."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(9)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (5, 21, 19, 6)]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=4,
+        max_seq_len=64,
+        prefill_step=4,
+        policy="mixed",
+        max_tokens=8,
+        sampler=sampler,
+        block_size=4,
+    )
+    writes, parts = [0], []  # writes[i]: step i's writes to layer 0
+    layer = engine.kv.layer_blocks[0]
+    scatter = layer.flush
+
+    def counted_flush():
+        writes[-1] += bool(layer.staged)
+        scatter()
+
+    layer.flush = counted_flush
+    engine.on_forward = lambda record: parts.append(
+        len(record.chunks) + bool(record.decodes)
+    )
+    results = run_engine(engine, prompts, lambda e: (check_pool(e), writes.append(0)))
+    assert max(parts) >= 3, "no step mixed decodes with two chunks"
+    assert set(writes) <= {0, 1}, writes
+    assert sum(writes) == len(parts), "a forward did not write, or wrote twice"
+    assert_like_mlx_lm(results, mlx_model, prompts, 8, tokenizer, banned)
+    assert_pool_empty(engine)
+
+
+def test_a_prefill_chunk_preempts_only_newer_waiting_requests(pair, tokenizer, no_eos):
+    """Two long prompts chunked side by side in a pool that holds one and a half of
+    them: when the older one's next chunk finds no block, the newer one (still
+    prefilling) is preempted, never the older; both get mlx-lm's tokens and nothing
+    deadlocks."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(10)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (40, 38)]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=48,
+        prefill_step=8,
+        policy="mixed",
+        max_tokens=4,
+        sampler=sampler,
+        block_size=4,
+        num_blocks=16,
+    )
+    results = run_engine(engine, prompts)
+    assert results[0].metrics.preemptions == 0, "the older request was preempted"
+    assert results[1].metrics.preemptions > 0, "the pool never ran dry mid-prefill"
+    assert_like_mlx_lm(results, mlx_model, prompts, 4, tokenizer, banned)
+    assert_pool_empty(engine)

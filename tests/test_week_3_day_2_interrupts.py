@@ -2,6 +2,7 @@
 step leaves every block accounted for and the engine usable; a pool that could not
 fit in memory is refused before anything is allocated."""
 
+import numpy as np
 import pytest
 
 from .interrupts import INTERRUPTS, check_interrupted_run
@@ -93,3 +94,56 @@ def test_a_pool_the_model_does_not_describe_is_checked_at_its_first_write(
     results = [o.result for _ in range(3) for o in engine.step() if o.result]
     assert results and results[0].finish_reason == "error"
     assert "GiB" in results[0].error and "lower kv_memory" in results[0].error
+
+
+def test_an_interrupt_between_staging_and_reading_leaves_nothing_staged(
+    pair, tokenizer, no_eos
+):
+    """A KeyboardInterrupt in layer 0's attention, after the step's keys were staged
+    and before they were read: the step still drops what was staged (written later,
+    it could land on blocks that changed hands), and the next requests get mlx-lm's
+    tokens."""
+    from .helpers import token_ids
+    from .paged_checks import assert_like_mlx_lm, run_engine
+
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(13)
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        prefill_step=4,
+        policy="mixed",
+        kv_cache="paged",
+        block_size=3,
+        max_seq_len=64,
+        max_tokens=5,
+        sampler=sampler,
+        prefix_caching=False,
+    )
+    attention = model.layers[0].attention
+    rope = attention.apply_rope
+    calls = []
+
+    def interrupted(x, offset):  # the first call ropes the keys, the second q
+        calls.append(x)
+        if len(calls) == 2:
+            staged.extend(list(layer.staged) for layer in engine.kv.layer_blocks[:1])
+            raise KeyboardInterrupt
+        return rope(x, offset)
+
+    staged = []
+    engine.add_request(token_ids(rng, mlx_model.args.vocab_size, 9))
+    attention.apply_rope = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine.step()
+    finally:
+        del attention.apply_rope
+    assert staged and staged[0], "the interrupt came before anything was staged"
+    assert all(layer.staged == [] for layer in engine.kv.layer_blocks)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (7, 11)]
+    results = run_engine(engine, prompts)
+    assert_like_mlx_lm(results, mlx_model, prompts, 5, tokenizer, banned)
+    assert_pool_empty(engine)

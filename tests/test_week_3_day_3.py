@@ -374,3 +374,36 @@ def test_embedded_model_chat_turns_reuse_the_conversation(
     )
     assert engine.metrics.prefix_cache_hit_rate > 0
     assert_pool_empty(engine)
+
+
+def test_a_follow_up_turn_reuses_the_answer_blocks(pair, tokenizer, no_eos):
+    """A follow-up that resends a finished request's prompt and its answer finds
+    every full block of both cached: the answer's blocks were named as they filled,
+    not only the prompt's. Its tokens are still mlx-lm's."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(21)
+    vocab = mlx_model.args.vocab_size
+    first = token_ids(rng, vocab, 10)
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=96,
+        prefill_step=8,
+        policy="mixed",
+        max_tokens=17,
+        sampler=sampler,
+        kv_cache="paged",
+        block_size=4,
+    )
+    (answer,) = run_engine(engine, [first])
+    second = first + answer.tokens + token_ids(rng, vocab, 6)
+    (reply,) = run_engine(engine, [second])
+    computed = len(first) + len(answer.tokens) - 1  # the last token was never fed
+    assert reply.cached_tokens == computed // 4 * 4 == 24
+    assert reply.cached_tokens > len(first) // 4 * 4, "only prompt blocks were named"
+    assert_like_mlx_lm(
+        [answer, reply], mlx_model, [first, second], 17, tokenizer, banned
+    )
+    assert_pool_empty(engine)

@@ -139,8 +139,8 @@ class Engine:
         raise NotImplementedError(
             "Week 2 Day 6: step: started, read_inbox, admit_arrivals, run the policy "
             "(alternate: plan_chunk, place_prefilled, plan_decodes; mixed: "
-            "plan_mixed, place_prefilled), kv.after_step, steps_done, count_requests,"
-            " collect_outputs"
+            "plan_mixed, place_prefilled), kv.after_step (in a finally), steps_done, "
+            "count_requests, collect_outputs"
         )
 
     def run(self, plan: Plan) -> None:

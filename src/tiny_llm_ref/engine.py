@@ -178,20 +178,23 @@ class Engine:
         forward(s), and report what each request got."""
         # Week 2 Day 6: step: started, read_inbox, admit_arrivals, run the policy
         # (alternate: plan_chunk, place_prefilled, plan_decodes; mixed: plan_mixed,
-        # place_prefilled), kv.after_step, steps_done, count_requests, collect_outputs
+        # place_prefilled), kv.after_step (in a finally), steps_done, count_requests,
+        # collect_outputs
         if self.started is None:
             self.started = self.clock()
         self.read_inbox()
         self.admit_arrivals()
         self.prefilled = None
-        if self.config.policy == "alternate":  # two forwards: a chunk, the decodes
-            self.run(self.planner.plan_chunk())
-            self.planner.place_prefilled()
-            self.run(self.planner.plan_decodes())
-        else:  # one forward: the decodes and the chunks together
-            self.run(plan_mixed(self.planner))
-            self.planner.place_prefilled()
-        self.kv.after_step()
+        try:
+            if self.config.policy == "alternate":  # two forwards: chunk, decodes
+                self.run(self.planner.plan_chunk())
+                self.planner.place_prefilled()
+                self.run(self.planner.plan_decodes())
+            else:  # one forward: the decodes and the chunks together
+                self.run(plan_mixed(self.planner))
+                self.planner.place_prefilled()
+        finally:  # even on an interrupt: nothing staged outlives its step
+            self.kv.after_step()
         self.steps_done += 1
         self.count_requests()
         return self.collect_outputs()

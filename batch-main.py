@@ -3,6 +3,7 @@
 pdm run batch-main
 pdm run batch-main --batch-size 3 --prefill-step none --max-tokens 32
 pdm run batch-main --policy mixed --token-budget 256
+pdm run batch-main --kv-cache paged --kv-memory 64MiB
 pdm run batch-main --prompts-file prompts.txt --solution learner
 
 A terminal gets a live table of the decode slots; otherwise (a pipe, a log file) only
@@ -28,14 +29,17 @@ from rich.text import Text  # noqa: E402
 
 from scripts.commands.cli import (  # noqa: E402
     EngineLog,
+    add_kv_memory_option,
     context_length,
     fail,
     fail_with_options,
+    kv_cache_line,
     load_model_or_exit,
     newest_kv_cache,
     newest_model,
     note_slow_blas,
     option_parser,
+    parse_kv_memory,
     require_at_least,
     require_model_name,
 )
@@ -49,6 +53,7 @@ ENGINE_OPTIONS = (
     "--token-budget",
     "--kv-cache",
     "--block-size",
+    "--kv-memory",
 )
 
 DEFAULT_PROMPTS = [
@@ -107,6 +112,7 @@ def parse_args() -> argparse.Namespace:
         "(week 2)",
     )
     parser.add_argument("--block-size", type=int, default=16)
+    add_kv_memory_option(parser)
     parser.add_argument(
         "--no-prefix-caching",
         action="store_true",
@@ -122,6 +128,7 @@ def parse_args() -> argparse.Namespace:
     )
     args.prefill_step = parse_prefill_step(args.prefill_step)
     args.token_budget = parse_token_budget(args)
+    args.kv_memory = parse_kv_memory(args.kv_memory)
     if args.solution not in ("ref", "learner"):
         fail(f"unknown --solution {args.solution!r}: choose ref or learner")
     args.prompts = read_prompts(args.prompts_file) if args.prompts_file else None
@@ -242,16 +249,45 @@ def run(
             token_budget=args.token_budget,
             kv_cache=args.kv_cache,
             block_size=args.block_size,
+            kv_memory=args.kv_memory,
             prefix_caching=prefix_caching,
         )
 
+    said = []
+
+    def say_kv_cache(snapshot, write) -> None:
+        """The KV cache's size in tokens, once: the first snapshot has the pool's."""
+        if not said:
+            said.append(True)
+            write(
+                kv_cache_line(
+                    snapshot.metrics,
+                    model,
+                    args.batch_size,
+                    args.max_seq_len,
+                    args.kv_memory,
+                )
+            )
+
     if not console.is_terminal:
-        log = EngineLog(lambda line: print(line, flush=True))
-        return generate(log.update)
+
+        def write(line: str) -> None:
+            print(line, flush=True)
+
+        log = EngineLog(write)
+
+        def log_step(snapshot) -> None:
+            say_kv_cache(snapshot, write)
+            log.update(snapshot)
+
+        return generate(log_step)
     with Live(console=console, auto_refresh=False, transient=True) as live:
         log = EngineLog(live.console.print)
 
         def on_step(snapshot) -> None:
+            say_kv_cache(
+                snapshot, lambda line: live.console.print(line, highlight=False)
+            )
             log.update(snapshot)
             live.update(live_view(snapshot, policy_name(args)), refresh=True)
 
@@ -296,7 +332,8 @@ def print_summary(results, console: Console, policy: str) -> None:
         console.print(
             f"paged KV: peak {metrics.kv_peak_blocks_in_use} of "
             f"{metrics.kv_blocks_total} blocks of {metrics.kv_block_size} "
-            f"({metrics.kv_peak_tokens} positions, "
+            f"({metrics.kv_peak_tokens} positions of a "
+            f"{metrics.kv_blocks_total * metrics.kv_block_size:,}-token budget, "
             f"{metrics.kv_peak_tokens * metrics.kv_bytes_per_token / 2**20:.1f} MiB) "
             f"against {metrics.kv_dense_tokens} dense "
             f"({100 * metrics.kv_peak_tokens / metrics.kv_dense_tokens:.0f}%); "

@@ -270,17 +270,123 @@ BATCH_MAIN_BAD_INPUT = {
         1,
         "not-json/config.json is not valid JSON",
     ),
+    "kv memory not a size": (
+        ["--kv-memory", "12 parsecs"],
+        2,
+        "--kv-memory must be a size such as '512MiB', '2GiB' or '1.5GB', got "
+        "'12 parsecs'",
+    ),
+    "zero kv memory": (
+        ["--kv-memory", "0"],
+        2,
+        "--kv-memory must be at least 1 byte, got '0'",
+    ),
+    "negative kv memory": (
+        ["--kv-memory=-5MiB"],
+        2,
+        "--kv-memory must be a size such as '512MiB', '2GiB' or '1.5GB', got '-5MiB'",
+    ),
+    "negative kv memory read as an option": (
+        ["--kv-memory", "-5MiB"],
+        2,
+        "argument --kv-memory: expected one argument",
+    ),
+    "kv memory too small for one request": (
+        ["--kv-cache", "paged", "--kv-memory", "1MiB"],
+        2,
+        "--kv-memory 1.0 MiB holds 16 tokens at {per_token:,} bytes a token, but one "
+        "request of --max-seq-len=512 needs 32 blocks of 16: pass --kv-memory of at "
+        "least",
+    ),
+    "dense cache past kv memory": (
+        ["--kv-cache", "dense", "--kv-memory", "1MiB"],
+        2,
+        "a dense cache of --batch-size 5 x --max-seq-len 512 needs",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", BATCH_MAIN_BAD_INPUT)
-def test_batch_main_refuses_bad_input_with_one_line(case, damaged_models, tmp_path):
+def test_batch_main_refuses_bad_input_with_one_line(
+    case, damaged_models, tmp_path, kv_bytes_a_token
+):
     (tmp_path / "blank.txt").write_text("\n  \n")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9?".encode("latin-1"))
     args, status, message = BATCH_MAIN_BAD_INPUT[case]
-    names = {"damaged": damaged_models, "tmp": tmp_path}
+    names = {"damaged": damaged_models, "tmp": tmp_path, "per_token": kv_bytes_a_token}
     result = run("batch-main.py", *[arg.format(**names) for arg in args])
     assert_one_line_error(result, status, message.format(**names))
+
+
+@pytest.fixture(scope="module")
+def kv_bytes_a_token(embedded_model) -> int:
+    """Keys and values of one token over all layers, from the embedded model's
+    config: 2 (keys, values) x KV heads x head_dim x layers x the bytes of a number
+    the week 2 model computes in (its embedding's dtype: float32 on the CPU)."""
+    mlx_model, _ = embedded_model
+    args = mlx_model.args
+    head_dim = getattr(args, "head_dim", None) or (
+        args.hidden_size // args.num_attention_heads
+    )
+    model = tiny_llm_ref.Qwen2ModelWeek2(mlx_model, use_fast_kernels=True)
+    element = model.embedding.weight.dtype.size
+    return 2 * args.num_key_value_heads * head_dim * args.num_hidden_layers * element
+
+
+def test_batch_main_says_how_many_tokens_its_kv_memory_holds(
+    tmp_path, kv_bytes_a_token
+):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hi!\nWhat is 2 plus 2?\n")
+    result = run(
+        "batch-main.py",
+        "--prompts-file",
+        str(prompts),
+        "--max-tokens",
+        "2",
+        "--kv-cache",
+        "paged",
+        "--kv-memory",
+        "64MiB",
+    )
+    assert result.returncode == 0, result.stderr
+    blocks = 64 * 2**20 // (kv_bytes_a_token * 16)
+    tokens = blocks * 16
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        f"KV cache: paged, budget 64.0 MiB = {tokens:,} tokens ({blocks:,} blocks of "
+        f"16) at {kv_bytes_a_token:,} bytes a token; the pool grows as it is used"
+    )
+    summary = " ".join(result.stdout[result.stdout.index("paged KV:") :].split())
+    assert f"of {blocks} blocks of 16 (" in summary
+    assert f"positions of a {tokens:,}-token budget" in summary
+
+
+def test_batch_main_says_a_dense_cache_holds_batch_size_x_max_seq_len(
+    tmp_path, kv_bytes_a_token
+):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hi!\n")
+    result = run(
+        "batch-main.py",
+        "--prompts-file",
+        str(prompts),
+        "--max-tokens",
+        "2",
+        "--kv-cache",
+        "dense",
+        "--batch-size",
+        "2",
+        "--max-seq-len",
+        "256",
+        "--kv-memory",
+        "64MiB",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].startswith(
+        f"KV cache: dense, batch_size x max_seq_len = 2 x 256 = 512 tokens at "
+        f"{kv_bytes_a_token:,} bytes a token"
+    )
 
 
 def test_main_answers_a_piped_prompt_through_the_fast_week2_model():

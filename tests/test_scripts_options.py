@@ -161,6 +161,32 @@ BAD_OPTIONS = {
         ["--num-blocks", "0"],
         "--num-blocks must be at least 1, got 0",
     ),
+    "serve kv memory not a size": (
+        SERVE,
+        ["--kv-memory", "12 parsecs"],
+        "--kv-memory must be a size such as '512MiB', '2GiB' or '1.5GB', got "
+        "'12 parsecs'",
+    ),
+    "serve zero kv memory": (
+        SERVE,
+        ["--kv-memory", "0"],
+        "--kv-memory must be at least 1 byte, got '0'",
+    ),
+    "serve negative kv memory": (
+        SERVE,
+        ["--kv-memory=-5MiB"],
+        "--kv-memory must be a size such as '512MiB', '2GiB' or '1.5GB', got '-5MiB'",
+    ),
+    "serve negative kv memory read as an option": (
+        SERVE,
+        ["--kv-memory", "-5MiB"],
+        "argument --kv-memory: expected one argument",
+    ),
+    "serve kv memory and num blocks": (
+        SERVE,
+        ["--kv-memory", "64MiB", "--num-blocks", "64"],
+        "--num-blocks and --kv-memory both size the pool: pass one of them",
+    ),
     "book port out of range": (BOOK, ["--port", "0"], "--port must be in 1..65535"),
 }
 
@@ -171,12 +197,34 @@ def test_scripts_refuse_bad_options_with_one_line(case):
     assert_one_line_error(run(module, *args), message)
 
 
-def test_serve_names_the_option_when_the_engine_refuses_a_setting():
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--policy", "mixed", "--token-budget", "5"],
+            "error: --token-budget must be at least 9, got 5",
+        ),
+        (
+            ["--kv-cache", "paged", "--max-seq-len", "512", "--kv-memory", "1MiB"],
+            "error: --kv-memory 1.0 MiB holds 16 tokens at ",
+        ),
+        (
+            ["--kv-cache", "dense", "--max-seq-len", "512", "--kv-memory", "1MiB"],
+            "error: a dense cache of --batch-size 8 x --max-seq-len 512 needs ",
+        ),
+    ],
+)
+def test_serve_names_the_option_when_the_engine_refuses_a_setting(args, message):
     with socket.socket() as probe:  # a free port: the server may bind before it
         probe.bind(("127.0.0.1", 0))
         port = str(probe.getsockname()[1])
-    result = run(SERVE, "--port", port, "--policy", "mixed", "--token-budget", "5")
-    assert_one_line_error(result, "error: --token-budget must be at least 9, got 5")
+    result = run(SERVE, "--port", port, *args)
+    assert_one_line_error(result, message)
+    if "--kv-memory 1.0 MiB" in message:  # the engine's advice, in option names
+        assert (
+            "one request of --max-seq-len=512 needs 32 blocks of 16: pass "
+            "--kv-memory of at least"
+        ) in result.stderr
 
 
 def test_book_build_refuses_a_folder_it_did_not_write(tmp_path):

@@ -16,6 +16,7 @@ requests with the engine's error, and /health says so.
 """
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -334,7 +335,7 @@ def test_a_client_that_disconnects_frees_its_slot_within_a_step(server, http):
     assert generated - before["tiny_llm:generation_tokens_total"] < 50
 
 
-def test_metrics_count_what_was_served(client, http):
+def test_metrics_count_what_was_served(client, http, model):
     wait_idle(http)
     before = scrape(http)
     replies = [
@@ -374,6 +375,12 @@ def test_metrics_count_what_was_served(client, http):
     assert after["tiny_llm:num_requests_running"] == 0
     assert after["tiny_llm:num_requests_waiting"] == 0
     assert after["tiny_llm:mlx_active_memory_bytes"] > 0
+    # The default budget (half the available memory), in whole blocks; the pool's
+    # arrays hold some of it once requests have run, never more than all of it.
+    budget = after["tiny_llm:kv_budget_tokens"]
+    assert budget >= MAX_SEQ_LEN and budget % 16 == 0
+    pool = after["tiny_llm:kv_pool_bytes"]
+    assert 0 < pool <= budget * kv_bytes_a_token(model)
 
 
 def test_a_repeated_prompt_is_served_from_the_prefix_cache(client, tokenizer, http):
@@ -820,3 +827,91 @@ def test_serve_refuses_bad_options_with_one_line(arguments, complaint):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith("error: ") and complaint in result.stderr
+
+
+# The KV budget: how many tokens fit, said at start-up and in /metrics.
+
+
+def kv_bytes_a_token(model) -> int:
+    """Keys and values of one token over all layers, from the embedded model's
+    config: 2 (keys, values) x KV heads x head_dim x layers x the bytes of a number
+    the model computes in (its embedding's dtype)."""
+    args = model.args  # the embedded model's config.json, as mlx-lm read it
+    head_dim = getattr(args, "head_dim", None) or (
+        args.hidden_size // args.num_attention_heads
+    )
+    element = model.embedding.weight.dtype.size
+    return 2 * args.num_key_value_heads * head_dim * args.num_hidden_layers * element
+
+
+def test_serve_says_and_reports_how_many_tokens_its_kv_memory_holds(model):
+    per_token = kv_bytes_a_token(model)
+    blocks = 64 * 2**20 // (per_token * 16)
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scripts.commands.serve",
+            "--port",
+            str(port),
+            "--max-seq-len",
+            "512",
+            "--batch-size",
+            "2",
+            "--kv-memory",
+            "64MiB",
+        ],  # fmt: skip
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "TINY_LLM_API_KEY"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + WAIT_S * 3
+        while not any(line.startswith("KV cache:") for line in lines):
+            assert process.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "the server did not start in time"
+            time.sleep(0.1)
+        said = next(line for line in lines if line.startswith("KV cache:"))
+        assert said == (
+            f"KV cache: paged, budget 64.0 MiB = {blocks * 16:,} tokens ({blocks:,} "
+            f"blocks of 16) at {per_token:,} bytes a token; the pool grows as it is "
+            "used\n"
+        )
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S) as c:
+            before = scrape(c)
+            assert before["tiny_llm:kv_budget_tokens"] == blocks * 16
+            assert before["tiny_llm:kv_pool_bytes"] == 0  # nothing written yet
+            reply = c.post(CHAT, json={"messages": HI, "max_tokens": 2})
+            assert reply.status_code == 200, reply.text
+            while (pool := scrape(c)["tiny_llm:kv_pool_bytes"]) == 0:
+                assert time.monotonic() < deadline, "kv_pool_bytes stayed 0"
+                time.sleep(0.05)
+        # The pool grew by whole blocks, and stays within the budget.
+        assert pool % (per_token * 16) == 0
+        assert pool <= blocks * 16 * per_token <= 64 * 2**20
+    finally:
+        process.terminate()
+        process.wait(timeout=WAIT_S)
+    reader.join(timeout=5)
+    assert "Traceback" not in "".join(lines)
+
+
+def test_metrics_give_a_dense_cache_budget_and_no_pool(model, tokenizer):
+    engine = tiny_llm_ref.Engine(
+        model, tokenizer, batch_size=2, max_seq_len=64, kv_cache="dense"
+    )
+    app = create_app(engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler)
+    running = RunningServer(app)
+    try:
+        with httpx.Client(base_url=running.url, timeout=WAIT_S) as c:
+            samples = scrape(c)
+    finally:
+        running.stop()
+    assert samples["tiny_llm:kv_budget_tokens"] == 2 * 64
+    assert samples["tiny_llm:kv_pool_bytes"] == 0

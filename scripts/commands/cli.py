@@ -90,6 +90,74 @@ def fail_with_options(error: Exception, options: Iterable[str]) -> NoReturn:
     fail(message)
 
 
+KV_MEMORY_HELP = (
+    "the keys and values' budget, e.g. 512MiB or 2GB; paged: the pool grows towards "
+    "it as it is used (default: half the available memory); dense: --batch-size x "
+    "--max-seq-len positions must fit it"
+)
+
+
+def add_kv_memory_option(parser: argparse.ArgumentParser) -> None:
+    """--kv-memory SIZE, read by parse_kv_memory."""
+    parser.add_argument("--kv-memory", metavar="SIZE", help=KV_MEMORY_HELP)
+
+
+def parse_kv_memory(value: str | None) -> int | None:
+    """--kv-memory in bytes (None when not given); a bad size is one `error:` line.
+
+    Imports tiny_llm_base (and MLX) only when the option is given: a command's other
+    bad options still fail before the slow imports."""
+    if value is None:
+        return None
+    from tiny_llm_base.memory import parse_bytes
+
+    try:
+        return parse_bytes("--kv-memory", value)
+    except ValueError as error:
+        fail(str(error))
+
+
+def kv_cache_line(
+    metrics,
+    model,
+    batch_size: int,
+    max_seq_len: int,
+    kv_memory: int | None = None,
+    num_blocks: int | None = None,
+) -> str:
+    """How many tokens the engine's KV cache holds, said once it is built: a paged
+    pool's budget in bytes, tokens and blocks (from the engine's `metrics`), or a
+    dense cache's batch_size x max_seq_len. The bytes a token are the model's."""
+    from tiny_llm_base.memory import (
+        format_bytes,
+        kv_bytes_per_position,
+        kv_element_size,
+    )
+
+    per_token = kv_bytes_per_position(model, kv_element_size(model))
+    at = f" at {per_token:,} bytes a token" if per_token else ""
+    if metrics.kv_blocks_total:
+        blocks, size = metrics.kv_blocks_total, metrics.kv_block_size
+        tokens = blocks * size
+        if kv_memory is not None:
+            budget = f"budget {format_bytes(kv_memory)} = "
+        elif per_token:
+            source = "--num-blocks" if num_blocks else "half the available memory"
+            budget = f"budget {format_bytes(tokens * per_token)} ({source}) = "
+        else:
+            budget = ""
+        return (
+            f"KV cache: paged, {budget}{tokens:,} tokens ({blocks:,} blocks of "
+            f"{size}){at}; the pool grows as it is used"
+        )
+    tokens = metrics.kv_dense_tokens or batch_size * max_seq_len
+    full = f" ({format_bytes(tokens * per_token)} when full)" if per_token else ""
+    return (
+        f"KV cache: dense, batch_size x max_seq_len = {batch_size} x {max_seq_len} "
+        f"= {tokens:,} tokens{at}{full}"
+    )
+
+
 def require_model_name(name: str | None) -> None:
     if name is not None and not name.strip():
         fail(

@@ -2,6 +2,8 @@
 
 pdm run serve                                  # the embedded model on 127.0.0.1:8000
 pdm run serve --policy mixed --token-budget 256 --batch-size 8
+pdm run serve --kv-memory 2GiB                 # the paged pool's budget (default: half
+                                               # the available memory)
 pdm run serve --solution learner --api-key secret
 
 Then open http://127.0.0.1:8000/ for the chat page, or call it with curl or the
@@ -22,19 +24,21 @@ from pathlib import Path  # noqa: E402
 
 from scripts.commands.cli import (  # noqa: E402
     EngineLog,
+    add_kv_memory_option,
     context_length,
     fail,
     fail_with_options,
+    kv_cache_line,
     load_model_or_exit,
     newest_kv_cache,
     newest_model,
     note_slow_blas,
     option_parser,
+    parse_kv_memory,
     require_at_least,
     require_model_name,
 )
 
-POOL_TOKENS = 16384  # the paged cache's default pool: 1024 blocks of 16
 # The options that set an engine argument of the same name: its errors name them.
 ENGINE_OPTIONS = (
     "--batch-size",
@@ -45,6 +49,7 @@ ENGINE_OPTIONS = (
     "--kv-cache",
     "--block-size",
     "--num-blocks",
+    "--kv-memory",
 )
 
 
@@ -78,11 +83,11 @@ def parse_args() -> argparse.Namespace:
         "has week 3 day 2); dense: max-seq-len positions per slot",
     )
     parser.add_argument("--block-size", type=int, default=16)
+    add_kv_memory_option(parser)
     parser.add_argument(
         "--num-blocks",
         type=int,
-        help=f"with --kv-cache paged: the pool's size (default: {POOL_TOKENS} "
-        "positions, or one full-length request if more)",
+        help="with --kv-cache paged: the pool's size in blocks, instead of --kv-memory",
     )
     parser.add_argument(
         "--no-prefix-caching",
@@ -120,6 +125,9 @@ def parse_args() -> argparse.Namespace:
         args, 1, "--batch-size", "--max-waiting", "--max-seq-len", "--block-size"
     )
     require_at_least(args, 1, "--num-blocks")
+    if args.kv_memory is not None and args.num_blocks is not None:
+        fail("--num-blocks and --kv-memory both size the pool: pass one of them")
+    args.kv_memory = parse_kv_memory(args.kv_memory)
     if args.prefill_step.strip().lower() == "none":
         args.prefill_step = None
     elif not args.prefill_step.isdigit() or int(args.prefill_step) < 1:
@@ -135,13 +143,6 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def default_num_blocks(args, max_seq_len: int) -> int:
-    """A pool of POOL_TOKENS positions, or one full-length request if that is more.
-    The engine's own default, batch_size x max_seq_len, is 65536 positions at the
-    embedded model's 8192 (3.4 GB) and made each step about 4x slower here."""
-    return max(-(-max_seq_len // args.block_size), POOL_TOKENS // args.block_size)
-
-
 def build_engine(package, mlx_model, tokenizer, args):
     """The package's Engine on its newest model; bad settings exit with one line."""
     kinds = ["week2-fast", "week2"] if args.solution == "learner" else ["week2-fast"]
@@ -154,8 +155,6 @@ def build_engine(package, mlx_model, tokenizer, args):
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
-        if args.kv_cache == "paged" and args.num_blocks is None:
-            args.num_blocks = default_num_blocks(args, max_seq_len)
         return package.Engine(
             model,
             tokenizer,
@@ -168,6 +167,7 @@ def build_engine(package, mlx_model, tokenizer, args):
             kv_cache=args.kv_cache,
             block_size=args.block_size,
             num_blocks=args.num_blocks,
+            kv_memory=args.kv_memory,
             prefix_caching=prefix_caching,
         )
     except NotImplementedError as error:
@@ -190,6 +190,14 @@ def main() -> None:
         "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
     )
     engine = build_engine(package, mlx_model, tokenizer, args)
+    kv_line = kv_cache_line(
+        engine.metrics,
+        engine.model,
+        engine.config.batch_size,
+        engine.config.max_seq_len,
+        engine.config.kv_memory,
+        engine.config.num_blocks,
+    )
     try:  # after the settings' own errors, before anything says 'serving'
         sock = listen_socket(args.host, args.port)
     except OSError as error:
@@ -221,6 +229,7 @@ def main() -> None:
             file=sys.stderr,
             flush=True,
         )
+        print(kv_line, file=sys.stderr, flush=True)
         if not args.api_key:
             print(
                 "note: no --api-key: anyone who can reach this address may generate "

@@ -91,6 +91,7 @@ class EngineLoop:
             ("prefill_tokens", "prefill_chunks", "decode_steps", "preemptions"), 0
         )
         self.thread = threading.Thread(target=self.run, name="engine", daemon=True)
+        self.record_kv(getattr(engine, "metrics", None))  # before the first step
 
     def start(self) -> None:
         self.thread.start()
@@ -193,8 +194,16 @@ class EngineLoop:
         m.running.set(run.running)
         m.waiting.set(run.waiting)
         m.kv_cache_usage.set(kv_cache_usage(snapshot, self.engine.config.max_seq_len))
+        self.record_kv(run)
         self.rates.append((now, run.prefill_tokens, run.generated_tokens))
         self.snapshot = snapshot
+
+    def record_kv(self, run) -> None:
+        """The KV cache's budget in tokens and the paged pool's bytes, from the
+        engine's RunMetrics `run` (None: an engine without them, sized from its
+        config)."""
+        self.metrics.kv_budget_tokens.set(kv_budget_tokens(run, self.engine.config))
+        self.metrics.kv_pool_bytes.set(getattr(run, "kv_pool_bytes", 0))
 
     def fail_all(self, message: str, status: int = 500) -> None:
         """engine.step() raised: every open request ends with the error, and later
@@ -276,3 +285,12 @@ def kv_cache_usage(snapshot: SchedulerSnapshot, max_seq_len: int) -> float:
         return run.kv_blocks_in_use / run.kv_blocks_total
     held = sum(view.offset for view in snapshot.slots if view is not None)
     return held / (len(snapshot.slots) * max_seq_len) if snapshot.slots else 0.0
+
+
+def kv_budget_tokens(run, config) -> int:
+    """The tokens the KV cache can hold: a paged pool's blocks x block size, a dense
+    cache's batch_size x max_seq_len (the config's when `run` does not say)."""
+    if run is not None and getattr(run, "kv_blocks_total", 0):
+        return run.kv_blocks_total * run.kv_block_size
+    dense = getattr(run, "kv_dense_tokens", 0)
+    return dense or config.batch_size * config.max_seq_len

@@ -34,7 +34,10 @@ class ServerMetrics:
     num_requests_running, num_requests_waiting: the engine's slots in use and its
     queue after the latest step. kv_cache_usage_perc (0 to 1): a paged cache's
     blocks in use over its pool; a dense cache's positions held in the decode slots
-    over what the slots can hold.
+    over what the slots can hold. kv_budget_tokens: the tokens the KV cache can
+    hold (a paged pool's blocks x block size; a dense cache's batch_size x
+    max_seq_len). kv_pool_bytes: the bytes a paged pool's arrays hold now (they grow
+    towards the budget as blocks are used; 0 for a dense cache).
     prefix_cache_queries_total, prefix_cache_hits_total: prompt tokens looked up in
     the prefix cache and tokens served from it (hits / queries is the hit rate).
     mlx_active_memory_bytes, mlx_peak_memory_bytes: MLX's allocator, read when
@@ -103,6 +106,17 @@ class ServerMetrics:
         self.kv_cache_usage = Gauge(
             PREFIX + "kv_cache_usage_perc",
             "Decode slot positions in use (0-1).",
+            registry=r,
+        )
+        self.kv_budget_tokens = Gauge(
+            PREFIX + "kv_budget_tokens",
+            "Tokens the KV cache can hold (paged: blocks x block size; dense: "
+            "batch_size x max_seq_len).",
+            registry=r,
+        )
+        self.kv_pool_bytes = Gauge(
+            PREFIX + "kv_pool_bytes",
+            "Bytes the paged KV pool's arrays hold now (0 for a dense cache).",
             registry=r,
         )
         self.prefix_cache_queries = Counter(

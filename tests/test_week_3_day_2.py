@@ -458,6 +458,8 @@ def test_a_dense_cache_past_kv_memory_is_refused_with_the_batch_size_that_fits(
         model, tokenizer, batch_size=2, max_seq_len=64, kv_memory=budget
     )
     assert engine.config.kv_memory == budget
+    with pytest.raises(ValueError, match="kv_memory of at least .* for one request"):
+        tiny.Engine(model, tokenizer, max_seq_len=64, kv_memory=budget // 3)
 
 
 def test_layer_arrays_grow_by_doubling_and_keep_what_was_written():

@@ -198,11 +198,17 @@ class EngineConfig:
         needed = self.batch_size * self.max_seq_len * per_token
         if needed > self.kv_memory:
             fits = self.kv_memory // (self.max_seq_len * per_token)
+            advice = (
+                f"pass batch_size {fits} or less"
+                if fits
+                else "pass kv_memory of at least "
+                f"{format_bytes(self.max_seq_len * per_token)} for one request"
+            )
             raise ValueError(
                 f"a dense cache of batch_size {self.batch_size} x max_seq_len "
                 f"{self.max_seq_len} needs {format_bytes(needed)}, past kv_memory "
-                f"{format_bytes(self.kv_memory)}: pass batch_size {fits} or less, "
-                "lower max_seq_len, or use kv_cache='paged'"
+                f"{format_bytes(self.kv_memory)}: {advice}, lower max_seq_len, or "
+                "use kv_cache='paged'"
             )
 
     @property

@@ -134,10 +134,12 @@ class EngineLoop:
                 self.fail_all(f"the engine failed: {type(error).__name__}: {error}")
                 continue
             now = time.perf_counter()
+            self.record_step(
+                snapshot, now
+            )  # before a client can see this step's tokens
             with self.lock:
                 for output in outputs:
                     self.deliver(output, now)
-            self.record_step(snapshot, now)
             if self.on_step is not None:
                 self.on_step(snapshot)
 

@@ -35,6 +35,7 @@ from .quantize import (
     unpack_quantized,
 )
 from .qwen2_week2 import Qwen2ModelWeek2
+from .cpu_kernels import cpu_attention, fast_exp
 from .flash_attention import flash_attention
 from .metrics import RequestMetrics, RunMetrics
 from .request import Request

@@ -37,7 +37,7 @@ from scripts.bench.bench_prefix_cache import Result, chat, mlx_lm_one
 from scripts.bench.loadlib.workload import make_workload
 from scripts.commands.cli import option_parser
 from tiny_llm_base import PromptSpec, load_model
-from tiny_llm_base.memory import kv_bytes_per_position, kv_element_size
+from tiny_llm_base.memory import kv_bytes_per_token
 from tiny_llm_base.mlx_lm_reference import float32_copy, greedy_without
 from tiny_llm_ref import Engine, Qwen2ModelWeek2
 
@@ -197,7 +197,7 @@ def soak_part(model, tokenizer, count: int) -> dict:
 
 def budget_part(model, tokenizer, sampler, short_count: int) -> dict:
     max_seq_len = 1024
-    per_token = kv_bytes_per_position(model, kv_element_size(model))
+    per_token = kv_bytes_per_token(model)
     budget = 4 * max_seq_len * per_token
     prompts = [long_prompt(tokenizer, 600), long_prompt(tokenizer, 700)] + [
         chat(tokenizer, [{"role": "user", "content": q}])
@@ -219,7 +219,9 @@ def budget_part(model, tokenizer, sampler, short_count: int) -> dict:
         )
         start = time.perf_counter()
         results = run_to_end(
-            engine, specs, lambda e: decoding.append(len(e.planner.decoding()))
+            engine,
+            specs,
+            lambda e, seen=decoding: seen.append(len(e.planner.decoding())),
         )
         runs[name] = dict(
             batch_size=batch_size,

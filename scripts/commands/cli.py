@@ -128,13 +128,9 @@ def kv_cache_line(
     """How many tokens the engine's KV cache holds, said once it is built: a paged
     pool's budget in bytes, tokens and blocks (from the engine's `metrics`), or a
     dense cache's batch_size x max_seq_len. The bytes a token are the model's."""
-    from tiny_llm_base.memory import (
-        format_bytes,
-        kv_bytes_per_position,
-        kv_element_size,
-    )
+    from tiny_llm_base.memory import format_bytes, kv_bytes_per_token
 
-    per_token = kv_bytes_per_position(model, kv_element_size(model))
+    per_token = kv_bytes_per_token(model)
     at = f" at {per_token:,} bytes a token" if per_token else ""
     if metrics.kv_blocks_total:
         blocks, size = metrics.kv_blocks_total, metrics.kv_block_size

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from .memory import (
     available_memory,
     format_bytes,
-    kv_bytes_per_position,
-    kv_element_size,
+    kv_bytes_per_token,
     parse_bytes,
 )
 from .prompts import PromptSpec, Sampler, check_int, is_int
@@ -168,7 +167,7 @@ class EngineConfig:
         positions."""
         if self.num_blocks is not None:
             return self.num_blocks
-        per_token = kv_bytes_per_position(model, kv_element_size(model))
+        per_token = kv_bytes_per_token(model)
         if per_token is None:
             return self.batch_size * self.blocks_per_request
         budget = self.kv_memory or available_memory() // 2
@@ -192,7 +191,7 @@ class EngineConfig:
     def check_dense_memory(self, model) -> None:
         """ValueError when kv_memory is set and batch_size x max_seq_len positions of
         the model's keys and values pass it (the dense cache can grow that far)."""
-        per_token = kv_bytes_per_position(model, kv_element_size(model))
+        per_token = kv_bytes_per_token(model)
         if self.kv_memory is None or per_token is None:
             return
         needed = self.batch_size * self.max_seq_len * per_token

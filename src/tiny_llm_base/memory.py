@@ -43,6 +43,12 @@ def kv_bytes_per_position(model, element_size: int = 4) -> int | None:
     )
 
 
+def kv_bytes_per_token(model) -> int | None:
+    """Keys and values of one token over all layers at the model's own dtype (its
+    activations', kv_element_size); None for a model that hides its layers."""
+    return kv_bytes_per_position(model, kv_element_size(model))
+
+
 def kv_element_size(model) -> int:
     """Bytes of one cached number: the size of the model's activation dtype (its
     embedding table's), 4 when the model does not show it."""

@@ -268,9 +268,13 @@ class LayerBlocks:
         self.staged = []
         _, H, D = keys.shape
         self.grow(max(blocks) + 1, H, D, keys.dtype)
-        rows, heads = mx.array(blocks)[:, None], mx.arange(H)[None, :]
-        self.keys[rows, heads, mx.array(slots)[:, None]] = keys
-        self.values[rows, heads, mx.array(slots)[:, None]] = values
+        index = (
+            mx.array(blocks)[:, None],
+            mx.arange(H)[None, :],
+            mx.array(slots)[:, None],
+        )
+        self.keys[index] = keys
+        self.values[index] = values
 
     def grow(self, blocks: int, H: int, D: int, dtype: mx.Dtype) -> None:
         """Arrays of at least `blocks` blocks: the capacity doubles (from

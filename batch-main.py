@@ -2,7 +2,8 @@
 
 pdm run batch-main
 pdm run batch-main --batch-size 3 --prefill-step none --max-tokens 32
-pdm run batch-main --policy mixed --token-budget 256
+pdm run batch-main --token-budget 256 --max-num-partial-prefills 2
+pdm run batch-main --policy alternate          # week 2's two forwards a step
 pdm run batch-main --kv-cache paged --kv-memory 64MiB
 pdm run batch-main --prompts-file prompts.txt --solution learner
 
@@ -28,8 +29,11 @@ from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 from scripts.commands.cli import (  # noqa: E402
+    STEP_LIMIT_OPTIONS,
     EngineLog,
     add_kv_memory_option,
+    add_scheduling_options,
+    check_scheduling_options,
     context_length,
     fail,
     fail_with_options,
@@ -37,11 +41,13 @@ from scripts.commands.cli import (  # noqa: E402
     load_model_or_exit,
     newest_kv_cache,
     newest_model,
+    newest_policy,
     note_slow_blas,
     option_parser,
     parse_kv_memory,
     require_at_least,
     require_model_name,
+    scheduling_settings,
 )
 
 # The options that set an engine argument of the same name: its errors name them.
@@ -54,6 +60,8 @@ ENGINE_OPTIONS = (
     "--kv-cache",
     "--block-size",
     "--kv-memory",
+    *STEP_LIMIT_OPTIONS,
+    "--batch-patience",
 )
 
 DEFAULT_PROMPTS = [
@@ -92,13 +100,7 @@ def parse_args() -> argparse.Namespace:
         default="128",
         help="prompt tokens per prefill chunk, or 'none' to prefill whole prompts",
     )
-    parser.add_argument(
-        "--policy",
-        default="alternate",
-        choices=("alternate", "mixed"),
-        help="alternate: a prefill chunk's forward, then the decodes' (week 2 day 7); "
-        "mixed: one forward a step with every decode and prefill chunks (week 3 day 1)",
-    )
+    add_scheduling_options(parser)
     parser.add_argument(
         "--token-budget",
         help="with --policy mixed: the most tokens one step runs, decodes included "
@@ -128,6 +130,7 @@ def parse_args() -> argparse.Namespace:
     )
     args.prefill_step = parse_prefill_step(args.prefill_step)
     args.token_budget = parse_token_budget(args)
+    check_scheduling_options(args)
     args.kv_memory = parse_kv_memory(args.kv_memory)
     if args.solution not in ("ref", "learner"):
         fail(f"unknown --solution {args.solution!r}: choose ref or learner")
@@ -151,7 +154,7 @@ def parse_token_budget(args: argparse.Namespace) -> int | None:
     """A mixed step's budget: room for one decode token per slot and a prefill token."""
     if args.token_budget is None or args.token_budget.strip().lower() == "none":
         return None
-    if args.policy != "mixed":
+    if args.policy == "alternate":
         fail("--token-budget limits a mixed step: add --policy mixed")
     try:
         budget = int(args.token_budget)
@@ -245,8 +248,8 @@ def run(
             max_seq_len=args.max_seq_len,
             max_tokens=args.max_tokens,
             on_step=on_step,
-            policy=args.policy,
             token_budget=args.token_budget,
+            **scheduling_settings(args, args.policy),
             kv_cache=args.kv_cache,
             block_size=args.block_size,
             kv_memory=args.kv_memory,
@@ -382,6 +385,7 @@ def main() -> None:
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
+        args.policy = newest_policy(package, args.policy)
         results = run(package, model, tokenizer, prompts, args, prefix_caching, console)
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)

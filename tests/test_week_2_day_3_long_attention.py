@@ -219,10 +219,12 @@ def test_cpu_attention_refuses_an_unknown_mask_name():
         tiny.cpu_attention(q, k, v, 1.0, "sliding")
 
 
-def test_swiglu_matches_silu_times_up():
-    """The fast path's swiglu: silu from fast_exp, gate's dtype kept; extreme gates
-    give their limits (0 far below, the gate itself far above), never NaN."""
-    swiglu = tiny.qwen2_week2.swiglu
+@pytest.mark.parametrize("name", ["swiglu_fast_exp", "swiglu"])
+def test_swiglu_matches_silu_times_up(name):
+    """The fast path's swiglu (silu from fast_exp, and swiglu, which picks it on the
+    CPU): gate's dtype kept; extreme gates give their limits (0 far below, the gate
+    itself far above), never NaN."""
+    swiglu = getattr(tiny.qwen2_week2, name)
     gate = mx.concatenate(
         [mx.random.normal((3, 200), key=mx.random.key(6)) * 6, mx.full((3, 4), 0.0)],
         axis=1,

@@ -282,3 +282,57 @@ def test_prefill_step_none_prefills_each_prompt_in_one_call(small):
     assert sorted(prefill_shapes) == [(1, 7), (1, 150)]
     for ids, result in zip(prompts, results):
         assert result.tokens == mlx_lm_answer(reference, tokenizer, ids, 3)[0]
+
+
+def first_token_times(small, batch_patience: float) -> tuple[float, list]:
+    """One slot; an interactive and a batch request at time 0, then one more
+    interactive request before each step; a fake clock ticks 1 s a step. Returns the
+    batch request's first-token time and (arrival, first-token time) of every
+    interactive one."""
+    _, model, tokenizer, prompt = small
+    now = [0.0]
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=1,
+        prefill_step=None,
+        batch_patience=batch_patience,
+        clock=lambda: now[0],
+    )
+
+    def add(priority: str, max_tokens: int) -> int:
+        spec = tiny.PromptSpec(
+            prompt(5, len(engine.ids)), max_tokens=max_tokens, priority=priority
+        )
+        return engine.add_request(spec)
+
+    interactive = [add("interactive", 2)]
+    batch = add("batch", 2)
+    results = {}
+    for step in range(200):
+        if step < 30:
+            interactive.append(add("interactive", 2))
+        if not engine.has_unfinished():
+            break
+        for output in engine.step():
+            if output.result is not None:
+                results[output.request_id] = output.result
+        now[0] += 1.0
+    assert not engine.has_unfinished()
+    times = {
+        i: (r.metrics.arrival, r.metrics.token_times[0]) for i, r in results.items()
+    }
+    return times[batch][1], [times[i] for i in interactive]
+
+
+def test_a_batch_request_yields_to_interactive_ones_only_within_its_patience(small):
+    """by_urgency sorts by deadline: a batch request arriving at 0 with a patience
+    of 5 s goes after interactive requests that arrive before 5 s, before every later
+    one, so a stream of interactive requests cannot starve it."""
+    batch_first, interactive = first_token_times(small, batch_patience=5.0)
+    before = [first for arrival, first in interactive if arrival < 5.0]
+    after = [first for arrival, first in interactive if arrival >= 5.0]  # a tie: order
+    assert before and after
+    assert max(before) < batch_first < min(after)
+    batch_first, interactive = first_token_times(small, batch_patience=1000.0)
+    assert batch_first > max(first for _, first in interactive)

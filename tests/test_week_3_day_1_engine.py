@@ -166,7 +166,8 @@ def check_forwards(
 ) -> None:
     """What each forward ran, against the schedule's rules.
 
-    Every prompt is prefilled exactly once, in chunks of at most prefill_step; a
+    Every prompt is prefilled exactly once (a preempted request's again per
+    preemption, its decodes then unchecked), in chunks of at most prefill_step; a
     mixed forward holds at most token_budget tokens (a chunk's tokens and one per
     decode); an alternate step runs a forward for one chunk, then one for the
     decodes. Decodes are never starved: a request decodes in every forward (every
@@ -198,10 +199,16 @@ def check_forwards(
         n for n, r in enumerate(records) if policy == "mixed" or r.decodes
     ]  # the forwards a decoding request must be in
     for request_id in ids:
+        result = recorder.result(request_id)
+        preemptions = result.metrics.preemptions
+        if preemptions:  # recomputed: its prompt and what it had generated, again
+            assert sum(recorder.chunks(request_id)) >= (
+                (1 + preemptions) * prompt_lengths[request_id]
+            ), f"request {request_id}: preempted {preemptions} times"
+            continue
         assert sum(recorder.chunks(request_id)) == prompt_lengths[request_id], (
             f"request {request_id}: its chunks must cover its prompt exactly once"
         )
-        result = recorder.result(request_id)
         decoded = len(result.tokens) - 1 + (result.finish_reason == "stop")
         last_chunk = max(
             n for n, r in enumerate(records) if request_id in dict(r.chunks)
@@ -362,6 +369,7 @@ def test_requests_added_between_steps(pair, tokenizer, no_eos, policy, token_bud
         max_tokens=5,
         sampler=sampler,
         on_forward=recorder.records.append,
+        batch_patience=0,  # arrival order: no priority preemption (step_limits.py)
     )
     lengths = {}
 

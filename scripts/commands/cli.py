@@ -117,6 +117,108 @@ def parse_kv_memory(value: str | None) -> int | None:
         fail(str(error))
 
 
+# What a mixed step runs with unless told otherwise: the best setting of
+# `pdm run bench-latency --sweep` (book: week3-latency.md).
+MIXED_STEP_DEFAULTS = {
+    "long_prefill_token_threshold": 64,
+    "max_num_partial_prefills": 4,
+    "max_long_partial_prefills": 1,
+}
+STEP_LIMIT_OPTIONS = tuple(
+    "--" + name.replace("_", "-") for name in MIXED_STEP_DEFAULTS
+)
+NO_LIMIT = "none"
+
+
+def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
+    """--policy, the mixed step's partial-prefill limits and --batch-patience; read
+    them with check_scheduling_options, then scheduling_settings."""
+    parser.add_argument(
+        "--policy",
+        choices=("alternate", "mixed"),
+        help="mixed: one forward a step with every decode and prefill chunks (week 3 "
+        "day 1; the default once the package has it); alternate: a prefill chunk's "
+        "forward, then the decodes' (week 2 day 7)",
+    )
+    limits = {
+        "long_prefill_token_threshold": "a prompt of more tokens is long, and its "
+        "chunk per step is at most this many tokens",
+        "max_num_partial_prefills": "at most this many prompts partly prefilled at "
+        "once (1: one at a time, first come first served)",
+        "max_long_partial_prefills": "at most this many of them long",
+    }
+    for name, text in limits.items():
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            metavar="N",
+            help=f"with --policy mixed: {text}, or 'none' "
+            f"(default: {MIXED_STEP_DEFAULTS[name]})",
+        )
+    parser.add_argument(
+        "--batch-patience",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a batch request yields to interactive ones (they go first and may "
+        "preempt it) for this long after it arrives; 0: arrival order (default: 30)",
+    )
+
+
+def check_scheduling_options(args: argparse.Namespace) -> None:
+    """Each limit given as an int of at least 1 or 'none' (then NO_LIMIT); the
+    patience finite and >= 0. Before the slow imports: a bad value fails at once."""
+    for option in STEP_LIMIT_OPTIONS:
+        name = option.removeprefix("--").replace("-", "_")
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if value.strip().lower() == NO_LIMIT:
+            setattr(args, name, NO_LIMIT)
+            continue
+        if not value.strip().isdigit() or int(value) < 1:
+            fail(f"{option} must be a number of at least 1 or 'none', got {value!r}")
+        setattr(args, name, int(value))
+        if args.policy == "alternate":
+            fail(f"{option} limits a mixed step: add --policy mixed, or leave it out")
+    require_finite("--batch-patience", args.batch_patience)
+    if args.batch_patience < 0:
+        fail(f"--batch-patience must be at least 0 seconds, got {args.batch_patience}")
+
+
+def scheduling_settings(args: argparse.Namespace, policy: str) -> dict:
+    """The Engine's keyword settings for the policy, the limits and the patience: a
+    limit not given is MIXED_STEP_DEFAULTS' under the mixed policy and None under
+    the alternate one."""
+    settings = {"policy": policy, "batch_patience": args.batch_patience}
+    for name, default in MIXED_STEP_DEFAULTS.items():
+        value = getattr(args, name)
+        if value is None:
+            value = default if policy == "mixed" else None
+        settings[name] = None if value == NO_LIMIT else value
+    return settings
+
+
+def newest_policy(package, asked: str | None) -> str:
+    """The policy to run: `asked` if given, else "mixed" when `package` has week 3
+    day 1 (its plan_mixed and step limits run) and "alternate" when not yet (said on
+    stderr)."""
+    if asked is not None:
+        return asked
+    from types import SimpleNamespace
+
+    try:
+        planner = package.Planner(package.EngineConfig(policy="mixed"), kv=None)
+        package.plan_mixed(planner)
+        package.chunk_limit(planner, SimpleNamespace(prefill_tokens=[], offset=0), 1)
+    except NotImplementedError:
+        print(
+            f"{package.__name__}: policy alternate (the mixed step is week 3 day 1)",
+            file=sys.stderr,
+        )
+        return "alternate"
+    return "mixed"
+
+
 def kv_cache_line(
     metrics,
     model,

@@ -1,7 +1,8 @@
 """Serve a model with an OpenAI-compatible API: `pdm run serve`.
 
 pdm run serve                                  # the embedded model on 127.0.0.1:8000
-pdm run serve --policy mixed --token-budget 256 --batch-size 8
+pdm run serve --token-budget 256 --batch-size 8  # a mixed step of at most 256 tokens
+pdm run serve --max-num-partial-prefills 1     # one prompt prefilled at a time
 pdm run serve --kv-memory 2GiB                 # the paged pool's budget (default: half
                                                # the available memory)
 pdm run serve --solution learner --api-key secret
@@ -24,7 +25,10 @@ from pathlib import Path  # noqa: E402
 
 from scripts.commands.cli import (  # noqa: E402
     EngineLog,
+    STEP_LIMIT_OPTIONS,
     add_kv_memory_option,
+    add_scheduling_options,
+    check_scheduling_options,
     context_length,
     fail,
     fail_with_options,
@@ -32,11 +36,13 @@ from scripts.commands.cli import (  # noqa: E402
     load_model_or_exit,
     newest_kv_cache,
     newest_model,
+    newest_policy,
     note_slow_blas,
     option_parser,
     parse_kv_memory,
     require_at_least,
     require_model_name,
+    scheduling_settings,
 )
 
 # The options that set an engine argument of the same name: its errors name them.
@@ -50,6 +56,8 @@ ENGINE_OPTIONS = (
     "--block-size",
     "--num-blocks",
     "--kv-memory",
+    *STEP_LIMIT_OPTIONS,
+    "--batch-patience",
 )
 
 
@@ -69,7 +77,7 @@ def parse_args() -> argparse.Namespace:
         default="128",
         help="prompt tokens per prefill chunk, or 'none' for whole prompts",
     )
-    parser.add_argument("--policy", default="alternate", choices=("alternate", "mixed"))
+    add_scheduling_options(parser)
     parser.add_argument(
         "--token-budget", type=int, help="with --policy mixed: tokens per step"
     )
@@ -136,8 +144,9 @@ def parse_args() -> argparse.Namespace:
         )
     else:
         args.prefill_step = int(args.prefill_step)
-    if args.token_budget is not None and args.policy != "mixed":
+    if args.token_budget is not None and args.policy == "alternate":
         fail("--token-budget limits a mixed step: add --policy mixed")
+    check_scheduling_options(args)
     if args.api_key is not None and not args.api_key.strip():
         fail("--api-key is empty: give a key, or leave it out to serve without one")
     return args
@@ -155,14 +164,15 @@ def build_engine(package, mlx_model, tokenizer, args):
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
+        args.policy = newest_policy(package, args.policy)
         return package.Engine(
             model,
             tokenizer,
             batch_size=args.batch_size,
             max_seq_len=max_seq_len,
             prefill_step=args.prefill_step,
-            policy=args.policy,
             token_budget=args.token_budget,
+            **scheduling_settings(args, args.policy),
             reserved_interactive_slots=args.reserved_interactive_slots,
             kv_cache=args.kv_cache,
             block_size=args.block_size,

@@ -42,6 +42,7 @@ from .request import Request
 from .chunking import AdaptiveChunker, select_chunk_size
 from .kv_manager import DenseKvManager, KvManager
 from .planner import Plan, Planner
+from .step_limits import chunk_limit, is_long, may_start, preempt_for_interactive
 from .mixed_step import PrefillChunk, mixed_forward, plan_mixed, run_mixed
 from .runner import Forward, ModelRunner
 from .paged_cache import (

@@ -38,6 +38,7 @@ from .kv_cache import BatchingKvCache, TinyKvCache
 from .planner import Plan, Planner
 from .qwen2_week2 import Qwen2ModelWeek2, check_offset
 from .request import Request
+from .step_limits import chunk_limit, may_start, preempt_for_interactive
 
 
 @dataclass
@@ -116,24 +117,28 @@ def mixed_forward(
 
 
 def plan_mixed(planner: Planner) -> Plan:
-    """The mixed policy's plan for ONE forward, made with the planner's week 2 day 6
-    rules: every decode row first (room made for them), then prefill chunks most urgent first until token_budget is spent
-    (None: no limit). Every row fed counts against the budget, an empty slot's
-    dummy row too.
+    """The mixed policy's plan for ONE forward, made with the planner's rules: an
+    interactive request with no slot preempts batch work first
+    (preempt_for_interactive, step_limits.py); then every decode row (room made for
+    them);
+    then prefill chunks, most urgent first, until token_budget is spent (None: no
+    limit). Every row fed counts against the budget, an empty slot's dummy row too.
 
-    Each chunk is min(tokens left, chunk_size or tokens left, budget left) at the
-    request's offset, cut to the room planner.reserve_chunk makes for it; a chunk
-    with no room ends the plan (first come, first served). The requests come from planner.prefill_candidates (room from
-    the KV manager, first come first served), asked with `also_ready` = the
-    requests that have started prefilling (offset > 0) and those planned so far,
-    so that each keeps a slot in view. An AdaptiveChunker is asked once a step (it learns from one time a
-    step); a size a policy gets wrong fails that request alone, and the next
-    request asks the policy again.
+    The requests come from planner.prefill_candidates (a slot in view, room from the
+    KV manager, first come first served) with may_start's partial-prefill limits,
+    both asked with the requests that have started prefilling (offset > 0) and those
+    planned so far, so that each keeps a slot in view. Each chunk is
+    chunk_limit(planner, request, chunk size) (a long prompt's cap included), at most
+    the budget left, cut to the room planner.reserve_chunk makes for it; a chunk
+    with no room ends the plan (first come, first served). An AdaptiveChunker is
+    asked once a step (it learns from one time a step); a size a policy gets wrong
+    fails that request alone, and the next request asks the policy again.
     """
     raise NotImplementedError(
-        "Week 3 Day 1: plan_mixed: room for the decodes, their rows, then chunks by "
-        "urgency within the budget left, each cut to what planner.reserve_chunk makes"
-        " room for (stop at the first that gets none); Plan(rows, chunks, mixed=True)"
+        "Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, "
+        "their rows, then chunks from prefill_candidates with may_start within the "
+        "budget left, each chunk_limit, cut to what planner.reserve_chunk makes room "
+        "for (stop at the first that gets none); Plan(rows, chunks, mixed=True)"
     )
 
 

@@ -6,9 +6,12 @@ prefilled and waiting for a slot), and asks the KV manager for room. Two policie
   waiting request; then plan_decodes() gives every decoding request's next token.
   The engine runs them as two forwards.
 - "mixed" (week 3 day 1): mixed_step.plan_mixed(planner) gives both at once, for ONE
-  forward: every
-  decoding request first, so decodes never wait, then prefill chunks (interactive
-  before batch, first come first served) within `token_budget`.
+  forward: every decoding request first, so decodes never wait, then prefill chunks
+  (most urgent first) within `token_budget` and the partial-prefill limits
+  (step_limits.py).
+
+Urgency is a deadline: an interactive request's arrival, a batch request's arrival
+plus batch_patience seconds; the earliest goes first, ties by the order added.
 
 Rules both keep:
 - A request starts prefilling only if it will have a slot when its prefill ends
@@ -24,7 +27,7 @@ Rules both keep:
 """
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tiny_llm_base import EngineConfig, check_int
@@ -83,17 +86,27 @@ class Planner:
         )
 
     def add(self, request: Request) -> None:
-        """An arrived request waits for its prefill."""
+        """An arrived request waits for its prefill (its arrival time is read now if
+        nobody read it)."""
         raise NotImplementedError(
-            "Week 2 Day 6: add: append to waiting, give it the next number in order"
+            "Week 2 Day 6: add: append to waiting, give it the next number in order, "
+            "read metrics.arrival from request.clock() when it is None"
+        )
+
+    def deadline(self, request: Request) -> float:
+        """When the request should be served: an interactive request at its arrival,
+        a batch one batch_patience seconds after its own. Earlier goes first."""
+        raise NotImplementedError(
+            "Week 2 Day 6: deadline: metrics.arrival, plus batch_patience for a batch"
+            " request"
         )
 
     def by_urgency(self) -> list[Request]:
-        """The waiting requests, interactive first, the first admitted first within a
-        priority (sorted is stable)."""
+        """The waiting requests, earliest deadline first, then the first added: an
+        interactive request goes before the batch requests that arrived less than
+        batch_patience seconds before it."""
         raise NotImplementedError(
-            'Week 2 Day 6: by_urgency: waiting sorted by priority != "interactive" '
-            "(stable)"
+            "Week 2 Day 6: by_urgency: waiting sorted by (deadline, order)"
         )
 
     def decoding(self) -> list[tuple[int, Request]]:
@@ -133,16 +146,21 @@ class Planner:
             " joins holding"
         )
 
-    def prefill_candidates(self, also_ready: list[Request] = ()) -> Iterator[Request]:
+    def prefill_candidates(
+        self,
+        also_ready: list[Request] = (),
+        may_start: Callable[[Request], bool] | None = None,
+    ) -> Iterator[Request]:
         """The waiting requests that may run a prefill chunk now, most urgent first:
-        still prefilling, with a slot in view (slot_for, with also_ready as it is
-        when each is asked) and memory held or given (admit). First come, first
-        served: once one cannot get memory, nobody behind it who holds none
+        still prefilling, let start by `may_start` (week 3 day 1's partial-prefill
+        limits; None: everyone), with a slot in view (slot_for, with also_ready
+        as it is when each is asked) and memory held or given (admit). First come,
+        first served: once one cannot get memory, nobody behind it who holds none
         overtakes it, while those holding memory go on."""
         raise NotImplementedError(
-            "Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled and "
-            "those with no slot in view; admit the others until one is refused, then "
-            "only holders; yield each"
+            "Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled, those "
+            "may_start refuses and those with no slot in view; admit the others until"
+            " one is refused, then only holders; yield each"
         )
 
     def plan_chunk(self) -> Plan:
@@ -220,7 +238,7 @@ class Planner:
     # ANCHOR_END: make_room
 
     def place_prefilled(self) -> None:
-        """Every prefilled waiting request, interactive first, takes the slot
+        """Every prefilled waiting request, most urgent first, takes the slot
         slot_for gives it (the KV manager's place) and leaves waiting."""
         raise NotImplementedError(
             "Week 2 Day 6: place_prefilled: each prefilled waiting request by urgency"

@@ -8,6 +8,7 @@ request alone.
 """
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -50,6 +51,15 @@ class EngineConfig:
     kv_cache: "dense" (week 2 day 5's caches) or "paged" (week 3 day 2): a pool of
         blocks of block_size positions; prefix_caching (paged only, week 3 day 3)
         reuses full blocks an earlier request computed.
+    long_prefill_token_threshold, max_num_partial_prefills, max_long_partial_prefills
+        (mixed policy, week 3 day 1; vLLM's names): a prompt of more tokens than the
+        threshold is long, and a long prompt's chunk is at most that many tokens; at
+        most max_num_partial_prefills requests are partly prefilled at once (1: one
+        prompt at a time, first come first served), at most
+        max_long_partial_prefills of them long. None: no such limit.
+    batch_patience: seconds after its arrival during which a batch request yields
+        to interactive requests: they go before it and, when no slot is free, may
+        preempt it. Past them it keeps its place (never starved); 0: arrival order.
     kv_memory: the keys and values' budget in bytes (an int, or a size such as
         "512MiB" or "2GB"). Paged: the pool holds at most this much, and grows
         towards it only as blocks are used (None: half the memory available when the
@@ -65,6 +75,10 @@ class EngineConfig:
     max_tokens: int | None = None
     sampler: Sampler | None = None
     reserved_interactive_slots: int = 0
+    long_prefill_token_threshold: int | None = None
+    max_num_partial_prefills: int | None = None
+    max_long_partial_prefills: int | None = None
+    batch_patience: float = 30.0
     kv_cache: str = "dense"
     block_size: int = 16
     num_blocks: int | None = None
@@ -102,7 +116,42 @@ class EngineConfig:
             raise ValueError(
                 "token_budget limits a mixed step: pass policy='mixed' or leave it None"
             )
+        self.check_prefill_limits()
         self.check_kv_cache()
+
+    def check_prefill_limits(self) -> None:
+        check_int(
+            "long_prefill_token_threshold",
+            self.long_prefill_token_threshold,
+            1,
+            allow_none=True,
+        )
+        check_int("max_num_partial_prefills", self.max_num_partial_prefills, 1, True)
+        check_int("max_long_partial_prefills", self.max_long_partial_prefills, 1, True)
+        limits = ("long_prefill_token_threshold", "max_num_partial_prefills")
+        limits += ("max_long_partial_prefills",)
+        for name in limits:
+            if getattr(self, name) is not None and self.policy != "mixed":
+                raise ValueError(
+                    f"{name} limits what shares a mixed step: pass policy='mixed' or "
+                    "leave it None"
+                )
+        most, long = self.max_num_partial_prefills, self.max_long_partial_prefills
+        if most is not None and long is not None and long > most:
+            raise ValueError(
+                f"max_long_partial_prefills ({long}) cannot pass "
+                f"max_num_partial_prefills ({most}): lower it, or raise the other"
+            )
+        patience = self.batch_patience
+        if isinstance(patience, bool) or not isinstance(patience, (int, float)):
+            raise TypeError(
+                "batch_patience must be a number of seconds, got "
+                f"{type(patience).__name__}"
+            )
+        if not math.isfinite(patience) or patience < 0:
+            raise ValueError(
+                f"batch_patience must be a finite number of seconds >= 0, got {patience}"
+            )
 
     def check_kv_cache(self) -> None:
         if self.kv_cache not in KV_CACHES:

@@ -1,0 +1,93 @@
+"""Who shares a mixed step: the partial-prefill limits and priority preemption.
+
+A mixed step (mixed_step.py) runs every decode and then prefill chunks, most urgent
+first. Left alone, one long prompt sets the pace of every step it is in: each of its
+chunks is a full prefill_step at an ever longer context, and a short chat that
+arrives behind it waits for those steps. Three limits decide who waits (vLLM's names):
+
+- long_prefill_token_threshold: a prompt of more tokens than this is long, and a long
+  prompt's chunk is at most this many tokens, so the steps it shares stay short;
+- max_num_partial_prefills: at most this many requests partly prefilled at once; a
+  request that has not started waits (1: one prompt at a time, in arrival order);
+- max_long_partial_prefills: at most this many of them long, so a few long prompts
+  never hold every prefill place while short ones queue.
+
+And priorities act: when every slot is taken, a waiting interactive request preempts
+a decoding batch request (it gives its memory back and recomputes later, as under
+memory pressure, week 2 day 6). Only batch requests whose deadline
+(Planner.deadline: arrival + batch_patience) is later than the interactive request's
+can be preempted, so a batch request older than batch_patience is never preempted or
+overtaken again: it is never starved.
+"""
+
+from .planner import Planner
+from .request import Request
+
+
+def is_long(planner: Planner, request: Request) -> bool:
+    """True for a prompt of more than long_prefill_token_threshold tokens (never when
+    the threshold is None)."""
+    # Week 3 Day 1: is_long: the threshold is set and the prompt's tokens pass it
+    threshold = planner.config.long_prefill_token_threshold
+    return threshold is not None and len(request.prefill_tokens) > threshold
+
+
+def may_start(planner: Planner, request: Request, started: list[Request]) -> bool:
+    """The partial-prefill limits. `started`: the requests that have started
+    prefilling (offset > 0, or planned this step). A started request goes on; one
+    that has not may start only while fewer than max_num_partial_prefills of the
+    waiting requests are partly prefilled (started, not done), and, if it is long,
+    fewer than max_long_partial_prefills of those are long (None: no limit)."""
+    # Week 3 Day 1: may_start: True for a started request; else the partly prefilled
+    # waiting requests (in started, not prefill-done) and the long ones among them,
+    # each under its limit
+    if request in started or request.offset > 0:
+        return True
+    partial = [r for r in planner.waiting if r in started and not r.is_prefill_done]
+    config = planner.config
+    if config.max_num_partial_prefills is not None:
+        if len(partial) >= config.max_num_partial_prefills:
+            return False
+    if is_long(planner, request) and config.max_long_partial_prefills is not None:
+        long_ones = sum(is_long(planner, r) for r in partial)
+        return long_ones < config.max_long_partial_prefills
+    return True
+
+
+def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
+    """The request's next chunk: the prompt tokens it has left, at most `size` (the
+    chunk size policy's answer; None: no cap) and, for a long prompt, at most
+    long_prefill_token_threshold."""
+    # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, when
+    # is_long, the threshold
+    tokens = len(request.prefill_tokens) - request.offset
+    if size is not None:
+        tokens = min(tokens, size)
+    if is_long(planner, request):
+        tokens = min(tokens, planner.config.long_prefill_token_threshold)
+    return tokens
+
+
+def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
+    """Before a mixed step is planned: each waiting interactive request, most urgent
+    first, that is still prefilling and may start (may_start) but has no slot in view
+    (planner.slot_for with `started`) preempts decoding batch requests whose deadline
+    is later than its own, latest first, until it has one or none is left."""
+    # Week 3 Day 1: preempt_for_interactive: for each waiting interactive request by
+    # urgency, not prefill-done, may_start: while slot_for is None, planner.preempt the
+    # decoding batch request with the latest deadline past its own (stop when none)
+    for request in planner.by_urgency():
+        if request.priority != "interactive" or request.is_prefill_done:
+            continue
+        if not may_start(planner, request, started):
+            continue
+        while planner.slot_for(request, started) is None:
+            later = [
+                r
+                for _, r in planner.decoding()
+                if r.priority == "batch"
+                and planner.deadline(r) > planner.deadline(request)
+            ]
+            if not later:
+                break
+            planner.preempt(max(later, key=planner.deadline))

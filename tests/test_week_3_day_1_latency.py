@@ -1,0 +1,257 @@
+"""Week 3 Day 1: who shares a mixed step (step_limits.py).
+
+A long prompt's chunks are capped at long_prefill_token_threshold; at most
+max_num_partial_prefills requests are partly prefilled at once, at most
+max_long_partial_prefills of them long; a short prompt gets through while a long one
+is in progress; an interactive request with no free slot preempts a decoding batch
+request that arrived less than batch_patience before it, and the preempted request
+still finishes with the tokens it gets alone. Tokens are compared with mlx-lm
+generating each prompt alone on the same weights.
+"""
+
+import numpy as np
+import pytest
+
+from tiny_llm_base import EngineConfig
+from tiny_llm_base.mlx_lm_reference import greedy_without
+
+from .helpers import assert_same_tokens, expected_tokens, run_engine, token_ids
+from .solution import tiny
+
+LONG, SHORT = 40, 5
+
+
+def assert_tokens(results, mlx_model, specs, tokenizer, banned):
+    for i, (spec, result) in enumerate(zip(specs, results)):
+        assert result.error is None, result.error
+        [(tokens, gaps)] = expected_tokens(
+            mlx_model, [spec.prompt], spec.max_tokens, tokenizer, banned
+        )
+        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
+
+
+def specs_of(rng, vocab, lengths, max_tokens=3, **fields):
+    return [
+        tiny.PromptSpec(token_ids(rng, vocab, n), max_tokens=max_tokens, **fields)
+        for n in lengths
+    ]
+
+
+def test_a_long_prompts_chunks_are_capped_at_the_threshold(pair, tokenizer, no_eos):
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(11)
+    specs = specs_of(rng, mlx_model.args.vocab_size, (LONG, SHORT, 9))
+    forwards = []
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=3,
+        prefill_step=None,
+        policy="mixed",
+        long_prefill_token_threshold=8,
+        sampler=sampler,
+        on_forward=forwards.append,
+    )
+    results = run_engine(engine, specs)
+    chunks = {}
+    for forward in forwards:
+        for request_id, tokens in forward.chunks:
+            chunks.setdefault(request_id, []).append(tokens)
+    assert chunks[0] == [8] * 5  # 40 tokens, long: five chunks of 8
+    assert chunks[1] == [SHORT] and chunks[2] == [8, 1]  # 9 > 8: long too
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+
+
+@pytest.mark.parametrize("most, most_long", [(1, None), (2, 1), (3, 2), (None, 1)])
+def test_partial_prefills_stay_within_the_limits(
+    pair, tokenizer, no_eos, most, most_long
+):
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(12)
+    lengths = (LONG, 30, SHORT, 25, 6, 7, 33)
+    specs = specs_of(rng, mlx_model.args.vocab_size, lengths)
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=7,
+        prefill_step=4,
+        policy="mixed",
+        long_prefill_token_threshold=20,
+        max_num_partial_prefills=most,
+        max_long_partial_prefills=most_long,
+        sampler=sampler,
+    )
+    seen = []
+
+    def check_limits(engine):
+        partial = [
+            r for r in engine.planner.waiting if 0 < r.offset < len(r.prefill_tokens)
+        ]
+        long_ones = [r for r in partial if len(r.prefill_tokens) > 20]
+        seen.append((len(partial), len(long_ones)))
+        assert most is None or len(partial) <= most
+        assert most_long is None or len(long_ones) <= most_long
+
+    results = run_engine(engine, specs, check_limits)
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+    # The limits were reached, so the checks above tested something.
+    assert max(n for n, _ in seen) == (most or max(n for n, _ in seen))
+    assert most_long is None or max(n for _, n in seen) == most_long
+
+
+def first_token_steps(model, tokenizer, sampler, specs, **settings) -> list[int]:
+    """The step (1, 2, ...) in which each request got its first token."""
+    engine = tiny.Engine(model, tokenizer, sampler=sampler, **settings)
+    ids = [engine.add_request(spec) for spec in specs]
+    first = {}
+    while engine.has_unfinished():
+        for output in engine.step():
+            if output.tokens:
+                first.setdefault(output.request_id, engine.steps_done)
+    return [first[i] for i in ids]
+
+
+def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, no_eos):
+    """The long prompt arrives first and needs 5 steps of 8-token chunks; the short
+    one arrives in step 3. With room for two partial prefills it answers in the step
+    it arrives; one at a time (first come, first served), it waits for the long one."""
+    mlx_model, model = pair
+    sampler, _ = no_eos
+    rng = np.random.default_rng(13)
+    long_prompt, short_prompt = (
+        token_ids(rng, mlx_model.args.vocab_size, n) for n in (LONG, SHORT)
+    )
+    specs = [
+        tiny.PromptSpec(long_prompt, max_tokens=2),
+        tiny.PromptSpec(short_prompt, max_tokens=2, arrival_step=2),
+    ]
+    settings = dict(batch_size=2, prefill_step=None, policy="mixed")
+    settings["long_prefill_token_threshold"] = 8
+    long_first, short_first = first_token_steps(
+        model, tokenizer, sampler, specs, max_num_partial_prefills=2, **settings
+    )
+    assert (long_first, short_first) == (5, 3)
+    long_first, short_first = first_token_steps(
+        model, tokenizer, sampler, specs, max_num_partial_prefills=1, **settings
+    )
+    assert (long_first, short_first) == (5, 6)
+
+
+def test_an_interactive_request_preempts_batch_work(pair, tokenizer, no_eos):
+    """Both slots decode batch requests when an interactive one arrives: it preempts
+    the newest and answers in its first step; the preempted request recomputes and
+    still gets mlx-lm's tokens."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(14)
+    vocab = mlx_model.args.vocab_size
+    specs = specs_of(rng, vocab, (7, 9), max_tokens=12, priority="batch")
+    specs += [
+        tiny.PromptSpec(
+            token_ids(rng, vocab, 6),
+            max_tokens=3,
+            priority="interactive",
+            arrival_step=4,
+        )
+    ]
+    settings = dict(batch_size=2, prefill_step=None, policy="mixed")
+    engine = tiny.Engine(model, tokenizer, sampler=sampler, **settings)
+    results = run_engine(engine, specs)
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+    assert engine.metrics.preemptions == 1
+    assert [r.metrics.preemptions for r in results] == [0, 1, 0]
+    steps = first_token_steps(model, tokenizer, sampler, specs, **settings)
+    assert steps[2] == 5  # arrived at the start of step 5, answered in it
+
+
+def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):
+    """With batch_patience 0 the batch requests keep their slots: the interactive
+    request waits for one to finish, and nothing is preempted."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(14)
+    vocab = mlx_model.args.vocab_size
+    specs = specs_of(rng, vocab, (7, 9), max_tokens=12, priority="batch")
+    specs += [
+        tiny.PromptSpec(
+            token_ids(rng, vocab, 6),
+            max_tokens=3,
+            priority="interactive",
+            arrival_step=4,
+        )
+    ]
+    settings = dict(batch_size=2, prefill_step=None, policy="mixed", batch_patience=0)
+    engine = tiny.Engine(model, tokenizer, sampler=sampler, **settings)
+    results = run_engine(engine, specs)
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+    assert engine.metrics.preemptions == 0
+    steps = first_token_steps(model, tokenizer, sampler, specs, **settings)
+    assert steps[2] > max(steps[:2]) + 10  # after a batch request's 12 tokens
+
+
+def test_preempted_batch_requests_finish_with_their_tokens_on_the_embedded_model(
+    embedded_model, embedded_float32_reference
+):
+    """The embedded model, float32, paged: four batch requests decoding in four
+    slots, two interactive ones arriving; every request's tokens equal mlx-lm's
+    alone."""
+    mlx_model, tokenizer = embedded_model
+    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    texts = ["Name a planet.", "What is 2 + 2?", "Say hi.", "Count to five."]
+    specs = [
+        tiny.PromptSpec(tokenizer.encode(t), max_tokens=10, priority="batch")
+        for t in texts
+    ]
+    specs += [
+        tiny.PromptSpec(
+            tokenizer.encode(t), max_tokens=6, priority="interactive", arrival_step=s
+        )
+        for t, s in (("What colour is the sky?", 3), ("Name a fruit.", 5))
+    ]
+    banned = sorted(tokenizer.eos_token_ids)
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=4,
+        max_seq_len=64,
+        policy="mixed",
+        kv_cache="paged",
+        sampler=greedy_without(banned, mlx_model.args.vocab_size),
+    )
+    results = run_engine(engine, specs)
+    assert engine.metrics.preemptions == 2
+    for i, (spec, result) in enumerate(zip(specs, results)):
+        [(tokens, gaps)] = expected_tokens(
+            embedded_float32_reference,
+            [spec.prompt],
+            spec.max_tokens,
+            tokenizer,
+            banned,
+        )
+        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
+
+
+@pytest.mark.parametrize(
+    "settings, error",
+    [
+        (dict(max_num_partial_prefills=2), ValueError),
+        (dict(long_prefill_token_threshold=64), ValueError),
+        (dict(policy="mixed", max_num_partial_prefills=0), ValueError),
+        (dict(policy="mixed", long_prefill_token_threshold=2.5), TypeError),
+        (
+            dict(
+                policy="mixed", max_num_partial_prefills=2, max_long_partial_prefills=3
+            ),
+            ValueError,
+        ),
+        (dict(batch_patience=-1), ValueError),
+        (dict(batch_patience=float("nan")), ValueError),
+        (dict(batch_patience="soon"), TypeError),
+    ],
+)
+def test_bad_limits_are_refused_with_the_setting_named(settings, error):
+    with pytest.raises(error) as raised:
+        EngineConfig(**settings)
+    assert any(name in str(raised.value) for name in settings if name != "policy")

@@ -24,14 +24,17 @@ from .planner import Planner
 from .request import Request
 
 
+# ANCHOR: is_long
 def is_long(planner: Planner, request: Request) -> bool:
     """True for a prompt of more than long_prefill_token_threshold tokens (never when
     the threshold is None)."""
     raise NotImplementedError(
         "Week 3 Day 1: is_long: the threshold is set and the prompt's tokens pass it"
     )
+    # ANCHOR_END: is_long
 
 
+# ANCHOR: may_start
 def may_start(planner: Planner, request: Request, started: list[Request]) -> bool:
     """The partial-prefill limits. `started`: the requests that have started
     prefilling (offset > 0, or planned this step). A started request goes on; one
@@ -43,8 +46,10 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
         "prefilled waiting requests (in started, not prefill-done) and the long ones "
         "among them, each under its limit"
     )
+    # ANCHOR_END: may_start
 
 
+# ANCHOR: chunk_limit
 def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
     """The request's next chunk: the prompt tokens it has left, at most `size` (the
     chunk size policy's answer; None: no cap) and, for a long prompt, at most
@@ -53,8 +58,10 @@ def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
         "Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, "
         "when is_long, the threshold"
     )
+    # ANCHOR_END: chunk_limit
 
 
+# ANCHOR: preempt_for_interactive
 def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
     """Before a mixed step is planned: each waiting interactive request, most urgent
     first, that is still prefilling and may start (may_start) but has no slot in view
@@ -66,3 +73,4 @@ def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
         "planner.preempt the decoding batch request with the latest deadline past its"
         " own (stop when none)"
     )
+    # ANCHOR_END: preempt_for_interactive

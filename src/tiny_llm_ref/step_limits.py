@@ -24,14 +24,17 @@ from .planner import Planner
 from .request import Request
 
 
+# ANCHOR: is_long
 def is_long(planner: Planner, request: Request) -> bool:
     """True for a prompt of more than long_prefill_token_threshold tokens (never when
     the threshold is None)."""
     # Week 3 Day 1: is_long: the threshold is set and the prompt's tokens pass it
     threshold = planner.config.long_prefill_token_threshold
     return threshold is not None and len(request.prefill_tokens) > threshold
+    # ANCHOR_END: is_long
 
 
+# ANCHOR: may_start
 def may_start(planner: Planner, request: Request, started: list[Request]) -> bool:
     """The partial-prefill limits. `started`: the requests that have started
     prefilling (offset > 0, or planned this step). A started request goes on; one
@@ -52,8 +55,10 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
         long_ones = sum(is_long(planner, r) for r in partial)
         return long_ones < config.max_long_partial_prefills
     return True
+    # ANCHOR_END: may_start
 
 
+# ANCHOR: chunk_limit
 def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
     """The request's next chunk: the prompt tokens it has left, at most `size` (the
     chunk size policy's answer; None: no cap) and, for a long prompt, at most
@@ -66,8 +71,10 @@ def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
     if is_long(planner, request):
         tokens = min(tokens, planner.config.long_prefill_token_threshold)
     return tokens
+    # ANCHOR_END: chunk_limit
 
 
+# ANCHOR: preempt_for_interactive
 def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
     """Before a mixed step is planned: each waiting interactive request, most urgent
     first, that is still prefilling and may start (may_start) but has no slot in view
@@ -91,3 +98,4 @@ def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
             if not later:
                 break
             planner.preempt(max(later, key=planner.deadline))
+    # ANCHOR_END: preempt_for_interactive

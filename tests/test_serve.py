@@ -811,7 +811,14 @@ def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
     "arguments, complaint",
     [
         (["--batch-size", "0"], "--batch-size must be at least 1"),
-        (["--token-budget", "64"], "add --policy mixed"),
+        (["--policy", "alternate", "--token-budget", "64"], "add --policy mixed"),
+        (["--max-num-partial-prefills", "0"], "must be a number of at least 1"),
+        (
+            ["--policy", "alternate", "--max-long-partial-prefills", "1"],
+            "limits a mixed step",
+        ),
+        (["--batch-patience", "nan"], "--batch-patience must be a finite number"),
+        (["--batch-patience", "-1"], "--batch-patience must be at least 0"),
         (["--solution", "mine"], "choose ref or learner"),
         (["--api-key", " "], "--api-key is empty"),
     ],

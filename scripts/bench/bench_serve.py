@@ -110,8 +110,10 @@ class Server:
 
 def ours(args, port: int) -> Server:
     command = [sys.executable, "-m", "scripts.commands.serve", "--port", str(port)]
-    command += ["--batch-size", str(args.batch_size), "--policy", args.policy]
-    if args.policy == "mixed" and args.token_budget:
+    command += ["--batch-size", str(args.batch_size)]
+    if args.policy:
+        command += ["--policy", args.policy]
+    if args.policy != "alternate" and args.token_budget:
         command += ["--token-budget", str(args.token_budget)]
     if args.kv_cache:
         command += ["--kv-cache", args.kv_cache]
@@ -260,7 +262,7 @@ def check_options(args: argparse.Namespace) -> None:
     require_at_least(args, 1, "--batch-size", "--peer-concurrency")
     require_at_least(args, 1, "--soak-requests", "--soak-max-tokens")
     require_at_least(args, 0, "--token-budget")
-    if args.policy == "mixed" and 0 < args.token_budget <= args.batch_size:
+    if args.policy != "alternate" and 0 < args.token_budget <= args.batch_size:
         fail(
             f"--token-budget must be more than --batch-size ({args.batch_size}), or "
             f"0 for no limit, got {args.token_budget}"
@@ -276,9 +278,16 @@ def main() -> None:
     add_workload_arguments(parser)
     parser.set_defaults(requests=30, rate=0.3, max_tokens=24, long_notes=8)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--policy", default="mixed", choices=("alternate", "mixed"))
     parser.add_argument(
-        "--token-budget", type=int, default=64, help="ours, mixed policy (0: no limit)"
+        "--policy",
+        choices=("alternate", "mixed"),
+        help="ours' policy (default: what pdm run serve picks)",
+    )
+    parser.add_argument(
+        "--token-budget",
+        type=int,
+        default=0,
+        help="ours, mixed policy (default 0: no limit, as pdm run serve)",
     )
     parser.add_argument(
         "--kv-cache",

@@ -37,6 +37,7 @@ BENCH = "scripts.bench.bench"
 CHUNKED = "scripts.bench.bench_chunked_prefill"
 SERVE_BENCH = "scripts.bench.bench_serve"
 QUANTIZED = "scripts.bench.bench_quantized"
+LATENCY = "scripts.bench.bench_latency"
 LOAD_TEST = "scripts.commands.load_test"
 SERVE = "scripts.commands.serve"
 BOOK = "scripts.commands.book"
@@ -76,6 +77,27 @@ BAD_OPTIONS = {
         ["--timeline", "x"],
         "--timeline must be CASE:CONFIG,CONFIG with CASE one of a, b, c",
     ),
+    "bench-latency set without a value": (
+        LATENCY,
+        ["--set", "prefill_step"],
+        "--set takes [NAME:]KEY=VALUE",
+    ),
+    "bench-latency set an unknown setting": (
+        LATENCY,
+        ["--set", "chunk=64"],
+        "--set: defaults: unknown engine setting 'chunk'",
+    ),
+    "bench-latency set an unknown row": (
+        LATENCY,
+        ["--set", "fast:prefill_step=64"],
+        "--set fast:prefill_step=64: no row 'fast'",
+    ),
+    "bench-latency set a bad value": (
+        LATENCY,
+        ["--set", "fcfs:max_num_partial_prefills=0"],
+        "--set: fcfs: max_num_partial_prefills must be at least 1, got 0",
+    ),
+    "bench-latency zero rate": (LATENCY, ["--rate", "0"], "--rate must be more than 0"),
     "bench-chunked-prefill timeline unknown case": (
         CHUNKED,
         ["--timeline", "z:alternate:128"],

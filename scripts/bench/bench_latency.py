@@ -1,0 +1,565 @@
+"""Latency under load on our Engine: `pdm run bench-latency`.
+
+pdm run bench-latency                  # both parts, the goals met or missed
+pdm run bench-latency --quick          # smaller: a ~1,500-token long prompt
+pdm run bench-latency --sweep          # also SWEEP's grid, one row per point
+pdm run bench-latency --set long_prefill_token_threshold=32 --set fcfs:prefill_step=64
+
+Every run is a fresh in-process Engine on the embedded model (the served weights),
+greedy with EOS masked out: every request generates max_tokens.
+
+Part 1, trace: short interactive chats arrive as a Poisson process and one long
+interactive prompt arrives 3 s in, the same trace under each row of SETTINGS. Goals:
+the shorts' TTFT p99 under "defaults" at most 2x under "stream alone" (no long
+prompt); the long request's finish time (arrival -> last token) under "defaults" at
+most 1.2x under "first come, first served" (one prompt prefills at a time).
+Part 2, priority: 4 batch requests hold every slot; an interactive request arrives.
+Goals: its TTFT at most 1.2x on an idle engine; the batch tokens unchanged.
+
+--set KEY=VALUE (repeatable) changes an engine setting of "defaults", which the sweep
+and part 2 start from; --set NAME:KEY=VALUE one of row NAME. Writes the tables, JSON
+(--json) and the trace's timeline (book/src/images/week3-latency-timeline.png;
+--quick: beside the JSON).
+"""
+
+import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
+
+# isort: split
+import argparse
+import dataclasses
+import functools
+import itertools
+import json
+import os
+import statistics
+import sys
+import time
+from itertools import pairwise
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from scripts.bench.benchlib import render
+from scripts.bench.benchlib.measure import percentile
+from scripts.bench.benchlib.runners import Arrivals
+from scripts.bench.benchlib.workloads import Workload, long_prompt, warmup_workload
+from scripts.bench.prompt_texts import SHORT_QUESTIONS
+from scripts.commands.cli import (
+    MIXED_STEP_DEFAULTS,
+    fail,
+    option_parser,
+    require_positive,
+)
+from tiny_llm_base import EngineConfig, PromptSpec, load_model
+from tiny_llm_base.mlx_lm_reference import chat_ids, greedy_without
+from tiny_llm_ref import Engine, Qwen2ModelWeek2
+
+IMAGE = (
+    Path(__file__).resolve().parents[2] / "book/src/images/week3-latency-timeline.png"
+)
+
+# What serve runs with unless told otherwise: 8 slots (one kept for interactive
+# requests), 128-token chunks, the paged cache, the model's whole context per request
+# (run_trace), one mixed forward a step with the CLI's partial-prefill limits; the
+# rest (batch_patience) at its EngineConfig default.
+DEFAULTS = dict(
+    batch_size=8,
+    reserved_interactive_slots=1,
+    prefill_step=128,
+    kv_cache="paged",
+    policy="mixed",
+    **MIXED_STEP_DEFAULTS,
+)
+NO_LIMITS = {name: None for name in MIXED_STEP_DEFAULTS}
+# name -> (label, settings over DEFAULTS, whether the trace has the long prompt).
+# First come, first served prefills one prompt at a time in whole prefill_step
+# chunks (no long-prompt cap): the long request's fastest way through.
+SETTINGS = {
+    "stream": ("stream alone", {}, False),
+    "fcfs": (
+        "first come, first served",
+        {**NO_LIMITS, "max_num_partial_prefills": 1},
+        True,
+    ),
+    "alternate": ("alternate", {**NO_LIMITS, "policy": "alternate"}, True),
+    "defaults": ("defaults", {}, True),
+}
+# --sweep: every combination, each over "defaults" (12 runs, ~15 minutes here).
+SWEEP = {
+    "long_prefill_token_threshold": (None, 32, 64, 128),
+    "max_num_partial_prefills": (None, 2, 4),
+}
+SHORT_NAMES = {
+    "long_prefill_token_threshold": "long",
+    "max_num_partial_prefills": "partial",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The trace's and the priority part's sizes.
+
+    rate: short requests a second. Measured here (2 CPU cores, the stream alone for
+    30 s), the engine's forwards took 59% of the time at 0.5/s, 88% at 1/s, 97% at
+    1.5/s and all of it at 2/s. 1/s keeps the machine busy without overloading it:
+    the stream alone still gets its first token in a step or two (TTFT p50 0.5 s,
+    p99 0.8 s), so what a long prompt adds is not lost in a queue of its own.
+    """
+
+    long_tokens: int
+    span_s: float  # short requests arrive during the first span_s seconds
+    rate: float = 1.0
+    short_max_tokens: int = 16
+    long_max_tokens: int = 16
+    long_at_s: float = 3.0
+    max_shorts: int = 200
+    batch_max_tokens: int = 128
+    repeats: int = 3
+    time_limit_s: float = 300.0  # a trace run aborts what is left after this
+
+
+FULL = Sizes(long_tokens=6000, span_s=60.0)
+QUICK = Sizes(long_tokens=1500, span_s=15.0, batch_max_tokens=32, time_limit_s=90)
+
+
+def sweep_points() -> list[tuple[str, dict]]:
+    """SWEEP's combinations, each (label, settings)."""
+    points = [dict(zip(SWEEP, values)) for values in itertools.product(*SWEEP.values())]
+    return [
+        (" ".join(f"{SHORT_NAMES.get(k, k)}={v}" for k, v in p.items()), p)
+        for p in points
+    ]
+
+
+# --- options ------------------------------------------------------------------------
+
+
+def parse_value(text: str):
+    """none, a number, true/false, or the text as it is (a policy's name)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text.strip()
+
+
+def parse_sets(items: list[str]) -> dict[str, dict]:
+    """--set [NAME:]KEY=VALUE items as settings per row name (no NAME: defaults)."""
+    overrides = {name: {} for name in SETTINGS}
+    for item in items:
+        target, key = "defaults", item
+        if ":" in item.split("=", 1)[0]:
+            target, key = item.split(":", 1)
+        key, equals, value = key.partition("=")
+        if not equals or not key.strip():
+            fail(f"--set takes [NAME:]KEY=VALUE, e.g. prefill_step=64, got {item!r}")
+        if target not in SETTINGS:
+            fail(f"--set {item}: no row {target!r}: choose from {', '.join(SETTINGS)}")
+        overrides[target][key.strip()] = parse_value(value)
+    return overrides
+
+
+def parse_args() -> argparse.Namespace:
+    parser = option_parser(__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller: a smoke run")
+    parser.add_argument("--sweep", action="store_true", help="also run SWEEP's grid")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="[NAME:]KEY=VALUE",
+        help="an engine setting of 'defaults' (or of row NAME); repeatable",
+    )
+    parser.add_argument("--rate", type=float, help="short requests a second (1)")
+    parser.add_argument("--json", help="default: bench-results/latency[-quick].json")
+    args = parser.parse_args()
+    require_positive(args, "--rate")
+    args.sizes = QUICK if args.quick else FULL
+    if args.rate is not None:
+        args.sizes = dataclasses.replace(args.sizes, rate=args.rate)
+    quick = "-quick" if args.quick else ""
+    args.json = Path(args.json or f"bench-results/latency{quick}.json")
+    overrides = parse_sets(args.set)
+    args.settings = {
+        name: {**DEFAULTS, **changes, **overrides[name]}
+        for name, (_, changes, _) in SETTINGS.items()
+    }
+    points = sweep_points() if args.sweep else []
+    checked = [*args.settings.items()]
+    checked += [(label, {**args.settings["defaults"], **p}) for label, p in points]
+    for name, settings in checked:
+        try:  # every bad setting before the model loads
+            EngineConfig.of(None, settings)
+        except (TypeError, ValueError) as error:
+            fail(f"--set: {name}: {error}")
+    return args
+
+
+# --- part 1: the trace --------------------------------------------------------------
+
+
+def trace(tokenizer, sizes: Sizes, with_long: bool) -> Workload:
+    """Short chat questions at Poisson arrival times within span_s (seed 0), then,
+    last in the list, the long prompt at long_at_s."""
+    gaps = np.random.default_rng(0).exponential(1 / sizes.rate, sizes.max_shorts)
+    arrivals = [float(t) for t in np.cumsum(gaps) - gaps[0] if t < sizes.span_s]
+    prompts = [
+        chat_ids(tokenizer, SHORT_QUESTIONS[i % 10]) for i in range(len(arrivals))
+    ]
+    max_tokens = [sizes.short_max_tokens] * len(prompts)
+    short = [True] * len(prompts)
+    if with_long:
+        prompts.append(long_prompt(tokenizer, sizes.long_tokens, seed=7))
+        max_tokens.append(sizes.long_max_tokens)
+        arrivals.append(sizes.long_at_s)
+        short.append(False)
+    n = len(prompts)
+    return Workload("trace", prompts, max_tokens, [0] * n, short, arrival_s=arrivals)
+
+
+def describe(workload: Workload, sizes: Sizes) -> str:
+    long = len(workload.prompts[-1])
+    return (
+        f"{sum(workload.short)} short requests ({sizes.rate:g}/s within "
+        f"{sizes.span_s:g} s, {sizes.short_max_tokens} tokens each), a {long:,}-token "
+        f"prompt at {sizes.long_at_s:g} s ({sizes.long_max_tokens} tokens)"
+    )
+
+
+def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> dict:
+    """A fresh Engine through the trace: before each step it gets every request whose
+    arrival time has passed (it sleeps while idle); at time_limit_s the rest is
+    aborted. Per request, its times in seconds from the start (arrival: when it was
+    due; prefill_start: its first chunk; tokens: each token's), and the counts."""
+    forwards = []
+    engine = Engine(
+        model,
+        tokenizer,
+        **{"max_seq_len": model.context_length, **settings},
+        sampler=sampler,
+        on_forward=lambda r: forwards.append(r.end - r.start),
+    )
+    index_of, results = {}, [None] * len(workload.prompts)
+    start = time.perf_counter()
+    arrivals = Arrivals(workload, start)
+    while arrivals.left or engine.has_unfinished():
+        now = time.perf_counter()
+        late = now - start > time_limit_s
+        if late:
+            for request_id in index_of:
+                engine.abort(request_id)
+        else:
+            idle = not engine.has_unfinished()
+            for i in arrivals.due(engine.steps_done, now, idle):
+                spec = PromptSpec(
+                    workload.prompts[i],
+                    max_tokens=workload.max_tokens[i],
+                    priority="interactive",
+                )
+                index_of[engine.add_request(spec)] = i
+        if not engine.has_unfinished():
+            arrivals.wait(now)
+            continue
+        for output in engine.step():
+            if output.result is not None:
+                results[index_of[output.request_id]] = output.result
+        if late:
+            break
+    total = time.perf_counter() - start
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else t - start
+
+    requests = [
+        dict(
+            short=short,
+            arrival=since(arrival),
+            prefill_start=since(result and result.metrics.prefill_start),
+            tokens=[since(t) for t in result.metrics.token_times] if result else [],
+        )
+        for arrival, result, short in zip(arrivals.times, results, workload.short)
+    ]
+    return dict(
+        requests=requests,
+        max_tokens=workload.max_tokens,
+        steps=engine.steps_done,
+        busy=sum(forwards) / total,
+        preemptions=engine.metrics.preemptions,
+        total_s=total,
+    )
+
+
+def latency(outcome: dict) -> dict:
+    """A row's numbers: the shorts' TTFT p50/p99 and ITL p99 (each gap between two
+    tokens of one request), the long request's TTFT and finish time (arrival -> last
+    token; None unless it finished), and the run's counts."""
+    done = [
+        r
+        for r, m in zip(outcome["requests"], outcome["max_tokens"])
+        if len(r["tokens"]) == m
+    ]
+    shorts = [r for r in done if r["short"]]
+    ttft = [r["tokens"][0] - r["arrival"] for r in shorts]
+    gaps = [b - a for r in shorts for a, b in pairwise(r["tokens"])]
+    long = next((r for r in done if not r["short"]), None)
+    return dict(
+        shorts=sum(r["short"] for r in outcome["requests"]),
+        short_ttft_p50_s=percentile(ttft, 50),
+        short_ttft_p99_s=percentile(ttft, 99),
+        short_itl_p99_s=percentile(gaps, 99),
+        long_ttft_s=None if long is None else long["tokens"][0] - long["arrival"],
+        long_finish_s=None if long is None else long["tokens"][-1] - long["arrival"],
+        unfinished=len(outcome["requests"]) - len(done),
+        **{k: outcome[k] for k in ("steps", "busy", "preemptions", "total_s")},
+    )
+
+
+# --- part 2: priority ---------------------------------------------------------------
+
+
+def priority_part(model, tokenizer, sampler, settings: dict, sizes: Sizes) -> dict:
+    """TTFT of an interactive request that arrives while 4 batch requests hold every
+    slot, against the same request on an idle engine (the median of `repeats` each,
+    a fresh engine every time); the batch requests' tokens against a run without
+    it."""
+    settings = {"max_seq_len": 1024, **settings}
+    settings.update(batch_size=4, reserved_interactive_slots=0)
+    batch = [
+        PromptSpec(
+            chat_ids(tokenizer, q), max_tokens=sizes.batch_max_tokens, priority="batch"
+        )
+        for q in SHORT_QUESTIONS[:4]
+    ]
+    prompt = long_prompt(tokenizer, 100, seed=11)
+    interactive = PromptSpec(prompt, max_tokens=8, priority="interactive")
+
+    def run(specs: list[PromptSpec], then: PromptSpec | None = None):
+        """specs to the end; `then` added once all of them decode. The results in
+        the order added, and the engine's preemptions."""
+        engine = Engine(model, tokenizer, sampler=sampler, **settings)
+        ids = [engine.add_request(spec) for spec in specs]
+        while then and len(engine.planner.decoding()) < len(specs):
+            engine.step()
+        ids += [engine.add_request(then)] if then else []
+        results = {}
+        while engine.has_unfinished():
+            for output in engine.step():
+                if output.result is not None:
+                    results[output.request_id] = output.result
+        return [results[i] for i in ids], engine.metrics.preemptions
+
+    idle = [
+        run([interactive])[0][0].metrics.time_to_first_token
+        for _ in range(sizes.repeats)
+    ]
+    alone = [r.tokens for r in run(batch)[0]]
+    busy = [run(batch, interactive) for _ in range(sizes.repeats)]
+    busy_ttft = [results[-1].metrics.time_to_first_token for results, _ in busy]
+    return dict(
+        batch_requests=len(batch),
+        batch_max_tokens=sizes.batch_max_tokens,
+        interactive_prompt_tokens=len(prompt),
+        idle_ttft_s=statistics.median(idle),
+        busy_ttft_s=statistics.median(busy_ttft),
+        busy_ttfts_s=busy_ttft,
+        ratio=statistics.median(busy_ttft) / statistics.median(idle),
+        tokens_unchanged=all([r.tokens for r in res[:-1]] == alone for res, _ in busy),
+        preemptions=[p for _, p in busy],
+    )
+
+
+# --- report -------------------------------------------------------------------------
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None or np.isnan(value) else f"{1000 * value:,.0f}"
+
+
+def s1(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+COLUMNS = {  # header -> the cell, from a row's numbers (latency); TTFT, ITL: shorts
+    "shorts": lambda n: str(n["shorts"]),
+    "TTFT p50 ms": lambda n: ms(n["short_ttft_p50_s"]),
+    "TTFT p99 ms": lambda n: ms(n["short_ttft_p99_s"]),
+    "ITL p99 ms": lambda n: ms(n["short_itl_p99_s"]),
+    "long TTFT s": lambda n: s1(n["long_ttft_s"]),
+    "long finish s": lambda n: s1(n["long_finish_s"]),
+    "steps": lambda n: str(n["steps"]),
+    "busy": lambda n: f"{100 * n['busy']:.0f}%",
+    "preempted": lambda n: str(n["preemptions"]),
+    "total s": lambda n: (
+        s1(n["total_s"]) + (f" ({n['unfinished']} cut)" if n["unfinished"] else "")
+    ),
+}
+
+
+def trace_table(title: str, rows: dict[str, dict], first: str = "setting") -> Table:
+    table = Table(title=title)
+    table.add_column(first)
+    for column in COLUMNS:
+        table.add_column(column, justify="right")
+    for label, n in rows.items():
+        table.add_row(label, *(cell(n) for cell in COLUMNS.values()))
+    return table
+
+
+def plot_timelines(panels: dict[str, dict], path: Path) -> None:
+    """One panel per setting, one line per request in arrival order: grey while it
+    waits, orange while its prompt is prefilled (first chunk -> first token), blue
+    while it decodes; the long request's line is thick."""
+    plt = render.pyplot()
+    figure, axes = plt.subplots(
+        len(panels), 1, figsize=(13, 2.4 * len(panels)), sharex=True, squeeze=False
+    )
+    for ax, (title, outcome) in zip(axes[:, 0], panels.items()):
+        done = [r for r in outcome["requests"] if r["tokens"]]
+        for lane, r in enumerate(sorted(done, key=lambda r: r["arrival"])):
+            first, last = r["tokens"][0], r["tokens"][-1]
+            started = r["prefill_start"] or first
+            for x0, x1, color in (
+                (r["arrival"], started, "0.75"),
+                (started, first, "tab:orange"),
+                (first, last, "tab:blue"),
+            ):
+                width = 1.0 if r["short"] else 4.0
+                ax.plot(
+                    [x0, x1], [lane] * 2, color=color, lw=width, solid_capstyle="butt"
+                )
+        n = latency(outcome)
+        long = f", long finish {s1(n['long_finish_s'])} s" if n["long_finish_s"] else ""
+        text = f"{title}: short TTFT p99 {ms(n['short_ttft_p99_s'])} ms{long}"
+        ax.set_title(text, fontsize=9, loc="left")
+        ax.set_ylim(len(done), -1)
+        ax.set_ylabel("request", fontsize=8)
+        ax.grid(alpha=0.3, axis="x")
+    axes[-1, 0].set_xlabel(
+        "seconds since the trace started (grey: waiting; orange: prefilling; blue: "
+        "decoding; thick: the long prompt)"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def goals_of(rows: dict[str, dict], priority: dict) -> list[dict]:
+    """Each goal met or missed: a ratio at most its bound; the tokens unchanged."""
+
+    def ratio(key: str, a: str, b: str) -> float | None:
+        x, y = rows[a][key], rows[b][key]
+        return None if x is None or y is None else x / y
+
+    bounded = (
+        (
+            "short TTFT p99, defaults / stream alone",
+            ratio("short_ttft_p99_s", "defaults", "stream"),
+            2.0,
+        ),
+        (
+            "long request's finish, defaults / first come, first served",
+            ratio("long_finish_s", "defaults", "fcfs"),
+            1.2,
+        ),
+        ("interactive TTFT beside full batch slots / idle", priority["ratio"], 1.2),
+    )
+    same = priority["tokens_unchanged"]
+    return [
+        dict(
+            goal=f"{text} (at most {most:g}x)", value=v, met=v is not None and v <= most
+        )
+        for text, v, most in bounded
+    ] + [dict(goal="batch tokens unchanged", value="yes" if same else "no", met=same)]
+
+
+def main() -> int:
+    args = parse_args()
+    sizes = args.sizes
+    console = Console() if sys.stdout.isatty() else Console(width=170)
+    mlx_model, tokenizer = load_model()
+    model = Qwen2ModelWeek2(mlx_model, use_fast_kernels=True)  # as main and serve
+    sampler = greedy_without(tokenizer.eos_token_ids, model.vocab_size)
+    workloads = {flag: trace(tokenizer, sizes, flag) for flag in (False, True)}
+    console.print(
+        f"trace: {describe(workloads[True], sizes)}; mlx {mx.__version__} on "
+        f"{mx.default_device()}, {os.cpu_count()} CPUs",
+        highlight=False,
+    )
+
+    trace_run = functools.partial(run_trace, model, tokenizer, sampler)
+
+    def run(label: str, settings: dict, with_long: bool = True) -> dict:
+        mx.clear_cache()
+        with console.status(label):
+            workload = workloads[with_long]
+            outcome = trace_run(settings, workload, sizes.time_limit_s)
+        console.print(f"  {label}: {outcome['total_s']:.1f} s", highlight=False)
+        return outcome
+
+    warmup = warmup_workload(tokenizer)
+    for name in ("defaults", "alternate"):  # every code path compiled once
+        trace_run(args.settings[name], warmup, 60)
+    outcomes = {
+        name: run(label, args.settings[name], with_long)
+        for name, (label, _, with_long) in SETTINGS.items()
+    }
+    rows = {name: latency(outcome) for name, outcome in outcomes.items()}
+    labelled = {SETTINGS[name][0]: row for name, row in rows.items()}
+    title = "trace: short chats (their TTFT and ITL) and one long prompt"
+    console.print(trace_table(title, labelled))
+    sweep = {}
+    for label, point in sweep_points() if args.sweep else []:
+        sweep[label] = latency(run(label, {**args.settings["defaults"], **point}))
+    if sweep:
+        names = ", ".join(f"{v}: {k}" for k, v in SHORT_NAMES.items())
+        console.print(trace_table(f"sweep: defaults with ({names})", sweep, "with"))
+    with console.status("priority"):
+        priority = priority_part(
+            model, tokenizer, sampler, args.settings["defaults"], sizes
+        )
+    p = priority
+    console.print(
+        f"priority: {p['batch_requests']} batch requests of {p['batch_max_tokens']} "
+        f"tokens fill batch_size 4, then an interactive request of "
+        f"{p['interactive_prompt_tokens']} prompt tokens arrives: TTFT "
+        f"{ms(p['busy_ttft_s'])} ms (runs: {', '.join(map(ms, p['busy_ttfts_s']))}; "
+        f"preemptions: {', '.join(map(str, p['preemptions']))}), idle "
+        f"{ms(p['idle_ttft_s'])} ms",
+        highlight=False,
+    )
+    goals = goals_of(rows, priority)
+    for g in goals:
+        value = f"{g['value']:.2f}" if isinstance(g["value"], float) else g["value"]
+        verdict = "met   " if g["met"] else "missed"
+        console.print(f"{verdict} {g['goal']}: {value}", highlight=False)
+
+    image = (
+        args.json.with_name(args.json.stem + "-timeline.png") if args.quick else IMAGE
+    )
+    for folder in (args.json.parent, image.parent):
+        folder.mkdir(parents=True, exist_ok=True)
+    plot_timelines({SETTINGS[n][0]: o for n, o in outcomes.items()}, image)
+    record = dict(
+        command=" ".join(["pdm run bench-latency", *sys.argv[1:]]),
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        device=f"{mx.default_device()}, {os.cpu_count()} CPUs",
+        sizes=dataclasses.asdict(sizes),
+        trace=describe(workloads[True], sizes),
+        settings={SETTINGS[n][0]: s for n, s in args.settings.items()},
+        rows=labelled,
+        requests={SETTINGS[n][0]: o["requests"] for n, o in outcomes.items()},
+        sweep=sweep,
+        priority=priority,
+        goals=goals,
+    )
+    args.json.write_text(json.dumps(record, indent=2))
+    console.print(f"wrote {args.json} and {image}", highlight=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -117,12 +117,14 @@ def parse_kv_memory(value: str | None) -> int | None:
         fail(str(error))
 
 
-# What a mixed step runs with unless told otherwise: the best setting of
-# `pdm run bench-latency --sweep` (book: week3-latency.md).
+# What a mixed step runs with unless told otherwise: the threshold and the number of
+# partial prefills are the best row of `pdm run bench-latency --sweep` (book:
+# week3-01-latency.md). Long ones may take all places but one: with 1, every prompt
+# past 64 tokens (a chat's later turns) would queue behind one long prompt.
 MIXED_STEP_DEFAULTS = {
     "long_prefill_token_threshold": 64,
     "max_num_partial_prefills": 4,
-    "max_long_partial_prefills": 1,
+    "max_long_partial_prefills": 3,
 }
 STEP_LIMIT_OPTIONS = tuple(
     "--" + name.replace("_", "-") for name in MIXED_STEP_DEFAULTS

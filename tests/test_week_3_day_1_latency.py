@@ -139,23 +139,25 @@ def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, 
     assert (long_first, short_first) == (5, 6)
 
 
+def batch_then_interactive(vocab: int) -> list:
+    """Two batch requests of 12 tokens, then an interactive one arriving in step 5."""
+    rng = np.random.default_rng(14)
+    specs = specs_of(rng, vocab, (7, 9), max_tokens=12, priority="batch")
+    interactive = token_ids(rng, vocab, 6)
+    return specs + [
+        tiny.PromptSpec(
+            interactive, max_tokens=3, priority="interactive", arrival_step=4
+        )
+    ]
+
+
 def test_an_interactive_request_preempts_batch_work(pair, tokenizer, no_eos):
     """Both slots decode batch requests when an interactive one arrives: it preempts
     the newest and answers in its first step; the preempted request recomputes and
     still gets mlx-lm's tokens."""
     mlx_model, model = pair
     sampler, banned = no_eos
-    rng = np.random.default_rng(14)
-    vocab = mlx_model.args.vocab_size
-    specs = specs_of(rng, vocab, (7, 9), max_tokens=12, priority="batch")
-    specs += [
-        tiny.PromptSpec(
-            token_ids(rng, vocab, 6),
-            max_tokens=3,
-            priority="interactive",
-            arrival_step=4,
-        )
-    ]
+    specs = batch_then_interactive(mlx_model.args.vocab_size)
     settings = dict(batch_size=2, prefill_step=None, policy="mixed")
     engine = tiny.Engine(model, tokenizer, sampler=sampler, **settings)
     results = run_engine(engine, specs)
@@ -171,17 +173,7 @@ def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):
     request waits for one to finish, and nothing is preempted."""
     mlx_model, model = pair
     sampler, banned = no_eos
-    rng = np.random.default_rng(14)
-    vocab = mlx_model.args.vocab_size
-    specs = specs_of(rng, vocab, (7, 9), max_tokens=12, priority="batch")
-    specs += [
-        tiny.PromptSpec(
-            token_ids(rng, vocab, 6),
-            max_tokens=3,
-            priority="interactive",
-            arrival_step=4,
-        )
-    ]
+    specs = batch_then_interactive(mlx_model.args.vocab_size)
     settings = dict(batch_size=2, prefill_step=None, policy="mixed", batch_patience=0)
     engine = tiny.Engine(model, tokenizer, sampler=sampler, **settings)
     results = run_engine(engine, specs)

@@ -120,9 +120,8 @@ def plan_mixed(planner: Planner) -> Plan:
     """The mixed policy's plan for ONE forward, made with the planner's rules: an
     interactive request with no slot preempts batch work first
     (preempt_for_interactive, step_limits.py); then every decode row (room made for
-    them);
-    then prefill chunks, most urgent first, until token_budget is spent (None: no
-    limit). Every row fed counts against the budget, an empty slot's dummy row too.
+    them); then prefill chunks, most urgent first, until token_budget is spent (None:
+    no limit). Every row fed counts against the budget, an empty slot's dummy row too.
 
     The requests come from planner.prefill_candidates (a slot in view, room from the
     KV manager, first come first served) with may_start's partial-prefill limits,

@@ -22,6 +22,12 @@ from .prompts import PromptSpec, Sampler, check_int, is_int
 
 POLICIES = ("alternate", "mixed")
 KV_CACHES = ("dense", "paged")
+# The mixed step's partial-prefill limits (vLLM's names), each an int >= 1 or None.
+STEP_LIMITS = (
+    "long_prefill_token_threshold",
+    "max_num_partial_prefills",
+    "max_long_partial_prefills",
+)
 
 
 def is_adaptive(policy) -> bool:
@@ -112,29 +118,16 @@ class EngineConfig:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         check_int("token_budget", self.token_budget, self.batch_size + 1, True)
-        if self.token_budget is not None and self.policy != "mixed":
-            raise ValueError(
-                "token_budget limits a mixed step: pass policy='mixed' or leave it None"
-            )
         self.check_prefill_limits()
         self.check_kv_cache()
 
     def check_prefill_limits(self) -> None:
-        check_int(
-            "long_prefill_token_threshold",
-            self.long_prefill_token_threshold,
-            1,
-            allow_none=True,
-        )
-        check_int("max_num_partial_prefills", self.max_num_partial_prefills, 1, True)
-        check_int("max_long_partial_prefills", self.max_long_partial_prefills, 1, True)
-        limits = ("long_prefill_token_threshold", "max_num_partial_prefills")
-        limits += ("max_long_partial_prefills",)
-        for name in limits:
+        for name in STEP_LIMITS:
+            check_int(name, getattr(self, name), 1, allow_none=True)
+        for name in ("token_budget", *STEP_LIMITS):
             if getattr(self, name) is not None and self.policy != "mixed":
                 raise ValueError(
-                    f"{name} limits what shares a mixed step: pass policy='mixed' or "
-                    "leave it None"
+                    f"{name} limits a mixed step: pass policy='mixed' or leave it None"
                 )
         most, long = self.max_num_partial_prefills, self.max_long_partial_prefills
         if most is not None and long is not None and long > most:

@@ -48,9 +48,9 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
         return True
     partial = [r for r in planner.waiting if r in started and not r.is_prefill_done]
     config = planner.config
-    if config.max_num_partial_prefills is not None:
-        if len(partial) >= config.max_num_partial_prefills:
-            return False
+    most = config.max_num_partial_prefills
+    if most is not None and len(partial) >= most:
+        return False
     if is_long(planner, request) and config.max_long_partial_prefills is not None:
         long_ones = sum(is_long(planner, r) for r in partial)
         return long_ones < config.max_long_partial_prefills

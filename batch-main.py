@@ -249,7 +249,7 @@ def run(
             max_tokens=args.max_tokens,
             on_step=on_step,
             token_budget=args.token_budget,
-            **scheduling_settings(args, args.policy),
+            **scheduling_settings(args, args.policy, package),
             kv_cache=args.kv_cache,
             block_size=args.block_size,
             kv_memory=args.kv_memory,
@@ -343,6 +343,14 @@ def print_summary(results, console: Console, policy: str) -> None:
             f"prefix cache hit rate {100 * metrics.prefix_cache_hit_rate:.0f}% "
             f"({metrics.prefix_cached_tokens} of {metrics.prefix_prompt_tokens} "
             f"prompt tokens); {metrics.preemptions} preemptions",
+            highlight=False,
+        )
+    if metrics.drafts:
+        console.print(
+            f"speculative decoding: {metrics.draft_tokens} draft tokens in "
+            f"{metrics.drafts} verifications, {metrics.accepted_draft_tokens} accepted "
+            f"({100 * metrics.draft_acceptance_rate:.0f}%), mean accepted length "
+            f"{metrics.mean_accepted_length:.2f} tokens a step",
             highlight=False,
         )
 

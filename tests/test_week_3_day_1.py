@@ -42,13 +42,14 @@ class Step:
 
     decoding: slot -> the tokens already in that slot of the batch cache (slots not
     listed are empty); decode_tokens: the token each of the `slots` rows is fed.
-    chunks: (the request's tokens already cached, this chunk's tokens, wants_logits).
+    chunks: (the request's tokens already cached, this chunk's tokens, logit_rows: how
+    many of its last positions are sampled).
     """
 
     slots: int
     decoding: dict[int, list[int]]
     decode_tokens: list[int]
-    chunks: list[tuple[list[int], list[int], bool]] = field(default_factory=list)
+    chunks: list[tuple[list[int], list[int], int]] = field(default_factory=list)
 
     @property
     def decode_offsets(self) -> list[int]:
@@ -82,8 +83,8 @@ def build_caches(model, step: Step, max_seq_len: int = 256):
 def run_mixed(model, step: Step):
     batch, caches = build_caches(model, step)
     chunks = [
-        tiny.PrefillChunk(tokens, len(cached), cache, wants)
-        for (cached, tokens, wants), cache in zip(step.chunks, caches)
+        tiny.PrefillChunk(tokens, len(cached), cache, rows)
+        for (cached, tokens, rows), cache in zip(step.chunks, caches)
     ]
     decode_logits, chunk_logits = tiny.mixed_forward(
         model, step.decode_tokens, step.decode_offsets, batch, chunks
@@ -99,8 +100,8 @@ def run_separately(model, step: Step):
         inputs = mx.array([[token] for token in step.decode_tokens])
         decode_logits = model(inputs, step.decode_offsets, batch)[:, -1, :]
     chunk_logits = [
-        model(mx.array([tokens]), len(cached), cache)[:, -1, :]
-        for (cached, tokens, _), cache in zip(step.chunks, caches)
+        model(mx.array([tokens]), len(cached), cache)[0, len(tokens) - rows :, :]
+        for (cached, tokens, rows), cache in zip(step.chunks, caches)
     ]
     return decode_logits, chunk_logits, batch, caches
 
@@ -121,13 +122,13 @@ def assert_same_step(model, step: Step, atol: float) -> None:
     else:
         assert decode_logits is None
     assert len(chunk_logits) == len(step.chunks)
-    for number, (logits, expected, (_, _, wants)) in enumerate(
+    for number, (logits, expected, (_, _, rows)) in enumerate(
         zip(chunk_logits, expected_chunks, step.chunks)
     ):
-        if not wants:
+        if not rows:
             assert logits is None, f"chunk {number} wants no logits"
             continue
-        assert logits.shape == (1, vocab)
+        assert logits.shape == (rows, vocab)
         assert_within(logits, expected, atol, f"chunk {number}")
     for number, (cache, expected) in enumerate(zip(caches, expected_caches)):
         for layer, (ours, theirs) in enumerate(zip(cache, expected)):
@@ -155,11 +156,11 @@ def assert_matches_mlx_lm(mlx_model, model, step: Step, atol: float) -> None:
         sequence = mx.array([tokens + [step.decode_tokens[slot]]])
         expected = mlx_model(sequence)[0, -1]
         assert_within(decode_logits[slot], expected, atol, f"slot {slot} vs mlx-lm")
-    for number, ((cached, tokens, wants), logits) in enumerate(
+    for number, ((cached, tokens, rows), logits) in enumerate(
         zip(step.chunks, chunk_logits)
     ):
-        if wants:
-            expected = mlx_model(mx.array([cached + tokens]))[:, -1]
+        if rows:
+            expected = mlx_model(mx.array([cached + tokens]))[0, -rows:]
             assert_within(logits, expected, atol, f"chunk {number} vs mlx-lm")
 
 
@@ -170,15 +171,16 @@ def tokens(length: int, vocab: int, seed: int) -> list[int]:
 def busy_step(vocab: int) -> Step:
     """Three decoding slots of different lengths and an empty one, and four chunks:
     a whole prompt, a middle chunk (no logits), a last chunk of one token after a
-    cached prefix, and a last chunk after a long prefix."""
+    cached prefix, and a chunk after a long prefix with every position sampled (week
+    3 day 4's drafts)."""
     decoding = {0: tokens(9, vocab, 1), 1: tokens(3, vocab, 2), 3: tokens(14, vocab, 3)}
     fed = [tokens(1, vocab, 10 + slot)[0] for slot in range(4)]
     fed[2] = DUMMY_TOKEN
     chunks = [
-        ([], tokens(7, vocab, 4), True),
-        (tokens(5, vocab, 5), tokens(4, vocab, 6), False),
-        (tokens(11, vocab, 7), tokens(1, vocab, 8), True),
-        (tokens(20, vocab, 9), tokens(6, vocab, 11), True),
+        ([], tokens(7, vocab, 4), 1),
+        (tokens(5, vocab, 5), tokens(4, vocab, 6), 0),
+        (tokens(11, vocab, 7), tokens(1, vocab, 8), 1),
+        (tokens(20, vocab, 9), tokens(6, vocab, 11), 6),
     ]
     return Step(4, decoding, fed, chunks)
 
@@ -263,7 +265,7 @@ def test_a_long_chunk_beside_decodes(fast):
         2,
         {0: tokens(30, vocab, 1), 1: tokens(4, vocab, 2)},
         [5, 6],
-        [(tokens(21, vocab, 3), tokens(150, vocab, 4), True)],
+        [(tokens(21, vocab, 3), tokens(150, vocab, 4), 1)],
     )
     assert_same_step(model, step, SAME_FLOAT32_ATOL["random"])
     assert_matches_mlx_lm(reference, model, step, MLX_LM_ATOL["random"])
@@ -277,8 +279,8 @@ def test_one_forward_and_logits_only_where_sampled(reference):
     step = busy_step(reference.args.vocab_size)
     batch, caches = build_caches(model, step)
     chunks = [
-        tiny.PrefillChunk(chunk, len(cached), cache, wants)
-        for (cached, chunk, wants), cache in zip(step.chunks, caches)
+        tiny.PrefillChunk(chunk, len(cached), cache, rows)
+        for (cached, chunk, rows), cache in zip(step.chunks, caches)
     ]
     projected, headed = [], []
     for layer in model.layers:
@@ -300,7 +302,7 @@ def test_one_forward_and_logits_only_where_sampled(reference):
     assert projected == [(1, T, E)] * len(model.layers), (
         f"every layer must project the step's {T} tokens at once, got {projected}"
     )
-    sampled = step.slots + sum(wants for _, _, wants in step.chunks)
+    sampled = step.slots + sum(rows for _, _, rows in step.chunks)
     assert len(headed) == 1 and np.prod(headed[0]) == sampled * E, (
         f"the LM head must see only the {sampled} sampled rows, saw {headed}"
     )
@@ -364,7 +366,7 @@ def test_random_chunk_splits_match_the_separate_forwards(data):
             offsets,
             batch,
             [
-                tiny.PrefillChunk(prompts[i][a:b], a, caches[i], wants)
+                tiny.PrefillChunk(prompts[i][a:b], a, caches[i], int(wants))
                 for i, a, b, wants in parts
             ],
         )
@@ -467,7 +469,7 @@ def test_a_wrong_chunk_offset_names_both_numbers_and_writes_nothing():
     step = busy_step(vocab)
     batch, caches = build_caches(model, step)
     chunks = [
-        tiny.PrefillChunk(chunk, len(cached), cache, wants)
+        tiny.PrefillChunk(chunk, len(cached), cache, int(wants))
         for (cached, chunk, wants), cache in zip(step.chunks, caches)
     ]
     chunks[3].offset = 19  # its cache holds 20 tokens

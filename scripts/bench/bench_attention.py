@@ -335,7 +335,7 @@ def mixed_step_goal(model, decode_rows: int, repeats: int) -> dict:
     times = {name: [] for name in PATHS}
     for round_ in range(repeats + 1):
         for name, path in PATHS.items():
-            chunk = tiny_llm_ref.PrefillChunk(tokens, GOAL_POSITION, chunk_cache, True)
+            chunk = tiny_llm_ref.PrefillChunk(tokens, GOAL_POSITION, chunk_cache, 1)
             with path():
                 start = time.perf_counter()
                 decode_logits, chunk_logits = tiny_llm_ref.mixed_forward(

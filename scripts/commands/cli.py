@@ -164,6 +164,36 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
         help="a batch request yields to interactive ones (they go first and may "
         "preempt it) for this long after it arrives; 0: arrival order (default: 30)",
     )
+    parser.add_argument(
+        "--speculative",
+        choices=("ngram", NO_LIMIT),
+        help="ngram: each decoding request drafts tokens by prompt lookup and the "
+        "mixed step verifies them, same output (week 3 day 4; the default once the "
+        "package has it, with the mixed policy); none: one token a step",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=4,
+        metavar="K",
+        help="with --speculative ngram: the most draft tokens a request feeds a step "
+        "(default: 4)",
+    )
+    parser.add_argument(
+        "--prompt-lookup-max",
+        type=int,
+        default=3,
+        metavar="N",
+        help="with --speculative ngram: the longest run of last tokens looked up "
+        "(default: 3)",
+    )
+    parser.add_argument(
+        "--prompt-lookup-min",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --speculative ngram: the shortest run that counts (default: 1)",
+    )
 
 
 def check_scheduling_options(args: argparse.Namespace) -> None:
@@ -185,19 +215,56 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
     require_finite("--batch-patience", args.batch_patience)
     if args.batch_patience < 0:
         fail(f"--batch-patience must be at least 0 seconds, got {args.batch_patience}")
+    require_at_least(
+        args,
+        1,
+        "--num-speculative-tokens",
+        "--prompt-lookup-max",
+        "--prompt-lookup-min",
+    )
+    if args.prompt_lookup_min > args.prompt_lookup_max:
+        fail(
+            f"--prompt-lookup-min ({args.prompt_lookup_min}) cannot pass "
+            f"--prompt-lookup-max ({args.prompt_lookup_max})"
+        )
+    if args.speculative == "ngram" and args.policy == "alternate":
+        fail("--speculative verifies drafts in a mixed step: add --policy mixed")
 
 
-def scheduling_settings(args: argparse.Namespace, policy: str) -> dict:
-    """The Engine's keyword settings for the policy, the limits and the patience: a
-    limit not given is MIXED_STEP_DEFAULTS' under the mixed policy and None under
-    the alternate one."""
+def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
+    """The Engine's keyword settings for the policy, the limits, the patience and
+    speculation: a limit not given is MIXED_STEP_DEFAULTS' under the mixed policy and
+    None under the alternate one; speculation is on under the mixed policy unless
+    --speculative none (or the package has no week 3 day 4 yet)."""
     settings = {"policy": policy, "batch_patience": args.batch_patience}
     for name, default in MIXED_STEP_DEFAULTS.items():
         value = getattr(args, name)
         if value is None:
             value = default if policy == "mixed" else None
         settings[name] = None if value == NO_LIMIT else value
+    if args.speculative == "ngram" or (
+        args.speculative is None and policy == "mixed" and has_speculation(package)
+    ):
+        settings.update(
+            speculative="ngram",
+            num_speculative_tokens=args.num_speculative_tokens,
+            prompt_lookup_max=args.prompt_lookup_max,
+            prompt_lookup_min=args.prompt_lookup_min,
+        )
     return settings
+
+
+def has_speculation(package) -> bool:
+    """Has the package week 3 day 4 (prompt lookup runs)? Said on stderr when not."""
+    try:
+        package.find_drafts([1, 1], 1, 1, 1)
+    except NotImplementedError:
+        print(
+            f"{package.__name__}: no speculative decoding (week 3 day 4)",
+            file=sys.stderr,
+        )
+        return False
+    return True
 
 
 def newest_policy(package, asked: str | None) -> str:

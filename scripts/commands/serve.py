@@ -172,7 +172,7 @@ def build_engine(package, mlx_model, tokenizer, args):
             max_seq_len=max_seq_len,
             prefill_step=args.prefill_step,
             token_budget=args.token_budget,
-            **scheduling_settings(args, args.policy),
+            **scheduling_settings(args, args.policy, package),
             reserved_interactive_slots=args.reserved_interactive_slots,
             kv_cache=args.kv_cache,
             block_size=args.block_size,

@@ -147,8 +147,8 @@ class Engine:
         """Run a plan (nothing if it is empty), then retire the requests it finished
         or failed and record the forward; an interrupt still retires them first."""
         raise NotImplementedError(
-            "Week 2 Day 6: run: runner.run(plan, kv.batch_cache), "
-            "planner.retire_finished() even on an interrupt, prefilled, record"
+            "Week 2 Day 6: run: runner.run(plan), planner.retire_finished() even on "
+            "an interrupt, prefilled, record"
         )
 
     # ANCHOR_END: step

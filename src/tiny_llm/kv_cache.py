@@ -164,6 +164,20 @@ class BatchingKvCache(TinyKvCache):
             "storage once no slot is in use"
         )
 
+    def row_view(self, slot: int, offset: int) -> "BatchRowView":
+        """Row `slot` as one sequence's cache that writes from position `offset` on
+        (week 3 day 4: a decoding request's draft tokens, fed as their own part of a
+        mixed step after its decode row). The row's count is left as it is: the
+        engine keeps what it accepts with set_offset."""
+        raise NotImplementedError(
+            "Week 3 Day 4: row_view: a BatchRowView of this cache, slot and offset"
+        )
+
+    def set_offset(self, slot: int, offset: int) -> None:
+        """Row `slot` holds exactly `offset` positions from now on: keys written past
+        them (rejected draft tokens) are never seen."""
+        raise NotImplementedError("Week 3 Day 4: set_offset: offsets[slot] = offset")
+
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array]:
@@ -175,4 +189,26 @@ class BatchingKvCache(TinyKvCache):
             "storage to B rows and S = max(offsets[:B]) + L positions; write row b's "
             "L keys/values at offsets[b], build batch_causal_mask, advance the non-"
             "empty rows, return [:, :, :S] and the mask"
+        )
+
+
+class BatchRowView(TinyKvCache):
+    """One row of a BatchingKvCache, seen as a single sequence's cache from `offset`
+    on: keys/values [1, H, L, D] go to row `slot` at offset .. offset + L - 1, and
+    the row's keys up to there come back, with the chunk mask."""
+
+    def __init__(self, batch: BatchingKvCache, slot: int, offset: int) -> None:
+        raise NotImplementedError(
+            "Week 3 Day 4: BatchRowView: keep the batch cache, the slot and the offset"
+        )
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, str | None]:
+        raise NotImplementedError(
+            "Week 3 Day 4: update_and_fetch: ValueError past max_seq_len; fit the "
+            "batch storage to its rows and offset + L positions; write row slot's "
+            "positions offset .. offset + L - 1; advance offset; return the row's "
+            'keys and values [1, H, offset, D] and the mask ("causal" when L > 1, '
+            "None for one token)"
         )

@@ -47,6 +47,14 @@ class KvManager:
             "Week 2 Day 6: remove: remove_request(slot) on every layer of batch_cache"
         )
 
+    def keep_accepted(self, request: Request, slot: int) -> None:
+        """After a verification: row `slot` keeps exactly the request's offset
+        positions in every layer, so rejected drafts leave no trace."""
+        raise NotImplementedError(
+            "Week 3 Day 4: keep_accepted: set_offset(slot, request.offset) on every "
+            "layer"
+        )
+
 
 class DenseKvManager(KvManager):
     """Dense caches: a request's own cache while it prefills, then a batch-cache row.

@@ -28,6 +28,8 @@ class RequestMetrics:
     cached_tokens: prompt tokens whose keys and values a paged engine found in its
         prefix cache at the request's admission (week 3 day 3): its prefill started
         there. preemptions: how often a paged engine preempted it (week 3 day 2).
+    draft_tokens, accepted_draft_tokens: draft tokens it proposed, and how many of
+        them were accepted (week 3 day 4).
 
     queue_time: arrival -> prefill_start. time_to_first_token (TTFT): arrival ->
     token_times[0]. Both are None until their times are known.
@@ -43,6 +45,8 @@ class RequestMetrics:
     prefill_chunks: int = 0
     cached_tokens: int = 0
     preemptions: int = 0
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
     def record_token(self, now: float) -> None:
         """Count one generated token, accepted at time `now`."""
@@ -119,6 +123,10 @@ class RunMetrics:
     prefix_prompt_tokens, prefix_cached_tokens: over requests admitted to a paged
     engine (once each, at their first admission), prompt tokens, and how many of
     them came from the prefix cache (set by the PrefixCachingKvManager, week 3 day 3).
+    drafts, draft_tokens, accepted_draft_tokens (week 3 day 4, vLLM's
+    spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens): decode rows
+    that carried drafts, the draft tokens they carried, and those accepted (each also
+    a generated token); mean_accepted_length and draft_acceptance_rate follow.
     """
 
     prefill_chunks: int = 0
@@ -147,6 +155,9 @@ class RunMetrics:
     preemptions: int = 0
     prefix_prompt_tokens: int = 0
     prefix_cached_tokens: int = 0
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
     def record_prefill_chunk(self, tokens: int, seconds: float) -> None:
         """Count one prefill chunk of `tokens` prompt tokens that took `seconds`."""
@@ -185,6 +196,31 @@ class RunMetrics:
             "Week 2 Day 6: record_blocks: set kv_blocks_in_use, raise "
             "kv_peak_blocks_in_use to peak_in_use if higher, set kv_blocks_cached and"
             " kv_bytes_per_token"
+        )
+
+    def record_drafts(self, proposed: int, accepted: int) -> None:
+        """Count one verification: `proposed` draft tokens, `accepted` of them kept
+        (each a generated token beside the decode row's own)."""
+        raise NotImplementedError(
+            "Week 3 Day 4: record_drafts: drafts + 1, draft_tokens + proposed, "
+            "accepted_draft_tokens and generated_tokens + accepted"
+        )
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens a drafting row produced per step: 1 + accepted drafts per
+        verification (0.0 before any)."""
+        raise NotImplementedError(
+            "Week 3 Day 4: mean_accepted_length: 1 + accepted_draft_tokens / drafts "
+            "(0.0 without drafts)"
+        )
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        """Accepted draft tokens / draft tokens proposed (0.0 before any)."""
+        raise NotImplementedError(
+            "Week 3 Day 4: draft_acceptance_rate: accepted_draft_tokens / "
+            "draft_tokens (0.0 without drafts)"
         )
 
     @property

@@ -38,6 +38,7 @@ from .kv_cache import BatchingKvCache, TinyKvCache
 from .planner import Plan, Planner
 from .qwen2_week2 import Qwen2ModelWeek2, check_offset
 from .request import Request
+from .speculative import plan_drafts
 from .step_limits import chunk_limit, may_start, preempt_for_interactive
 
 
@@ -45,16 +46,17 @@ from .step_limits import chunk_limit, may_start, preempt_for_interactive
 class PrefillChunk:
     """One request's prefill chunk inside a mixed step.
 
-    tokens: prompt tokens at positions offset .. offset + L - 1.
+    tokens: tokens at positions offset .. offset + L - 1.
     offset: the absolute position of tokens[0]; it must equal the cache's offset.
     cache: the request's own cache, one per layer (as Request.kv_cache).
-    wants_logits: True when the chunk ends its prompt: its last position is sampled.
+    logit_rows: how many of the chunk's last positions are sampled: 0, or 1 when the
+        chunk ends its prompt; all L for week 3 day 4's draft tokens, each checked.
     """
 
     tokens: list[int]
     offset: int
     cache: list[TinyKvCache]
-    wants_logits: bool
+    logit_rows: int
 
 
 def split_parts(
@@ -89,8 +91,8 @@ def mixed_forward(
     chunks: list[PrefillChunk],
 ) -> tuple[mx.array | None, list[mx.array | None]]:
     """ONE forward for a step: returns (decode logits [B, V] for the B decode rows, or
-    None when decode_tokens is empty; and for each chunk its last-position logits
-    [1, V] or None).
+    None when decode_tokens is empty; and for each chunk the logits [logit_rows, V]
+    of its last logit_rows positions, or None when logit_rows is 0).
 
     decode_tokens, decode_offsets: one per batch-cache row fed this step (from the
     rows in use to max_active_requests), an empty slot's row carrying a dummy token;
@@ -98,21 +100,22 @@ def mixed_forward(
     must be its cache's (check_offset). Every cache given is updated as the separate
     forwards would: the batch cache by one token per row, each chunk's cache by its
     tokens. The final norm and LM head run once, on the sampled rows gathered (the
-    decode rows, then the last row of each chunk that wants logits); with none,
+    decode rows, then each chunk's last logit_rows rows); with none,
     no LM head runs and the result is (None, [None] * len(chunks)). Nothing is
     evaluated here.
     """
     raise NotImplementedError(
         "Week 3 Day 1: mixed_forward: ValueError for decode tokens without a batch "
-        "cache, a count of offsets unlike the tokens' or an empty chunk; check_offset"
-        " every layer's caches; embed the decode tokens and every chunk's tokens as "
-        "one sequence [1, T]; run each layer as layer.forward(h, attend), where "
-        "attend(q, k, v) cuts q, k, v with split_parts; for each part (the decode "
-        "rows at their offsets in the batch cache, then each chunk at chunk.offset in"
-        " chunk.cache[layer]) stages its roped keys and values (cache.stage); only "
-        "then each part's attention.attention over cache.fetch_staged(); glues the "
-        "outputs with join_parts; then model.logits only on the decode rows and the "
-        "last position of each chunk that wants_logits"
+        "cache, a count of offsets unlike the tokens', an empty chunk or a logit_rows"
+        " outside 0 .. its length; check_offset every layer's caches; embed the "
+        "decode tokens and every chunk's tokens as one sequence [1, T]; run each "
+        "layer as layer.forward(h, attend), where attend(q, k, v) cuts q, k, v with "
+        "split_parts; for each part (the decode rows at their offsets in the batch "
+        "cache, then each chunk at chunk.offset in chunk.cache[layer]) stages its "
+        "roped keys and values (cache.stage); only then each part's "
+        "attention.attention over cache.fetch_staged(); glues the outputs with "
+        "join_parts; then model.logits only on the decode rows and the last "
+        "logit_rows positions of each chunk"
     )
 
 
@@ -120,8 +123,10 @@ def plan_mixed(planner: Planner) -> Plan:
     """The mixed policy's plan for ONE forward, made with the planner's rules: an
     interactive request with no slot preempts batch work first
     (preempt_for_interactive, step_limits.py); then every decode row (room made for
-    them); then prefill chunks, most urgent first, until token_budget is spent (None:
-    no limit). Every row fed counts against the budget, an empty slot's dummy row too.
+    them); with config.speculative, the decoding requests' draft tokens (plan_drafts,
+    week 3 day 4); then prefill chunks, most urgent first, until token_budget is spent
+    (None: no limit). Every row fed counts against the budget, an empty slot's dummy
+    row and every draft token too.
 
     The requests come from planner.prefill_candidates (a slot in view, room from the
     KV manager, first come first served) with may_start's partial-prefill limits,
@@ -135,22 +140,32 @@ def plan_mixed(planner: Planner) -> Plan:
     """
     raise NotImplementedError(
         "Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, "
-        "their rows, then chunks from prefill_candidates with may_start within the "
-        "budget left, each chunk_limit, cut to what planner.reserve_chunk makes room "
-        "for (stop at the first that gets none); Plan(rows, chunks, mixed=True)"
+        "their rows, the drafts (plan_drafts, only with config.speculative), then "
+        "chunks from prefill_candidates with may_start within the budget left, each "
+        "chunk_limit, cut to what planner.reserve_chunk makes room for (stop at the "
+        "first that gets none); Plan(rows, chunks, mixed=True, drafts)"
     )
 
 
-def run_mixed(model, plan: Plan, batch_cache: list) -> mx.array | None:
-    """Run a mixed plan: mixed_forward over the decode rows and
-    every chunk (PrefillChunk at the request's offset with its kv_cache,
-    wants_logits when the chunk ends its prompt; the batch cache only when there
-    are decode rows, else None); the logits and every chunk's
-    cache evaluated; then each chunk's request advances by its length and, if
-    its prompt is done, samples its first token. Returns the decode rows' logits
-    [R, V] (None without rows): the model runner has them accepted (accept_rows)."""
+def run_mixed(
+    model, plan: Plan, batch_cache: list
+) -> tuple[mx.array | None, dict[Request, mx.array]]:
+    """Run a mixed plan: mixed_forward over the decode rows and every chunk
+    (PrefillChunk at the request's offset with its kv_cache, one logit row when the
+    chunk ends its prompt; the batch cache only when there are decode rows, else
+    None), and with week 3 day 4 each request's drafts as a part of their own
+    (PrefillChunk at offset + 1, its row's row_view in every layer, every position
+    sampled); the logits and every chunk's cache evaluated; then each chunk's
+    request advances by its length and, if its prompt is done, samples its first
+    token.
+
+    Returns the decode rows' logits [R, V] (None without rows), which the model
+    runner has accepted (accept_rows), and for each drafting request its
+    verification logits [1 + k, V]: its decode row's, then its k drafts'.
+    """
     raise NotImplementedError(
-        "Week 3 Day 1: run_mixed: PrefillChunks, mixed_forward, mx.eval of the logits"
-        " and the chunk caches, then advance and sample each chunk; return the decode"
-        " logits"
+        "Week 3 Day 1: run_mixed: PrefillChunks (and, Week 3 Day 4, a part per "
+        "request with drafts), mixed_forward, mx.eval of the logits and the chunk "
+        "caches, then advance and sample each chunk; return the decode logits and the"
+        " drafts' logits"
     )

@@ -344,6 +344,21 @@ class PagedBatchingKvCache(TinyKvCache):
         """Row `slot` is empty again; the request's blocks are the engine's to release."""
         raise NotImplementedError("Week 3 Day 2: remove_request: the slot holds None")
 
+    def row_view(self, slot: int, offset: int) -> PagedKvCache:
+        """Row `slot` as one sequence's cache from position `offset` on (week 3 day
+        4's draft tokens): a second view of the request's blocks, so the row's own
+        count is left as it is until set_offset."""
+        raise NotImplementedError(
+            "Week 3 Day 4: row_view: a PagedKvCache over the slot's layer and table, "
+            "at offset"
+        )
+
+    def set_offset(self, slot: int, offset: int) -> None:
+        """Row `slot` holds exactly `offset` positions from now on."""
+        raise NotImplementedError(
+            "Week 3 Day 4: set_offset: the slot's view's offset = offset"
+        )
+
     def stage(self, keys: mx.array, values: mx.array) -> None:
         """keys/values: [B, H, L, D]: each occupied row's L tokens staged through its
         own view at its offset (an empty row's are dropped); the offsets before the

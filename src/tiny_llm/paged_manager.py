@@ -72,6 +72,14 @@ class PagedKvManager(KvManager):
             "table now has room for, at most `tokens`"
         )
 
+    def keep_accepted(self, request: Request, slot: int) -> None:
+        """As the dense manager's, and the blocks past the request's offset (reserved
+        for drafts that were rejected) go back to the pool."""
+        raise NotImplementedError(
+            "Week 3 Day 4: keep_accepted: every row's offset, then pool.release of "
+            "the table's blocks past blocks_needed(request.offset)"
+        )
+
     def release(self, request: Request) -> None:
         """The request's blocks go back to the pool."""
         raise NotImplementedError(

@@ -46,11 +46,14 @@ class Plan:
         offset.
     mixed: run rows and chunks as one forward (week 3 day 1); else the plan holds
         either one chunk (try_prefill) or the rows (a decode forward).
+    drafts: decoding request -> the draft tokens it feeds after its decode row, to
+        be verified (week 3 day 4; mixed plans only).
     """
 
     rows: list[Request | None] = field(default_factory=list)
     chunks: list[tuple[Request, int]] = field(default_factory=list)
     mixed: bool = False
+    drafts: dict[Request, list[int]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.rows or self.chunks)

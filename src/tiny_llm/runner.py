@@ -6,46 +6,51 @@ It runs a Plan (planner.py) as one forward:
 - decode rows (week 2 day 6): model(tokens [R, 1], offsets, batch cache), the last
   position's logits [R, V];
 - a mixed plan (week 3 day 1): mixed_step.run_mixed, every decode row and every chunk
-  in one forward.
+  in one forward, and (week 3 day 4) each speculating request's drafts.
 Then every request in it moves forward in one place (Request.advance, by what the
 forward fed it) and samples from its logits (Request.sample_and_accept), which may
-finish it.
+finish it; a speculating request accepts its verified tokens (accept_drafts) and its
+row keeps only those (the KV manager's keep_accepted).
 
 A failure costs only the requests in the forward: they fail with the error, and the
 run goes on. An interrupt (KeyboardInterrupt, SystemExit) fails them too, so that no
 request's position and cache are left out of step, and is then raised again.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 
 from .mixed_step import run_mixed
 from .planner import Plan
 from .request import Request
+from .speculative import accept_drafts
 
 
 @dataclass
 class Forward:
     """A forward that ran: when it started, how long it took (the clock's
     seconds), the chunks (request, prompt tokens) and the decoding requests in it,
-    and whether it was a mixed step."""
+    whether it was a mixed step, and (request, drafts fed, drafts accepted) of each
+    request that speculated (week 3 day 4)."""
 
     start: float
     seconds: float
     chunks: list[tuple[Request, int]]
     decodes: list[Request]
     mixed: bool
+    drafts: list[tuple[Request, int, int]] = field(default_factory=list)
 
 
 class ModelRunner:
     """model: the week 2 model (model(tokens, offset, cache) -> logits). clock: the
-    engine's clock, read just before and just after each forward."""
+    engine's clock, read just before and just after each forward. kv: the KV manager,
+    whose batch_cache holds the decode rows."""
 
-    def __init__(self, model, clock):
-        raise NotImplementedError("Week 2 Day 6: ModelRunner: keep model and clock")
+    def __init__(self, model, clock, kv):
+        raise NotImplementedError("Week 2 Day 6: ModelRunner: keep model, clock and kv")
 
-    def run(self, plan: Plan, batch_cache: list) -> Forward | None:
+    def run(self, plan: Plan) -> Forward | None:
         """Run the plan's forward; None when it failed (its requests failed with the
         error). A request's prefill_start is this forward's start if it has none."""
         raise NotImplementedError(
@@ -53,6 +58,18 @@ class ModelRunner:
             "(mixed, one chunk through try_prefill, or decode); on an error fail its "
             "requests and return None; on an interrupt fail them and raise; else a "
             "Forward"
+        )
+
+    def run_mixed_step(self, plan: Plan) -> list[tuple[Request, int, int]]:
+        """A mixed plan's forward (mixed_step.run_mixed); the rows without drafts
+        accept a token each (accept_rows); each request with drafts accepts what
+        verification keeps (accept_drafts) and its row keeps just that
+        (kv.keep_accepted). Returns (request, drafts fed, drafts accepted) per
+        speculating request."""
+        raise NotImplementedError(
+            "Week 2 Day 6: run_mixed_step: run_mixed(model, plan, kv.batch_cache); "
+            "accept_rows of the rows without drafts (Week 3 Day 4: then accept_drafts"
+            " and keep_accepted for each request with drafts)"
         )
 
     def fail(self, requests: list[Request], why: str, plan: Plan) -> None:

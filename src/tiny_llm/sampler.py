@@ -2,6 +2,7 @@
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import mlx.core as mx
 
@@ -10,16 +11,43 @@ from tiny_llm_base import is_int
 Sampler = Callable[[mx.array], mx.array]
 
 
-def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> Sampler:
-    """Return `sample(logprobs [B, V]) -> tokens [B]`.
+@dataclass(frozen=True)
+class TokenSampler:
+    """`sampler(logprobs [B, V]) -> tokens [B]` with temperature, top-k and top-p.
 
-    temp == 0 picks the most likely token (greedy). Otherwise the log-probabilities
-    are divided by temp (below 1 sharpens, above 1 flattens), then top_k keeps the k
-    most likely tokens, then top_p keeps the smallest set of most likely tokens whose
-    probability reaches top_p, and one token is drawn from what is left.
+    temp == 0 picks the most likely token (greedy). Otherwise one token is drawn from
+    `logits(logprobs)`: the log-probabilities divided by temp (below 1 sharpens,
+    above 1 flattens), then top_k keeps the k most likely tokens, then top_p keeps
+    the smallest set of most likely tokens whose probability reaches top_p. Its
+    settings stay readable: week 3 day 4's speculative decoding needs the very
+    distribution the sampler draws from.
     """
+
+    temp: float
+    top_p: float = 1.0
+    top_k: int | None = None
+
+    def logits(self, logprobs: mx.array) -> mx.array:
+        """logprobs: [B, V] -> the logits [B, V] a token is drawn from (temp > 0):
+        scaled by temp, every token outside top_k and top_p at -inf."""
+        raise NotImplementedError(
+            "Week 1 Day 7: TokenSampler.logits: divide by temp, then keep_top_k (when"
+            " top_k < V), then keep_top_p (when top_p < 1)"
+        )
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        raise NotImplementedError(
+            "Week 1 Day 7: TokenSampler.__call__: argmax when temp == 0, else "
+            "mx.random.categorical over logits(logprobs)"
+        )
+
+
+def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> Sampler:
+    """A TokenSampler, once the settings are checked: temp a finite number >= 0 (0
+    means greedy), top_p in (0, 1], top_k an int >= 1 or None."""
     raise NotImplementedError(
-        "Week 1 Day 7: make_sampler (greedy, temperature, top-k, top-p)"
+        "Week 1 Day 7: make_sampler: ValueError for a bad temp, top_p or top_k; else "
+        "TokenSampler(temp, top_p, top_k)"
     )
 
 

@@ -22,6 +22,7 @@ from .prompts import PromptSpec, Sampler, check_int, is_int
 
 POLICIES = ("alternate", "mixed")
 KV_CACHES = ("dense", "paged")
+SPECULATIVE = (None, "ngram")
 # The mixed step's partial-prefill limits (vLLM's names), each an int >= 1 or None.
 STEP_LIMITS = (
     "long_prefill_token_threshold",
@@ -63,6 +64,11 @@ class EngineConfig:
         most max_num_partial_prefills requests are partly prefilled at once (1: one
         prompt at a time, first come first served), at most
         max_long_partial_prefills of them long. None: no such limit.
+    speculative: None, or "ngram" (mixed policy, week 3 day 4): each decoding request
+        proposes up to num_speculative_tokens draft tokens by prompt lookup (what
+        followed the latest earlier occurrence of its last prompt_lookup_max down to
+        prompt_lookup_min tokens) and the step verifies them; the output is the
+        same as without.
     batch_patience: seconds after its arrival during which a batch request yields
         to interactive requests: they go before it and, when no slot is free, may
         preempt it. Past them it keeps its place (never starved); 0: arrival order.
@@ -85,6 +91,10 @@ class EngineConfig:
     max_num_partial_prefills: int | None = None
     max_long_partial_prefills: int | None = None
     batch_patience: float = 30.0
+    speculative: str | None = None
+    num_speculative_tokens: int = 4
+    prompt_lookup_max: int = 3
+    prompt_lookup_min: int = 1
     kv_cache: str = "dense"
     block_size: int = 16
     num_blocks: int | None = None
@@ -119,6 +129,7 @@ class EngineConfig:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
         check_int("token_budget", self.token_budget, self.batch_size + 1, True)
         self.check_prefill_limits()
+        self.check_speculative()
         self.check_kv_cache()
 
     def check_prefill_limits(self) -> None:
@@ -144,6 +155,21 @@ class EngineConfig:
         if not math.isfinite(patience) or patience < 0:
             raise ValueError(
                 f"batch_patience must be a finite number of seconds >= 0, got {patience}"
+            )
+
+    def check_speculative(self) -> None:
+        if self.speculative not in SPECULATIVE:
+            raise ValueError(
+                f"speculative must be None or 'ngram' (prompt lookup), got "
+                f"{self.speculative!r}"
+            )
+        check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
+        check_int("prompt_lookup_min", self.prompt_lookup_min, 1)
+        check_int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+        if self.speculative and self.policy != "mixed":
+            raise ValueError(
+                "speculative decoding verifies drafts inside a mixed step: pass "
+                "policy='mixed' or leave speculative None"
             )
 
     def check_kv_cache(self) -> None:

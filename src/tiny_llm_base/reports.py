@@ -1,7 +1,7 @@
 """What a batch_generate run reports: a snapshot per iteration for live views, and
 the results list that carries the run's metrics."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -60,13 +60,16 @@ class ForwardRecord:
     start, end: readings of the engine's clock around the forward. chunks: (request
     id, prompt tokens) of each prefill chunk in it; decodes: the ids of the requests
     that got a decode token from it. The alternate policy runs two forwards a step
-    (a chunk, then the decodes), the mixed policy one.
+    (a chunk, then the decodes), the mixed policy one. drafts: (request id, draft
+    tokens fed, draft tokens accepted) of each decode row that carried drafts (week
+    3 day 4).
     """
 
     start: float
     end: float
     chunks: list[tuple[int, int]]
     decodes: list[int]
+    drafts: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class BatchResults(list):

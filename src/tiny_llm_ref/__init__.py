@@ -24,9 +24,9 @@ from .positional_encoding import RoPE
 from .layer_norm import RMSNorm
 from .embedding import Embedding
 from .qwen2_week1 import Qwen2MLP, Qwen2ModelWeek1
-from .sampler import make_sampler
+from .sampler import TokenSampler, make_sampler
 from .generate import simple_generate, simple_generate_with_kv_cache
-from .kv_cache import BatchingKvCache, TinyKvCache, TinyKvFullCache
+from .kv_cache import BatchingKvCache, BatchRowView, TinyKvCache, TinyKvFullCache
 from .quantize import (
     dequantize_weight,
     quantized_matmul,
@@ -54,5 +54,16 @@ from .paged_cache import (
 )
 from .paged_manager import PagedKvManager
 from .prefix_cache import PrefixCachingKvManager
+from .speculative import (
+    accept_drafts,
+    can_verify,
+    find_drafts,
+    is_greedy,
+    may_draft,
+    plan_drafts,
+    request_tokens,
+    verified_tokens,
+    worth_drafting,
+)
 from .engine import Engine, RequestOutput
 from .scheduler import batch_generate

@@ -112,7 +112,7 @@ class Engine:
         self.on_forward = on_forward
         self.kv = make_kv_manager(model, config)
         self.planner = Planner(config, self.kv)
-        self.runner = ModelRunner(model, clock)
+        self.runner = ModelRunner(model, clock, self.kv)
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.next_id = itertools.count()
         self.ids: dict[Request, int] = {}
@@ -202,12 +202,12 @@ class Engine:
     def run(self, plan: Plan) -> None:
         """Run a plan (nothing if it is empty), then retire the requests it finished
         or failed and record the forward; an interrupt still retires them first."""
-        # Week 2 Day 6: run: runner.run(plan, kv.batch_cache), planner.retire_finished()
+        # Week 2 Day 6: run: runner.run(plan), planner.retire_finished()
         # even on an interrupt, prefilled, record
         if not plan:
             return
         try:
-            forward = self.runner.run(plan, self.kv.batch_cache)
+            forward = self.runner.run(plan)
         finally:
             self.planner.retire_finished()
         chunking = [r for r, _ in plan.chunks if not r.is_prefill_done]
@@ -280,6 +280,8 @@ class Engine:
             metrics.record_prefill_chunk(chunks[0][1], forward.seconds)
         else:
             metrics.record_decode_step(len(forward.decodes), forward.seconds)
+        for _, proposed, accepted in forward.drafts:
+            metrics.record_drafts(proposed, accepted)
         for request in forward.decodes:
             times = request.metrics.token_times
             if len(times) >= 2:
@@ -294,6 +296,7 @@ class Engine:
                     forward.start + forward.seconds,
                     [(self.ids[r], n) for r, n in chunks],
                     [self.ids[r] for r in forward.decodes],
+                    [(self.ids[r], fed, kept) for r, fed, kept in forward.drafts],
                 )
             )
 

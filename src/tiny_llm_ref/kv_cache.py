@@ -213,6 +213,20 @@ class BatchingKvCache(TinyKvCache):
         if self.rows == 0:
             self.keys = self.values = None
 
+    def row_view(self, slot: int, offset: int) -> "BatchRowView":
+        """Row `slot` as one sequence's cache that writes from position `offset` on
+        (week 3 day 4: a decoding request's draft tokens, fed as their own part of a
+        mixed step after its decode row). The row's count is left as it is: the
+        engine keeps what it accepts with set_offset."""
+        # Week 3 Day 4: row_view: a BatchRowView of this cache, slot and offset
+        return BatchRowView(self, slot, offset)
+
+    def set_offset(self, slot: int, offset: int) -> None:
+        """Row `slot` holds exactly `offset` positions from now on: keys written past
+        them (rejected draft tokens) are never seen."""
+        # Week 3 Day 4: set_offset: offsets[slot] = offset
+        self.offsets[slot] = offset
+
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array]:
@@ -242,3 +256,34 @@ class BatchingKvCache(TinyKvCache):
         # An empty slot (offset 0) stays empty: its row is computed but never kept.
         self.offsets[:B] = [offset + L if offset else 0 for offset in offsets]
         return self.keys[:, :, :S, :], self.values[:, :, :S, :], mask
+
+
+class BatchRowView(TinyKvCache):
+    """One row of a BatchingKvCache, seen as a single sequence's cache from `offset`
+    on: keys/values [1, H, L, D] go to row `slot` at offset .. offset + L - 1, and
+    the row's keys up to there come back, with the chunk mask."""
+
+    def __init__(self, batch: BatchingKvCache, slot: int, offset: int) -> None:
+        # Week 3 Day 4: BatchRowView: keep the batch cache, the slot and the offset
+        self.batch = batch
+        self.slot = slot
+        self.offset = offset
+
+    def update_and_fetch(
+        self, keys: mx.array, values: mx.array
+    ) -> tuple[mx.array, mx.array, str | None]:
+        # Week 3 Day 4: update_and_fetch: ValueError past max_seq_len; fit the batch
+        # storage to its rows and offset + L positions; write row slot's positions
+        # offset .. offset + L - 1; advance offset; return the row's keys and values
+        # [1, H, offset, D] and the mask ("causal" when L > 1, None for one token)
+        _, H, L, D = keys.shape
+        batch, end = self.batch, self.offset + L
+        if end > batch.max_seq_len:
+            raise ValueError(f"a request would pass max_seq_len={batch.max_seq_len}")
+        batch.fit(batch.keys.shape[0], end, H, D, keys.dtype)
+        batch.keys[self.slot, :, self.offset : end, :] = keys[0]
+        batch.values[self.slot, :, self.offset : end, :] = values[0]
+        self.offset = end
+        row = slice(self.slot, self.slot + 1)
+        mask = "causal" if L > 1 else None
+        return batch.keys[row, :, :end, :], batch.values[row, :, :end, :], mask

@@ -48,6 +48,13 @@ class KvManager:
         for layer_cache in self.batch_cache:
             layer_cache.remove_request(slot)
 
+    def keep_accepted(self, request: Request, slot: int) -> None:
+        """After a verification: row `slot` keeps exactly the request's offset
+        positions in every layer, so rejected drafts leave no trace."""
+        # Week 3 Day 4: keep_accepted: set_offset(slot, request.offset) on every layer
+        for layer in self.batch_cache:
+            layer.set_offset(slot, request.offset)
+
 
 class DenseKvManager(KvManager):
     """Dense caches: a request's own cache while it prefills, then a batch-cache row.

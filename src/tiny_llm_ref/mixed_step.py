@@ -38,6 +38,7 @@ from .kv_cache import BatchingKvCache, TinyKvCache
 from .planner import Plan, Planner
 from .qwen2_week2 import Qwen2ModelWeek2, check_offset
 from .request import Request
+from .speculative import plan_drafts
 from .step_limits import chunk_limit, may_start, preempt_for_interactive
 
 
@@ -45,16 +46,17 @@ from .step_limits import chunk_limit, may_start, preempt_for_interactive
 class PrefillChunk:
     """One request's prefill chunk inside a mixed step.
 
-    tokens: prompt tokens at positions offset .. offset + L - 1.
+    tokens: tokens at positions offset .. offset + L - 1.
     offset: the absolute position of tokens[0]; it must equal the cache's offset.
     cache: the request's own cache, one per layer (as Request.kv_cache).
-    wants_logits: True when the chunk ends its prompt: its last position is sampled.
+    logit_rows: how many of the chunk's last positions are sampled: 0, or 1 when the
+        chunk ends its prompt; all L for week 3 day 4's draft tokens, each checked.
     """
 
     tokens: list[int]
     offset: int
     cache: list[TinyKvCache]
-    wants_logits: bool
+    logit_rows: int
 
 
 def split_parts(
@@ -90,8 +92,8 @@ def mixed_forward(
     chunks: list[PrefillChunk],
 ) -> tuple[mx.array | None, list[mx.array | None]]:
     """ONE forward for a step: returns (decode logits [B, V] for the B decode rows, or
-    None when decode_tokens is empty; and for each chunk its last-position logits
-    [1, V] or None).
+    None when decode_tokens is empty; and for each chunk the logits [logit_rows, V]
+    of its last logit_rows positions, or None when logit_rows is 0).
 
     decode_tokens, decode_offsets: one per batch-cache row fed this step (from the
     rows in use to max_active_requests), an empty slot's row carrying a dummy token;
@@ -99,19 +101,20 @@ def mixed_forward(
     must be its cache's (check_offset). Every cache given is updated as the separate
     forwards would: the batch cache by one token per row, each chunk's cache by its
     tokens. The final norm and LM head run once, on the sampled rows gathered (the
-    decode rows, then the last row of each chunk that wants logits); with none,
+    decode rows, then each chunk's last logit_rows rows); with none,
     no LM head runs and the result is (None, [None] * len(chunks)). Nothing is
     evaluated here.
     """
     # Week 3 Day 1: mixed_forward: ValueError for decode tokens without a batch cache, a
-    # count of offsets unlike the tokens' or an empty chunk; check_offset every layer's
+    # count of offsets unlike the tokens', an empty chunk or a logit_rows outside 0 ..
+    # its length; check_offset every layer's
     # caches; embed the decode tokens and every chunk's tokens as one sequence [1, T];
     # run each layer as layer.forward(h, attend), where attend(q, k, v) cuts q, k, v
     # with split_parts; for each part (the decode rows at their offsets in the batch
     # cache, then each chunk at chunk.offset in chunk.cache[layer]) stages its roped
     # keys and values (cache.stage); only then each part's attention.attention over
     # cache.fetch_staged(); glues the outputs with join_parts; then model.logits only
-    # on the decode rows and the last position of each chunk that wants_logits
+    # on the decode rows and the last logit_rows positions of each chunk
     B = len(decode_tokens)
     if B and batch_cache is None:
         raise ValueError("decode tokens need the batch cache their rows live in")
@@ -121,6 +124,8 @@ def mixed_forward(
         )
     if any(not chunk.tokens for chunk in chunks):
         raise ValueError("a prefill chunk needs at least one token")
+    if any(not 0 <= chunk.logit_rows <= len(chunk.tokens) for chunk in chunks):
+        raise ValueError("a chunk's logit_rows must be between 0 and its length")
     for layer in range(model.num_layers):
         if B:
             check_offset(decode_offsets, batch_cache[layer])
@@ -159,19 +164,21 @@ def mixed_forward(
     h = model.embedding(mx.array([step_tokens]))  # [1, T, E]
     for number, layer in enumerate(model.layers):
         h = layer.forward(h, partial(attend_by_part, number))
-    # Chunk c spans step positions ends[c] .. ends[c + 1] - 1.
+    # Chunk c spans step positions ends[c] .. ends[c + 1] - 1; its sampled rows are
+    # the last logit_rows of them, and they follow each other in `sampled`.
     ends = list(accumulate(lengths, initial=B))
-    last_rows = [end - 1 for end in ends[1:]]
     sampled = list(range(B)) + [
-        row for chunk, row in zip(chunks, last_rows) if chunk.wants_logits
+        row
+        for chunk, end in zip(chunks, ends[1:])
+        for row in range(end - chunk.logit_rows, end)
     ]
     if not sampled:
         return None, [None] * len(chunks)
     logits = model.logits(h[0, mx.array(sampled)])  # [len(sampled), V]
-    by_row = {row: logits[i : i + 1] for i, row in enumerate(sampled)}
+    starts = accumulate([chunk.logit_rows for chunk in chunks], initial=B)
     chunk_logits = [
-        by_row[row] if chunk.wants_logits else None
-        for chunk, row in zip(chunks, last_rows)
+        logits[start : start + chunk.logit_rows] if chunk.logit_rows else None
+        for chunk, start in zip(chunks, starts)
     ]
     return (logits[:B] if B else None), chunk_logits
 
@@ -180,8 +187,10 @@ def plan_mixed(planner: Planner) -> Plan:
     """The mixed policy's plan for ONE forward, made with the planner's rules: an
     interactive request with no slot preempts batch work first
     (preempt_for_interactive, step_limits.py); then every decode row (room made for
-    them); then prefill chunks, most urgent first, until token_budget is spent (None:
-    no limit). Every row fed counts against the budget, an empty slot's dummy row too.
+    them); with config.speculative, the decoding requests' draft tokens (plan_drafts,
+    week 3 day 4); then prefill chunks, most urgent first, until token_budget is spent
+    (None: no limit). Every row fed counts against the budget, an empty slot's dummy
+    row and every draft token too.
 
     The requests come from planner.prefill_candidates (a slot in view, room from the
     KV manager, first come first served) with may_start's partial-prefill limits,
@@ -194,15 +203,19 @@ def plan_mixed(planner: Planner) -> Plan:
     fails that request alone, and the next request asks the policy again.
     """
     # Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, their
-    # rows, then chunks from prefill_candidates with may_start within the budget
-    # left, each chunk_limit, cut to what planner.reserve_chunk makes room for (stop
-    # at the first that gets none); Plan(rows, chunks, mixed=True)
+    # rows, the drafts (plan_drafts, only with config.speculative), then chunks from
+    # prefill_candidates with may_start within the budget left, each chunk_limit, cut
+    # to what planner.reserve_chunk makes room for (stop at the first that gets none);
+    # Plan(rows, chunks, mixed=True, drafts)
     in_view = [r for r in planner.waiting if r.offset > 0]  # each keeps a slot in view
     preempt_for_interactive(planner, in_view)
     planner.make_room_for_decodes()
     rows = planner.decode_rows()
     budget = planner.config.token_budget
     budget = None if budget is None else budget - len(rows)
+    drafts = plan_drafts(planner, rows, budget) if planner.config.speculative else {}
+    if budget is not None:
+        budget -= sum(map(len, drafts.values()))
     chunks: list[tuple[Request, int]] = []
     step_size = None
     limits = partial(may_start, planner, started=in_view)
@@ -226,19 +239,28 @@ def plan_mixed(planner: Planner) -> Plan:
         if budget is not None:
             budget -= size
     planner.retire_finished()
-    return Plan(rows=rows, chunks=chunks, mixed=True)
+    return Plan(rows=rows, chunks=chunks, mixed=True, drafts=drafts)
 
 
-def run_mixed(model, plan: Plan, batch_cache: list) -> mx.array | None:
-    """Run a mixed plan: mixed_forward over the decode rows and
-    every chunk (PrefillChunk at the request's offset with its kv_cache,
-    wants_logits when the chunk ends its prompt; the batch cache only when there
-    are decode rows, else None); the logits and every chunk's
-    cache evaluated; then each chunk's request advances by its length and, if
-    its prompt is done, samples its first token. Returns the decode rows' logits
-    [R, V] (None without rows): the model runner has them accepted (accept_rows)."""
-    # Week 3 Day 1: run_mixed: PrefillChunks, mixed_forward, mx.eval of the logits and
-    # the chunk caches, then advance and sample each chunk; return the decode logits
+def run_mixed(
+    model, plan: Plan, batch_cache: list
+) -> tuple[mx.array | None, dict[Request, mx.array]]:
+    """Run a mixed plan: mixed_forward over the decode rows and every chunk
+    (PrefillChunk at the request's offset with its kv_cache, one logit row when the
+    chunk ends its prompt; the batch cache only when there are decode rows, else
+    None), and with week 3 day 4 each request's drafts as a part of their own
+    (PrefillChunk at offset + 1, its row's row_view in every layer, every position
+    sampled); the logits and every chunk's cache evaluated; then each chunk's
+    request advances by its length and, if its prompt is done, samples its first
+    token.
+
+    Returns the decode rows' logits [R, V] (None without rows), which the model
+    runner has accepted (accept_rows), and for each drafting request its
+    verification logits [1 + k, V]: its decode row's, then its k drafts'.
+    """
+    # Week 3 Day 1: run_mixed: PrefillChunks (and, Week 3 Day 4, a part per request
+    # with drafts), mixed_forward, mx.eval of the logits and the chunk caches, then
+    # advance and sample each chunk; return the decode logits and the drafts' logits
     rows = plan.rows
     tokens, offsets = plan.decode_inputs()
     chunks = [
@@ -246,22 +268,36 @@ def run_mixed(model, plan: Plan, batch_cache: list) -> mx.array | None:
             r.prefill_tokens[r.offset : r.offset + n],
             r.offset,
             r.kv_cache,
-            wants_logits=r.offset + n == len(r.prefill_tokens),
+            logit_rows=int(r.offset + n == len(r.prefill_tokens)),
         )
         for r, n in plan.chunks
     ]
-    decode_logits, chunk_logits = mixed_forward(
-        model, tokens, offsets, batch_cache if rows else None, chunks
+    draft_parts = [
+        PrefillChunk(
+            drafts,
+            r.offset + 1,
+            [layer.row_view(rows.index(r), r.offset + 1) for layer in batch_cache],
+            logit_rows=len(drafts),
+        )
+        for r, drafts in plan.drafts.items()
+    ]
+    decode_logits, part_logits = mixed_forward(
+        model, tokens, offsets, batch_cache if rows else None, chunks + draft_parts
     )
+    chunk_logits, draft_logits = part_logits[: len(chunks)], part_logits[len(chunks) :]
+    verify_logits = {
+        r: mx.concatenate([decode_logits[rows.index(r)][None], logits])
+        for r, logits in zip(plan.drafts, draft_logits)
+    }
     cache_state = [
         array
         for chunk in chunks
         for layer in chunk.cache
         for array in (layer.keys, layer.values)
     ]
-    mx.eval(decode_logits, chunk_logits, cache_state)
+    mx.eval(decode_logits, chunk_logits, verify_logits, cache_state)
     for (request, tokens_fed), logits in zip(plan.chunks, chunk_logits):
         request.advance(tokens_fed)
         if logits is not None:  # the chunk ended the prompt
             request.sample_and_accept(logits)
-    return decode_logits
+    return decode_logits, verify_logits

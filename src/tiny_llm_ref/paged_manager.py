@@ -97,6 +97,17 @@ class PagedKvManager(KvManager):
         room = len(table.blocks) * self.block_size - request.offset
         return min(tokens, room)
 
+    def keep_accepted(self, request: Request, slot: int) -> None:
+        """As the dense manager's, and the blocks past the request's offset (reserved
+        for drafts that were rejected) go back to the pool."""
+        # Week 3 Day 4: keep_accepted: every row's offset, then pool.release of the
+        # table's blocks past blocks_needed(request.offset)
+        super().keep_accepted(request, slot)
+        table = self.tables[request]
+        kept = blocks_needed(request.offset, self.block_size)
+        self.pool.release(table.blocks[kept:])
+        del table.blocks[kept:]
+
     def release(self, request: Request) -> None:
         """The request's blocks go back to the pool."""
         # Week 3 Day 2: release: pool.release of the table popped from tables

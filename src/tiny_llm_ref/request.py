@@ -66,6 +66,9 @@ class Request:
     detokenizer: tokenizer.detokenizer, fed every kept token; `text` reads it.
     kv_cache: the request's own cache (model.create_kv_cache()) while it prefills;
         None once a decode slot has copied it into the batch cache, or once finished.
+    draft_acceptance, drafts_resume_at (week 3 day 4): an average of the share of its
+        draft tokens accepted (1.0 before any), and the count of generated tokens
+        before which it proposes no drafts (a pause once they stopped paying).
     """
 
     model: object
@@ -86,6 +89,8 @@ class Request:
     metrics: RequestMetrics = field(init=False, default_factory=RequestMetrics)
     detokenizer: object = field(init=False, default=None)
     kv_cache: list[TinyKvCache] | None = field(init=False, default=None)
+    draft_acceptance: float = field(init=False, default=1.0)
+    drafts_resume_at: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         # Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at least 1

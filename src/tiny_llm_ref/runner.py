@@ -6,48 +6,54 @@ It runs a Plan (planner.py) as one forward:
 - decode rows (week 2 day 6): model(tokens [R, 1], offsets, batch cache), the last
   position's logits [R, V];
 - a mixed plan (week 3 day 1): mixed_step.run_mixed, every decode row and every chunk
-  in one forward.
+  in one forward, and (week 3 day 4) each speculating request's drafts.
 Then every request in it moves forward in one place (Request.advance, by what the
 forward fed it) and samples from its logits (Request.sample_and_accept), which may
-finish it.
+finish it; a speculating request accepts its verified tokens (accept_drafts) and its
+row keeps only those (the KV manager's keep_accepted).
 
 A failure costs only the requests in the forward: they fail with the error, and the
 run goes on. An interrupt (KeyboardInterrupt, SystemExit) fails them too, so that no
 request's position and cache are left out of step, and is then raised again.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 
 from .mixed_step import run_mixed
 from .planner import Plan
 from .request import Request
+from .speculative import accept_drafts
 
 
 @dataclass
 class Forward:
     """A forward that ran: when it started, how long it took (the clock's
     seconds), the chunks (request, prompt tokens) and the decoding requests in it,
-    and whether it was a mixed step."""
+    whether it was a mixed step, and (request, drafts fed, drafts accepted) of each
+    request that speculated (week 3 day 4)."""
 
     start: float
     seconds: float
     chunks: list[tuple[Request, int]]
     decodes: list[Request]
     mixed: bool
+    drafts: list[tuple[Request, int, int]] = field(default_factory=list)
 
 
 class ModelRunner:
     """model: the week 2 model (model(tokens, offset, cache) -> logits). clock: the
-    engine's clock, read just before and just after each forward."""
+    engine's clock, read just before and just after each forward. kv: the KV manager,
+    whose batch_cache holds the decode rows."""
 
-    def __init__(self, model, clock):
-        # Week 2 Day 6: ModelRunner: keep model and clock
+    def __init__(self, model, clock, kv):
+        # Week 2 Day 6: ModelRunner: keep model, clock and kv
         self.model = model
         self.clock = clock
+        self.kv = kv
 
-    def run(self, plan: Plan, batch_cache: list) -> Forward | None:
+    def run(self, plan: Plan) -> Forward | None:
         """Run the plan's forward; None when it failed (its requests failed with the
         error). A request's prefill_start is this forward's start if it has none."""
         # Week 2 Day 6: run: read the clock, set prefill_start, run the plan (mixed, one
@@ -58,16 +64,15 @@ class ModelRunner:
         for request, _ in plan.chunks:
             if request.metrics.prefill_start is None:
                 request.metrics.prefill_start = start
+        drafts = []
         try:
             if plan.mixed:
-                decode_logits = run_mixed(self.model, plan, batch_cache)
-                if plan.rows:
-                    self.accept_rows(plan.rows, decode_logits)
+                drafts = self.run_mixed_step(plan)
             elif plan.chunks:
                 [(request, tokens)] = plan.chunks
                 request.try_prefill(tokens)
             else:
-                self.decode(plan, batch_cache)
+                self.decode(plan, self.kv.batch_cache)
         except Exception as error:  # fails this forward's requests, not the run
             self.fail(requests, f"{type(error).__name__}: {error}", plan)
             return None
@@ -75,7 +80,29 @@ class ModelRunner:
             self.fail(requests, f"interrupted by {type(interrupt).__name__}", plan)
             raise
         decodes = [r for r in plan.rows if r]
-        return Forward(start, self.clock() - start, plan.chunks, decodes, plan.mixed)
+        seconds = self.clock() - start
+        return Forward(start, seconds, plan.chunks, decodes, plan.mixed, drafts)
+
+    def run_mixed_step(self, plan: Plan) -> list[tuple[Request, int, int]]:
+        """A mixed plan's forward (mixed_step.run_mixed); the rows without drafts
+        accept a token each (accept_rows); each request with drafts accepts what
+        verification keeps (accept_drafts) and its row keeps just that
+        (kv.keep_accepted). Returns (request, drafts fed, drafts accepted) per
+        speculating request."""
+        # Week 2 Day 6: run_mixed_step: run_mixed(model, plan, kv.batch_cache);
+        # accept_rows of the rows without drafts (Week 3 Day 4: then accept_drafts and
+        # keep_accepted for each request with drafts)
+        decode_logits, verify_logits = run_mixed(self.model, plan, self.kv.batch_cache)
+        if plan.rows:
+            plain = [None if r in plan.drafts else r for r in plan.rows]
+            self.accept_rows(plain, decode_logits)
+        done = []
+        for request, logits in verify_logits.items():
+            drafts = plan.drafts[request]
+            accepted = accept_drafts(request, drafts, logits)
+            self.kv.keep_accepted(request, plan.rows.index(request))
+            done.append((request, len(drafts), accepted))
+        return done
 
     def fail(self, requests: list[Request], why: str, plan: Plan) -> None:
         """Every unfinished request of a forward that raised fails: "prefill

@@ -88,7 +88,16 @@ class EngineLoop:
         self.rates: deque[tuple[float, int, int]] = deque(maxlen=4096)
         self.last_log_line = ""
         self.counted = dict.fromkeys(
-            ("prefill_tokens", "prefill_chunks", "decode_steps", "preemptions"), 0
+            (
+                "prefill_tokens",
+                "prefill_chunks",
+                "decode_steps",
+                "preemptions",
+                "drafts",
+                "draft_tokens",
+                "accepted_draft_tokens",
+            ),
+            0,
         )
         self.thread = threading.Thread(target=self.run, name="engine", daemon=True)
         self.record_kv(getattr(engine, "metrics", None))  # before the first step
@@ -189,6 +198,9 @@ class EngineLoop:
             ("prefill_chunks", m.prefill_chunks),
             ("decode_steps", m.decode_steps),
             ("preemptions", m.preemptions),
+            ("drafts", m.spec_drafts),
+            ("draft_tokens", m.spec_draft_tokens),
+            ("accepted_draft_tokens", m.spec_accepted_tokens),
         ):
             value = getattr(run, name)
             counter.inc(value - self.counted[name])

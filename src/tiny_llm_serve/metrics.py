@@ -28,6 +28,10 @@ class ServerMetrics:
     prompt_tokens_total, generation_tokens_total: tokens prefilled and generated.
     prefill_chunks_total, decode_steps_total, engine_steps_total: the engine's work;
     num_preemptions_total: requests a paged engine preempted to free blocks.
+    spec_decode_num_drafts_total, spec_decode_num_draft_tokens_total,
+    spec_decode_num_accepted_tokens_total (vLLM's names): decode rows that carried
+    draft tokens, the draft tokens, and those accepted (week 3 day 4); the mean
+    accepted length is 1 + accepted / drafts.
     request_success_total{finished_reason}: finished requests, by reason (stop,
     length, abort, error). request_rejected_total{reason}: refused before the engine
     saw them (bad_request, busy, unauthorized).
@@ -81,6 +85,19 @@ class ServerMetrics:
         self.preemptions = Counter(
             PREFIX + "num_preemptions",
             "Requests preempted to free KV blocks (recomputed later).",
+            registry=r,
+        )
+        self.spec_drafts = Counter(
+            PREFIX + "spec_decode_num_drafts",
+            "Decode rows that carried draft tokens.",
+            registry=r,
+        )
+        self.spec_draft_tokens = Counter(
+            PREFIX + "spec_decode_num_draft_tokens", "Draft tokens fed.", registry=r
+        )
+        self.spec_accepted_tokens = Counter(
+            PREFIX + "spec_decode_num_accepted_tokens",
+            "Draft tokens accepted.",
             registry=r,
         )
         self.request_success = Counter(

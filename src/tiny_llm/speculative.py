@@ -1,0 +1,170 @@
+"""Speculative decoding (week 3 day 4): guess a decoding request's next tokens from its
+own text, check every guess in the step's one forward, keep what the model would have
+produced anyway.
+
+A decode step streams every weight to produce one token per request, and feeding a
+few more tokens costs little more (this CPU: 2 tokens 1.19x one, 4 tokens 1.5x). So
+a request that can guess its next k tokens (drafts) feeds them after its decode
+token, as one short part of the mixed step:
+
+    decode row:  next_token at offset         -> logits 0: the token after it
+    draft part:  d_1 .. d_k at offset + 1 ..  -> logits 1 .. k: after each draft
+
+Logits j is what plain decoding would see once d_1 .. d_j were accepted, so the
+drafts are checked left to right: d_{j+1} stays while the model agrees with it, and
+the first disagreement is replaced by the model's own token. Every step yields at
+least one token, and up to k + 1.
+
+The drafts come from prompt lookup: text that quotes or edits its prompt repeats
+it, so the tokens that followed the latest earlier occurrence of the request's last
+few tokens are a good guess (find_drafts). Where guesses keep failing, they cost
+time and give nothing: a request whose acceptance falls below what pays stops
+drafting for a while (worth_drafting).
+"""
+
+import mlx.core as mx
+
+from tiny_llm_base import greedy
+
+from .request import Request
+from .sampler import TokenSampler
+
+# A draft token's extra cost, as a fraction of a one-token forward: this CPU fed 4
+# tokens in 1.51x the time of one (the week 3 day 4 chapter has the table).
+DRAFT_TOKEN_COST = 0.13
+# Generated tokens a request waits, once its drafts stopped paying, before it tries
+# again.
+RETRY_AFTER = 16
+# How much one verification moves a request's acceptance average.
+ACCEPTANCE_WEIGHT = 0.3
+
+
+def find_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
+    """Prompt lookup: up to k tokens that followed an earlier occurrence of the
+    sequence's last n tokens, n as long as possible from max_n down to min_n.
+
+    tokens: the request's prompt and generated tokens. Of the earlier occurrences
+    with the longest match (at most max_n), the latest wins; its continuation may
+    run into the end of `tokens`, so fewer than k may come back. No occurrence of at
+    least min_n tokens: [].
+    """
+    raise NotImplementedError(
+        "Week 3 Day 4: find_drafts: for each earlier end position, latest first, "
+        "count how many tokens match backwards from it and from the last token (at "
+        "most max_n); keep the first that matches longest (stop early at max_n); "
+        "return the k tokens after it, or [] when the best match is shorter than "
+        "min_n"
+    )
+
+
+def worth_drafting(
+    acceptance: float, rows: int, cost: float = DRAFT_TOKEN_COST
+) -> bool:
+    """Do drafts accepted at rate `acceptance` pay in a step of `rows` decode rows?
+
+    Without drafts the step costs 1 + cost x (rows - 1) one-token forwards and makes
+    `rows` tokens; k drafts add cost x k and bring acceptance x k tokens. Tokens per
+    second rise when acceptance x (1 + cost x (rows - 1)) > cost x rows, whatever k:
+    at 1 row above 13%, at 4 rows above 37%.
+    """
+    raise NotImplementedError(
+        "Week 3 Day 4: worth_drafting: acceptance * (1 + cost * (rows - 1)) > cost * "
+        "rows"
+    )
+
+
+def is_greedy(sampler) -> bool:
+    """The sampler picks the most likely token: tiny_llm_base.greedy, or a
+    TokenSampler at temp 0."""
+    raise NotImplementedError(
+        "Week 3 Day 4: is_greedy: greedy itself, or a TokenSampler with temp 0"
+    )
+
+
+def can_verify(sampler) -> bool:
+    """Drafts can be checked without changing what the sampler would produce: it is
+    greedy, or a TokenSampler whose distribution (its logits) is known. Any other
+    function is a black box: its requests never draft."""
+    raise NotImplementedError("Week 3 Day 4: can_verify: is_greedy, or a TokenSampler")
+
+
+def request_tokens(request: Request) -> list[int]:
+    """The request's prompt and generated tokens (a preempted request's
+    prefill_tokens already hold some generated ones: take the prompt part)."""
+    raise NotImplementedError(
+        "Week 3 Day 4: request_tokens: the first metrics.prompt_tokens of "
+        "prefill_tokens, then generated"
+    )
+
+
+def may_draft(request: Request, rows: int) -> bool:
+    """May this decoding request propose drafts in a step of `rows` decode rows?
+
+    Only with a sampler that can be verified (can_verify), no constraint (week 3 day
+    5: drafts and token masks together are future work) and a next token to feed,
+    and not while it is paused. When its acceptance average no longer pays
+    (worth_drafting), it pauses: it drafts again RETRY_AFTER generated tokens later,
+    its average reset to 1 (so it gets a fresh chance).
+    """
+    raise NotImplementedError(
+        "Week 3 Day 4: may_draft: False for a sampler can_verify refuses, no "
+        "next_token or a pause not over (len(generated) < drafts_resume_at); if the "
+        "acceptance no longer pays, pause (drafts_resume_at, draft_acceptance = 1.0) "
+        "and say False"
+    )
+
+
+def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict:
+    """Each decoding request's drafts for this step: {request: draft tokens}.
+
+    For each request in `rows` that may_draft: at most num_speculative_tokens, at
+    most the budget left (None: no limit), and few enough that its bonus token stays
+    within max_tokens and every position within max_seq_len; find_drafts over its
+    tokens with the config's prompt_lookup_max and _min; then cut to the room the KV
+    manager gives beside its decode token (kv.reserve(request, 1 + drafts) - 1).
+    """
+    raise NotImplementedError(
+        "Week 3 Day 4: plan_drafts: for each request in rows that may_draft (rows: "
+        "the requests in them): k within num_speculative_tokens, the budget, "
+        "max_tokens - 1 - generated and max_seq_len - 1 - offset; find_drafts; cut to"
+        " kv.reserve(request, 1 + len) - 1; keep non-empty drafts and spend their "
+        "tokens from the budget"
+    )
+
+
+def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]:
+    """The tokens plain decoding would have produced: the drafts kept, then one
+    token of the model's own.
+
+    logprobs: [k + 1, V]: row j is the next-token distribution after the decode
+    token and drafts[:j]. Greedy: the longest prefix of drafts that equals the
+    rows' argmax, then the argmax after it. Sampled (a TokenSampler), by the
+    speculative sampling rule with drafts proposed for sure: draft d at row j is kept
+    with probability p_j(d), p_j being the sampler's distribution (softmax of its
+    logits); the first one rejected is replaced by a token drawn from p_j with d
+    removed (renormalised); all kept: a last token is drawn from p_k. Each token then
+    has exactly the sampler's distribution.
+    """
+    raise NotImplementedError(
+        "Week 3 Day 4: verified_tokens: greedy: argmax of every row, the drafts while"
+        " they match, then the argmax that follows; sampled: probs = "
+        "softmax(sampler.logits); for each draft keep it if a uniform draw < its "
+        "probability, else draw from the row without it and stop; all kept: draw from"
+        " the last row"
+    )
+
+
+def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
+    """logits: [1 + k, V], the verification logits of a request that fed its decode
+    token and k drafts. Accepts the verified tokens one by one (advance 1, then
+    accept), stopping when one finishes the request (EOS, max_tokens, max_seq_len),
+    so the request ends at the right token. Records the drafts proposed and accepted
+    in its metrics and moves its acceptance average. Returns the drafts accepted.
+    Whatever fails fails this request alone."""
+    raise NotImplementedError(
+        "Week 3 Day 4: accept_drafts: verified_tokens over the log-probabilities; for"
+        " each token advance(1) and accept it, stop once finished; count "
+        "metrics.draft_tokens and accepted_draft_tokens (tokens taken - 1); "
+        "draft_acceptance moves ACCEPTANCE_WEIGHT towards accepted / proposed; on any"
+        " error fail the request"
+    )

@@ -195,3 +195,34 @@ def goal_lines(dominance: list[dict], memory: list[dict]) -> list[str]:
             f"{m['peer_mb']:.0f} MB: {'met' if m['met'] else 'missed'}"
         )
     return lines
+
+
+def decode_seconds(run: Run) -> float:
+    """The time some request of the run was decoding: the union of the spans from
+    each request's first token to its last (prefill before a first token is not
+    decoding; a gap where nobody decodes does not count)."""
+    spans = sorted(
+        (r["first_token_s"], r["last_token_s"]) for r in run.requests if r["tokens"] > 1
+    )
+    total, reached = 0.0, float("-inf")
+    for first, last in spans:
+        total += max(0.0, last - max(first, reached))
+        reached = max(reached, last)
+    return total
+
+
+def decode_tps(run: Run) -> float:
+    """Decode tokens/s: the tokens after each request's first, over decode_seconds."""
+    tokens = sum(max(0, r["tokens"] - 1) for r in run.requests)
+    seconds = decode_seconds(run)
+    return tokens / seconds if seconds else float("nan")
+
+
+def ratio_goal(goal: str, value: float, least: float, limit: str = "") -> dict:
+    """A goal that a ratio be at least `least`; `limit` says what holds it back."""
+    return dict(
+        goal=f"{goal} (at least {least:g}x)",
+        value=value,
+        met=value >= least,
+        limit=limit,
+    )

@@ -253,3 +253,48 @@ def plot_timeline(panels: list[tuple[str, Run]], short: list[bool], path: Path) 
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def plot_accepted_lengths(
+    panels: dict[str, Run], most: int, path: Path, window: int = 8
+) -> None:
+    """One panel per run: each verification's accepted length (1 + drafts kept) at
+    its engine step, a dot; the mean of the last `window` verifications, a line;
+    `most` (1 + k) dashed. Steps with no dot verified nothing."""
+    plt = pyplot()
+    columns = 2
+    rows = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(12, 3.2 * rows), squeeze=False, sharey=True
+    )
+    for ax, (title, run) in zip(axes.flat, panels.items()):
+        steps, lengths = [], []
+        for step, forward in enumerate(run.forwards):
+            for _, _, accepted in forward.get("drafts", []):
+                steps.append(step)
+                lengths.append(1 + accepted)
+        recent = [
+            sum(lengths[max(0, i + 1 - window) : i + 1]) / min(i + 1, window)
+            for i in range(len(lengths))
+        ]
+        ax.scatter(steps, lengths, s=8, alpha=0.3, color="tab:blue")
+        ax.plot(steps, recent, color="tab:orange", lw=1, label=f"last {window}")
+        ax.axhline(most, color="0.5", ls="--", lw=0.8, label=f"most: {most}")
+        mean = sum(lengths) / len(lengths) if lengths else 0.0
+        ax.set_title(
+            f"{title}: mean {mean:.2f} over {len(lengths)} verifications in "
+            f"{len(run.forwards)} steps",
+            fontsize=9,
+            loc="left",
+        )
+        ax.set_xlim(0, max(len(run.forwards), 1))
+        ax.set_ylim(0.5, most + 0.5)
+        ax.set_xlabel("engine step", fontsize=8)
+        ax.set_ylabel("accepted length", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

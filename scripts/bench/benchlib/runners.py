@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator
+from mlx_lm.generate import BatchGenerator, generate_step
 
 from tiny_llm_ref import Engine, PromptSpec
 
@@ -115,10 +115,18 @@ class Arrivals:
 
 
 def run_ours(
-    model, tokenizer, workload: Workload, config: Config, sampler, time_limit_s: float
+    model,
+    tokenizer,
+    workload: Workload,
+    config: Config,
+    sampler,
+    time_limit_s: float,
+    batch_size: int = BATCH_SIZE,
+    **settings,
 ) -> Run:
     """The reference Engine, stepped until every request is done (or aborted at the
-    time limit); ForwardRecords are kept for the timeline."""
+    time limit); ForwardRecords are kept for the timeline. settings: more
+    EngineConfig fields (speculative="ngram", say)."""
     n = len(workload.prompts)
     load = os.getloadavg()[0]
     base = mx.get_active_memory()
@@ -126,13 +134,14 @@ def run_ours(
     engine = Engine(
         model,
         tokenizer,
-        batch_size=BATCH_SIZE,
+        batch_size=batch_size,
         max_seq_len=workload.max_seq_len,
         prefill_step=config.chunk,
         policy=config.policy,
         token_budget=config.budget,
         sampler=sampler,
         on_forward=records.append,
+        **settings,
     )
     index_of: dict[int, int] = {}
     results = [None] * n
@@ -165,6 +174,7 @@ def run_ours(
             "end": r.end - start,
             "chunks": [(index_of[i], tokens) for i, tokens in r.chunks],
             "decodes": [index_of[i] for i in r.decodes],
+            "drafts": [(index_of[i], fed, kept) for i, fed, kept in r.drafts],
         }
         for r in records
     ]
@@ -242,5 +252,45 @@ def run_mlx_lm(
         token_times,
         tokens,
         peak,
+        (load, os.getloadavg()[0]),
+    )
+
+
+def run_mlx_lm_alone(
+    peer, eos_ids, workload: Workload, label: str, time_limit_s: float
+) -> Run:
+    """mlx-lm's own generation (generate_step, greedy), one request after another:
+    each arrives when the previous ends and stops at EOS or max_tokens."""
+    n = len(workload.prompts)
+    eos = set(eos_ids)
+    load = os.getloadavg()[0]
+    mx.reset_peak_memory()
+    base = mx.get_active_memory()
+    token_times: list[list[float]] = [[] for _ in range(n)]
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    arrivals: list[float | None] = [None] * n
+    start = time.perf_counter()
+    for i, (prompt, max_tokens) in enumerate(
+        zip(workload.prompts, workload.max_tokens)
+    ):
+        if time.perf_counter() - start > time_limit_s:
+            break
+        arrivals[i] = time.perf_counter()
+        for token, _ in generate_step(mx.array(prompt), peer, max_tokens=max_tokens):
+            if token in eos:
+                break
+            token_times[i].append(time.perf_counter())
+            tokens[i].append(token)
+    end = time.perf_counter()
+    return summarize(
+        label,
+        "mlx-lm",
+        workload,
+        start,
+        end,
+        arrivals,
+        token_times,
+        tokens,
+        mx.get_peak_memory() - base,
         (load, os.getloadavg()[0]),
     )

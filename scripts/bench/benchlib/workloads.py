@@ -10,7 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scripts.bench.prompt_texts import NOTE_TOPICS, SHORT_QUESTIONS
+from scripts.bench.prompt_texts import (
+    CODE_SNIPPETS,
+    GROUNDED_TASKS,
+    NOTE_TOPICS,
+    OPEN_QUESTIONS,
+    PASSAGES,
+    SHORT_QUESTIONS,
+)
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
 
@@ -129,6 +136,46 @@ CASE_TITLES = {
     "b": "b: a long prompt arrives while 4 requests decode",
     "c": "c: requests arrive over time (Poisson)",
 }
+
+
+def grounded_text(source: str) -> str:
+    """ "passage 1" or "code 0": the text a grounded task is given."""
+    kind, index = source.split()
+    return (PASSAGES if kind == "passage" else CODE_SNIPPETS)[int(index)]
+
+
+def grounded_workload(tokenizer, requests: int, max_tokens: int) -> Workload:
+    """Input-grounded requests (quote, summarise, edit code, answer from a passage:
+    GROUNDED_TASKS, in turn), every one at step 0."""
+    prompts = [
+        chat_ids(tokenizer, template.format(text=grounded_text(source)))
+        for template, source in (
+            GROUNDED_TASKS[i % len(GROUNDED_TASKS)] for i in range(requests)
+        )
+    ]
+    return Workload(
+        "input-grounded",
+        prompts,
+        [max_tokens] * requests,
+        [0] * requests,
+        [True] * requests,
+    )
+
+
+def chat_workload(tokenizer, requests: int, max_tokens: int) -> Workload:
+    """Open-ended chat: short questions with nothing to copy (OPEN_QUESTIONS, in
+    turn), every one at step 0."""
+    prompts = [
+        chat_ids(tokenizer, OPEN_QUESTIONS[i % len(OPEN_QUESTIONS)])
+        for i in range(requests)
+    ]
+    return Workload(
+        "open-ended chat",
+        prompts,
+        [max_tokens] * requests,
+        [0] * requests,
+        [True] * requests,
+    )
 
 
 def warmup_workload(tokenizer) -> Workload:

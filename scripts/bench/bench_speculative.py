@@ -1,0 +1,346 @@
+"""Speculative decoding measured: `pdm run bench-speculative` (week 3 day 4).
+
+pdm run bench-speculative             # the goals, met or missed
+pdm run bench-speculative --quick     # 4 requests of 32 tokens, batch 2
+
+Two workloads, greedy, EOS ending each request as usual: input-grounded requests
+(quote, summarise, edit code, answer from a given passage) and open-ended chat
+(short questions, nothing to copy). Each runs on our Engine (the mixed policy, the
+defaults otherwise, the embedded model in float32) without and with
+speculative="ngram", at batch 1 and with 8 requests through batch_size 4 (their
+prefill chunks and decodes share mixed steps); and on mlx-lm's own generation
+(generate_step on the same float32 weights), one request at a time.
+
+Decode tokens/s = the tokens after each request's first / the time some request
+was decoding. Goals: input-grounded at least 1.6x without speculation at batch 1 and
+1.3x at batch 4; open-ended chat at least 0.97x; the greedy tokens identical. Also
+the cost of feeding k tokens in one forward against 1, at ~400 tokens of context
+(the chapter's table behind DRAFT_TOKEN_COST). Writes the table, the JSON (--json)
+and the accepted length per step (book/src/images/week3-speculative-accepted.png;
+--quick: beside the JSON).
+"""
+
+import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
+
+# isort: split
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+from rich.console import Console
+from rich.table import Table
+
+from scripts.bench.benchlib import render
+from scripts.bench.benchlib.measure import Run, decode_tps, ratio_goal
+from scripts.bench.benchlib.runners import Config, run_mlx_lm_alone, run_ours
+from scripts.bench.benchlib.workloads import (
+    chat_workload,
+    grounded_workload,
+    long_prompt,
+    warmup_workload,
+)
+from scripts.commands.cli import option_parser
+from tiny_llm_base import EngineConfig, greedy, load_model
+from tiny_llm_base.mlx_lm_reference import float32_copy
+from tiny_llm_ref import Qwen2ModelWeek2
+from tiny_llm_ref.speculative import DRAFT_TOKEN_COST
+
+IMAGE = (
+    Path(__file__).resolve().parents[2]
+    / "book/src/images/week3-speculative-accepted.png"
+)
+# quick?: requests per workload, max_tokens, the batch size of the shared runs
+SIZES = {False: (8, 128, 4), True: (4, 32, 2)}
+FEED = (1, 2, 4, 5, 8)  # tokens fed in one forward; 5 = a decode token + 4 drafts
+CONTEXT = 400
+K = EngineConfig().num_speculative_tokens  # the drafts a request may feed
+GOALS = (  # workload, batch key, least ratio with / without speculation
+    ("input-grounded", "1", 1.6),
+    ("input-grounded", "B", 1.3),
+    ("open-ended chat", "1", 0.97),
+    ("open-ended chat", "B", 0.97),
+)
+NOT_RUN = (
+    "mlx-lm's speculative path (stream_generate with draft_model) not run: it needs "
+    "a second, smaller model sharing the tokenizer, and only the embedded model is "
+    "installed; the model as its own draft would cost a full forward per guess."
+)
+
+
+def feed_cost(model, tokenizer, repeats: int, time_limit_s: float) -> dict:
+    """Seconds of one forward feeding k tokens after CONTEXT tokens, the median of
+    `repeats` runs (the k in turn, so drift hits each alike), and its ratio to k=1."""
+    context = long_prompt(tokenizer, CONTEXT, seed=3)[:CONTEXT]
+    cache = model.create_kv_cache()
+    mx.eval(model(mx.array([context]), 0, cache))
+    fed = context[-max(FEED) :]
+    times = {k: [] for k in FEED}
+    start = time.perf_counter()
+    for _ in range(repeats):
+        if time.perf_counter() - start > time_limit_s:
+            break
+        for k in FEED:
+            for layer in cache:  # forget the tokens fed last time
+                layer.offset = CONTEXT
+            tic = time.perf_counter()
+            mx.eval(model(mx.array([fed[:k]]), CONTEXT, cache))
+            times[k].append(time.perf_counter() - tic)
+    median = {k: statistics.median(t) for k, t in times.items()}
+    return {
+        k: dict(ms=1e3 * median[k], ratio=median[k] / median[1], runs=len(times[k]))
+        for k in FEED
+    }
+
+
+def draft_counts(run: Run) -> dict:
+    """From the run's ForwardRecords: verifications, drafts fed and accepted, the
+    mean accepted length (1 + accepted per verification) and the acceptance rate;
+    mean forward ms of steps that verified drafts, and of plain decode steps."""
+    drafts = [d for f in run.forwards for d in f.get("drafts", [])]
+    fed = sum(d[1] for d in drafts)
+    kept = sum(d[2] for d in drafts)
+
+    def mean_ms(forwards: list[dict]) -> float:
+        seconds = [f["end"] - f["start"] for f in forwards]
+        return 1e3 * statistics.mean(seconds) if seconds else float("nan")
+
+    alone = [f for f in run.forwards if f["decodes"] and not f["chunks"]]
+    return dict(
+        verifications=len(drafts),
+        draft_tokens=fed,
+        accepted=kept,
+        mean_accepted_length=1 + kept / len(drafts) if drafts else 0.0,
+        acceptance_rate=kept / fed if fed else 0.0,
+        drafting_steps=sum(bool(f.get("drafts")) for f in alone),
+        decode_steps=len(alone),
+        verify_ms=mean_ms([f for f in alone if f.get("drafts")]),
+        plain_ms=mean_ms([f for f in alone if not f.get("drafts")]),
+    )
+
+
+def run_workload(model, peer, tokenizer, workload, batch: int, limit_s: float):
+    """Ours without and with ngram at batch 1 and `batch`, then mlx-lm alone."""
+    mixed = Config("ours", "mixed", 128)  # the Engine's default prefill_step
+    runs = {}
+    for size, key in ((1, "1"), (batch, "B")):
+        for speculative in (None, "ngram"):
+            mx.clear_cache()
+            run = run_ours(
+                model,
+                tokenizer,
+                workload,
+                mixed,
+                greedy,
+                limit_s,
+                size,
+                speculative=speculative,
+            )
+            run.config = f"ours b{size} {speculative or 'off'}"
+            runs[f"{key} {speculative or 'off'}"] = run
+    mx.clear_cache()
+    runs["mlx-lm"] = run_mlx_lm_alone(
+        peer, tokenizer.eos_token_ids, workload, "mlx-lm b1", limit_s
+    )
+    return runs
+
+
+def rows_of(runs: dict[str, Run]) -> dict[str, dict]:
+    """Each run's numbers, with its speed-up over the same batch without drafts and
+    whether its tokens equal that run's (and mlx-lm's, at batch 1)."""
+    rows = {}
+    for key, run in runs.items():
+        base = runs[key.split()[0] + " off"] if key != "mlx-lm" else runs["1 off"]
+        rows[key] = dict(
+            config=run.config,
+            requests=len(run.tokens),
+            generated=run.generated_tokens,
+            total_s=run.total_s,
+            decode_tps=decode_tps(run),
+            speedup=decode_tps(run) / decode_tps(base),
+            same_tokens=sum(a == b for a, b in zip(run.tokens, base.tokens)),
+            same_as_mlx_lm=sum(
+                a == b for a, b in zip(run.tokens, runs["mlx-lm"].tokens)
+            ),
+            **draft_counts(run),
+        )
+    return rows
+
+
+def table(title: str, rows: dict[str, dict]) -> Table:
+    out = Table(title=title)
+    columns = (
+        "run",
+        "tokens",
+        "total s",
+        "decode tok/s",
+        "vs off",
+        "accepted len",
+        "acceptance",
+        "drafting steps",
+        "verify / plain ms",
+        "same tokens",
+        "same as mlx-lm",
+    )
+    for column in columns:
+        out.add_column(column, justify="left" if column == "run" else "right")
+    for key, r in rows.items():
+        drafted = r["verifications"] > 0
+        out.add_row(
+            r["config"],
+            str(r["generated"]),
+            f"{r['total_s']:.1f}",
+            f"{r['decode_tps']:.1f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['mean_accepted_length']:.2f}" if drafted else "-",
+            f"{100 * r['acceptance_rate']:.0f}%" if drafted else "-",
+            f"{r['drafting_steps']}/{r['decode_steps']}" if key != "mlx-lm" else "-",
+            f"{r['verify_ms']:.0f} / {r['plain_ms']:.0f}".replace("nan", "-"),
+            f"{r['same_tokens']}/{r['requests']}",
+            f"{r['same_as_mlx_lm']}/{r['requests']}",
+            end_section=key.endswith("ngram"),
+        )
+    return out
+
+
+def cost_table(cost: dict) -> Table:
+    out = Table(title=f"one forward feeding k tokens at {CONTEXT} tokens of context")
+    for column in ("k", "ms", "x one token", "extra per token", "runs"):
+        out.add_column(column, justify="right")
+    for k, c in cost.items():
+        extra = (c["ratio"] - 1) / (k - 1) if k > 1 else 0.0
+        out.add_row(
+            str(k),
+            f"{c['ms']:.0f}",
+            f"{c['ratio']:.2f}x",
+            f"{extra:.3f}",
+            str(c["runs"]),
+        )
+    return out
+
+
+def goals_of(results: dict[str, dict], batch: int) -> list[dict]:
+    goals = []
+    for name, key, least in GOALS:
+        r = results[name][f"{key} ngram"]
+        size = 1 if key == "1" else batch
+        limit = (
+            f"accepted length {r['mean_accepted_length']:.2f}, "
+            f"{100 * r['acceptance_rate']:.0f}% of drafts kept, drafts in "
+            f"{r['drafting_steps']} of {r['decode_steps']} decode-only steps, a "
+            f"verifying step {r['verify_ms']:.0f} ms vs "
+            f"{results[name][f'{key} off']['plain_ms']:.0f} ms plain"
+        )
+        goals.append(
+            ratio_goal(
+                f"{name}, batch {size}: decode tok/s with / without",
+                r["speedup"],
+                least,
+                limit,
+            )
+        )
+    same = all(
+        r["same_tokens"] == r["requests"]
+        for rows in results.values()
+        for k, r in rows.items()
+        if k.endswith("ngram")
+    )
+    goals.append(dict(goal="greedy tokens identical", value=same, met=same, limit=""))
+    return goals
+
+
+def main() -> int:
+    parser = option_parser(__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--json", type=Path, default=Path("bench-results/speculative.json")
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=900.0,
+        help="seconds one run may take before it is cut",
+    )
+    args = parser.parse_args()
+    console = Console() if sys.stdout.isatty() else Console(width=170)
+    requests, max_tokens, batch = SIZES[args.quick]
+    mlx_model, tokenizer = load_model()
+    model = Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    peer = float32_copy(mlx_model)
+    console.print(
+        f"mlx {mx.__version__} on {mx.default_device()}, {os.cpu_count()} CPUs; "
+        f"{requests} requests a workload, max_tokens {max_tokens}, batch 1 and "
+        f"{batch}; load {os.getloadavg()[0]:.2f}",
+        highlight=False,
+    )
+    warm = warmup_workload(tokenizer)
+    for speculative in (None, "ngram"):  # every code path compiled once
+        run_ours(
+            model,
+            tokenizer,
+            warm,
+            Config("ours", "mixed", 128),
+            greedy,
+            60,
+            2,
+            speculative=speculative,
+        )
+    run_mlx_lm_alone(peer, tokenizer.eos_token_ids, warm, "warm", 60)
+    with console.status("k tokens in one forward"):
+        cost = feed_cost(model, tokenizer, 5 if args.quick else 15, 120)
+    console.print(cost_table(cost))
+    workloads = {
+        "input-grounded": grounded_workload(tokenizer, requests, max_tokens),
+        "open-ended chat": chat_workload(tokenizer, requests, max_tokens),
+    }
+    runs, results = {}, {}
+    for name, workload in workloads.items():
+        with console.status(name):
+            runs[name] = run_workload(
+                model, peer, tokenizer, workload, batch, args.time_limit
+            )
+        results[name] = rows_of(runs[name])
+        console.print(table(f"{name}: {workload.describe()}", results[name]))
+    goals = goals_of(results, batch)
+    for g in goals:
+        value = f"{g['value']:.2f}x" if isinstance(g["value"], float) else g["value"]
+        limit = f" ({g['limit']})" if g["limit"] else ""
+        verdict = "MET   " if g["met"] else "MISSED"
+        console.print(f"{verdict} {g['goal']}: {value}{limit}", highlight=False)
+    console.print(NOT_RUN, highlight=False)
+    image = (
+        args.json.with_name(args.json.stem + "-accepted.png") if args.quick else IMAGE
+    )
+    for folder in (args.json.parent, image.parent):
+        folder.mkdir(parents=True, exist_ok=True)
+    panels = {
+        f"{name}, batch {1 if key == '1' else batch}": runs[name][f"{key} ngram"]
+        for name in runs
+        for key in ("1", "B")
+    }
+    render.plot_accepted_lengths(panels, 1 + K, image)
+    record = dict(
+        command=" ".join(["pdm run bench-speculative", *sys.argv[1:]]),
+        date=time.strftime("%Y-%m-%d %H:%M"),
+        device=f"{mx.default_device()}, {os.cpu_count()} CPUs",
+        sizes=dict(requests=requests, max_tokens=max_tokens, batch=batch),
+        draft_token_cost=DRAFT_TOKEN_COST,
+        feed_cost=cost,
+        workloads={name: w.describe() for name, w in workloads.items()},
+        results=results,
+        runs={
+            name: {k: r.record() for k, r in rs.items()} for name, rs in runs.items()
+        },
+        goals=goals,
+        not_run=NOT_RUN,
+    )
+    args.json.write_text(json.dumps(record, indent=2))
+    console.print(f"wrote {args.json} and {image}", highlight=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -42,6 +42,11 @@ class PromptSpec:
         SchedulerSnapshot.step is s + 1 (empty iterations run until then if nothing
         else is left). Below 0: batch_generate raises ValueError; not an int:
         TypeError.
+    constraint (week 3 day 5): None (unconstrained), Regex(pattern) or
+        Choice(options): the answer must match the pattern as a whole, or be one of
+        the options. A bad one (unsupported syntax, a regex that matches nothing, an
+        empty list) fails this request alone; one that cannot finish within
+        max_tokens ends with "length".
     """
 
     prompt: str | list[int]
@@ -49,6 +54,7 @@ class PromptSpec:
     sampler: Sampler | None = None
     priority: str = "batch"
     arrival_step: int = 0
+    constraint: object = None
 
 
 @dataclass

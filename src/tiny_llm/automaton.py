@@ -1,0 +1,395 @@
+"""Week 3 day 5, part 1: a regular expression (or a list of choices) as a character
+automaton, the DFA that constrained decoding walks.
+
+A pattern becomes a DFA in three small steps:
+
+    "ab|c+"  --parse-->  a tree: alt(concat(a, b), repeat(c, 1, None))
+             --Thompson-->  an NFA: states joined by character-set edges and empty
+                            (epsilon) edges, one fragment per tree node
+             --subsets-->  a DFA: each of its states is the set of NFA states the
+                           text so far can be in; one table lookup per character
+
+The one idea that matters: a DFA state says everything about a prefix's future. Two
+texts that end in the same state accept exactly the same continuations, so the token
+index (constrained.py) can ask, once per state, which tokens are allowed.
+
+Characters are Unicode code points, but the table cannot have a column for each of
+1.1 million of them. The edges' character sets cut the code points into intervals
+(every boundary of every set is a cut), and the characters of one interval behave
+alike in every state: the table has one column per interval.
+
+The supported subset, always matched against the whole text (as re.fullmatch does):
+literals; escapes of punctuation (\\. \\\\ \\[ ...), \\n \\t \\r \\f \\v, \\xHH,
+\\uHHHH; the ASCII classes \\d \\w \\s and their negations \\D \\W \\S (as with
+re.ASCII); `.` (any character but a newline); classes [a-z0-9_] and [^...];
+alternation |; groups (...) and (?:...); repetition * + ? {m} {m,} {,n} {m,n}
+(a lazy ? after one is accepted: for a whole match it changes nothing). A ^ at the
+start and a $ at the end are accepted and mean nothing more. Anything else
+(backreferences, lookaround, \\b, flags) is a ValueError naming the position.
+"""
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+# One past the highest code point.
+UNICODE_END = 0x110000
+# The table's entry for "no continuation": the text can no longer match.
+DEAD = -1
+# Limits that turn a pathological pattern into a clear error instead of a long wait.
+MAX_REPEAT = 1000
+MAX_NFA_STATES = 50_000
+MAX_DFA_STATES = 10_000
+
+# A character set: sorted, disjoint, inclusive (low, high) code point ranges.
+Ranges = tuple[tuple[int, int], ...]
+
+DIGITS: Ranges = ((48, 57),)  # 0-9
+WORD: Ranges = ((48, 57), (65, 90), (95, 95), (97, 122))  # 0-9 A-Z _ a-z
+SPACE: Ranges = ((9, 13), (32, 32))
+SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
+
+
+def normalized(ranges) -> Ranges:
+    """Sorted, merged ranges (overlapping or touching ones become one)."""
+    merged: list[list[int]] = []
+    for low, high in sorted(ranges):
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], high)
+        else:
+            merged.append([low, high])
+    return tuple((low, high) for low, high in merged)
+
+
+def complement(ranges: Ranges) -> Ranges:
+    """Every code point not in `ranges` (which must be normalized)."""
+    result, next_low = [], 0
+    for low, high in ranges:
+        if low > next_low:
+            result.append((next_low, low - 1))
+        next_low = high + 1
+    if next_low < UNICODE_END:
+        result.append((next_low, UNICODE_END - 1))
+    return tuple(result)
+
+
+CLASS_ESCAPES = {
+    "d": DIGITS,
+    "w": WORD,
+    "s": SPACE,
+    "D": complement(DIGITS),
+    "W": complement(WORD),
+    "S": complement(SPACE),
+}
+ANY_BUT_NEWLINE = complement(((10, 10),))
+
+
+# --- parsing: pattern -> tree ------------------------------------------------------
+# A tree node is a tuple: ("chars", ranges), ("concat", [nodes]), ("alt", [nodes]) or
+# ("repeat", node, min, max), max None for no upper bound.
+
+
+class RegexParser:
+    """A recursive-descent parser for the supported subset (see the module's
+    docstring). parse() -> the tree; ValueError for anything outside the subset.
+
+    Given, not written on the day: the day's work starts from the tree. One method
+    per rule: alternation = sequence ("|" sequence)*, sequence = repeat*, repeat =
+    atom quantifier?, atom = group | class | "." | escape | literal.
+    """
+
+    def __init__(self, pattern: str):
+        self.pattern = pattern
+        self.at = 0
+
+    def error(self, what: str) -> ValueError:
+        return ValueError(
+            f"regex {self.pattern!r}, position {self.at}: {what} (supported: "
+            "literals, escapes, classes, . | () (?:) * + ? {m,n})"
+        )
+
+    def peek(self) -> str | None:
+        return self.pattern[self.at] if self.at < len(self.pattern) else None
+
+    def take(self) -> str:
+        char = self.peek()
+        if char is None:
+            raise self.error("the pattern ends too early")
+        self.at += 1
+        return char
+
+    def parse(self) -> tuple:
+        if self.peek() == "^":
+            self.at += 1
+        tree = self.alternation()
+        if self.peek() == "$":
+            self.at += 1
+        if self.peek() is not None:
+            raise self.error(f"unexpected {self.peek()!r} (an unmatched ')'?)")
+        return tree
+
+    def alternation(self) -> tuple:
+        branches = [self.sequence()]
+        while self.peek() == "|":
+            self.at += 1
+            branches.append(self.sequence())
+        return branches[0] if len(branches) == 1 else ("alt", branches)
+
+    def sequence(self) -> tuple:
+        items = []
+        while self.peek() not in (None, "|", ")"):
+            if self.peek() == "$" and self.at == len(self.pattern) - 1:
+                break
+            items.append(self.repeat())
+        return items[0] if len(items) == 1 else ("concat", items)
+
+    def repeat(self) -> tuple:
+        if self.peek() in ("*", "+", "?") or self.counted() is not None:
+            raise self.error(f"{self.peek()!r} has nothing to repeat")
+        node = self.atom()
+        bounds = {"*": (0, None), "+": (1, None), "?": (0, 1)}.get(self.peek())
+        if bounds is not None:
+            self.at += 1
+        else:
+            bounds = self.counted()
+            if bounds is None:
+                return node
+            self.at = self.pattern.index("}", self.at) + 1
+        if self.peek() == "?":
+            self.at += 1  # lazy: the same set of whole matches
+        if self.peek() in ("*", "+", "?") or self.counted() is not None:
+            raise self.error("a repetition cannot be repeated; use a group")
+        low, high = bounds
+        if high is not None and high < low:
+            raise self.error(f"{{{low},{high}}}: the maximum is below the minimum")
+        if max(low, high or 0) > MAX_REPEAT:
+            raise self.error(f"a count above {MAX_REPEAT}")
+        return ("repeat", node, low, high)
+
+    def counted(self) -> tuple[int, int | None] | None:
+        """The (min, max) of a {m}, {m,}, {,n} or {m,n} at the cursor; None when the
+        text there is not a count (then, as in Python, '{' is a literal)."""
+        if self.peek() != "{" or "}" not in self.pattern[self.at :]:
+            return None
+        inside = self.pattern[self.at + 1 : self.pattern.index("}", self.at)]
+        low, comma, high = inside.partition(",")
+        if not (low.isdigit() or (comma and low == "")):
+            return None
+        if not (high.isdigit() or high == ""):
+            return None
+        if not comma:
+            return int(low), int(low)
+        return int(low or 0), int(high) if high else None
+
+    def atom(self) -> tuple:
+        char = self.take()
+        if char == "(":
+            if self.pattern.startswith("?:", self.at):
+                self.at += 2
+            elif self.peek() == "?":
+                raise self.error("only (?:...) groups are supported")
+            node = self.alternation()
+            if self.peek() != ")":
+                raise self.error("a '(' is never closed")
+            self.at += 1
+            return node
+        if char == "[":
+            return ("chars", self.char_class())
+        if char == ".":
+            return ("chars", ANY_BUT_NEWLINE)
+        if char == "\\":
+            return ("chars", self.escape())
+        if char in "^$":
+            self.at -= 1
+            raise self.error(f"{char!r} is supported only at the pattern's edge")
+        return ("chars", ((ord(char), ord(char)),))
+
+    def escape(self) -> Ranges:
+        """The character set of the escape after a backslash."""
+        char = self.take()
+        if char in CLASS_ESCAPES:
+            return CLASS_ESCAPES[char]
+        if char in SIMPLE_ESCAPES:
+            code = ord(SIMPLE_ESCAPES[char])
+        elif char in ("x", "u"):
+            digits = self.pattern[self.at : self.at + (2 if char == "x" else 4)]
+            if len(digits) != (2 if char == "x" else 4) or any(
+                d not in "0123456789abcdefABCDEF" for d in digits
+            ):
+                raise self.error(f"\\{char} needs {2 if char == 'x' else 4} hex digits")
+            self.at += len(digits)
+            code = int(digits, 16)
+        elif char.isalnum():
+            raise self.error(f"the escape \\{char} is not supported")
+        else:
+            code = ord(char)
+        return ((code, code),)
+
+    def char_class(self) -> Ranges:
+        """A [...] class after its '['; ValueError for one that matches nothing."""
+        negated = self.peek() == "^"
+        if negated:
+            self.at += 1
+        ranges: list[tuple[int, int]] = []
+        first = True
+        while first or self.peek() != "]":
+            first = False
+            item = self.class_item()
+            if self.peek() == "-" and self.pattern[self.at + 1 : self.at + 2] not in (
+                "]",
+                "",
+            ):
+                self.at += 1
+                end = self.class_item()
+                if len(item) != 1 or len(end) != 1 or item[0][0] != item[0][1]:
+                    raise self.error("a range needs single characters at both ends")
+                if end[0][0] < item[0][0]:
+                    raise self.error("a range whose end comes before its start")
+                item = ((item[0][0], end[0][0]),)
+            ranges.extend(item)
+        self.at += 1
+        result = normalized(ranges)
+        if negated:
+            result = complement(result)
+        if not result:
+            raise self.error(
+                "this class matches no character: the regex matches nothing"
+            )
+        return result
+
+    def class_item(self) -> Ranges:
+        char = self.take()
+        if char == "\\":
+            return self.escape()
+        return ((ord(char), ord(char)),)
+
+
+def parse_regex(pattern: str) -> tuple:
+    """The tree of a pattern of the supported subset; TypeError for a non-string,
+    ValueError saying where the pattern leaves the subset."""
+    if not isinstance(pattern, str):
+        raise TypeError(f"a regex must be a string, got {type(pattern).__name__}")
+    return RegexParser(pattern).parse()
+
+
+def choices_tree(choices) -> tuple:
+    """The tree of "exactly one of these strings": an alternation of literals.
+    ValueError for an empty list, TypeError for a non-string choice."""
+    raise NotImplementedError(
+        "Week 3 Day 5: choices_tree: check the list (not a lone string, not empty, "
+        'only strings), then ("alt", [("concat", [("chars", ((c, c),)) per '
+        "character])])"
+    )
+
+
+# --- Thompson's construction: tree -> NFA -------------------------------------------
+
+
+class Nfa:
+    """States 0..n-1; edges[s]: (ranges, target) pairs a character in ranges
+    follows; empty[s]: the states s reaches reading nothing."""
+
+    def __init__(self):
+        self.edges: list[list[tuple[Ranges, int]]] = []
+        self.empty: list[list[int]] = []
+
+    def new_state(self) -> int:
+        if len(self.edges) >= MAX_NFA_STATES:
+            raise ValueError(
+                f"the pattern needs more than {MAX_NFA_STATES} automaton states: "
+                "lower its repetition counts"
+            )
+        self.edges.append([])
+        self.empty.append([])
+        return len(self.edges) - 1
+
+    def build(self, node: tuple) -> tuple[int, int]:
+        """A fragment for `node`: (its start, its end) states; the text read from
+        start to end is exactly what the node matches."""
+        raise NotImplementedError(
+            "Week 3 Day 5: Nfa.build: chars: start -c-> end; concat: the parts' "
+            "fragments chained by empty edges; alt: start -> each branch -> end; "
+            "repeat: min copies in a row, then either a loop (no max) or max - min "
+            "optional copies"
+        )
+
+    def closure(self, states) -> frozenset[int]:
+        """`states` and every state they reach by empty edges."""
+        seen, stack = set(states), list(states)
+        while stack:
+            for target in self.empty[stack.pop()]:
+                if target not in seen:
+                    seen.add(target)
+                    stack.append(target)
+        return frozenset(seen)
+
+
+# --- subset construction: NFA -> DFA ------------------------------------------------
+
+
+@dataclass
+class Dfa:
+    """A deterministic automaton over characters; state 0 is the start.
+
+    bounds: [I + 1] code points: interval i holds bounds[i] .. bounds[i + 1] - 1,
+        and all its characters lead to the same state from every state.
+    table: [S][I]: the state after reading a character of interval i in state s,
+        DEAD when the text can no longer match.
+    accepting: [S]: the text read so far is a whole match.
+    Every state but DEAD can still reach an accepting one.
+    """
+
+    bounds: list[int]
+    table: list[list[int]]
+    accepting: list[bool]
+
+    @property
+    def num_states(self) -> int:
+        return len(self.table)
+
+    def step(self, state: int, char: str) -> int:
+        """The state after reading one character in `state`."""
+        raise NotImplementedError(
+            "Week 3 Day 5: Dfa.step: find the character's interval (bisect on bounds)"
+            " and look it up in the table"
+        )
+
+    def walk(self, state: int, text: str) -> int:
+        """The state after reading `text` from `state` (DEAD once it cannot match)."""
+        raise NotImplementedError(
+            "Week 3 Day 5: Dfa.walk: step through the characters, stop at DEAD"
+        )
+
+    def fullmatch(self, text: str) -> bool:
+        """Does the whole text match (re.fullmatch's question)?"""
+        raise NotImplementedError(
+            "Week 3 Day 5: Dfa.fullmatch: walk from 0, then the state is accepting"
+        )
+
+
+def determinize(nfa: Nfa, start: int, accept: int) -> Dfa:
+    """The subset construction: the DFA whose states are the sets of NFA states a
+    text can lead to. ValueError past MAX_DFA_STATES."""
+    raise NotImplementedError(
+        "Week 3 Day 5: determinize: cut the code points at every edge range's ends "
+        "(bounds); from the start's closure, for each set and each interval gather "
+        "the targets of the edges covering it, take their closure, and number each "
+        "new set as it is found; an empty set is DEAD"
+    )
+
+
+def compile_tree(tree: tuple) -> Dfa:
+    """A parsed tree (parse_regex, choices_tree) as a DFA."""
+    raise NotImplementedError(
+        "Week 3 Day 5: compile_tree: Nfa().build(tree), then determinize from its "
+        "start to its end state"
+    )
+
+
+def compile_regex(pattern: str) -> Dfa:
+    """The DFA of a pattern of the supported subset (whole-text match)."""
+    return compile_tree(parse_regex(pattern))
+
+
+def compile_choices(choices) -> Dfa:
+    """The DFA that accepts exactly the given strings."""
+    return compile_tree(choices_tree(choices))

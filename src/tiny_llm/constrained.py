@@ -1,0 +1,237 @@
+"""Week 3 day 5, part 2: constrained decoding. From a character automaton (automaton.py)
+to the tokens a request may sample next.
+
+The model picks tokens, not characters, and one token can be many characters ("Ġname"
+is " name"), so a token is allowed in DFA state s when walking all of its characters
+from s never reaches DEAD; it leads to the state where the walk ends. That is the
+token index: for each state, the allowed tokens and where each leads. Walking every
+token of a 49,152-token vocabulary one by one costs a few hundred thousand steps, so
+the tokens share their prefixes in a trie, and the walk drops a whole branch (every
+token that starts with " x") at the first character the DFA refuses. A state's entry
+is built the first time a request reaches it and kept for every later request with
+the same constraint.
+
+Each step, a constrained request's logits [1, V] keep the allowed tokens and every
+other token becomes -inf before its sampler runs (greedy or sampled alike); EOS is
+allowed only where the text so far is a whole match. So whatever the model and the
+sampler, the answer matches, or it runs out of max_tokens first ("length").
+
+The text a token adds is what the request's detokenizer shows, found by
+detokenizing it after a plain anchor token. Tokens whose bytes are only part of a
+UTF-8 character (their text alone is "\\ufffd") and special tokens are never
+allowed; mlx-lm's streaming detokenizers drop the one space a text starts with, so
+at the start a token's leading space is not part of the text the pattern sees.
+"""
+
+import weakref
+from dataclasses import dataclass, field
+
+import mlx.core as mx
+import numpy as np
+
+from .automaton import DEAD, Dfa, compile_choices, compile_regex
+
+# A token index kept per vocabulary for this many distinct constraints.
+MAX_CACHED_INDEXES = 64
+
+
+@dataclass(frozen=True)
+class Regex:
+    """A request option: the answer must match `pattern` as a whole (the subset in
+    automaton.py)."""
+
+    pattern: str
+
+    def compile(self) -> Dfa:
+        return compile_regex(self.pattern)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A request option: the answer must be exactly one of `options`."""
+
+    options: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.options, (list, tuple)):
+            object.__setattr__(self, "options", tuple(self.options))
+
+    def compile(self) -> Dfa:
+        return compile_choices(self.options)
+
+
+class TrieNode:
+    """One prefix of the vocabulary's token texts: `children` by next character,
+    `tokens` the ids whose text ends here."""
+
+    __slots__ = ("children", "tokens")
+
+    def __init__(self):
+        self.children: dict[str, TrieNode] = {}
+        self.tokens: list[int] = []
+
+
+@dataclass(eq=False)
+class Vocabulary:
+    """What constraints need of a tokenizer, for a model with `size` logits.
+
+    texts: [size]: the text each token adds in the middle of an answer, None for a
+        token never allowed (special, past the tokenizer, empty, or part of a
+        UTF-8 character).
+    eos: the tokenizer's EOS ids below size.
+    drops_first_space: the detokenizer drops the space an answer starts with.
+    trie: the texts' prefix tree (None tokens left out).
+    indexes: a TokenIndex per constraint already compiled for this vocabulary.
+    """
+
+    size: int
+    texts: list[str | None]
+    eos: list[int]
+    drops_first_space: bool
+    trie: TrieNode = field(init=False)
+    indexes: dict = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        raise NotImplementedError(
+            "Week 3 Day 5: Vocabulary: a TrieNode root; insert each token id under "
+            "its text, one node per character"
+        )
+
+    def index(self, constraint) -> "TokenIndex":
+        """The constraint's TokenIndex for this vocabulary, compiled once (up to
+        MAX_CACHED_INDEXES kept, oldest dropped first)."""
+        if constraint not in self.indexes:
+            if len(self.indexes) >= MAX_CACHED_INDEXES:
+                del self.indexes[next(iter(self.indexes))]
+            self.indexes[constraint] = TokenIndex(constraint.compile(), self)
+        return self.indexes[constraint]
+
+
+def token_texts(tokenizer, size: int) -> list[str | None]:
+    """The text each of `size` token ids adds to an answer (see Vocabulary.texts):
+    the detokenizer's text of [anchor, token] minus that of [anchor]."""
+    raise NotImplementedError(
+        "Week 3 Day 5: token_texts: special ids (all_special_ids and the added tokens"
+        " marked special, where the tokenizer has them) and ids past len(tokenizer) "
+        "are None; for the others detokenize an anchor token then the token, keep "
+        'what it added, None for "" or text with "\\ufffd"'
+    )
+
+
+def drops_first_space(tokenizer) -> bool:
+    """Does the tokenizer's detokenizer drop the space an answer starts with?"""
+    spaced = tokenizer.encode(" a", add_special_tokens=False)
+    detokenizer = tokenizer.detokenizer
+    for token in spaced:
+        detokenizer.add_token(token)
+    detokenizer.finalize()
+    return detokenizer.text == "a"
+
+
+# Vocabularies already built, per tokenizer and size (building one takes a second).
+vocabularies: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def vocabulary_of(tokenizer, size: int) -> Vocabulary:
+    """The tokenizer's Vocabulary for a model of `size` logits, built once."""
+    by_size = vocabularies.setdefault(tokenizer, {})
+    if size not in by_size:
+        eos = sorted(t for t in tokenizer.eos_token_ids if 0 <= t < size)
+        texts = token_texts(tokenizer, size)
+        by_size[size] = Vocabulary(size, texts, eos, drops_first_space(tokenizer))
+    return by_size[size]
+
+
+@dataclass
+class StateTokens:
+    """The tokens allowed in one index state: mask [V] (bool, EOS included when the
+    state accepts) and next_state: token id -> the DFA state it leads to."""
+
+    mask: mx.array
+    next_state: dict[int, int]
+    count: int
+
+
+class TokenIndex:
+    """dfa's token index over vocabulary, built state by state as requests reach them.
+
+    A position is (DFA state, at_start): at_start only before the first token of a
+    vocabulary whose detokenizer drops the first space.
+    """
+
+    def __init__(self, dfa: Dfa, vocabulary: Vocabulary):
+        self.dfa = dfa
+        self.vocabulary = vocabulary
+        self.states: dict[tuple[int, bool], StateTokens] = {}
+
+    def allowed(self, state: int, at_start: bool = False) -> StateTokens:
+        """The allowed tokens in `state` (computed once, then kept)."""
+        key = (state, at_start)
+        if key not in self.states:
+            self.states[key] = self.build(state, at_start)
+        return self.states[key]
+
+    def build(self, state: int, at_start: bool) -> StateTokens:
+        """Walk the vocabulary's trie from `state`: a branch is followed while the DFA
+        is not DEAD, and every token on a followed node is allowed, leading to the
+        state there. At the start a leading " " is read without moving the DFA."""
+        raise NotImplementedError(
+            "Week 3 Day 5: TokenIndex.build: depth-first over (trie node, DFA state) "
+            'from the root\'s children (at_start: the " " child keeps the state); '
+            "record each node's tokens -> its state; then a bool mask [V] of them, "
+            "plus EOS when dfa.accepting[state]"
+        )
+
+
+class ConstraintState:
+    """One request's place in its constraint: the DFA state of its answer so far.
+
+    mask(logits) before each sample, advance(token) after each kept token.
+    """
+
+    def __init__(self, index: TokenIndex):
+        raise NotImplementedError(
+            "Week 3 Day 5: ConstraintState: keep the index, state 0, at_start from "
+            "the vocabulary's drops_first_space"
+        )
+
+    @property
+    def is_accepting(self) -> bool:
+        """The answer so far is a whole match (EOS may end it)."""
+        return self.index.dfa.accepting[self.state]
+
+    def allowed(self) -> StateTokens:
+        """The allowed tokens from here; ValueError when there are none (the
+        vocabulary cannot spell any continuation)."""
+        raise NotImplementedError(
+            "Week 3 Day 5: ConstraintState.allowed: index.allowed(state, at_start); "
+            "raise ValueError when its count is 0"
+        )
+
+    def mask(self, logits: mx.array) -> mx.array:
+        """logits: [1, V] -> the same with every token not allowed at -inf."""
+        raise NotImplementedError(
+            "Week 3 Day 5: ConstraintState.mask: mx.where(allowed().mask, logits, -inf)"
+        )
+
+    def advance(self, token: int) -> None:
+        """A kept (non-EOS) token: move to the state it leads to; ValueError for a
+        token the constraint does not allow (a sampler that ignored the mask)."""
+        raise NotImplementedError(
+            "Week 3 Day 5: ConstraintState.advance: next_state[token] of allowed(), a"
+            " ValueError naming the token when it is missing; at_start becomes False"
+        )
+
+
+def start_constraint(constraint, tokenizer, vocab_size: int) -> ConstraintState:
+    """A request's constraint state at the start of its answer.
+
+    constraint: Regex or Choice. The DFA and its token index are compiled once per
+    tokenizer and constraint and shared by every request that uses them. TypeError
+    for another kind of constraint; ValueError for a bad pattern, an empty choice
+    list, or a constraint that no token can start.
+    """
+    raise NotImplementedError(
+        "Week 3 Day 5: start_constraint: TypeError unless Regex or Choice; the "
+        "vocabulary's index for it; a ConstraintState whose allowed() is checked now"
+    )

@@ -47,7 +47,7 @@ from scripts.commands.cli import option_parser
 from tiny_llm_base import EngineConfig, greedy, load_model
 from tiny_llm_base.mlx_lm_reference import float32_copy
 from tiny_llm_ref import Qwen2ModelWeek2
-from tiny_llm_ref.speculative import DRAFT_TOKEN_COST
+from tiny_llm_ref import DRAFT_TOKEN_COST
 
 IMAGE = (
     Path(__file__).resolve().parents[2]

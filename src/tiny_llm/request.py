@@ -28,6 +28,7 @@ from tiny_llm_base import (
     sampled_token_id,
 )
 
+from .constrained import ConstraintState, start_constraint
 from .kv_cache import TinyKvCache
 from .metrics import RequestMetrics
 
@@ -69,6 +70,10 @@ class Request:
     draft_acceptance, drafts_resume_at (week 3 day 4): an average of the share of its
         draft tokens accepted (1.0 before any), and the count of generated tokens
         before which it proposes no drafts (a pause once they stopped paying).
+    constraint (week 3 day 5): None, Regex(pattern) or Choice(options): the answer
+        must match. constraint_state: its ConstraintState (start_constraint), which
+        masks the logits in `sample` and advances in `accept`; None without one. A
+        bad constraint fails this request alone.
     """
 
     model: object
@@ -80,6 +85,7 @@ class Request:
     sampler: Sampler = greedy
     priority: str = "batch"
     clock: Callable[[], float] = time.perf_counter
+    constraint: object = None
     prefill_tokens: list[int] = field(init=False)
     offset: int = field(init=False, default=0)
     next_token: int | None = field(init=False, default=None)
@@ -91,6 +97,7 @@ class Request:
     kv_cache: list[TinyKvCache] | None = field(init=False, default=None)
     draft_acceptance: float = field(init=False, default=1.0)
     drafts_resume_at: int = field(init=False, default=0)
+    constraint_state: ConstraintState | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         raise NotImplementedError(
@@ -103,7 +110,8 @@ class Request:
             "TypeError or ValueError), a prompt whose tokens plus max_tokens - 1 pass"
             " context_length (name both numbers), or one longer than max_seq_len. "
             "Otherwise keep the prompt's token ids, create the model's KV cache, take"
-            " tokenizer.detokenizer and record the prompt length in metrics"
+            " tokenizer.detokenizer and record the prompt length in metrics (Week 3 "
+            "Day 5: a constraint's start_constraint fails the request the same way)"
         )
 
     def _checked_prompt_ids(self) -> list[int]:
@@ -201,7 +209,7 @@ class Request:
         raise NotImplementedError(
             "Week 2 Day 6: sample: turn logits into log-probabilities (subtract "
             "logsumexp), call the sampler, and return sampled_token_id(its result, "
-            "model.vocab_size)"
+            "model.vocab_size) (Week 3 Day 5: constraint_state.mask the logits first)"
         )
 
     def sample_and_accept(self, logits: mx.array) -> None:
@@ -228,7 +236,8 @@ class Request:
         raise NotImplementedError(
             "Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept); "
             "otherwise keep it, feed the detokenizer, make it next_token, and finish "
-            "with 'length' at max_tokens or 'max_seq_len' when offset reaches it"
+            "with 'length' at max_tokens or 'max_seq_len' when offset reaches it "
+            "(Week 3 Day 5: constraint_state.advance a kept token first)"
         )
 
     def finish(self, reason: str) -> None:

@@ -100,7 +100,8 @@ def request_tokens(request: Request) -> list[int]:
 def may_draft(request: Request, rows: int) -> bool:
     """May this decoding request propose drafts in a step of `rows` decode rows?
 
-    Only with a sampler that can be verified (can_verify) and a next token to feed,
+    Only with a sampler that can be verified (can_verify), no constraint (week 3 day
+    5: drafts and token masks together are future work) and a next token to feed,
     and not while it is paused. When its acceptance average no longer pays
     (worth_drafting), it pauses: it drafts again RETRY_AFTER generated tokens later,
     its average reset to 1 (so it gets a fresh chance).

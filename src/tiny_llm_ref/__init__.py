@@ -55,6 +55,7 @@ from .paged_cache import (
 from .paged_manager import PagedKvManager
 from .prefix_cache import PrefixCachingKvManager
 from .speculative import (
+    DRAFT_TOKEN_COST,
     accept_drafts,
     can_verify,
     find_drafts,
@@ -64,6 +65,17 @@ from .speculative import (
     request_tokens,
     verified_tokens,
     worth_drafting,
+)
+from .automaton import DEAD, Dfa, compile_choices, compile_regex, parse_regex
+from .constrained import (
+    Choice,
+    ConstraintState,
+    Regex,
+    TokenIndex,
+    Vocabulary,
+    start_constraint,
+    token_texts,
+    vocabulary_of,
 )
 from .engine import Engine, RequestOutput
 from .scheduler import batch_generate

@@ -132,10 +132,11 @@ class Engine:
 
         A plain prompt is PromptSpec(prompt). The Request is made here, with
         prefill_max_step=None (the planner sizes every chunk), the spec's max_tokens
-        and sampler or else the config's, its priority, the config's max_seq_len and
-        the engine's clock: a bad one has already failed ("error") and finishes in
-        the engine's next step, costing nobody else anything. Only a note goes into
-        the inbox, ("add", id, request, arrival_step): the engine's thread reads it.
+        and sampler or else the config's, its priority and constraint (week 3 day
+        5), the config's max_seq_len and the engine's clock: a bad one has already
+        failed ("error") and finishes in the engine's next step, costing nobody else
+        anything. Only a note goes into the inbox, ("add", id, request,
+        arrival_step): the engine's thread reads it.
         """
         # Week 2 Day 6: add_request: make the Request, put ("add", id, request,
         # arrival_step) in the inbox, return the id
@@ -154,6 +155,7 @@ class Engine:
             sampler=spec.sampler or config.sampler or greedy,
             priority=spec.priority,
             clock=self.clock,
+            constraint=spec.constraint,
         )
         request_id = next(self.next_id)
         self.inbox.put(("add", request_id, request, spec.arrival_step))

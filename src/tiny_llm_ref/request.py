@@ -28,6 +28,7 @@ from tiny_llm_base import (
     sampled_token_id,
 )
 
+from .constrained import ConstraintState, start_constraint
 from .kv_cache import TinyKvCache
 from .metrics import RequestMetrics
 
@@ -69,6 +70,10 @@ class Request:
     draft_acceptance, drafts_resume_at (week 3 day 4): an average of the share of its
         draft tokens accepted (1.0 before any), and the count of generated tokens
         before which it proposes no drafts (a pause once they stopped paying).
+    constraint (week 3 day 5): None, Regex(pattern) or Choice(options): the answer
+        must match. constraint_state: its ConstraintState (start_constraint), which
+        masks the logits in `sample` and advances in `accept`; None without one. A
+        bad constraint fails this request alone.
     """
 
     model: object
@@ -80,6 +85,7 @@ class Request:
     sampler: Sampler = greedy
     priority: str = "batch"
     clock: Callable[[], float] = time.perf_counter
+    constraint: object = None
     prefill_tokens: list[int] = field(init=False)
     offset: int = field(init=False, default=0)
     next_token: int | None = field(init=False, default=None)
@@ -91,6 +97,7 @@ class Request:
     kv_cache: list[TinyKvCache] | None = field(init=False, default=None)
     draft_acceptance: float = field(init=False, default=1.0)
     drafts_resume_at: int = field(init=False, default=0)
+    constraint_state: ConstraintState | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         # Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at least 1
@@ -102,6 +109,7 @@ class Request:
         # max_tokens - 1 pass context_length (name both numbers), or one longer than
         # max_seq_len. Otherwise keep the prompt's token ids, create the model's KV
         # cache, take tokenizer.detokenizer and record the prompt length in metrics
+        # (Week 3 Day 5: a constraint's start_constraint fails the request the same way)
         check_int("prefill_max_step", self.prefill_max_step, 1, allow_none=True)
         context = self.model.context_length
         if self.max_seq_len is None:
@@ -115,6 +123,11 @@ class Request:
         self.prefill_tokens = []
         try:
             self.prefill_tokens = self._checked_prompt_ids()
+            if self.constraint is not None:  # Week 3 Day 5
+                vocab_size = self.model.vocab_size
+                self.constraint_state = start_constraint(
+                    self.constraint, self.tokenizer, vocab_size
+                )
         except (TypeError, ValueError) as error:
             self.fail(str(error))
             return
@@ -236,6 +249,9 @@ class Request:
         """
         # Week 2 Day 6: sample: turn logits into log-probabilities (subtract logsumexp),
         # call the sampler, and return sampled_token_id(its result, model.vocab_size)
+        # (Week 3 Day 5: constraint_state.mask the logits first)
+        if self.constraint_state is not None:  # Week 3 Day 5: disallowed at -inf
+            logits = self.constraint_state.mask(logits)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         return sampled_token_id(self.sampler(logprobs), self.model.vocab_size)
 
@@ -266,11 +282,14 @@ class Request:
         """
         # Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept);
         # otherwise keep it, feed the detokenizer, make it next_token, and finish with
-        # 'length' at max_tokens or 'max_seq_len' when offset reaches it
+        # 'length' at max_tokens or 'max_seq_len' when offset reaches it (Week 3 Day 5:
+        # constraint_state.advance a kept token first)
         self.metrics.record_token(self.clock())
         if token in self.tokenizer.eos_token_ids:
             self.finish("stop")
             return
+        if self.constraint_state is not None:  # Week 3 Day 5
+            self.constraint_state.advance(token)
         self.generated.append(token)
         self.detokenizer.add_token(token)
         self.next_token = token

@@ -113,7 +113,8 @@ def request_tokens(request: Request) -> list[int]:
 def may_draft(request: Request, rows: int) -> bool:
     """May this decoding request propose drafts in a step of `rows` decode rows?
 
-    Only with a sampler that can be verified (can_verify) and a next token to feed,
+    Only with a sampler that can be verified (can_verify), no constraint (week 3 day
+    5: drafts and token masks together are future work) and a next token to feed,
     and not while it is paused. When its acceptance average no longer pays
     (worth_drafting), it pauses: it drafts again RETRY_AFTER generated tokens later,
     its average reset to 1 (so it gets a fresh chance).
@@ -122,6 +123,8 @@ def may_draft(request: Request, rows: int) -> bool:
     # or a pause not over (len(generated) < drafts_resume_at); if the acceptance no
     # longer pays, pause (drafts_resume_at, draft_acceptance = 1.0) and say False
     if not can_verify(request.sampler) or request.next_token is None:
+        return False
+    if request.constraint_state is not None:  # Week 3 Day 5: never with a mask
         return False
     if len(request.generated) < request.drafts_resume_at:
         return False

@@ -79,3 +79,11 @@ from .constrained import (
 )
 from .engine import Engine, RequestOutput
 from .scheduler import batch_generate
+from .sharding import HeadShard, shard_heads, shard_range, split_evenly
+from .tensor_parallel import (
+    ShardedAttention,
+    ShardedBlock,
+    ShardedQwen2Model,
+    input_columns,
+    output_rows,
+)

@@ -1,0 +1,149 @@
+"""Tensor parallelism: the week 2 model split over the ranks of an mx.distributed group.
+
+Megatron's cut, two all_sums per layer. In attention, q_proj, k_proj and v_proj are
+split by output: each rank computes only its own heads (sharding.shard_heads), so
+attention itself needs no communication, and each rank's KV cache holds only its
+heads. o_proj is split by input: a rank multiplies its heads' outputs by its columns
+of o_proj, which gives a partial sum of the full [B, L, E] result; one all_sum adds
+the ranks' parts. The MLP is cut the same way: gate_proj and up_proj by output (a
+slice of the hidden units; SwiGLU works on each unit alone), down_proj by input,
+then one all_sum.
+
+The embedding, the norms and the LM head are copied to every rank: after each
+all_sum every rank holds the same residual stream, and every rank computes the same
+logits, so every rank can sample the same token (greedy, or one seed everywhere).
+
+ShardedQwen2Model has Qwen2ModelWeek2's interface (model(tokens, offset, cache),
+create_kv_cache(), layers, embedding, logits): the engine, the mixed step and the
+paged cache run on it unchanged, one engine per rank, as long as every rank sees the
+same requests and makes the same decisions.
+"""
+
+import mlx.core as mx
+from mlx import nn
+
+from tiny_llm_base import QuantizedWeights
+
+from .basics import silu
+from .qwen2_week2 import (
+    Attend,
+    Qwen2AttentionWeek2,
+    Qwen2BlockWeek2,
+    Qwen2ModelWeek2,
+    Weight,
+    project,
+    rms_norm,
+    swiglu,
+)
+from .sharding import HeadShard, shard_heads, shard_range
+
+
+def output_rows(w: Weight, start: int, stop: int) -> Weight:
+    """Rows start .. stop - 1 of a [out, in] weight (outputs start .. stop - 1), as
+    an array of its own: a slice is a view that would keep the whole matrix alive."""
+    raise NotImplementedError(
+        "Week 4 Day 1: output_rows: mx.contiguous(w[start:stop]); a QuantizedWeights "
+        "keeps its group_size and bits and slices weight, scales and biases by row"
+    )
+
+
+def input_columns(w: Weight, start: int, stop: int) -> Weight:
+    """Columns start .. stop - 1 of a [out, in] weight (the inputs start .. stop - 1),
+    as an array of its own. A quantized weight packs 32 // bits inputs in a uint32
+    and keeps a scale and bias per group_size inputs: both ends must fall on a
+    group's edge."""
+    raise NotImplementedError(
+        "Week 4 Day 1: input_columns: mx.contiguous(w[:, start:stop]); a "
+        "QuantizedWeights: ValueError unless group_size divides start and stop, then "
+        "weight's columns start * bits // 32 .. stop * bits // 32, scales' and "
+        "biases' start // group_size .. stop // group_size"
+    )
+
+
+def group_unit(w: Weight) -> int:
+    """The smallest number of input columns a cut may take: 1 for a dense weight, a
+    quantization group for a quantized one."""
+    return 1 if isinstance(w, mx.array) else w.group_size
+
+
+class ShardedAttention(Qwen2AttentionWeek2):
+    """One rank's heads of a Qwen2AttentionWeek2: its rows of wq, wk, wv (and their
+    biases), its columns of wo. project_qkv, apply_rope and attention are the
+    parent's, on fewer heads; project_out ends with the all_sum."""
+
+    def __init__(
+        self, full: Qwen2AttentionWeek2, heads: HeadShard, group: mx.distributed.Group
+    ):
+        raise NotImplementedError(
+            "Week 4 Day 1: ShardedAttention: num_heads, num_kv_heads from `heads`; "
+            "head_dim, scale, rope, rope_base, fast as in `full`; output_rows of wq "
+            "(rows q_start * head_dim .. q_stop * head_dim), wk and wv (the kv rows) "
+            "and of their biases (None stays None); input_columns of wo over the "
+            "query heads' columns; bo whole (added once, after the sum); keep the "
+            "group"
+        )
+
+    def project_out(self, out: mx.array) -> mx.array:
+        """out: [B, H_local, L, D] -> [B, L, E]: this rank's heads through its columns
+        of wo give a partial sum; all_sum adds every rank's part, then the bias."""
+        raise NotImplementedError(
+            "Week 4 Day 1: project_out: as Qwen2AttentionWeek2's, without the bias; "
+            "then mx.distributed.all_sum over the group; then bo, if any"
+        )
+
+
+class ShardedBlock(Qwen2BlockWeek2):
+    """One rank's part of a Qwen2BlockWeek2: a ShardedAttention, its slice of the
+    MLP's hidden units (rows of gate and up, columns of down), both norms whole."""
+
+    def __init__(
+        self,
+        full: Qwen2BlockWeek2,
+        heads: HeadShard,
+        hidden: tuple[int, int],
+        group: mx.distributed.Group,
+    ):
+        raise NotImplementedError(
+            "Week 4 Day 1: ShardedBlock: attention = ShardedAttention(full.attention,"
+            " heads, group); output_rows of w_gate and w_up and input_columns of "
+            "w_down over the hidden units hidden[0] .. hidden[1] - 1; input_norm, "
+            "post_attention_norm and fast from `full`; keep the group"
+        )
+
+    def forward(self, x: mx.array, attend: Attend) -> mx.array:
+        """x: [B, L, E] (the same on every rank) -> [B, L, E] (the same on every rank).
+
+        As Qwen2BlockWeek2.forward, with two sums over the ranks: in
+        attention.project_out, and after down_proj.
+        """
+        raise NotImplementedError(
+            "Week 4 Day 1: forward: as Qwen2BlockWeek2.forward (project_out already "
+            "sums); the MLP's down projection gives a partial sum: "
+            "mx.distributed.all_sum it over the group before adding it to h"
+        )
+
+
+class ShardedQwen2Model(Qwen2ModelWeek2):
+    """Qwen2ModelWeek2 split over the ranks of `group` (default: mx.distributed.init(),
+    a group of one when the script was not started by mlx.launch).
+
+    Same calls and attributes as Qwen2ModelWeek2; layers are ShardedBlocks, so
+    create_kv_cache's caches hold this rank's KV heads only. Every rank must make
+    every call, with the same tokens, offsets and shapes: each layer's all_sums wait
+    for all ranks. Each rank loads the whole checkpoint and keeps its slices.
+    """
+
+    def __init__(
+        self,
+        mlx_model: nn.Module,
+        group: mx.distributed.Group | None = None,
+        weights: str = "auto",
+        use_fast_kernels: bool = False,
+    ):
+        raise NotImplementedError(
+            "Week 4 Day 1: ShardedQwen2Model: Qwen2ModelWeek2's __init__; group (or "
+            "mx.distributed.init()), rank and size; this rank's HeadShard "
+            "(shard_heads) and hidden units (shard_range over intermediate_size, in "
+            "whole quantization groups of down_proj); every layer replaced by its "
+            "ShardedBlock"
+        )

@@ -1,0 +1,93 @@
+"""Who holds what under tensor parallelism: heads and MLP columns split over ranks.
+
+Nothing here touches an array. A rank asks which attention heads and which slice of
+the MLP are its own; tensor_parallel.py then cuts the weights to match. Counts that
+do not divide by the number of ranks are split as evenly as possible, the larger
+pieces to the lower ranks: split_evenly(9, 2) == [5, 4].
+"""
+
+from dataclasses import dataclass
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """The sizes of `parts` contiguous pieces of `total`, as equal as possible, the
+    larger ones first. split_evenly(3, 2) == [2, 1]; the sizes add up to total."""
+    # Week 4 Day 1: split_evenly: each piece gets total // parts, and the first
+    # total % parts pieces one more; ValueError for parts < 1 or total < 0
+    if parts < 1 or total < 0:
+        raise ValueError(f"cannot split {total} into {parts} parts")
+    base, extra = divmod(total, parts)
+    return [base + (1 if index < extra else 0) for index in range(parts)]
+
+
+def shard_range(total: int, size: int, rank: int, unit: int = 1) -> tuple[int, int]:
+    """[start, stop) of rank `rank`'s contiguous piece when `total` items are split
+    over `size` ranks in whole units of `unit` items (a quantized matrix's columns
+    come in groups): split_evenly on total // unit, times unit."""
+    # Week 4 Day 1: shard_range: ValueError unless unit divides total; split_evenly
+    # (total // unit, size); start is the sum of the earlier ranks' sizes; both ends
+    # times unit
+    if total % unit:
+        raise ValueError(f"{total} items do not split into whole units of {unit}")
+    sizes = split_evenly(total // unit, size)
+    start = sum(sizes[:rank])
+    return start * unit, (start + sizes[rank]) * unit
+
+
+@dataclass(frozen=True)
+class HeadShard:
+    """One rank's attention heads: query heads q_start .. q_stop - 1 and the KV heads
+    kv_start .. kv_stop - 1 those query heads read. With grouped-query attention
+    query head i reads KV head i // (num_heads // num_kv_heads)."""
+
+    q_start: int
+    q_stop: int
+    kv_start: int
+    kv_stop: int
+
+    @property
+    def num_heads(self) -> int:
+        return self.q_stop - self.q_start
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_stop - self.kv_start
+
+
+def shard_heads(num_heads: int, num_kv_heads: int, size: int) -> list[HeadShard]:
+    """Each of `size` ranks' heads, rank 0 first.
+
+    At least as many KV heads as ranks: each rank takes whole groups (a KV head and
+    all the query heads that read it), split_evenly over the KV heads; 9 query and 3
+    KV heads on 2 ranks give rank 0 six query heads and two KV heads, rank 1 three
+    and one. Fewer KV heads than ranks: each KV head is copied to several ranks
+    (split_evenly of the ranks over the KV heads), which split its query heads. A
+    rank then holds one KV head, so its grouped attention still lines up. Every rank
+    needs at least one query head: more ranks than query heads is a ValueError.
+    """
+    # Week 4 Day 1: shard_heads: ValueError when size < 1, size > num_heads or
+    # num_kv_heads does not divide num_heads; group = num_heads // num_kv_heads;
+    # num_kv_heads >= size: split_evenly(num_kv_heads, size) KV heads per rank, each
+    # with its group's query heads; otherwise split_evenly(size, num_kv_heads) ranks
+    # per KV head, which split its group's query heads with split_evenly
+    if not 1 <= size <= num_heads:
+        raise ValueError(
+            f"{size} ranks for {num_heads} query heads: each rank needs at least "
+            f"one head, so run at most {num_heads} ranks"
+        )
+    if num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} query heads do not group over {num_kv_heads}")
+    group = num_heads // num_kv_heads
+    shards = []
+    if num_kv_heads >= size:
+        kv = 0
+        for count in split_evenly(num_kv_heads, size):
+            shards.append(HeadShard(kv * group, (kv + count) * group, kv, kv + count))
+            kv += count
+        return shards
+    for kv, ranks in enumerate(split_evenly(size, num_kv_heads)):
+        q = kv * group
+        for count in split_evenly(group, ranks):
+            shards.append(HeadShard(q, q + count, kv, kv + 1))
+            q += count
+    return shards

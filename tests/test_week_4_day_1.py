@@ -5,8 +5,8 @@ groups). Then pytest starts real ranks with `mlx.launch --backend ring` on
 127.0.0.1, 2 and 3 of them, once each (tests/tensor_parallel_worker.py), and
 compares what the sharded model computed on every rank with the unsharded
 Qwen2ModelWeek2 in this process: logits of random Qwen2/Llama models whose heads
-split evenly and unevenly, of the embedded model, and the greedy tokens of
-batch_generate. The launcher's exit status says nothing about its ranks (it is 0
+split evenly and unevenly, of the embedded model (on 2 ranks), and the greedy
+tokens of batch_generate. The launcher's exit status says nothing about its ranks (it is 0
 when a rank failed), so a rank counts as done only when it wrote its results; a
 launch that runs past its time is killed with all its ranks.
 """
@@ -231,6 +231,8 @@ def test_sharded_logits_match_one_rank(ranks, one_rank):
     expected, _ = one_rank
     for rank, (arrays, _) in enumerate(results):
         for name, logits in expected.items():
+            if name == "embedded" and size not in worker.EMBEDDED_RANKS:
+                continue
             atol = EMBEDDED_ATOL if name == "embedded" else RANDOM_ATOL
             assert_within(arrays[name], logits, atol, f"{name}, rank {rank} of {size}")
 

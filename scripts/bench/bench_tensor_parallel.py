@@ -1,0 +1,168 @@
+"""What tensor parallelism's communication costs here: `pdm run bench-tensor-parallel`.
+
+Launches itself with `mlx.launch --backend ring` on 127.0.0.1, once per rank count,
+and reports from rank 0:
+- bytes all-reduced per layer per token (two all_sums of one hidden vector each),
+- the median latency of one ring all_sum of the sizes a forward of the embedded
+  model sums (1 token: a decode step; 16 and 128: prefill chunks),
+- the embedded model's decode step, unsharded (1 rank) and sharded, with the part
+  of it the all_sums alone would take.
+
+    pdm run bench-tensor-parallel                 # 1, 2 and 3 ranks
+    pdm run bench-tensor-parallel --ranks 2 --repeats 50 --json tp.json
+"""
+
+from tiny_llm_ref import ShardedQwen2Model  # noqa: I001  (first: fast BLAS)
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+import mlx.core as mx
+
+from tiny_llm_base import load_model
+
+TOKENS = [1, 16, 128]
+PROMPT_TOKENS = 32
+LAUNCH_TIMEOUT = 300
+
+
+def all_sum_seconds(group, shape: tuple[int, ...], repeats: int) -> float:
+    """Median seconds of one all_sum of a float32 array of `shape`, evaluated."""
+    x = mx.ones(shape)
+    for _ in range(3):
+        mx.eval(mx.distributed.all_sum(x, group=group))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        mx.eval(mx.distributed.all_sum(x, group=group))
+        times.append(time.perf_counter() - start)
+    return median(times)
+
+
+def decode_step_seconds(model, repeats: int) -> float:
+    """Median seconds of one decode step (batch 1) after a PROMPT_TOKENS prompt."""
+    cache = model.create_kv_cache()
+    token = mx.array([[1] * PROMPT_TOKENS])
+    mx.eval(model(token, 0, cache))
+    offset, times = PROMPT_TOKENS, []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        logits = model(mx.array([[2]]), offset, cache)
+        mx.eval(logits)
+        times.append(time.perf_counter() - start)
+        offset += 1
+    return median(times)
+
+
+def worker(args: argparse.Namespace) -> None:
+    group = mx.distributed.init()
+    mlx_model, _ = load_model()
+    model = ShardedQwen2Model(mlx_model, group, "float32", use_fast_kernels=True)
+    hidden = model.args.hidden_size
+    result = {
+        "ranks": group.size(),
+        "hidden": hidden,
+        "layers": model.num_layers,
+        "all_sum_seconds": {
+            str(n): all_sum_seconds(group, (1, n, hidden), args.repeats) for n in TOKENS
+        }
+        if group.size() > 1
+        else {},
+        "decode_step_seconds": decode_step_seconds(model, args.repeats),
+    }
+    if group.rank() == 0:
+        Path(args.json_out).write_text(json.dumps(result))
+
+
+def launch(ranks: int, repeats: int) -> dict:
+    """Rank 0's figures from `ranks` local ranks; exits when a rank fails or the
+    launch runs past LAUNCH_TIMEOUT (all its processes killed)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "rank0.json"
+        command = [
+            sys.executable, __file__,
+            "--worker", "--json-out", str(out), "--repeats", str(repeats),
+        ]  # fmt: skip
+        if ranks > 1:  # one rank runs alone: the ring needs two
+            command[:1] = [
+                Path(sys.executable).with_name("mlx.launch"),
+                "--hosts", "127.0.0.1", "-n", str(ranks), "--backend", "ring",
+                "--python", sys.executable,
+            ]  # fmt: skip
+        process = subprocess.Popen(
+            [str(part) for part in command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            output, _ = process.communicate(timeout=LAUNCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            sys.exit(f"{ranks} ranks ran past {LAUNCH_TIMEOUT} s")
+        if not out.exists():
+            sys.exit(f"{ranks} ranks failed:\n{output[-3000:]}")
+        return json.loads(out.read_text())
+
+
+def report(results: list[dict]) -> str:
+    first = results[0]
+    hidden, layers = first["hidden"], first["layers"]
+    per_layer = 2 * hidden * 4
+    lines = [
+        f"Embedded model: hidden {hidden}, {layers} layers, float32.",
+        f"All-reduced per layer per token: 2 sums x {hidden} x 4 B = {per_layer:,} B;"
+        f" per token {per_layer * layers:,} B over {layers} layers.",
+        "",
+        "| ranks | all_sum 1 token | 16 tokens | 128 tokens | decode step |"
+        " of which all_sums (2 x layers x 1 token) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        sums = result["all_sum_seconds"]
+        step = result["decode_step_seconds"]
+        cells = [f"{sums[str(n)] * 1e6:,.0f} us" if sums else "-" for n in TOKENS]
+        share = 2 * layers * sums["1"] if sums else 0.0
+        lines.append(
+            f"| {result['ranks']} | {' | '.join(cells)} | {step * 1e3:,.1f} ms | "
+            + (f"{share * 1e3:,.1f} ms ({share / step:.0%}) |" if sums else "- |")
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="1,2,3", help="rank counts, e.g. 2,3")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    if args.worker:
+        worker(args)
+        return
+    try:
+        counts = [int(n) for n in args.ranks.split(",")]
+    except ValueError:
+        parser.error(f"--ranks takes counts such as 2,3, not {args.ranks!r}")
+    if any(not 1 <= n <= 9 for n in counts):
+        parser.error("--ranks: each count between 1 and 9 (the model has 9 heads)")
+    results = [launch(n, args.repeats) for n in counts]
+    print(report(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 import numpy as np
 
+from tiny_llm_base import GrammarState, JsonSchema
+
 from .automaton import DEAD, Dfa, compile_choices, compile_regex
 
 # A token index kept per vocabulary for this many distinct constraints.
@@ -223,15 +225,21 @@ class ConstraintState:
         )
 
 
-def start_constraint(constraint, tokenizer, vocab_size: int) -> ConstraintState:
+def start_constraint(
+    constraint, tokenizer, vocab_size: int
+) -> ConstraintState | GrammarState:
     """A request's constraint state at the start of its answer.
 
     constraint: Regex or Choice. The DFA and its token index are compiled once per
-    tokenizer and constraint and shared by every request that uses them. TypeError
-    for another kind of constraint; ValueError for a bad pattern, an empty choice
-    list, or a constraint that no token can start.
+    tokenizer and constraint and shared by every request that uses them. A
+    JsonSchema or JsonObject (tiny_llm_base: llguidance's masks behind the same
+    interface) starts itself: constraint.start(tokenizer, vocab_size). TypeError for
+    another kind of constraint; ValueError for a bad pattern or schema, an empty
+    choice list, or a constraint that no token can start.
     """
     raise NotImplementedError(
-        "Week 3 Day 5: start_constraint: TypeError unless Regex or Choice; the "
-        "vocabulary's index for it; a ConstraintState whose allowed() is checked now"
+        "Week 3 Day 5: start_constraint: a JsonSchema (JsonObject too) returns "
+        "constraint.start(tokenizer, vocab_size); TypeError unless Regex or Choice; "
+        "the vocabulary's index for it; a ConstraintState whose allowed() is checked "
+        "now"
     )

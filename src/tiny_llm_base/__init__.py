@@ -1,6 +1,7 @@
 """tiny-llm's infrastructure: what both the reference and the learner's package use
 but neither teaches. The fast BLAS, model loading and the embedded model, the objects
-a request and a scheduler report in, and the weight helpers around mlx-lm's layers."""
+a request and a scheduler report in, the weight helpers around mlx-lm's layers, and
+JSON Schema constraints through llguidance (structured.py)."""
 
 from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
 from .config import KV_CACHES, POLICIES, EngineConfig
@@ -17,6 +18,7 @@ from .prompts import (
     prompt_token_ids,
     sampled_token_id,
 )
+from .structured import GrammarState, JsonObject, JsonSchema
 from .reports import BatchResults, ForwardRecord, SchedulerSnapshot, SlotView
 from .weights import (
     DEFAULT_MAX_SEQ_LEN,

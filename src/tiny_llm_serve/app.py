@@ -27,12 +27,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from tiny_llm_base import PromptSpec, SchedulerSnapshot
+from tiny_llm_base import JsonObject, JsonSchema, PromptSpec, SchedulerSnapshot
 
 from .engine_loop import EngineFailure, EngineLoop, Stream, finish_reason
 from .errors import ApiError, invalid
 from .metrics import ServerMetrics
 from .protocol import (
+    ConstraintRequest,
     GenerationRequest,
     short,
     chunk_object,
@@ -327,6 +328,7 @@ def create_app(
             max_tokens=request.max_tokens or limit - len(ids),
             sampler=sampler,
             priority=request.priority,
+            constraint=checked_constraint(engine, request.constraint),
         )
         loop.submit(spec, stream)
         return len(ids)
@@ -529,6 +531,40 @@ def prompt_ids(engine, request: GenerationRequest) -> list[int]:
                 "prompt",
             )
     return request.prompt
+
+
+def checked_constraint(engine, constraint: ConstraintRequest | None):
+    """The engine's package's constraint for a request's structured-output option,
+    started once against the tokenizer so that a bad one is a 400 here, not a
+    failed answer: a schema with an unsupported keyword or nothing it can match, a
+    regex that does not parse or matches nothing, a choice no token can spell."""
+    if constraint is None:
+        return None
+    package = sys.modules[type(engine).__module__.partition(".")[0]]
+    if constraint.kind == "json_schema":
+        try:
+            made = JsonSchema(constraint.value)
+        except ValueError as error:
+            raise invalid(str(error), constraint.param) from None
+    elif constraint.kind == "json_object":
+        made = JsonObject()
+    elif constraint.kind == "regex":
+        made = package.Regex(constraint.value)
+    else:
+        made = package.Choice(constraint.value)
+    try:
+        package.start_constraint(made, engine.tokenizer, engine.model.vocab_size)
+    except (TypeError, ValueError) as error:
+        raise invalid(str(error), constraint.param) from None
+    except NotImplementedError as error:
+        raise ApiError(
+            501,
+            f"structured outputs are not written yet ({error}): leave "
+            f"{constraint.param} out",
+            param=constraint.param,
+            code="not_implemented",
+        ) from None
+    return made
 
 
 def context_error(request: GenerationRequest, message: str) -> ApiError:

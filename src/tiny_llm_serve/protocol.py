@@ -7,8 +7,17 @@ and usage.
 
 Extension: `priority` ("interactive" or "batch") picks the engine's queue. Chat
 requests are interactive and completions batch unless the body says otherwise.
+
+Structured outputs (both endpoints): OpenAI's `response_format` ({"type":
+"json_object"} or {"type": "json_schema", "json_schema": {"name", "schema",
+"strict"}}), and vLLM's extra fields `guided_json` (a schema), `guided_regex`,
+`guided_choice` (a list of strings) and the newer `structured_outputs` ({"json"},
+{"regex"}, {"choice"} or {"json_object": true}). At most one per request; the
+parsed form is GenerationRequest.constraint, turned into the package's constraint
+and checked against the tokenizer by the app (a bad one is a 400).
 """
 
+import json
 import math
 import time
 import uuid
@@ -43,6 +52,7 @@ class GenerationRequest:
     top_k: int | None = None
     stop: list[str] = field(default_factory=list)
     priority: str = "batch"
+    constraint: "ConstraintRequest | None" = None
 
     @property
     def is_greedy(self) -> bool:
@@ -57,12 +67,10 @@ def parse_chat(body) -> GenerationRequest:
     refuse_unsupported(body, ("tools", "functions", "tool_choice"), "tools")
     if body.get("logprobs") not in (None, False) or body.get("top_logprobs"):
         raise unsupported("logprobs", "log-probabilities are not returned")
-    response_format = body.get("response_format")
-    if response_format is not None and response_format != {"type": "text"}:
-        raise unsupported("response_format", 'only {"type": "text"} is supported')
     common_fields(
         body, request, max_tokens_names=("max_completion_tokens", "max_tokens")
     )
+    request.constraint = constraint_fields(body)
     return request
 
 
@@ -82,6 +90,7 @@ def parse_completion(body) -> GenerationRequest:
     if best_of not in (None, 1):
         raise invalid(f"best_of must be 1, got {best_of!r}", "best_of")
     common_fields(body, request, max_tokens_names=("max_tokens",))
+    request.constraint = constraint_fields(body)
     return request
 
 
@@ -352,6 +361,144 @@ def stop_strings(stop) -> list[str]:
             "stop holds an empty string: every stop string needs text", "stop"
         )
     return [valid_text(s, "stop") for s in stops]
+
+
+@dataclass(frozen=True)
+class ConstraintRequest:
+    """A structured-output option as the body gave it. kind: "json_schema" (value a
+    schema object), "json_object" (value None), "regex" (a pattern) or "choice" (a
+    list of strings); param: the field to name in an error."""
+
+    kind: str
+    value: object
+    param: str
+
+
+RESPONSE_FORMATS = '"text", "json_object" or "json_schema"'
+
+
+def constraint_fields(body: dict) -> ConstraintRequest | None:
+    """The one structured-output option of a body, checked for shape (the app
+    compiles it); None without one."""
+    found = []
+    response_format = body.get("response_format")
+    if response_format is not None:
+        found += response_format_constraint(response_format)
+    if body.get("guided_json") is not None:
+        found.append(json_schema_constraint(body["guided_json"], "guided_json"))
+    if body.get("guided_regex") is not None:
+        found.append(regex_constraint(body["guided_regex"], "guided_regex"))
+    if body.get("guided_choice") is not None:
+        found.append(choice_constraint(body["guided_choice"], "guided_choice"))
+    for name in ("guided_grammar", "guided_decoding_backend"):
+        if body.get(name) is not None:
+            raise unsupported(
+                name, "use guided_json, guided_regex or guided_choice instead"
+            )
+    outputs = body.get("structured_outputs")
+    if outputs is not None:
+        found += structured_outputs_constraint(outputs)
+    if len(found) > 1:
+        names = ", ".join(c.param for c in found)
+        raise invalid(
+            f"give at most one structured-output option per request, got {names}",
+            found[1].param,
+        )
+    return found[0] if found else None
+
+
+def response_format_constraint(value) -> list[ConstraintRequest]:
+    param = "response_format"
+    if not isinstance(value, dict):
+        raise wrong_type(param, value, 'an object like {"type": "json_object"}')
+    kind = value.get("type")
+    if kind == "text":
+        return []
+    if kind == "json_object":
+        return [ConstraintRequest("json_object", None, param)]
+    if kind != "json_schema":
+        raise invalid(
+            f"response_format.type is {short(kind)}: use {RESPONSE_FORMATS}",
+            "response_format.type",
+        )
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise invalid(
+            'response_format.json_schema is required with "type": "json_schema": '
+            '{"name": "...", "schema": {...}, "strict": true}',
+            "response_format.json_schema",
+        )
+    name = spec.get("name")
+    if name is not None and not isinstance(name, str):
+        raise wrong_type("response_format.json_schema.name", name, "a string")
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise wrong_type("response_format.json_schema.strict", strict, "true or false")
+    if "schema" not in spec:
+        raise invalid(
+            "response_format.json_schema.schema is required: the JSON Schema the "
+            'answer must follow, such as {"type": "object", "properties": {...}}',
+            "response_format.json_schema.schema",
+            code="missing_required_parameter",
+        )
+    # strict or not, the answer is held to the schema: a mask cannot half-enforce.
+    return [
+        json_schema_constraint(spec["schema"], "response_format.json_schema.schema")
+    ]
+
+
+def structured_outputs_constraint(value) -> list[ConstraintRequest]:
+    param = "structured_outputs"
+    if not isinstance(value, dict):
+        raise wrong_type(param, value, 'an object like {"regex": "[0-9]+"}')
+    found = []
+    for key, item in value.items():
+        where = f"{param}.{key}"
+        if item is None or item is False:
+            continue
+        if key == "json":
+            found.append(json_schema_constraint(item, where))
+        elif key == "regex":
+            found.append(regex_constraint(item, where))
+        elif key == "choice":
+            found.append(choice_constraint(item, where))
+        elif key == "json_object":
+            found.append(ConstraintRequest("json_object", None, where))
+        else:
+            raise unsupported(where, "supported: json, regex, choice and json_object")
+    return found
+
+
+def json_schema_constraint(schema, param: str) -> ConstraintRequest:
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as error:
+            raise invalid(
+                f"{param} is a string that is not JSON ({error}): send the schema "
+                "as an object",
+                param,
+            ) from None
+    if not isinstance(schema, (dict, bool)):
+        raise wrong_type(param, schema, "a JSON Schema object")
+    return ConstraintRequest("json_schema", schema, param)
+
+
+def regex_constraint(pattern, param: str) -> ConstraintRequest:
+    if not isinstance(pattern, str):
+        raise wrong_type(param, pattern, "a string (a regular expression)")
+    return ConstraintRequest("regex", valid_text(pattern, param), param)
+
+
+def choice_constraint(options, param: str) -> ConstraintRequest:
+    if not isinstance(options, list) or not all(isinstance(o, str) for o in options):
+        raise wrong_type(param, options, "a list of strings")
+    if not options:
+        raise invalid(
+            f"{param} is an empty list: give at least one string the answer may be",
+            param,
+        )
+    return ConstraintRequest("choice", [valid_text(o, param) for o in options], param)
 
 
 def refuse_unsupported(body: dict, names: tuple[str, ...], what: str) -> None:

@@ -11,6 +11,7 @@ equal to a fresh prefill's, no block past them), and the pool's rules hold.
 """
 
 import math
+from types import SimpleNamespace
 
 import mlx.core as mx
 import numpy as np
@@ -86,14 +87,66 @@ def test_find_drafts_prefers_the_longest_then_the_latest_match():
 
 @pytest.mark.parametrize("rows", [1, 2, 4, 8])
 def test_worth_drafting_is_the_throughput_comparison(rows):
-    """Drafts pay exactly when tokens per forward-time rise with them."""
+    """Drafts pay exactly when tokens per forward-time rise with them, and at
+    break_even they neither gain nor lose."""
     cost = tiny.speculative.DRAFT_TOKEN_COST
+    plain = rows / (1 + cost * (rows - 1))
+    k = 4
+
+    def drafting(acceptance):
+        return (rows + acceptance * k) / (1 + cost * (rows - 1) + cost * k)
+
+    assert math.isclose(drafting(tiny.break_even(rows)), plain)
+    assert tiny.worth_drafting(tiny.break_even(rows), rows)
     for acceptance in np.linspace(0, 1, 41):
-        plain = rows / (1 + cost * (rows - 1))
-        k = 4
-        drafting = (rows + acceptance * k) / (1 + cost * (rows - 1) + cost * k)
-        if not math.isclose(drafting, plain):
-            assert tiny.worth_drafting(acceptance, rows) == (drafting > plain)
+        if not math.isclose(drafting(acceptance), plain):
+            assert tiny.worth_drafting(acceptance, rows) == (
+                drafting(acceptance) > plain
+            )
+
+
+def drafting_request(sampler=greedy):
+    """The fields may_draft reads, on a request that has generated 20 tokens."""
+    return SimpleNamespace(
+        sampler=sampler,
+        next_token=7,
+        constraint_state=None,
+        generated=[1] * 20,
+        draft_acceptance=1.0,
+        drafts_resume_at=0,
+        draft_pauses=0,
+    )
+
+
+def test_a_request_whose_drafts_fail_pauses_longer_each_time():
+    """Below break-even a request pauses RETRY_AFTER tokens, then twice as long each
+    time; after a pause it probes once from break-even."""
+    request, rows = drafting_request(), 4
+    retry = tiny.speculative.RETRY_AFTER
+    assert tiny.may_draft(request, rows)
+    request.draft_acceptance = 0.9 * tiny.break_even(rows)
+    for pauses in range(3):
+        assert not tiny.may_draft(request, rows)
+        pause = retry * 2**pauses
+        assert request.drafts_resume_at == len(request.generated) + pause
+        assert request.draft_pauses == pauses + 1
+        request.generated += [1] * (pause - 1)
+        assert not tiny.may_draft(request, rows), "drafted before its pause ended"
+        request.generated.append(1)
+        assert tiny.may_draft(request, rows), "no probe once the pause ended"
+        request.draft_acceptance -= 0.01  # the probe was rejected
+    request.draft_acceptance = 0.6
+    assert tiny.may_draft(request, rows)
+
+
+def test_only_verifiable_unconstrained_requests_with_a_next_token_draft():
+    assert not tiny.may_draft(drafting_request(sampler=lambda logprobs: 0), 1)
+    request = drafting_request()
+    request.next_token = None
+    assert not tiny.may_draft(request, 1)
+    request = drafting_request()
+    request.constraint_state = object()
+    assert not tiny.may_draft(request, 1)
 
 
 # --- the acceptance rule ------------------------------------------------------------

@@ -67,9 +67,10 @@ class Request:
     detokenizer: tokenizer.detokenizer, fed every kept token; `text` reads it.
     kv_cache: the request's own cache (model.create_kv_cache()) while it prefills;
         None once a decode slot has copied it into the batch cache, or once finished.
-    draft_acceptance, drafts_resume_at (week 3 day 4): an average of the share of its
-        draft tokens accepted (1.0 before any), and the count of generated tokens
-        before which it proposes no drafts (a pause once they stopped paying).
+    draft_acceptance, drafts_resume_at, draft_pauses (week 3 day 4): an average of
+        the share of its draft tokens accepted (1.0 before any), the count of
+        generated tokens before which it proposes no drafts (a pause once they stopped
+        paying), and how many pauses it has had (each lasts twice the one before).
     constraint (week 3 day 5): None, Regex(pattern) or Choice(options): the answer
         must match. constraint_state: its ConstraintState (start_constraint), which
         masks the logits in `sample` and advances in `accept`; None without one. A
@@ -97,6 +98,7 @@ class Request:
     kv_cache: list[TinyKvCache] | None = field(init=False, default=None)
     draft_acceptance: float = field(init=False, default=1.0)
     drafts_resume_at: int = field(init=False, default=0)
+    draft_pauses: int = field(init=False, default=0)
     constraint_state: ConstraintState | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:

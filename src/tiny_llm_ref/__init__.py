@@ -60,6 +60,7 @@ from .prefix_cache import PrefixCachingKvManager
 from .speculative import (
     DRAFT_TOKEN_COST,
     accept_drafts,
+    break_even,
     can_verify,
     find_drafts,
     is_greedy,

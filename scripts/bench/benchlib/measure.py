@@ -71,12 +71,14 @@ def summarize(
     arrivals: list[float | None],
     token_times: list[list[float]],
     tokens: list[list[int]],
+    finished: list[bool],
     peak_bytes: int,
     load_average: tuple[float, float],
     forwards: list[dict] = (),
 ) -> Run:
     """A run's numbers from each request's arrival and token timestamps (seconds on
-    one clock); a request with no token counts as unfinished and has no TTFT."""
+    one clock). finished: whether each request ended by itself (EOS or max_tokens),
+    not cut by the time limit; a request with no token has no TTFT."""
     ttft = [t[0] - a if t else None for t, a in zip(token_times, arrivals)]
 
     def since_start(t: float | None) -> float | None:
@@ -99,7 +101,7 @@ def summarize(
         itl_p99_ms=percentile(gaps, 99) * 1e3,
         longest_stall_s=max(gaps, default=0.0),
         peak_memory_mb=peak_bytes / 2**20,
-        unfinished=sum(len(t) < m for t, m in zip(token_times, workload.max_tokens)),
+        unfinished=len(finished) - sum(finished),
         load_average=load_average,
         tokens=tokens,
         requests=[

@@ -187,6 +187,7 @@ def run_ours(
         arrivals.times,
         [r.metrics.token_times if r else [] for r in results],
         [r.tokens if r else [] for r in results],
+        [r is not None and r.finish_reason in ("stop", "length") for r in results],
         mx.get_peak_memory() - base,
         (load, os.getloadavg()[0]),
         forwards,
@@ -213,6 +214,7 @@ def run_mlx_lm(
     index_of: dict[int, int] = {}
     token_times: list[list[float]] = [[] for _ in range(n)]
     tokens: list[list[int]] = [[] for _ in range(n)]
+    finished = [False] * n
     in_flight = steps = 0
     start = time.perf_counter()
     arrivals = Arrivals(workload, start)
@@ -237,7 +239,8 @@ def run_mlx_lm(
             i = index_of[response.uid]
             token_times[i].append(now)
             tokens[i].append(response.token)
-            in_flight -= response.finish_reason is not None
+            finished[i] = response.finish_reason is not None
+            in_flight -= finished[i]
         steps += 1
     end = time.perf_counter()
     peak = mx.get_peak_memory() - base
@@ -251,6 +254,7 @@ def run_mlx_lm(
         arrivals.times,
         token_times,
         tokens,
+        finished,
         peak,
         (load, os.getloadavg()[0]),
     )
@@ -269,6 +273,7 @@ def run_mlx_lm_alone(
     token_times: list[list[float]] = [[] for _ in range(n)]
     tokens: list[list[int]] = [[] for _ in range(n)]
     arrivals: list[float | None] = [None] * n
+    finished = [False] * n
     start = time.perf_counter()
     for i, (prompt, max_tokens) in enumerate(
         zip(workload.prompts, workload.max_tokens)
@@ -281,6 +286,7 @@ def run_mlx_lm_alone(
                 break
             token_times[i].append(time.perf_counter())
             tokens[i].append(token)
+        finished[i] = True
     end = time.perf_counter()
     return summarize(
         label,
@@ -291,6 +297,7 @@ def run_mlx_lm_alone(
         arrivals,
         token_times,
         tokens,
+        finished,
         mx.get_peak_memory() - base,
         (load, os.getloadavg()[0]),
     )

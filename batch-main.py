@@ -6,6 +6,8 @@ pdm run batch-main --token-budget 256 --max-num-partial-prefills 2
 pdm run batch-main --policy alternate          # week 2's two forwards a step
 pdm run batch-main --kv-cache paged --kv-memory 64MiB
 pdm run batch-main --prompts-file prompts.txt --solution learner
+pdm run batch-main --json-schema person.json   # structured outputs (week 3 day 5)
+pdm run batch-main --choice yes --choice no    # also --regex, --json-object
 
 A terminal gets a live table of the decode slots; otherwise (a pipe, a log file) only
 the periodic engine lines are printed. Both end with every prompt's answer, shortened,
@@ -48,6 +50,12 @@ from scripts.commands.cli import (  # noqa: E402
     require_at_least,
     require_model_name,
     scheduling_settings,
+)
+from scripts.commands.constraints import (  # noqa: E402
+    add_constraint_options,
+    check_constraint,
+    constrained_prompts,
+    constraint_option,
 )
 
 # The options that set an engine argument of the same name: its errors name them.
@@ -123,6 +131,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-seq-len", type=int, default=512)
     parser.add_argument("--solution", default="ref", help="ref | learner")
+    add_constraint_options(parser)
     args = parser.parse_args()
     require_model_name(args.model)
     require_at_least(
@@ -394,6 +403,9 @@ def main() -> None:
             package, args.kv_cache, not args.no_prefix_caching
         )
         args.policy = newest_policy(package, args.policy)
+        constraint = constraint_option(args, package)
+        check_constraint(constraint, package, tokenizer, model.vocab_size)
+        prompts = constrained_prompts(prompts, constraint)
         results = run(package, model, tokenizer, prompts, args, prefix_caching, console)
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)

@@ -1,0 +1,90 @@
+"""The structured-output options of the command-line tools (week 3 day 5):
+
+    --json-schema FILE   the answer is JSON valid against the schema in FILE
+    --json-object        the answer is a JSON object
+    --regex PATTERN      the answer matches PATTERN (the course's subset)
+    --choice TEXT        the answer is one of the TEXTs (repeat the option)
+
+At most one; it applies to every prompt of the run.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from tiny_llm_base import JsonObject, JsonSchema, PromptSpec
+
+from .cli import fail
+
+
+def add_constraint_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "structured outputs (week 3 day 5; at most one, for every prompt)"
+    )
+    group.add_argument(
+        "--json-schema",
+        metavar="FILE",
+        help="answers are JSON valid against the JSON Schema in FILE",
+    )
+    group.add_argument(
+        "--json-object", action="store_true", help="answers are JSON objects"
+    )
+    group.add_argument(
+        "--regex", metavar="PATTERN", help="answers match PATTERN as a whole"
+    )
+    group.add_argument(
+        "--choice",
+        metavar="TEXT",
+        action="append",
+        help="answers are exactly one of the TEXTs (repeat: --choice yes --choice no)",
+    )
+
+
+def constraint_option(args: argparse.Namespace, package):
+    """The package's constraint for the options given, or None; exits with a
+    message for two options at once, a missing file or a file that is not JSON."""
+    given = [
+        name
+        for name, value in (
+            ("--json-schema", args.json_schema),
+            ("--json-object", args.json_object),
+            ("--regex", args.regex),
+            ("--choice", args.choice),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        fail(f"give at most one of {', '.join(given)}")
+    if args.json_schema:
+        path = Path(args.json_schema)
+        try:
+            return JsonSchema(json.loads(path.read_text()))
+        except OSError as error:
+            fail(f"--json-schema {path}: cannot read it ({error.strerror})")
+        except (json.JSONDecodeError, ValueError) as error:
+            fail(f"--json-schema {path}: not a JSON Schema object ({error})")
+    if args.json_object:
+        return JsonObject()
+    if args.regex is not None:
+        return package.Regex(args.regex)
+    if args.choice:
+        return package.Choice(args.choice)
+    return None
+
+
+def check_constraint(constraint, package, tokenizer, vocab_size: int) -> None:
+    """Exit with the constraint's own message when it cannot start (a regex that
+    does not parse or matches nothing, an unsupported schema keyword...)."""
+    if constraint is None:
+        return
+    try:
+        package.start_constraint(constraint, tokenizer, vocab_size)
+    except (TypeError, ValueError) as error:
+        fail(f"bad constraint: {error}")
+
+
+def constrained_prompts(prompts: list, constraint) -> list:
+    """The prompts as PromptSpecs carrying the constraint (unchanged without one)."""
+    if constraint is None:
+        return prompts
+    return [PromptSpec(prompt, constraint=constraint) for prompt in prompts]

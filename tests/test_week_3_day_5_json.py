@@ -1,0 +1,191 @@
+"""Week 3 Day 5: JSON Schema constraints (tiny_llm_base.structured, llguidance's masks
+behind the course's constraint interface), through the learner's start_constraint
+and Request.
+
+A suite of 52 schemas (scripts/bench/benchlib/schemas.py: nested objects, arrays
+with bounds, enums, required and optional fields, number ranges, string patterns,
+unions, $refs) on a random model with the embedded tokenizer's whole vocabulary,
+whose unconstrained output is garbage: every answer parses and validates (the
+jsonschema package, an independent validator). A handful on the embedded model.
+Constrained rows beside unconstrained ones leave those their usual tokens; bad
+schemas fail their request alone with a message that says what is wrong; a schema
+that cannot finish within max_tokens ends with "length".
+"""
+
+import json
+
+import jsonschema
+import numpy as np
+import pytest
+
+from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE
+from tiny_llm_base import JsonObject, JsonSchema, PromptSpec, greedy
+
+from .helpers import assert_same_tokens, expected_tokens, token_ids
+from .random_models import random_model
+from .solution import tiny
+
+VOCAB = 49152  # the embedded tokenizer's: JSON punctuation comes in whole tokens
+
+
+@pytest.fixture(scope="module")
+def wide_pair():
+    """A small random Qwen2 model over the embedded tokenizer's whole vocabulary."""
+    mlx_model = random_model("qwen2", 32, 2, 1, 48, 1, VOCAB, True, seed=11)
+    return mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
+
+
+def assert_valid(schema: dict, result, what: str) -> None:
+    assert result.error is None, f"{what}: {result.error}"
+    assert result.finish_reason == "stop", (what, result.finish_reason, result.text)
+    try:
+        value = json.loads(result.text)
+    except json.JSONDecodeError as error:
+        raise AssertionError(f"{what}: not JSON ({error}): {result.text!r}") from None
+    jsonschema.validate(value, schema)
+
+
+def test_every_schema_of_the_suite_compiles():
+    assert len(SUITE) >= 50
+    for name, schema, _ in SUITE:
+        try:
+            JsonSchema(schema).check()
+        except ValueError as error:
+            raise AssertionError(f"{name}: {error}") from None
+
+
+def test_random_models_answer_the_whole_suite_validly(wide_pair, tokenizer):
+    """Sampled at temperature 1 from random weights, 16 rows a batch: every answer of
+    the 52 schemas parses and validates."""
+    _, model = wide_pair
+    rng = np.random.default_rng(3)
+    specs = [
+        PromptSpec(token_ids(rng, VOCAB, 3 + i % 5), constraint=JsonSchema(schema))
+        for i, (_, schema, _) in enumerate(SUITE)
+    ]
+    results = tiny.batch_generate(
+        model,
+        tokenizer,
+        specs,
+        batch_size=16,
+        max_tokens=MAX_TOKENS,
+        sampler=tiny.make_sampler(1.0),
+        policy="mixed",
+    )
+    for (name, schema, _), result in zip(SUITE, results):
+        assert_valid(schema, result, name)
+
+
+def test_greedy_rows_beside_unconstrained_rows_keep_their_tokens(wide_pair, tokenizer):
+    """JSON rows and plain rows in one batch: the plain rows get mlx-lm's greedy
+    tokens, the JSON rows validate (greedy on random weights can loop inside an
+    unbounded number; these schemas bound everything)."""
+    mlx_model, model = wide_pair
+    rng = np.random.default_rng(4)
+    schemas = [schema for name, schema, _ in SUITE if name in ("person", "order")]
+    plain = [token_ids(rng, VOCAB, 6), token_ids(rng, VOCAB, 9)]
+    specs = [
+        PromptSpec(token_ids(rng, VOCAB, 5), constraint=JsonSchema(schemas[0])),
+        PromptSpec(plain[0]),
+        PromptSpec(token_ids(rng, VOCAB, 7), constraint=JsonSchema(schemas[1])),
+        PromptSpec(plain[1]),
+    ]
+    results = tiny.batch_generate(
+        model, tokenizer, specs, batch_size=4, max_tokens=24, sampler=greedy
+    )
+    for result, (tokens, gaps) in zip(
+        results[1::2], expected_tokens(mlx_model, plain, 24, tokenizer)
+    ):
+        assert_same_tokens(result.tokens, tokens, gaps, "an unconstrained row")
+    for schema, result in zip(schemas, results[0::2]):
+        if result.finish_reason == "stop":
+            assert_valid(schema, result, "a greedy JSON row")
+        else:
+            assert result.finish_reason == "length"
+
+
+def test_json_object_answers_are_objects(wide_pair, tokenizer):
+    _, model = wide_pair
+    rng = np.random.default_rng(5)
+    specs = [
+        PromptSpec(token_ids(rng, VOCAB, 4), constraint=JsonObject()) for _ in range(3)
+    ]
+    results = tiny.batch_generate(
+        model, tokenizer, specs, max_tokens=24, sampler=tiny.make_sampler(1.0)
+    )
+    for result in results:
+        assert result.error is None and result.text.startswith("{")
+        if result.finish_reason == "stop":
+            assert isinstance(json.loads(result.text), dict)
+
+
+def test_a_schema_that_cannot_finish_ends_with_length(wide_pair, tokenizer):
+    _, model = wide_pair
+    schema = {"type": "array", "items": {"const": "abc"}, "minItems": 20}
+    spec = PromptSpec([5, 6, 7], constraint=JsonSchema(schema))
+    result = tiny.batch_generate(model, tokenizer, [spec], max_tokens=8)[0]
+    assert result.error is None
+    assert result.finish_reason == "length" and len(result.tokens) == 8
+    assert result.text.startswith('["abc"')
+
+
+@pytest.mark.parametrize(
+    "schema, words",
+    [
+        ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+        ({"type": "colour"}, "colour"),
+        ({"type": "string", "minLength": 5, "maxLength": 2}, "minLength"),
+        ({"$ref": "#/$defs/missing"}, "missing"),
+        ({"type": "integer", "minimum": 5, "maximum": 1}, "minimum"),
+    ],
+)
+def test_bad_schemas_say_what_is_wrong(schema, words, tokenizer):
+    with pytest.raises(ValueError, match="invalid JSON schema") as error:
+        tiny.start_constraint(JsonSchema(schema), tokenizer, VOCAB)
+    assert words in str(error.value)
+
+
+def test_a_bad_schema_fails_its_request_alone(wide_pair, tokenizer):
+    mlx_model, model = wide_pair
+    prompt = [11, 12, 13, 14]
+    specs = [
+        PromptSpec(prompt, constraint=JsonSchema({"type": "array", "not": {}})),
+        PromptSpec(prompt),
+    ]
+    results = tiny.batch_generate(model, tokenizer, specs, max_tokens=6)
+    assert results[0].finish_reason == "error" and "not" in results[0].error
+    tokens, gaps = expected_tokens(mlx_model, [prompt], 6, tokenizer)[0]
+    assert_same_tokens(results[1].tokens, tokens, gaps, "the good request")
+
+
+def test_schema_text_and_dict_are_the_same_constraint():
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}}
+    assert JsonSchema(schema) == JsonSchema(json.dumps(schema))
+    with pytest.raises(ValueError, match="not valid JSON"):
+        JsonSchema("{not json")
+    with pytest.raises(ValueError, match="must be an object"):
+        JsonSchema("[1, 2]")
+
+
+EMBEDDED = ["person", "weather", "order", "enum field"]
+
+
+def test_the_embedded_model_answers_validly(embedded_model, tokenizer):
+    """The embedded model, greedy, asked in words: valid JSON for each schema."""
+    model = tiny.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    chosen = [entry for entry in SUITE if entry[0] in EMBEDDED]
+    specs = [
+        PromptSpec(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": f"{request} Reply in JSON."}],
+                add_generation_prompt=True,
+            ),
+            constraint=JsonSchema(schema),
+        )
+        for _, schema, request in chosen
+    ]
+    results = tiny.batch_generate(
+        model, tokenizer, specs, batch_size=4, max_tokens=MAX_TOKENS, policy="mixed"
+    )
+    for (name, schema, _), result in zip(chosen, results):
+        assert_valid(schema, result, name)

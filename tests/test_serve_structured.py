@@ -1,0 +1,198 @@
+"""Structured outputs on the server (week 3 day 5), talked to as clients do: one server
+on 127.0.0.1 at a free port, in a thread of this process, serving the embedded model
+through the reference Engine (as tests/test_serve.py does).
+
+OpenAI's response_format json_schema (strict) and json_object through the `openai`
+package; vLLM's guided_choice, guided_regex, guided_json and structured_outputs as
+extra body fields; a constraint that cannot finish within max_tokens ends with
+"length"; bad constraints get a 400 in OpenAI's error shape naming the field and
+what is wrong; a constrained request beside a plain one leaves the plain one its
+greedy answer.
+"""
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+import tiny_llm_ref
+from tiny_llm_serve import ServerSettings, create_app
+
+from .test_serve import RunningServer
+
+WAIT_S = 60
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def server(embedded_model):
+    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    # One run here first: the model's lazily built arrays are evaluated on this
+    # thread, not first on the engine's (MLX streams belong to a thread).
+    tiny_llm_ref.batch_generate(model, embedded_model[1], [[1, 2, 3]], max_tokens=2)
+    engine = tiny_llm_ref.Engine(
+        model, embedded_model[1], batch_size=4, max_seq_len=256, policy="mixed"
+    )
+    settings = ServerSettings("test-model")
+    running = RunningServer(create_app(engine, settings, tiny_llm_ref.make_sampler))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(
+        base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=WAIT_S
+    )
+
+
+def ask(client, question: str, max_tokens: int = 32, **options):
+    return client.chat.completions.create(
+        model="test-model",
+        messages=[{"role": "user", "content": question}],
+        max_tokens=max_tokens,
+        temperature=0,
+        **options,
+    ).choices[0]
+
+
+def test_response_format_json_schema_gives_a_valid_answer(client):
+    choice = ask(
+        client,
+        "Describe a person as JSON.",
+        max_tokens=40,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "person", "schema": SCHEMA, "strict": True},
+        },
+    )
+    assert choice.finish_reason == "stop"
+    jsonschema.validate(json.loads(choice.message.content), SCHEMA)
+
+
+def test_json_object_and_vllm_options_match(client):
+    answer = ask(
+        client, "Is the sky blue?", extra_body={"guided_choice": ["yes", "no"]}
+    )
+    assert answer.message.content in ("yes", "no")
+    pattern = r"\d{4}-\d{2}-\d{2}"
+    answer = ask(client, "A date, please.", extra_body={"guided_regex": pattern})
+    assert re.fullmatch(pattern, answer.message.content)
+    answer = ask(
+        client, "Give me JSON.", extra_body={"structured_outputs": {"json": SCHEMA}}
+    )
+    jsonschema.validate(json.loads(answer.message.content), SCHEMA)
+    answer = ask(
+        client,
+        "A fruit.",
+        extra_body={"structured_outputs": {"choice": ["apple", "pear"]}},
+    )
+    assert answer.message.content in ("apple", "pear")
+    answer = ask(client, "A person.", response_format={"type": "json_object"})
+    assert answer.message.content.startswith("{")
+    if answer.finish_reason == "stop":
+        assert isinstance(json.loads(answer.message.content), dict)
+
+
+def test_a_constraint_that_cannot_finish_ends_with_length(client):
+    answer = ask(
+        client,
+        "Describe a person as JSON.",
+        max_tokens=3,
+        extra_body={"guided_json": SCHEMA},
+    )
+    assert answer.finish_reason == "length"
+    assert answer.message.content.startswith("{")
+
+
+BAD = [
+    ({"guided_choice": []}, "guided_choice", "empty list"),
+    ({"guided_choice": "yes"}, "guided_choice", "list of strings"),
+    ({"guided_regex": "("}, "guided_regex", "never closed"),
+    ({"guided_regex": r"[^\s\S]"}, "guided_regex", "matches nothing"),
+    ({"guided_regex": 5}, "guided_regex", "a string"),
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+        "response_format.json_schema.schema",
+        "required",
+    ),
+    (
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "x",
+                    "schema": {"type": "array", "uniqueItems": 1},
+                },
+            }
+        },
+        "response_format.json_schema.schema",
+        "uniqueItems",
+    ),
+    (
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "colour"}},
+            }
+        },
+        "response_format.json_schema.schema",
+        "colour",
+    ),
+    ({"guided_json": "{oops"}, "guided_json", "not JSON"),
+    ({"response_format": {"type": "yaml"}}, "response_format.type", "json_schema"),
+    ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice", "at most one"),
+    ({"structured_outputs": {"grammar": "x"}}, "structured_outputs.grammar", "json"),
+    ({"guided_grammar": "root ::= x"}, "guided_grammar", "guided_json"),
+]
+
+
+@pytest.mark.parametrize("fields, param, words", BAD)
+def test_bad_constraints_get_a_400_saying_what_is_wrong(server, fields, param, words):
+    body = {"messages": [{"role": "user", "content": "Hi"}], **fields}
+    response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert words in error["message"], error["message"]
+
+
+def test_completions_take_the_same_options(server):
+    body = {"prompt": "Answer:", "max_tokens": 8, "guided_choice": ["alpha", "beta"]}
+    response = httpx.post(f"{server.url}/v1/completions", json=body, timeout=WAIT_S)
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["text"] in ("alpha", "beta")
+
+
+def test_a_constraint_never_changes_another_requests_answer(client):
+    """A plain request's greedy answer is the same alone and beside constrained
+    requests in the same batch."""
+    question = "Name three primary colors."
+    alone = ask(client, question, max_tokens=16).message.content
+    with ThreadPoolExecutor(4) as pool:
+        futures = [
+            pool.submit(ask, client, "A person as JSON.", 24, extra_body=extra)
+            for extra in (
+                {"guided_json": SCHEMA},
+                {"guided_regex": "[a-z]{3,8}"},
+                {"guided_choice": ["red", "green", "blue"]},
+            )
+        ]
+        beside = pool.submit(ask, client, question, 16)
+        answers = [f.result(timeout=WAIT_S) for f in futures]
+        assert beside.result(timeout=WAIT_S).message.content == alone
+    assert re.fullmatch("[a-z]{3,8}", answers[1].message.content)
+    assert answers[2].message.content in ("red", "green", "blue")

@@ -139,13 +139,10 @@ def test_a_request_whose_drafts_fail_pauses_longer_each_time():
     assert tiny.may_draft(request, rows)
 
 
-def test_only_verifiable_unconstrained_requests_with_a_next_token_draft():
+def test_only_verifiable_requests_with_a_next_token_draft():
     assert not tiny.may_draft(drafting_request(sampler=lambda logprobs: 0), 1)
     request = drafting_request()
     request.next_token = None
-    assert not tiny.may_draft(request, 1)
-    request = drafting_request()
-    request.constraint_state = object()
     assert not tiny.may_draft(request, 1)
 
 

@@ -6,9 +6,12 @@ walk of every token (and, for choices, against plain string prefixes); token tex
 against the detokenizer; constrained greedy decoding against mlx-lm's logits masked
 by brute force; answers that always match on random models and the embedded model,
 greedy and sampled, batched beside unconstrained requests that keep mlx-lm's greedy
-tokens; bad constraints failing their request alone.
+tokens; bad constraints failing their request alone; jump-forward (forced text
+against every match drawn from the pattern, its tokens, the masks along them, and
+the engine's tokens with and without it).
 """
 
+import json
 import re
 
 import mlx.core as mx
@@ -63,6 +66,29 @@ def test_the_automaton_accepts_strings_drawn_to_match(data, pattern):
     compiled = re.compile(pattern, re.ASCII)
     text = data.draw(st.from_regex(compiled, fullmatch=True))
     assert tiny.compile_regex(pattern).fullmatch(text), (pattern, text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), pattern=patterns())
+def test_forced_text_starts_every_match_from_its_state(data, pattern):
+    """Every string that matches, cut anywhere, goes on with the forced text of the
+    state its first part reached."""
+    dfa = tiny.compile_regex(pattern)
+    text = data.draw(st.from_regex(re.compile(pattern, re.ASCII), fullmatch=True))
+    for cut in range(len(text) + 1):
+        forced = dfa.forced_text(dfa.walk(0, text[:cut]), 40)
+        assert text[cut:].startswith(forced), (pattern, text, cut, forced)
+
+
+def test_forced_text_stops_at_a_choice_or_a_whole_match():
+    dfa = tiny.compile_regex(r'\{"name": "[a-z]+", "id": \d\}')
+    assert dfa.forced_text(0, 40) == '{"name": "'
+    assert dfa.forced_text(0, 4) == '{"na'
+    assert dfa.forced_text(dfa.walk(0, '{"name": "ab'), 40) == ""  # a letter or '"'
+    assert dfa.forced_text(dfa.walk(0, '{"name": "ab"'), 40) == ', "id": '
+    assert dfa.forced_text(dfa.walk(0, '{"name": "ab", "id": 7'), 40) == "}"
+    choices = tiny.compile_choices(["yes", "yesterday"])
+    assert choices.forced_text(0, 40) == "yes"  # then it accepts: EOS or "terday"
 
 
 def test_anchors_escapes_and_counts():
@@ -211,6 +237,33 @@ def test_a_leading_space_is_dropped_only_at_the_start():
     assert set(state.allowed().next_state) == {2, 10, 11}
     state.advance(11)  # " a": the text is " a"
     assert set(state.allowed().next_state) == {3}  # "b"
+
+
+def test_longest_tokens_cut_from_the_left():
+    vocabulary = small_vocabulary()
+    assert vocabulary.longest_tokens('{"ab":') == [16, 17, 4, 18]
+    assert vocabulary.longest_tokens("abca") == [6, 2]  # "abc", "a"
+    assert vocabulary.longest_tokens("abz1") == [4]  # no token starts "z1"
+    assert vocabulary.longest_tokens("") == []
+
+
+def test_masks_along_drafts_are_the_masks_after_each_and_move_nothing():
+    index = tiny.TokenIndex(
+        tiny.compile_regex(r'\{"(ab|ba)+":\d\}'), small_vocabulary()
+    )
+    state = tiny.ConstraintState(index)
+    state.advance(16)  # "{"
+    assert state.forced_tokens() == [17]  # '"'; then "ab" or "ba"
+    drafts = [17, 4, 5, 18]  # '"', "ab", "ba", '":'
+    masks = np.array(state.masks_along(drafts))
+    assert (state.state, state.at_start) == (index.dfa.walk(0, "{"), False)
+    walked = tiny.ConstraintState(index)
+    walked.advance(16)
+    for j in range(len(drafts) + 1):
+        assert masks[j].tolist() == np.array(walked.allowed().mask).tolist(), j
+        if j < len(drafts):
+            walked.advance(drafts[j])
+    assert walked.forced_tokens() == []  # a digit comes next: no token is forced
 
 
 def test_a_token_outside_the_mask_is_refused():
@@ -389,7 +442,7 @@ def test_bad_constraints_fail_their_request_alone(pair, tokenizer):
         tiny.Regex(
             "\u00e9+"
         ): "no token",  # no whole token of this vocabulary spells it
-        "yes|no": "Regex(pattern), Choice(options) or None",
+        "yes|no": "Regex(pattern), Choice(options), JsonSchema(schema)",
     }
     specs = [PromptSpec(prompt)] + [PromptSpec(prompt, constraint=c) for c in bad]
     specs.append(PromptSpec(prompt, max_tokens=3, constraint=tiny.Regex("[a-c]{9}")))
@@ -405,21 +458,80 @@ def test_bad_constraints_fail_their_request_alone(pair, tokenizer):
     assert re.fullmatch("[a-c]{3}", unfinished.text)
 
 
-def test_a_constrained_request_never_drafts(pair, tokenizer):
-    """Speculation and masks together are future work: with speculative="ngram" a
-    constrained request proposes no drafts and gives the same tokens."""
-    mlx_model, model = pair
-    prompt = [40, 41, 42, 40, 41, 42, 40, 41, 42, 40, 41]
-    spec = PromptSpec(prompt, max_tokens=10, constraint=tiny.Regex(r"[A-Z]{1,12}"))
-    config = dict(policy="mixed", batch_size=2, max_tokens=10)
-    plain = tiny.batch_generate(model, tokenizer, [spec], **config)[0]
-    engine = tiny.Engine(model, tokenizer, **config, speculative="ngram")
-    engine.add_request(spec)
-    results = []
-    while engine.has_unfinished():
-        results += [o.result for o in engine.step() if o.result is not None]
-    assert results[0].tokens == plain.tokens
-    assert results[0].metrics.draft_tokens == 0
+@pytest.mark.parametrize("kv_cache", ["dense", "paged"])
+def test_jump_forward_gives_the_step_by_step_tokens(random_pairs, tokenizer, kv_cache):
+    """Forced tokens fed as drafts and verified under the mask: the same greedy
+    tokens as one step at a time, with or without prompt lookup beside them."""
+    constraints = [
+        tiny.Regex(r'\{"name":"[a-c]{1,6}","count":\d\}'),  # no space: see above
+        tiny.Choice(["theansweris:yes", "theansweris:no"]),
+        None,
+    ]
+    rng = np.random.default_rng(11)
+    config = dict(policy="mixed", batch_size=3, max_tokens=24, kv_cache=kv_cache)
+    for mlx_model, model in random_pairs[:2]:
+        prompts = [token_ids(rng, mlx_model.args.vocab_size, 6) for _ in range(3)]
+        specs = [PromptSpec(p, constraint=c) for p, c in zip(prompts, constraints)]
+        plain = tiny.batch_generate(model, tokenizer, specs, **config)
+        for speculative in (None, "ngram"):
+            jumped = tiny.batch_generate(
+                model,
+                tokenizer,
+                specs,
+                **config,
+                jump_forward=True,
+                speculative=speculative,
+            )
+            for a, b in zip(plain, jumped):
+                assert a.tokens == b.tokens and a.finish_reason == b.finish_reason
+            assert jumped[0].metrics.draft_tokens > 0  # the regex forces text
+            assert jumped[1].metrics.draft_tokens > 0  # so does the choice
+            if speculative is None:
+                assert jumped[2].metrics.draft_tokens == 0  # unconstrained
+
+
+CUSTOMER_PATTERN = r'\{"customer_name": "[A-Z][a-z]{1,12}", "order_count": \d{1,3}\}'
+CUSTOMER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "customer_name": {"type": "string", "maxLength": 16},
+        "order_count": {"type": "integer", "minimum": 0, "maximum": 999},
+    },
+    "required": ["customer_name", "order_count"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [tiny.Regex(CUSTOMER_PATTERN), tiny.JsonSchema(CUSTOMER_SCHEMA)],
+    ids=["regex", "json-schema"],
+)
+def test_the_embedded_model_jumps_over_fixed_keys(embedded_model, constraint):
+    """A JSON answer's keys are forced (by the course's automaton, or by llguidance
+    for a schema): the embedded model accepts most of them as drafts, and the answer
+    is token for token the step-by-step one."""
+    _, tokenizer = embedded_model
+    model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
+    spec = PromptSpec(
+        prompt_token_ids(tokenizer, "One customer as JSON."),
+        max_tokens=40,
+        constraint=constraint,
+    )
+    plain, jumped = (
+        tiny.batch_generate(model, tokenizer, [spec], policy="mixed", jump_forward=jf)[
+            0
+        ]
+        for jf in (False, True)
+    )
+    assert jumped.tokens == plain.tokens and jumped.finish_reason == "stop"
+    answer = json.loads(jumped.text)
+    assert set(answer) == {"customer_name", "order_count"}
+    kept = jumped.metrics.accepted_draft_tokens
+    assert kept >= jumped.metrics.draft_tokens / 2 and kept >= 6, (
+        kept,
+        jumped.metrics.draft_tokens,
+    )
 
 
 def test_the_embedded_model_answers_in_shape(

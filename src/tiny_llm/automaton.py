@@ -359,6 +359,16 @@ class Dfa:
             "Week 3 Day 5: Dfa.walk: step through the characters, stop at DEAD"
         )
 
+    def forced_text(self, state: int, limit: int) -> str:
+        """The characters every match must read next from `state`, at most `limit`:
+        read while the state does not accept and exactly one character leads
+        anywhere but DEAD (a fixed key, a closing quote)."""
+        raise NotImplementedError(
+            "Week 3 Day 5: Dfa.forced_text: while under the limit and not accepting, "
+            "the intervals whose state is not DEAD; stop unless there is one, one "
+            "character wide; else read its character and move"
+        )
+
     def fullmatch(self, text: str) -> bool:
         """Does the whole text match (re.fullmatch's question)?"""
         raise NotImplementedError(

@@ -35,6 +35,8 @@ from .automaton import DEAD, Dfa, compile_choices, compile_regex
 
 # A token index kept per vocabulary for this many distinct constraints.
 MAX_CACHED_INDEXES = 64
+# The most forced characters jump-forward looks ahead (a long fixed key fits).
+FORCED_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,16 @@ class Vocabulary:
         raise NotImplementedError(
             "Week 3 Day 5: Vocabulary: a TrieNode root; insert each token id under "
             "its text, one node per character"
+        )
+
+    def longest_tokens(self, text: str) -> list[int]:
+        """`text` cut into tokens left to right, each the longest token text that
+        starts the rest (the lowest id among equal texts); it stops early where no
+        token starts the rest."""
+        raise NotImplementedError(
+            "Week 3 Day 5: Vocabulary.longest_tokens: from each start, walk the trie "
+            "along the text, remembering the last node with tokens; take its first "
+            "token and go on after it; stop when there is none"
         )
 
     def index(self, constraint) -> "TokenIndex":
@@ -214,6 +226,26 @@ class ConstraintState:
         """logits: [1, V] -> the same with every token not allowed at -inf."""
         raise NotImplementedError(
             "Week 3 Day 5: ConstraintState.mask: mx.where(allowed().mask, logits, -inf)"
+        )
+
+    def forced_tokens(self) -> list[int]:
+        """Tokens that spell the text every answer must continue with from here (at
+        most FORCED_CHARS characters; Dfa.forced_text cut by
+        Vocabulary.longest_tokens): jump-forward's drafts. [] at the start, where a
+        first token's space is read differently. They stop before a token that leads
+        where no token goes on: plain decoding fails there one token later."""
+        raise NotImplementedError(
+            "Week 3 Day 5: ConstraintState.forced_tokens: [] at_start; else the "
+            "vocabulary's longest_tokens of dfa.forced_text(state, FORCED_CHARS), "
+            "kept while the state each leads to allows some token"
+        )
+
+    def masks_along(self, tokens: list[int]) -> mx.array:
+        """[1 + len(tokens), V] bool: row j is the mask after tokens[:j] (row 0: here),
+        what verifying those tokens as drafts needs. The state does not move."""
+        raise NotImplementedError(
+            "Week 3 Day 5: ConstraintState.masks_along: allowed().mask, then advance "
+            "through the tokens taking each mask; put state and at_start back after"
         )
 
     def advance(self, token: int) -> None:

@@ -123,8 +123,8 @@ def plan_mixed(planner: Planner) -> Plan:
     """The mixed policy's plan for ONE forward, made with the planner's rules: an
     interactive request with no slot preempts batch work first
     (preempt_for_interactive, step_limits.py); then every decode row (room made for
-    them); with config.speculative, the decoding requests' draft tokens (plan_drafts,
-    week 3 day 4); then prefill chunks, most urgent first, until token_budget is spent
+    them); with config.speculative or config.jump_forward, the decoding requests'
+    draft tokens (plan_drafts, week 3 days 4 and 5); then prefill chunks, most urgent first, until token_budget is spent
     (None: no limit). Every row fed counts against the budget, an empty slot's dummy
     row and every draft token too.
 
@@ -140,10 +140,11 @@ def plan_mixed(planner: Planner) -> Plan:
     """
     raise NotImplementedError(
         "Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, "
-        "their rows, the drafts (plan_drafts, only with config.speculative), then "
-        "chunks from prefill_candidates with may_start within the budget left, each "
-        "chunk_limit, cut to what planner.reserve_chunk makes room for (stop at the "
-        "first that gets none); Plan(rows, chunks, mixed=True, drafts)"
+        "their rows, the drafts (plan_drafts, only with config.speculative or "
+        "jump_forward), then chunks from prefill_candidates with may_start within the"
+        " budget left, each chunk_limit, cut to what planner.reserve_chunk makes room"
+        " for (stop at the first that gets none); Plan(rows, chunks, mixed=True, "
+        "drafts)"
     )
 
 

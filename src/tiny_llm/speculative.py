@@ -109,8 +109,7 @@ def request_tokens(request: Request) -> list[int]:
 def may_draft(request: Request, rows: int) -> bool:
     """May this decoding request propose drafts in a step of `rows` decode rows?
 
-    Only with a sampler that can be verified (can_verify), no constraint (week 3 day
-    5: drafts and token masks together are future work) and a next token to feed,
+    Only with a sampler that can be verified (can_verify) and a next token to feed,
     and not while it is paused. When its acceptance average no longer pays
     (worth_drafting), it pauses: RETRY_AFTER generated tokens the first time, twice
     as long as the last pause each time after (draft_pauses counts them). Its
@@ -127,20 +126,33 @@ def may_draft(request: Request, rows: int) -> bool:
     )
 
 
+def propose_drafts(request: Request, k: int, config) -> list[int]:
+    """Up to k draft tokens for a decoding request: with config.speculative "ngram",
+    prompt lookup over its tokens (find_drafts with prompt_lookup_max and _min).
+    (Week 3 Day 5: a constrained request proposes the tokens its constraint forces,
+    constraint_state.forced_tokens(), when config.jump_forward, and nothing else.)"""
+    raise NotImplementedError(
+        "Week 3 Day 4: propose_drafts: find_drafts over request_tokens with the "
+        'config\'s prompt_lookup_max and _min under speculative "ngram", else [] (Week'
+        " 3 Day 5: a constrained request first: forced_tokens()[:k] with "
+        "config.jump_forward, else [])"
+    )
+
+
 def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict:
     """Each decoding request's drafts for this step: {request: draft tokens}.
 
     For each request in `rows` that may_draft: at most num_speculative_tokens, at
     most the budget left (None: no limit), and few enough that its bonus token stays
-    within max_tokens and every position within max_seq_len; find_drafts over its
-    tokens with the config's prompt_lookup_max and _min; then cut to the room the KV
-    manager gives beside its decode token (kv.reserve(request, 1 + drafts) - 1).
+    within max_tokens and every position within max_seq_len; propose_drafts; then
+    cut to the room the KV manager gives beside its decode token
+    (kv.reserve(request, 1 + drafts) - 1).
     """
     raise NotImplementedError(
         "Week 3 Day 4: plan_drafts: for each request in rows that may_draft (rows: "
         "the requests in them): k within num_speculative_tokens, the budget, "
-        "max_tokens - 1 - generated and max_seq_len - 1 - offset; find_drafts; cut to"
-        " kv.reserve(request, 1 + len) - 1; keep non-empty drafts and spend their "
+        "max_tokens - 1 - generated and max_seq_len - 1 - offset; propose_drafts; cut"
+        " to kv.reserve(request, 1 + len) - 1; keep non-empty drafts and spend their "
         "tokens from the budget"
     )
 
@@ -173,11 +185,14 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     accept), stopping when one finishes the request (EOS, max_tokens, max_seq_len),
     so the request ends at the right token. Records the drafts proposed and accepted
     in its metrics and moves its acceptance average. Returns the drafts accepted.
-    Whatever fails fails this request alone."""
+    Whatever fails fails this request alone. (Week 3 Day 5: a constrained request's
+    rows are masked as its sample would mask them, row j after drafts[:j].)"""
     raise NotImplementedError(
         "Week 3 Day 4: accept_drafts: verified_tokens over the log-probabilities; for"
         " each token advance(1) and accept it, stop once finished; count "
         "metrics.draft_tokens and accepted_draft_tokens (tokens taken - 1); "
         "draft_acceptance moves ACCEPTANCE_WEIGHT towards accepted / proposed; on any"
-        " error fail the request"
+        " error fail the request (Week 3 Day 5: a constrained request's logits masked"
+        " first, row j at -inf where constraint_state.masks_along(drafts)[j] is "
+        "False)"
     )

@@ -69,6 +69,9 @@ class EngineConfig:
         followed the latest earlier occurrence of its last prompt_lookup_max down to
         prompt_lookup_min tokens) and the step verifies them; the output is the
         same as without.
+    jump_forward (mixed policy, week 3 day 5): a constrained request proposes the
+        tokens its constraint forces (a fixed key, punctuation) as drafts, verified
+        like prompt lookup's, so its output is the same as without.
     batch_patience: seconds after its arrival during which a batch request yields
         to interactive requests: they go before it and, when no slot is free, may
         preempt it. Past them it keeps its place (never starved); 0: arrival order.
@@ -95,6 +98,7 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     prompt_lookup_max: int = 3
     prompt_lookup_min: int = 1
+    jump_forward: bool = False
     kv_cache: str = "dense"
     block_size: int = 16
     num_blocks: int | None = None
@@ -170,6 +174,11 @@ class EngineConfig:
             raise ValueError(
                 "speculative decoding verifies drafts inside a mixed step: pass "
                 "policy='mixed' or leave speculative None"
+            )
+        if self.jump_forward and self.policy != "mixed":
+            raise ValueError(
+                "jump_forward feeds forced tokens as drafts inside a mixed step: pass "
+                "policy='mixed' or leave jump_forward False"
             )
 
     def check_kv_cache(self) -> None:

@@ -180,9 +180,31 @@ class GrammarState:
         return self._allowed
 
     def forced_tokens(self) -> list[int]:
-        """Tokens the grammar forces from here, whatever the model says (a schema's
-        fixed keys and punctuation): what jump-forward may feed without sampling."""
-        return [t for t in self.matcher.compute_ff_tokens() if t < self.vocab_size]
+        """Tokens that spell the text the grammar forces from here (a schema's fixed
+        keys and punctuation, in llguidance's tokenization): jump-forward's drafts,
+        verified like any draft, since the model may spell the same text otherwise."""
+        tokens = []
+        for token in self.matcher.compute_ff_tokens():
+            if token >= self.vocab_size:
+                break
+            tokens.append(token)
+        return tokens
+
+    def masks_along(self, tokens: list[int]) -> mx.array:
+        """[1 + len(tokens), V] bool: row j is the mask after tokens[:j] (row 0: here).
+        The matcher consumes the tokens, then rolls them back."""
+        here = self.allowed()
+        masks, consumed = [here.mask], 0
+        try:
+            for token in tokens:
+                self.advance(token)
+                consumed += 1
+                masks.append(self.allowed().mask)
+        finally:
+            if consumed:
+                self.matcher.rollback(consumed)
+            self._allowed = here
+        return mx.stack(masks)
 
     def mask(self, logits: mx.array) -> mx.array:
         """logits: [1, V] -> the same with every token not allowed at -inf."""

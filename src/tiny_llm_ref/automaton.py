@@ -404,6 +404,22 @@ class Dfa:
                 return DEAD
         return state
 
+    def forced_text(self, state: int, limit: int) -> str:
+        """The characters every match must read next from `state`, at most `limit`:
+        read while the state does not accept and exactly one character leads
+        anywhere but DEAD (a fixed key, a closing quote)."""
+        # Week 3 Day 5: Dfa.forced_text: while under the limit and not accepting, the
+        # intervals whose state is not DEAD; stop unless there is one, one character
+        # wide; else read its character and move
+        text = []
+        while len(text) < limit and not self.accepting[state]:
+            live = [i for i, after in enumerate(self.table[state]) if after != DEAD]
+            if len(live) != 1 or self.bounds[live[0] + 1] - self.bounds[live[0]] != 1:
+                break
+            text.append(chr(self.bounds[live[0]]))
+            state = self.table[state][live[0]]
+        return "".join(text)
+
     def fullmatch(self, text: str) -> bool:
         """Does the whole text match (re.fullmatch's question)?"""
         # Week 3 Day 5: Dfa.fullmatch: walk from 0, then the state is accepting

@@ -35,6 +35,8 @@ from .automaton import DEAD, Dfa, compile_choices, compile_regex
 
 # A token index kept per vocabulary for this many distinct constraints.
 MAX_CACHED_INDEXES = 64
+# The most forced characters jump-forward looks ahead (a long fixed key fits).
+FORCED_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,28 @@ class Vocabulary:
             for char in text:
                 node = node.children.setdefault(char, TrieNode())
             node.tokens.append(token)
+
+    def longest_tokens(self, text: str) -> list[int]:
+        """`text` cut into tokens left to right, each the longest token text that
+        starts the rest (the lowest id among equal texts); it stops early where no
+        token starts the rest."""
+        # Week 3 Day 5: Vocabulary.longest_tokens: from each start, walk the trie along
+        # the text, remembering the last node with tokens; take its first token and
+        # go on after it; stop when there is none
+        tokens, start = [], 0
+        while start < len(text):
+            node, longest = self.trie, None
+            for end in range(start, len(text)):
+                node = node.children.get(text[end])
+                if node is None:
+                    break
+                if node.tokens:
+                    longest = (min(node.tokens), end + 1)
+            if longest is None:
+                break
+            tokens.append(longest[0])
+            start = longest[1]
+        return tokens
 
     def index(self, constraint) -> "TokenIndex":
         """The constraint's TokenIndex for this vocabulary, compiled once (up to
@@ -266,6 +290,41 @@ class ConstraintState:
         """logits: [1, V] -> the same with every token not allowed at -inf."""
         # Week 3 Day 5: ConstraintState.mask: mx.where(allowed().mask, logits, -inf)
         return mx.where(self.allowed().mask, logits, mx.array(-mx.inf, logits.dtype))
+
+    def forced_tokens(self) -> list[int]:
+        """Tokens that spell the text every answer must continue with from here (at
+        most FORCED_CHARS characters; Dfa.forced_text cut by
+        Vocabulary.longest_tokens): jump-forward's drafts. [] at the start, where a
+        first token's space is read differently. They stop before a token that leads
+        where no token goes on: plain decoding fails there one token later."""
+        # Week 3 Day 5: ConstraintState.forced_tokens: [] at_start; else the
+        # vocabulary's longest_tokens of dfa.forced_text(state, FORCED_CHARS), kept
+        # while the state each leads to allows some token
+        if self.at_start:
+            return []
+        text = self.index.dfa.forced_text(self.state, FORCED_CHARS)
+        tokens, state = [], self.state
+        for token in self.index.vocabulary.longest_tokens(text):
+            state = self.index.allowed(state).next_state[token]
+            if self.index.allowed(state).count == 0:
+                break
+            tokens.append(token)
+        return tokens
+
+    def masks_along(self, tokens: list[int]) -> mx.array:
+        """[1 + len(tokens), V] bool: row j is the mask after tokens[:j] (row 0: here),
+        what verifying those tokens as drafts needs. The state does not move."""
+        # Week 3 Day 5: ConstraintState.masks_along: allowed().mask, then advance
+        # through the tokens taking each mask; put state and at_start back after
+        state, at_start = self.state, self.at_start
+        try:
+            masks = [self.allowed().mask]
+            for token in tokens:
+                self.advance(token)
+                masks.append(self.allowed().mask)
+        finally:
+            self.state, self.at_start = state, at_start
+        return mx.stack(masks)
 
     def advance(self, token: int) -> None:
         """A kept (non-EOS) token: move to the state it leads to; ValueError for a

@@ -122,8 +122,7 @@ def request_tokens(request: Request) -> list[int]:
 def may_draft(request: Request, rows: int) -> bool:
     """May this decoding request propose drafts in a step of `rows` decode rows?
 
-    Only with a sampler that can be verified (can_verify), no constraint (week 3 day
-    5: drafts and token masks together are future work) and a next token to feed,
+    Only with a sampler that can be verified (can_verify) and a next token to feed,
     and not while it is paused. When its acceptance average no longer pays
     (worth_drafting), it pauses: RETRY_AFTER generated tokens the first time, twice
     as long as the last pause each time after (draft_pauses counts them). Its
@@ -137,8 +136,6 @@ def may_draft(request: Request, rows: int) -> bool:
     # on; draft_pauses + 1; draft_acceptance = break_even(rows)) and say False
     if not can_verify(request.sampler) or request.next_token is None:
         return False
-    if request.constraint_state is not None:  # Week 3 Day 5: never with a mask
-        return False
     if len(request.generated) < request.drafts_resume_at:
         return False
     if not worth_drafting(request.draft_acceptance, rows):
@@ -150,19 +147,39 @@ def may_draft(request: Request, rows: int) -> bool:
     return True
 
 
+def propose_drafts(request: Request, k: int, config) -> list[int]:
+    """Up to k draft tokens for a decoding request: with config.speculative "ngram",
+    prompt lookup over its tokens (find_drafts with prompt_lookup_max and _min).
+    (Week 3 Day 5: a constrained request proposes the tokens its constraint forces,
+    constraint_state.forced_tokens(), when config.jump_forward, and nothing else.)"""
+    # Week 3 Day 4: propose_drafts: find_drafts over request_tokens with the config's
+    # prompt_lookup_max and _min under speculative "ngram", else [] (Week 3 Day 5: a
+    # constrained request first: forced_tokens()[:k] with config.jump_forward, else [])
+    if request.constraint_state is not None:
+        if not config.jump_forward:
+            return []
+        return request.constraint_state.forced_tokens()[:k]
+    if config.speculative != "ngram":
+        return []
+    return find_drafts(
+        request_tokens(request), k, config.prompt_lookup_max, config.prompt_lookup_min
+    )
+
+
 def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict:
     """Each decoding request's drafts for this step: {request: draft tokens}.
 
     For each request in `rows` that may_draft: at most num_speculative_tokens, at
     most the budget left (None: no limit), and few enough that its bonus token stays
-    within max_tokens and every position within max_seq_len; find_drafts over its
-    tokens with the config's prompt_lookup_max and _min; then cut to the room the KV
-    manager gives beside its decode token (kv.reserve(request, 1 + drafts) - 1).
+    within max_tokens and every position within max_seq_len; propose_drafts; then
+    cut to the room the KV manager gives beside its decode token
+    (kv.reserve(request, 1 + drafts) - 1).
     """
     # Week 3 Day 4: plan_drafts: for each request in rows that may_draft (rows: the
     # requests in them): k within num_speculative_tokens, the budget, max_tokens - 1
-    # - generated and max_seq_len - 1 - offset; find_drafts; cut to kv.reserve(request,
-    # 1 + len) - 1; keep non-empty drafts and spend their tokens from the budget
+    # - generated and max_seq_len - 1 - offset; propose_drafts; cut to
+    # kv.reserve(request, 1 + len) - 1; keep non-empty drafts and spend their tokens
+    # from the budget
     config = planner.config
     decoding = [r for r in rows if r is not None]
     drafts = {}
@@ -178,12 +195,7 @@ def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict
             k = min(k, budget)
         if k < 1:
             continue
-        guess = find_drafts(
-            request_tokens(request),
-            k,
-            config.prompt_lookup_max,
-            config.prompt_lookup_min,
-        )
+        guess = propose_drafts(request, k, config)
         if guess:
             guess = guess[: planner.kv.reserve(request, 1 + len(guess)) - 1]
         if guess:
@@ -235,12 +247,18 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     accept), stopping when one finishes the request (EOS, max_tokens, max_seq_len),
     so the request ends at the right token. Records the drafts proposed and accepted
     in its metrics and moves its acceptance average. Returns the drafts accepted.
-    Whatever fails fails this request alone."""
+    Whatever fails fails this request alone. (Week 3 Day 5: a constrained request's
+    rows are masked as its sample would mask them, row j after drafts[:j].)"""
     # Week 3 Day 4: accept_drafts: verified_tokens over the log-probabilities; for each
     # token advance(1) and accept it, stop once finished; count metrics.draft_tokens and
     # accepted_draft_tokens (tokens taken - 1); draft_acceptance moves
     # ACCEPTANCE_WEIGHT towards accepted / proposed; on any error fail the request
+    # (Week 3 Day 5: a constrained request's logits masked first, row j at -inf where
+    # constraint_state.masks_along(drafts)[j] is False)
     try:
+        if request.constraint_state is not None:  # Week 3 Day 5
+            masks = request.constraint_state.masks_along(drafts)
+            logits = mx.where(masks, logits, mx.array(-mx.inf, logits.dtype))
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         taken = 0
         for token in verified_tokens(request.sampler, drafts, logprobs):

@@ -303,6 +303,21 @@ BATCH_MAIN_BAD_INPUT = {
         2,
         "a dense cache of --batch-size 5 x --max-seq-len 512 needs",
     ),
+    "two constraints": (
+        ["--regex", "a", "--choice", "b"],
+        2,
+        "argument --choice: not allowed with argument --regex",
+    ),
+    "missing schema file": (
+        ["--json-schema", "{tmp}/absent.json"],
+        2,
+        "argument --json-schema: cannot read {tmp}/absent.json",
+    ),
+    "schema with an unsupported keyword": (
+        ["--json-schema", "{tmp}/unique.json"],
+        2,
+        'invalid JSON schema: Unimplemented keys: ["uniqueItems"]',
+    ),
 }
 
 
@@ -312,6 +327,7 @@ def test_batch_main_refuses_bad_input_with_one_line(
 ):
     (tmp_path / "blank.txt").write_text("\n  \n")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9?".encode("latin-1"))
+    (tmp_path / "unique.json").write_text('{"type": "array", "uniqueItems": true}')
     args, status, message = BATCH_MAIN_BAD_INPUT[case]
     names = {"damaged": damaged_models, "tmp": tmp_path, "per_token": kv_bytes_a_token}
     result = run("batch-main.py", *[arg.format(**names) for arg in args])

@@ -17,13 +17,31 @@ from tiny_llm_base import JsonObject, JsonSchema, PromptSpec
 from .cli import fail
 
 
+def json_schema_file(path: str) -> JsonSchema:
+    """--json-schema's value: the file's schema, checked (llguidance compiles it),
+    so a bad one is refused before the model loads."""
+    try:
+        schema = JsonSchema(json.loads(Path(path).read_text()))
+        schema.check()
+    except OSError as error:
+        raise argparse.ArgumentTypeError(
+            f"cannot read {path} ({error.strerror})"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise argparse.ArgumentTypeError(f"{path} is not JSON ({error})") from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{path}: {error}") from None
+    return schema
+
+
 def add_constraint_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "structured outputs (week 3 day 5; at most one, for every prompt)"
-    )
+    ).add_mutually_exclusive_group()
     group.add_argument(
         "--json-schema",
         metavar="FILE",
+        type=json_schema_file,
         help="answers are JSON valid against the JSON Schema in FILE",
     )
     group.add_argument(
@@ -41,28 +59,10 @@ def add_constraint_options(parser: argparse.ArgumentParser) -> None:
 
 
 def constraint_option(args: argparse.Namespace, package):
-    """The package's constraint for the options given, or None; exits with a
-    message for two options at once, a missing file or a file that is not JSON."""
-    given = [
-        name
-        for name, value in (
-            ("--json-schema", args.json_schema),
-            ("--json-object", args.json_object),
-            ("--regex", args.regex),
-            ("--choice", args.choice),
-        )
-        if value
-    ]
-    if len(given) > 1:
-        fail(f"give at most one of {', '.join(given)}")
-    if args.json_schema:
-        path = Path(args.json_schema)
-        try:
-            return JsonSchema(json.loads(path.read_text()))
-        except OSError as error:
-            fail(f"--json-schema {path}: cannot read it ({error.strerror})")
-        except (json.JSONDecodeError, ValueError) as error:
-            fail(f"--json-schema {path}: not a JSON Schema object ({error})")
+    """The package's constraint for the option given (argparse allowed at most one
+    and read the schema file), or None."""
+    if args.json_schema is not None:
+        return args.json_schema
     if args.json_object:
         return JsonObject()
     if args.regex is not None:

@@ -8,10 +8,15 @@ pdm run batch-main --kv-cache paged --kv-memory 64MiB
 pdm run batch-main --prompts-file prompts.txt --solution learner
 pdm run batch-main --json-schema person.json   # structured outputs (week 3 day 5)
 pdm run batch-main --choice yes --choice no    # also --regex, --json-object
+pdm run mlx.launch -n 2 --backend ring -- python batch-main.py  # tensor parallel
 
 A terminal gets a live table of the decode slots; otherwise (a pipe, a log file) only
 the periodic engine lines are printed. Both end with every prompt's answer, shortened,
 and the whole error of each request that failed; the exit status is then 1.
+
+Under mlx.launch with several ranks the model is sharded over them (week 4 day 1):
+every rank runs the same prompts on the same engine, and only rank 0 prints
+(scripts/commands/ranks.py).
 """
 
 from scripts.commands.interrupt import exit_on_interrupt, unwind_on_interrupt
@@ -56,6 +61,13 @@ from scripts.commands.constraints import (  # noqa: E402
     check_constraint,
     constrained_prompts,
     constraint_option,
+)
+from scripts.commands.ranks import (  # noqa: E402
+    agreed_num_blocks,
+    budget_source,
+    join_ranks,
+    quiet_unless_rank_zero,
+    sharded_model,
 )
 
 # The options that set an engine argument of the same name: its errors name them.
@@ -262,6 +274,7 @@ def run(
             kv_cache=args.kv_cache,
             block_size=args.block_size,
             kv_memory=args.kv_memory,
+            num_blocks=args.num_blocks,
             prefix_caching=prefix_caching,
         )
 
@@ -278,6 +291,8 @@ def run(
                     args.batch_size,
                     args.max_seq_len,
                     args.kv_memory,
+                    args.num_blocks,
+                    args.kv_source,
                 )
             )
 
@@ -386,8 +401,10 @@ def clamp_max_seq_len(args, mlx_model) -> None:
 
 def main() -> None:
     unwind_on_interrupt()  # the imports are done
+    quiet_unless_rank_zero()  # under mlx.launch: before anything is printed
     args = parse_args()
     prompts = args.prompts or DEFAULT_PROMPTS
+    ranks = join_ranks()  # under mlx.launch: the other ranks, before the model
     note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
     clamp_max_seq_len(args, mlx_model)
@@ -397,12 +414,28 @@ def main() -> None:
     # Fast kernels are week 2 day 3; a learner's days 1-2 model runs without them.
     kinds = ["week2-fast", "week2"] if args.solution == "learner" else ["week2-fast"]
     console = Console()
+    args.num_blocks = args.kv_source = None
     try:
-        model, _ = newest_model(package, mlx_model, kinds)
+        if ranks.sharded:
+            model = sharded_model(package, mlx_model, ranks, args.solution)
+        else:
+            model, _ = newest_model(package, mlx_model, kinds)
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
         args.policy = newest_policy(package, args.policy)
+        if ranks.sharded and args.kv_cache == "paged":
+            args.num_blocks = agreed_num_blocks(
+                package,
+                model,
+                ranks,
+                args.batch_size,
+                args.max_seq_len,
+                args.block_size,
+                args.kv_memory,
+            )
+            args.kv_source = budget_source(ranks, args.kv_memory)
+            args.kv_memory = None
         constraint = constraint_option(args, package)
         check_constraint(constraint, package, tokenizer, model.vocab_size)
         prompts = constrained_prompts(prompts, constraint)

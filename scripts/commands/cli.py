@@ -130,6 +130,7 @@ STEP_LIMIT_OPTIONS = tuple(
     "--" + name.replace("_", "-") for name in MIXED_STEP_DEFAULTS
 )
 NO_LIMIT = "none"
+DEFAULT_BATCH_PATIENCE = 30.0  # seconds; --batch-patience not given
 
 
 def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
@@ -159,10 +160,10 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-patience",
         type=float,
-        default=30.0,
         metavar="SECONDS",
         help="a batch request yields to interactive ones (they go first and may "
-        "preempt it) for this long after it arrives; 0: arrival order (default: 30)",
+        "preempt it) for this long after it arrives; 0: arrival order (default: "
+        f"{DEFAULT_BATCH_PATIENCE:g}; the server under mlx.launch: 0)",
     )
     parser.add_argument(
         "--speculative",
@@ -212,9 +213,12 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
         setattr(args, name, int(value))
         if args.policy == "alternate":
             fail(f"{option} limits a mixed step: add --policy mixed, or leave it out")
-    require_finite("--batch-patience", args.batch_patience)
-    if args.batch_patience < 0:
-        fail(f"--batch-patience must be at least 0 seconds, got {args.batch_patience}")
+    if args.batch_patience is not None:
+        require_finite("--batch-patience", args.batch_patience)
+        if args.batch_patience < 0:
+            fail(
+                f"--batch-patience must be at least 0 seconds, got {args.batch_patience}"
+            )
     require_at_least(
         args,
         1,
@@ -236,7 +240,11 @@ def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
     speculation: a limit not given is MIXED_STEP_DEFAULTS' under the mixed policy and
     None under the alternate one; speculation is on under the mixed policy unless
     --speculative none (or the package has no week 3 day 4 yet)."""
-    settings = {"policy": policy, "batch_patience": args.batch_patience}
+    patience = args.batch_patience
+    settings = {
+        "policy": policy,
+        "batch_patience": DEFAULT_BATCH_PATIENCE if patience is None else patience,
+    }
     for name, default in MIXED_STEP_DEFAULTS.items():
         value = getattr(args, name)
         if value is None:
@@ -295,10 +303,12 @@ def kv_cache_line(
     max_seq_len: int,
     kv_memory: int | None = None,
     num_blocks: int | None = None,
+    source: str | None = None,
 ) -> str:
     """How many tokens the engine's KV cache holds, said once it is built: a paged
     pool's budget in bytes, tokens and blocks (from the engine's `metrics`), or a
-    dense cache's batch_size x max_seq_len. The bytes a token are the model's."""
+    dense cache's batch_size x max_seq_len. The bytes a token are the model's.
+    source: what sized the pool, when not kv_memory, num_blocks or the default."""
     from tiny_llm_base.memory import format_bytes, kv_bytes_per_token
 
     per_token = kv_bytes_per_token(model)
@@ -309,7 +319,9 @@ def kv_cache_line(
         if kv_memory is not None:
             budget = f"budget {format_bytes(kv_memory)} = "
         elif per_token:
-            source = "--num-blocks" if num_blocks else "half the available memory"
+            source = source or (
+                "--num-blocks" if num_blocks else "half the available memory"
+            )
             budget = f"budget {format_bytes(tokens * per_token)} ({source}) = "
         else:
             budget = ""

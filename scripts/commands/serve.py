@@ -6,6 +6,8 @@ pdm run serve --max-num-partial-prefills 1     # one prompt prefilled at a time
 pdm run serve --kv-memory 2GiB                 # the paged pool's budget (default: half
                                                # the available memory)
 pdm run serve --solution learner --api-key secret
+pdm run mlx.launch -n 2 --backend ring -- python -m scripts.commands.serve
+                                               # tensor parallel: rank 0 listens
 
 Then open http://127.0.0.1:8000/ for the chat page, or call it with curl or the
 openai client (base_url http://127.0.0.1:8000/v1). Every LOG_INTERVAL seconds of
@@ -43,6 +45,17 @@ from scripts.commands.cli import (  # noqa: E402
     require_at_least,
     require_model_name,
     scheduling_settings,
+)
+from scripts.commands.ranks import (  # noqa: E402
+    Ranks,
+    RankZeroEngine,
+    agreed_num_blocks,
+    budget_source,
+    follow,
+    join_ranks,
+    quiet_unless_rank_zero,
+    refuse_clock_decisions,
+    sharded_model,
 )
 
 # The options that set an engine argument of the same name: its errors name them.
@@ -152,19 +165,24 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def build_engine(package, mlx_model, tokenizer, args):
-    """The package's Engine on its newest model; bad settings exit with one line."""
+def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
+    """The package's Engine on its newest model (sharded under several ranks); bad
+    settings exit with one line."""
     kinds = ["week2-fast", "week2"] if args.solution == "learner" else ["week2-fast"]
     limit = context_length(mlx_model)
     max_seq_len = limit if args.max_seq_len is None else args.max_seq_len
     if max_seq_len > limit:
         fail(f"--max-seq-len {max_seq_len} is beyond the model's context of {limit}")
     try:
-        model, _ = newest_model(package, mlx_model, kinds)
+        if ranks.sharded:
+            model = sharded_model(package, mlx_model, ranks, args.solution)
+        else:
+            model, _ = newest_model(package, mlx_model, kinds)
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
         args.policy = newest_policy(package, args.policy)
+        share_pool(package, model, ranks, args, max_seq_len)
         return package.Engine(
             model,
             tokenizer,
@@ -187,6 +205,7 @@ def build_engine(package, mlx_model, tokenizer, args):
 
 
 def main() -> None:
+    quiet_unless_rank_zero()  # under mlx.launch: only rank 0 speaks
     args = parse_args()  # before the slow imports: a bad option fails at once
     import tiny_llm_base  # noqa: F401  (before mlx.core: loads the fast BLAS)
 
@@ -194,12 +213,17 @@ def main() -> None:
 
     unwind_on_interrupt()  # the imports are done
 
+    ranks = join_ranks()  # under mlx.launch: the other ranks, before the model
+    if ranks.sharded:
+        refuse_clock_decisions(args)
     note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
     package = importlib.import_module(
         "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
     )
-    engine = build_engine(package, mlx_model, tokenizer, args)
+    engine = build_engine(package, mlx_model, tokenizer, args, ranks)
+    if ranks.rank > 0:
+        follow(engine, ranks, package.make_sampler)  # until rank 0 stops
     kv_line = kv_cache_line(
         engine.metrics,
         engine.model,
@@ -207,7 +231,12 @@ def main() -> None:
         engine.config.max_seq_len,
         engine.config.kv_memory,
         engine.config.num_blocks,
+        getattr(args, "kv_source", None),
     )
+    make_sampler = package.make_sampler
+    if ranks.sharded:
+        engine = RankZeroEngine(engine, ranks, package.make_sampler)
+        make_sampler = engine.make_sampler
     try:  # after the settings' own errors, before anything says 'serving'
         sock = listen_socket(args.host, args.port)
     except OSError as error:
@@ -234,7 +263,8 @@ def main() -> None:
         print(
             f"serving {name} ({package.__name__}, policy {args.policy}, "
             f"{args.batch_size} slots, {args.kv_cache} KV cache"
-            f"{', prefix caching' if engine.config.prefix_caching else ''}) on "
+            f"{', prefix caching' if engine.config.prefix_caching else ''}"
+            f"{f', {ranks.size} ranks' if ranks.sharded else ''}) on "
             f"http://{args.host}:{args.port}/",
             file=sys.stderr,
             flush=True,
@@ -248,8 +278,44 @@ def main() -> None:
                 flush=True,
             )
 
-    app = create_app(engine, settings, package.make_sampler, EngineLog(write).update)
+    app = create_app(engine, settings, make_sampler, EngineLog(write).update)
+    if ranks.sharded:
+        stop_other_ranks_with(app.state.engine_loop, engine)
     serve(app, sock, started)  # SIGTERM or Ctrl-C: open streams end with an error
+
+
+# --- Several ranks (mlx.launch): see scripts/commands/ranks.py ---------------------
+
+
+def share_pool(package, model, ranks: Ranks, args, max_seq_len: int) -> None:
+    """Under several ranks, a paged pool not sized by --num-blocks gets the same
+    number of blocks on every rank (agreed_num_blocks)."""
+    if not ranks.sharded or args.kv_cache != "paged" or args.num_blocks is not None:
+        return
+    args.num_blocks = agreed_num_blocks(
+        package,
+        model,
+        ranks,
+        args.batch_size,
+        max_seq_len,
+        args.block_size,
+        args.kv_memory,
+    )
+    args.kv_source = budget_source(ranks, args.kv_memory)
+    args.kv_memory = None
+
+
+def stop_other_ranks_with(engine_loop, engine: RankZeroEngine) -> None:
+    """Once the engine thread has stopped (the app's shutdown), tell the other
+    ranks to stop: uvicorn ends the process by re-raising SIGTERM after the
+    shutdown, so nothing after serve() would run."""
+    stop = engine_loop.stop
+
+    def stop_then_release() -> None:
+        stop()
+        engine.close()
+
+    engine_loop.stop = stop_then_release
 
 
 if __name__ == "__main__":

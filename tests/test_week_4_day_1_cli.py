@@ -1,0 +1,315 @@
+"""Week 4 Day 1 from the command line: batch-main and the server under mlx.launch.
+
+Two local ranks (ring backend, 127.0.0.1) run each command as a user would start it,
+and what they print or answer is compared with one rank's: batch-main's table with
+batch-main's on one rank, the server's answer with batch_generate in this process.
+Each launch runs in a session of its own, is bounded in time, and leaves no process
+behind (tests/test_week_4_day_1.py's helpers).
+
+The model is a small random Qwen2 saved as a model folder with the embedded model's
+tokenizer: 9 query and 3 KV heads like the embedded model (6 and 3 on two ranks,
+so the ranks' KV bytes a token differ), but it loads and runs in a moment, where the
+embedded model sharded on 2 busy cores takes ~10 s to build and ~1.5 s a step.
+"""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+
+from tiny_llm_base import load_model
+from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
+
+from .helpers import sharpened
+from .random_models import random_model
+from .solution import SOLUTION, tiny
+from .test_week_4_day_1 import LAUNCH, assert_no_rank_left, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+# Seconds a launch may take (~10 s here).
+LAUNCH_TIMEOUT = 90
+MAX_TOKENS = 6
+# qwen2, hidden, heads, KV heads, intermediate, layers: the embedded model's heads.
+SMALL = ("qwen2", 144, 9, 3, 160, 2)
+SEED = 5
+PROMPTS = ["What is the capital of France?", "Hi!"]
+MAX_SEQ_LEN = 64
+TOO_LONG = " ".join(["word"] * 80)  # over MAX_SEQ_LEN: that request alone fails
+
+
+def launch_command(ranks: int, *command: str) -> list[str]:
+    return [
+        str(LAUNCH),
+        "--hosts", "127.0.0.1",
+        "-n", str(ranks),
+        "--backend", "ring",
+        "--starting-port", str(free_port()),
+        "--python", sys.executable,
+        *command,
+    ]  # fmt: skip
+
+
+def start(command: list[str], out: Path) -> subprocess.Popen:
+    """The launcher in a session of its own, its stdout and stderr into files."""
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=(out / "stdout").open("w"),
+        stderr=(out / "stderr").open("w"),
+        env=os.environ | {"COLUMNS": "200"},  # rich's table: whole short answers
+        start_new_session=True,
+    )
+
+
+def output(out: Path) -> tuple[str, str]:
+    return (out / "stdout").read_text(), (out / "stderr").read_text()
+
+
+def stop(process: subprocess.Popen, out: Path) -> None:
+    """Kill the launcher's session if it still runs; then no rank may be left."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert_no_rank_left(process.pid)
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory, embedded_model) -> Path:
+    """The small model as a folder --model loads: config.json, model.safetensors,
+    and the embedded model's tokenizer (its vocabulary sets the model's)."""
+    folder = tmp_path_factory.mktemp("small-model")
+    embedded = default_models_dir() / MODEL_DIR_NAME
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(embedded / name, folder / name)
+    vocab = embedded_model[0].args.vocab_size
+    model = sharpened(random_model(*SMALL, vocab, True, seed=SEED))
+    mx.save_safetensors(
+        str(folder / "model.safetensors"), dict(tree_flatten(model.parameters()))
+    )
+    arch, hidden, heads, kv_heads, intermediate, layers = SMALL
+    config = {
+        "model_type": arch,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "intermediate_size": intermediate,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "rms_norm_eps": 1e-6,
+        "vocab_size": vocab,
+        "tie_word_embeddings": True,
+        "rope_theta": 10000.0 + 37 * SEED,
+        "max_position_embeddings": 4096,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def one_rank_texts(folder: Path, prompts) -> list:
+    """batch_generate's greedy results on the unsharded model in this process."""
+    mlx_model, tokenizer = load_model(folder)
+    model = tiny.Qwen2ModelWeek2(mlx_model, use_fast_kernels=True)
+    return tiny.batch_generate(
+        model, tokenizer, prompts, max_tokens=MAX_TOKENS, max_seq_len=MAX_SEQ_LEN
+    )
+
+
+def batch_main(folder: Path, prompts: Path) -> list[str]:
+    return [
+        "batch-main.py",
+        "--model", str(folder),
+        "--prompts-file", str(prompts),
+        "--max-tokens", str(MAX_TOKENS),
+        "--max-seq-len", str(MAX_SEQ_LEN),
+        "--solution", SOLUTION,
+    ]  # fmt: skip
+
+
+def run_to_the_end(command: list[str], out: Path) -> tuple[str, str]:
+    """Run a command to its end within LAUNCH_TIMEOUT; its stdout and stderr."""
+    out.mkdir()
+    process = start(command, out)
+    try:
+        process.wait(timeout=LAUNCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(command[:8])} ran past {LAUNCH_TIMEOUT} s")
+    finally:
+        stop(process, out)
+    return output(out)
+
+
+def table_rows(stdout: str) -> list[list[str]]:
+    """The results table's rows, each cell stripped, without TTFT (a time)."""
+    rows = [line for line in stdout.splitlines() if re.match(r"│ *\d+ │", line)]
+    cells = [[cell.strip() for cell in row.strip("│").split("│")] for row in rows]
+    return [row[:4] + row[5:] for row in cells]
+
+
+def test_batch_main_on_two_ranks_prints_one_ranks_table_once(tmp_path, model_folder):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join([*PROMPTS, TOO_LONG]) + "\n")
+    command = batch_main(model_folder, prompts)
+    stdout, stderr = run_to_the_end(launch_command(2, *command), tmp_path / "two")
+    one_out, one_err = run_to_the_end([sys.executable, *command], tmp_path / "one")
+    assert stdout.count("results") == 1, stdout[-3000:] + stderr[-3000:]
+    rows = table_rows(stdout)
+    assert len(rows) == 3, stdout[-3000:]
+    assert rows == table_rows(one_out)
+    assert [row[1] for row in rows] != ["error"] * 3
+    # The request over --max-seq-len fails alone, with one rank's error, said once.
+    assert rows[2][1] == "error"
+    [failure] = [line for line in one_err.splitlines() if line.startswith("request #")]
+    assert stderr.count(failure) == 1, stderr
+    assert stderr.count("tensor parallel over 2 ranks") == 1, stderr
+
+
+def post(port: int, body: dict, timeout: float = 60) -> tuple[int, dict]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request(
+            "POST",
+            "/v1/chat/completions",
+            json.dumps(body),
+            {"Content-Type": "application/json"},
+        )
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def serve_options(port: int, folder: Path) -> list[str]:
+    return [
+        "--model", str(folder),
+        "--port", str(port),
+        "--max-seq-len", "256",
+        "--solution", SOLUTION,
+    ]  # fmt: skip
+
+
+def wait_until_serving(port: int, process: subprocess.Popen, out: Path) -> None:
+    """GET /health until it answers, the launcher exits, or LAUNCH_TIMEOUT."""
+    deadline = time.monotonic() + LAUNCH_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the server stopped before serving:\n{output(out)[1][-3000:]}")
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", "/health")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            connection.close()
+        time.sleep(0.5)
+    pytest.fail(f"no answer on port {port} within {LAUNCH_TIMEOUT} s")
+
+
+def listeners(port: int) -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp* writes them) listening on port."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not Path(table).exists():
+            continue
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.append(address)
+    return found
+
+
+def rank_zero(session: int) -> int | None:
+    """The pid of rank 0 in the launcher's session (MLX_RANK=0 in its environment)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) != session:
+                continue
+            if b"MLX_RANK=0\0" in (entry / "environ").read_bytes():
+                return int(entry.name)
+        except (OSError, ProcessLookupError):
+            continue
+    return None
+
+
+def abort_a_stream(port: int) -> None:
+    """A streamed answer the client leaves after its first chunk: an abort."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    body = {
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": 48,
+        "stream": True,
+    }
+    connection.request(
+        "POST",
+        "/v1/chat/completions",
+        json.dumps(body),
+        {"Content-Type": "application/json"},
+    )
+    response = connection.getresponse()
+    assert response.status == 200
+    assert response.readline().startswith(b"data: ")
+    connection.close()
+
+
+def test_server_on_two_ranks_answers_as_one_rank_and_leaves_nothing(
+    tmp_path, model_folder
+):
+    port = free_port()
+    process = start(
+        launch_command(
+            2, "-m", "scripts.commands.serve", *serve_options(port, model_folder)
+        ),
+        tmp_path,
+    )
+    try:
+        wait_until_serving(port, process, tmp_path)
+        assert listeners(port) == ["0100007F"], "rank 0 alone, on 127.0.0.1 only"
+        question = [{"role": "user", "content": PROMPTS[0]}]
+        with ThreadPoolExecutor(3) as pool:  # in the same steps: fewer of them
+            aborted = pool.submit(abort_a_stream, port)
+            greedy = pool.submit(
+                post,
+                port,
+                {"messages": question, "max_tokens": MAX_TOKENS, "temperature": 0},
+            )
+            sampled = pool.submit(
+                post, port, {"messages": question, "max_tokens": 3, "temperature": 0.8}
+            )
+            aborted.result()
+            status, greedy = greedy.result()
+            assert status == 200, greedy
+            status, sampled = sampled.result()
+            assert status == 200, sampled  # ranks that sampled apart would stop
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/metrics")
+        metrics = connection.getresponse().read().decode()
+        connection.close()
+        # A clean stop: SIGTERM to rank 0, which tells rank 1 to stop.
+        pid = rank_zero(process.pid)
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    finally:
+        stop(process, tmp_path)
+    stdout, stderr = output(tmp_path)
+    assert 'finished_reason="abort"} 1.0' in metrics
+    tokenizer = load_model(model_folder)[1]
+    ids = tokenizer.apply_chat_template(question, add_generation_prompt=True)
+    [expected] = one_rank_texts(model_folder, [ids])
+    assert greedy["choices"][0]["message"]["content"] == expected.text
+    assert "2 ranks" in stderr and "lost rank 0" not in stderr, stderr[-3000:]

@@ -39,6 +39,7 @@ from typing import NoReturn
 from scripts.commands.cli import fail
 
 STOP = "stop"
+STOP_TIMEOUT_S = 5.0  # the most a stopping rank 0 waits to tell the others
 
 
 def digest(outputs) -> int:
@@ -249,6 +250,7 @@ class RankZeroEngine:
         self.next_id = 0
         self.seeded = False
         self.last_digest = digest([])
+        self.broken = False  # a step raised: the ring may be gone
 
     def __getattr__(self, name: str):
         return getattr(self.engine, name)
@@ -293,22 +295,36 @@ class RankZeroEngine:
         with self.lock:
             notes, self.notes = self.notes, []
             local, self.local = self.local, []
-        self.ranks.broadcast((notes, self.last_digest))
-        for note in local:
-            if note[0] == "add":
-                self.engine.add_request(note[1])
-            else:
-                self.engine.abort(note[1])
-        outputs = self.engine.step()
+        try:
+            self.ranks.broadcast((notes, self.last_digest))
+            for note in local:
+                if note[0] == "add":
+                    self.engine.add_request(note[1])
+                else:
+                    self.engine.abort(note[1])
+            outputs = self.engine.step()
+        except BaseException:
+            self.broken = True
+            raise
         self.last_digest = digest(outputs)
         return outputs
 
     def close(self) -> None:
-        """Tell the other ranks to stop (after the engine thread has stopped)."""
-        try:
-            self.ranks.broadcast(([(STOP,)], self.last_digest))
-        except RuntimeError:  # a rank has gone already
-            pass
+        """Tell the other ranks to stop (after the engine thread has stopped), unless
+        a step failed: a sum over a ring that lost a rank may never return. Bounded
+        by STOP_TIMEOUT_S all the same."""
+        if self.broken:
+            return
+
+        def send() -> None:
+            try:
+                self.ranks.broadcast(([(STOP,)], self.last_digest))
+            except RuntimeError:  # a rank has gone already
+                pass
+
+        sender = threading.Thread(target=send, name="stop-ranks", daemon=True)
+        sender.start()
+        sender.join(timeout=STOP_TIMEOUT_S)
 
 
 def follow(engine, ranks: Ranks, make_sampler) -> NoReturn:

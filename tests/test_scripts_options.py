@@ -209,6 +209,11 @@ BAD_OPTIONS = {
         ["--kv-memory", "64MiB", "--num-blocks", "64"],
         "--num-blocks and --kv-memory both size the pool: pass one of them",
     ),
+    "serve jump-forward under the alternate policy": (
+        SERVE,
+        ["--policy", "alternate", "--jump-forward", "on"],
+        "--jump-forward feeds drafts in a mixed step: add --policy mixed",
+    ),
     "book port out of range": (BOOK, ["--port", "0"], "--port must be in 1..65535"),
 }
 

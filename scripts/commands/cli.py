@@ -195,6 +195,13 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --speculative ngram: the shortest run that counts (default: 1)",
     )
+    parser.add_argument(
+        "--jump-forward",
+        choices=("on", "off"),
+        help="on: a constrained request feeds the tokens its constraint forces (a "
+        "JSON key, punctuation) as drafts, verified in the mixed step, same output "
+        "(week 3 day 5; the default once the package has it, with the mixed policy)",
+    )
 
 
 def check_scheduling_options(args: argparse.Namespace) -> None:
@@ -233,13 +240,16 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
         )
     if args.speculative == "ngram" and args.policy == "alternate":
         fail("--speculative verifies drafts in a mixed step: add --policy mixed")
+    if args.jump_forward == "on" and args.policy == "alternate":
+        fail("--jump-forward feeds drafts in a mixed step: add --policy mixed")
 
 
 def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
     """The Engine's keyword settings for the policy, the limits, the patience and
     speculation: a limit not given is MIXED_STEP_DEFAULTS' under the mixed policy and
     None under the alternate one; speculation is on under the mixed policy unless
-    --speculative none (or the package has no week 3 day 4 yet)."""
+    --speculative none (or the package has no week 3 day 4 yet), and jump-forward
+    unless --jump-forward off (or no week 3 day 5 yet)."""
     patience = args.batch_patience
     settings = {
         "policy": policy,
@@ -259,7 +269,22 @@ def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
             prompt_lookup_max=args.prompt_lookup_max,
             prompt_lookup_min=args.prompt_lookup_min,
         )
+    if args.jump_forward == "on" or (
+        args.jump_forward is None and policy == "mixed" and has_jump_forward(package)
+    ):
+        settings["jump_forward"] = True
     return settings
+
+
+def has_jump_forward(package) -> bool:
+    """Has the package week 3 day 5's forced text (Dfa.forced_text runs)? Said on
+    stderr when not."""
+    try:
+        package.compile_choices(["a"]).forced_text(0, 1)
+    except NotImplementedError:
+        print(f"{package.__name__}: no jump-forward (week 3 day 5)", file=sys.stderr)
+        return False
+    return True
 
 
 def has_speculation(package) -> bool:

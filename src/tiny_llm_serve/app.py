@@ -540,7 +540,8 @@ def checked_constraint(engine, constraint: ConstraintRequest | None):
     regex that does not parse or matches nothing, a choice no token can spell."""
     if constraint is None:
         return None
-    package = sys.modules[type(engine).__module__.partition(".")[0]]
+    inner = getattr(engine, "engine", engine)  # a wrapper's (RankZeroEngine's) engine
+    package = sys.modules[type(inner).__module__.partition(".")[0]]
     if constraint.kind == "json_schema":
         try:
             made = JsonSchema(constraint.value)

@@ -147,23 +147,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(ranks: int, out: Path, mode: str) -> str:
-    """Run the worker on `ranks` local ranks (ring backend, 127.0.0.1); its output.
-
-    The launcher runs in a session of its own: when it runs past LAUNCH_TIMEOUT it
-    and every rank are killed, and the test fails; either way no rank is left.
-    """
-    command = [
+def launch_command(ranks: int, *command: str) -> list[str]:
+    """mlx.launch running `command` (a script and its arguments) on `ranks` local
+    ranks: ring backend, 127.0.0.1, a free starting port."""
+    return [
         str(LAUNCH),
         "--hosts", "127.0.0.1",
         "-n", str(ranks),
         "--backend", "ring",
         "--starting-port", str(free_port()),
         "--python", sys.executable,
-        str(WORKER), SOLUTION, str(out), mode,
+        *command,
     ]  # fmt: skip
+
+
+def launch(ranks: int, out: Path, mode: str) -> str:
+    """Run the worker on `ranks` local ranks (ring backend, 127.0.0.1); its output.
+
+    The launcher runs in a session of its own: when it runs past LAUNCH_TIMEOUT it
+    and every rank are killed, and the test fails; either way no rank is left.
+    """
     process = subprocess.Popen(
-        command,
+        launch_command(ranks, str(WORKER), SOLUTION, str(out), mode),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

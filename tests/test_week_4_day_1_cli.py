@@ -34,7 +34,7 @@ from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
 from .helpers import sharpened
 from .random_models import random_model
 from .solution import SOLUTION, tiny
-from .test_week_4_day_1 import LAUNCH, assert_no_rank_left, free_port
+from .test_week_4_day_1 import assert_no_rank_left, free_port, launch_command
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds a launch may take (~10 s here).
@@ -46,18 +46,6 @@ SEED = 5
 PROMPTS = ["What is the capital of France?", "Hi!"]
 MAX_SEQ_LEN = 64
 TOO_LONG = " ".join(["word"] * 80)  # over MAX_SEQ_LEN: that request alone fails
-
-
-def launch_command(ranks: int, *command: str) -> list[str]:
-    return [
-        str(LAUNCH),
-        "--hosts", "127.0.0.1",
-        "-n", str(ranks),
-        "--backend", "ring",
-        "--starting-port", str(free_port()),
-        "--python", sys.executable,
-        *command,
-    ]  # fmt: skip
 
 
 def start(command: list[str], out: Path) -> subprocess.Popen:

@@ -276,28 +276,33 @@ def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
     return settings
 
 
-def has_jump_forward(package) -> bool:
-    """Has the package week 3 day 5's forced text (Dfa.forced_text runs)? Said on
-    stderr when not."""
+def has_built(package, probe, missing: str) -> bool:
+    """Does probe(package) run, that is, has the learner built the day it needs?
+    When not, says on stderr that the package has no `missing`."""
     try:
-        package.compile_choices(["a"]).forced_text(0, 1)
+        probe(package)
     except NotImplementedError:
-        print(f"{package.__name__}: no jump-forward (week 3 day 5)", file=sys.stderr)
+        print(f"{package.__name__}: no {missing}", file=sys.stderr)
         return False
     return True
 
 
 def has_speculation(package) -> bool:
-    """Has the package week 3 day 4 (prompt lookup runs)? Said on stderr when not."""
-    try:
-        package.find_drafts([1, 1], 1, 1, 1)
-    except NotImplementedError:
-        print(
-            f"{package.__name__}: no speculative decoding (week 3 day 4)",
-            file=sys.stderr,
-        )
-        return False
-    return True
+    """Has the package week 3 day 4 (prompt lookup runs)?"""
+    return has_built(
+        package,
+        lambda p: p.find_drafts([1, 1], 1, 1, 1),
+        "speculative decoding (week 3 day 4)",
+    )
+
+
+def has_jump_forward(package) -> bool:
+    """Has the package week 3 day 5's forced text (Dfa.forced_text runs)?"""
+    return has_built(
+        package,
+        lambda p: p.compile_choices(["a"]).forced_text(0, 1),
+        "jump-forward (week 3 day 5)",
+    )
 
 
 def newest_policy(package, asked: str | None) -> str:

@@ -756,7 +756,9 @@ def test_models_health_and_chat_page(client, http):
     assert page.status_code == 200 and "/v1/chat/completions" in page.text
     assert "<script src" not in page.text, "the page loads nothing from elsewhere"
     for kind in ("json_object", "json_schema"):  # it can ask for a JSON answer
-        assert f'<option value="{kind}">' in page.text and "response_format" in page.text
+        assert (
+            f'<option value="{kind}">' in page.text and "response_format" in page.text
+        )
 
 
 # An engine whose step raises: its requests fail with the engine's error.

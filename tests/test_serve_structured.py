@@ -159,6 +159,133 @@ BAD = [
 ]
 
 
+def schema_body(schema) -> dict:
+    return {
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": schema},
+        }
+    }
+
+
+def nested_arrays(depth: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema}
+    return schema
+
+
+SCHEMA_PARAM = "response_format.json_schema.schema"
+# Each of these crashed the grammar library, was answered wrongly, failed after the
+# request started, or was refused in the library's own words (issue 30).
+HOSTILE = [
+    (  # crashed the process (i64's minimum)
+        schema_body(
+            {"type": "integer", "minimum": -(10**21), "maximum": -(10**21) + 1}
+        ),
+        SCHEMA_PARAM,
+        "integer bounds must lie within",
+    ),
+    (
+        schema_body(
+            {"type": "integer", "minimum": -(2**63) - 1, "maximum": -(2**63) - 1}
+        ),
+        SCHEMA_PARAM,
+        "integer bounds must lie within",
+    ),
+    (  # clamped to i64: 2**63 - 1 answered as if it were above 2**63
+        {"guided_json": {"type": "integer", "minimum": 2**63}},
+        "guided_json",
+        "`minimum` is 9223372036854775808",
+    ),
+    (  # through a float: the only valid answer replaced by another
+        {
+            "guided_json": {
+                "type": "integer",
+                "minimum": 2**53 + 1,
+                "maximum": 2**53 + 1,
+            }
+        },
+        "guided_json",
+        "integer bounds must lie within",
+    ),
+    (
+        {"guided_json": {"type": "number", "minimum": 1e308}},
+        "guided_json",
+        "number bounds",
+    ),
+    (
+        {
+            "guided_json": {
+                "$defs": {
+                    "a": {
+                        "type": "object",
+                        "properties": {"x": {"$ref": "#/$defs/a"}},
+                        "required": ["x"],
+                        "additionalProperties": False,
+                    }
+                },
+                "$ref": "#/$defs/a",
+            }
+        },
+        "guided_json",
+        "no finite JSON value",
+    ),
+    ({"guided_json": {"$ref": "#"}}, "guided_json", "no finite JSON value"),
+    (
+        {"guided_json": {"type": "string", "pattern": "^a{1000000}$"}},
+        "guided_json",
+        "lower its repetition counts",
+    ),
+    (schema_body(False), SCHEMA_PARAM, "no value satisfies"),
+    ({"guided_json": {"enum": []}}, "guided_json", "`enum` is an empty list"),
+    ({"guided_json": nested_arrays(200)}, "guided_json", "nested more than 64"),
+    ({"guided_json": {"not": {"type": "string"}}}, "guided_json", 'keywords "not"'),
+    ({"guided_regex": "\U0001f600{1,3}"}, "guided_regex", "U+1F600"),
+    ({"guided_regex": "a\x00"}, "guided_regex", "U+0000"),
+    (  # spellable, but only after a leading space: found at the first step
+        {"guided_regex": "[\U0001f600-\U0001f64f]"},
+        "guided_regex",
+        "guided_regex cannot be met",
+    ),
+    ({"guided_choice": ["\U0001f600"]}, "guided_choice", "no token holds"),
+    ({"guided_choice": ["\x00"]}, "guided_choice", "U+0000"),
+    ({"guided_regex": "(" * 500 + "a" + ")" * 500}, "guided_regex", "nested more"),
+    ({"guided_regex": "{" * 900_000}, "guided_regex", "at most 100,000"),
+    (
+        {"guided_choice": [f"w{i}" for i in range(10_000)]},
+        "guided_choice",
+        "fewer choices",
+    ),
+]
+
+
+@pytest.mark.parametrize("fields, param, words", HOSTILE)
+def test_hostile_constraints_get_one_400_in_the_clients_terms(
+    server, fields, param, words
+):
+    """Refused before any work, in the client's terms: never a crash, a 500 after
+    the request started, or the library's wording (Rust names, "anyOf")."""
+    body = {"messages": [{"role": "user", "content": "Hi"}], **fields}
+    response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    assert response.status_code == 400, response.text[:500]
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert words in error["message"], error["message"]
+    assert "Some(" not in error["message"] and "anyOf is empty" not in error["message"]
+
+
+def test_schema_true_means_any_json_value(client):
+    answer = ask(
+        client, "Give me a number.", max_tokens=12, extra_body={"guided_json": True}
+    )
+    if answer.finish_reason == "stop":
+        json.loads(answer.message.content)
+    else:
+        assert answer.finish_reason == "length"
+
+
 @pytest.mark.parametrize("fields, param, words", BAD)
 def test_bad_constraints_get_a_400_saying_what_is_wrong(server, fields, param, words):
     body = {"messages": [{"role": "user", "content": "Hi"}], **fields}

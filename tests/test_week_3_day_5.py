@@ -153,6 +153,23 @@ def test_bad_choice_lists_raise():
         tiny.compile_choices(["yes", 1])
 
 
+def test_a_huge_or_deeply_nested_pattern_is_refused_before_any_work():
+    """Limits that keep one request from holding the server's CPU (the parser and
+    automaton.MAX_PATTERN_CHARS / MAX_NESTING are given): a pattern longer than
+    100,000 characters, groups nested past 100, and a constraint needing more than
+    50,000 automaton states each raise ValueError saying what to send instead."""
+    with pytest.raises(ValueError, match="at most 100,000 are accepted"):
+        tiny.parse_regex("{" * 900_000)
+    with pytest.raises(ValueError, match="nested more than 100 deep"):
+        tiny.parse_regex("(" * 500 + "a" + ")" * 500)
+    with pytest.raises(ValueError, match="fewer choices"):
+        tiny.compile_choices([f"w{i}" for i in range(10_000)])
+    with pytest.raises(ValueError, match="send a shorter pattern"):
+        tiny.compile_regex("a" * 60_000)
+    # A literal "{" (no count after it) is still a literal, at any length.
+    assert tiny.compile_regex("{" * 2_000 + "a").fullmatch("{" * 2_000 + "a")
+
+
 # --- the token index ------------------------------------------------------------------
 
 SMALL_TEXTS = [None, None, "a", "b", "ab", "ba", "abc", "1", "12", "1a", " ", " a",
@@ -562,3 +579,62 @@ def test_the_embedded_model_answers_in_shape(
         embedded_float32_reference, prompts[3:], 16, tokenizer
     )[0]
     assert_same_tokens(results[3].tokens, tokens, gaps, "unconstrained")
+
+
+# --- what a vocabulary cannot spell, and what the index may keep ----------------------
+
+
+@pytest.mark.parametrize(
+    "constraint, missing",
+    [
+        (tiny.Regex("\U0001f600{1,3}"), "U+1F600"),
+        (tiny.Regex("a\x00b"), "U+0000"),
+        (tiny.Regex("[\U0001f600-\U0001f602]+"), "U+1F600"),
+        (tiny.Choice(["\x00"]), "U+0000"),
+    ],
+)
+def test_a_constraint_the_vocabulary_cannot_spell_is_refused_at_the_start(
+    tokenizer, constraint, missing
+):
+    """Vocabulary.index checks (check_spellable, given) that some text the tokens
+    can spell matches, before any request runs: the error names the character."""
+    with pytest.raises(ValueError, match="no token holds; change the pattern"):
+        try:
+            tiny.start_constraint(constraint, tokenizer, tokenizer.vocab_size)
+        except ValueError as error:
+            assert missing in str(error), str(error)
+            raise
+
+
+def test_the_token_index_keeps_at_most_its_byte_budget(tokenizer):
+    """Every built state of a vocabulary's token indexes lives in one StateCache of
+    at most MAX_CACHED_STATE_BYTES (given): a server sees constraints without end,
+    and a permissive state maps nearly every token. Walked through 40 states of a
+    pattern that allows almost anything, with a 12 MiB budget, the Python memory
+    held afterwards stays within the budget (unbounded: ~2.5 MB a state), and an
+    evicted state is rebuilt the same."""
+    import tracemalloc
+
+    constrained = __import__(tiny.__name__ + ".constrained", fromlist=["StateCache"])
+    vocabulary = tiny.vocabulary_of(tokenizer, tokenizer.vocab_size)
+    budget = 12 * 2**20
+    saved = vocabulary.states
+    vocabulary.states = constrained.StateCache(budget)
+    try:
+        index = vocabulary.index(tiny.Regex("(.|\n){0,60}"))
+        first = index.allowed(0)
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        state = 0
+        for _ in range(40):
+            state = index.allowed(state).next_state[tokenizer.encode("a")[-1]]
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        assert vocabulary.states.bytes <= budget
+        assert held <= budget + 4 * 2**20, f"{held / 2**20:.1f} MiB held"
+        again = index.allowed(0)
+        assert again is not first  # evicted, then built again
+        assert again.next_state == first.next_state
+        np.testing.assert_array_equal(np.array(again.mask), np.array(first.mask))
+    finally:
+        vocabulary.states = saved

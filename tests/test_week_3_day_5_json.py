@@ -13,6 +13,9 @@ that cannot finish within max_tokens ends with "length".
 """
 
 import json
+import re
+import subprocess
+import sys
 
 import jsonschema
 import numpy as np
@@ -189,3 +192,79 @@ def test_the_embedded_model_answers_validly(embedded_model, tokenizer):
     )
     for (name, schema, _), result in zip(chosen, results):
         assert_valid(schema, result, name)
+
+
+# --- schemas screened before native code (tiny_llm_base.schema_checks) ------------------
+
+CRASHED_THE_LIBRARY = [
+    {"type": "integer", "minimum": -(10**21), "maximum": -(10**21) + 1},
+    {"type": "integer", "minimum": -(2**63) - 1, "maximum": -(2**63) - 1},
+]
+
+
+def test_schemas_that_crashed_the_grammar_library_are_a_value_error():
+    """In a child process, so that a regression is a failed test, not a dead test
+    run: each schema is refused with a ValueError naming the bound, and the process
+    lives on to say so."""
+    code = (
+        "import json, sys\n"
+        "from tiny_llm_base import JsonSchema\n"
+        "for schema in json.loads(sys.argv[1]):\n"
+        "    try:\n"
+        "        JsonSchema(schema).check()\n"
+        "        print('accepted')\n"
+        "    except ValueError as error:\n"
+        "        print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(CRASHED_THE_LIBRARY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(CRASHED_THE_LIBRARY)
+    assert all("integer bounds must lie within" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "schema, words",
+    [
+        ({"type": "integer", "minimum": 2**53 + 1}, "integer bounds"),
+        ({"type": "number", "maximum": 1e300}, "number bounds"),
+        ({"type": "number", "minimum": 1e-300}, "number bounds"),
+        ({"type": "integer", "minimum": "3"}, "must be a number"),
+        (False, "no value satisfies"),
+        ({"oneOf": []}, "`oneOf` is an empty list"),
+        ({"properties": {"a": {"enum": []}}}, "`properties.a.enum`"),
+        ({"$ref": "#"}, "no finite JSON value"),
+        (
+            {"type": "array", "minItems": 1, "items": {"$ref": "#"}},
+            "no finite JSON value",
+        ),
+        ({"type": "string", "pattern": "a{2000}"}, "lower its repetition counts"),
+    ],
+)
+def test_schemas_screened_in_the_clients_terms(schema, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        JsonSchema(schema).check()
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        True,
+        {},
+        {"type": "integer", "minimum": -(2**53), "maximum": 2**53},
+        {"type": "number", "minimum": -1e15, "maximum": 0.5},
+        {  # a linked list: recursive, but its "next" may be left out
+            "type": "object",
+            "properties": {"value": {"type": "integer"}, "next": {"$ref": "#"}},
+            "required": ["value"],
+        },
+        {"type": "array", "items": {"$ref": "#"}},  # [] ends it
+    ],
+)
+def test_schemas_with_finite_answers_are_accepted(schema):
+    JsonSchema(schema).check()

@@ -16,6 +16,9 @@ import time
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 FORCED_EXIT_AFTER_S = 0.5
+# With this variable set, a program says on stderr once its handler is in place.
+READY_VARIABLE = "TINY_LLM_SAY_INTERRUPTIBLE"
+READY_LINE = b"interruptible\n"
 unwinding = [False]  # set by unwind_on_interrupt once the slow imports are done
 
 
@@ -67,3 +70,5 @@ def exit_on_interrupt() -> None:
     _signal.set_wakeup_fd(wakeup_writes, warn_on_full_buffer=False)
     _signal.signal(_signal.SIGINT, on_interrupt)
     _thread.start_new_thread(watch, (wakeups,))  # never joined: exit does not wait
+    if os.environ.get(READY_VARIABLE):  # tests wait for this, not for a guessed delay
+        os.write(2, READY_LINE)

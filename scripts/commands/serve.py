@@ -281,7 +281,13 @@ def main() -> None:
     app = create_app(engine, settings, make_sampler, EngineLog(write).update)
     if ranks.sharded:
         stop_other_ranks_with(app.state.engine_loop, engine)
-    serve(app, sock, started)  # SIGTERM or Ctrl-C: open streams end with an error
+    try:
+        serve(app, sock, started)  # SIGTERM or Ctrl-C: open streams end with an error
+    finally:
+        # A stop signal can end serve() before the app's shutdown has joined the
+        # engine thread; exiting with that thread inside MLX aborts the process.
+        if app.state.engine_loop.thread.is_alive():
+            app.state.engine_loop.stop()
 
 
 # --- Several ranks (mlx.launch): see scripts/commands/ranks.py ---------------------

@@ -28,6 +28,7 @@ start and a $ at the end are accepted and mean nothing more. Anything else
 (backreferences, lookaround, \\b, flags) is a ValueError naming the position.
 """
 
+import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
@@ -37,6 +38,8 @@ UNICODE_END = 0x110000
 DEAD = -1
 # Limits that turn a pathological pattern into a clear error instead of a long wait.
 MAX_REPEAT = 1000
+MAX_PATTERN_CHARS = 100_000
+MAX_NESTING = 100
 MAX_NFA_STATES = 50_000
 MAX_DFA_STATES = 10_000
 
@@ -46,6 +49,8 @@ Ranges = tuple[tuple[int, int], ...]
 DIGITS: Ranges = ((48, 57),)  # 0-9
 WORD: Ranges = ((48, 57), (65, 90), (95, 95), (97, 122))  # 0-9 A-Z _ a-z
 SPACE: Ranges = ((9, 13), (32, 32))
+# A counted repetition at the cursor: {m}, {m,}, {,n} or {m,n}.
+COUNT = re.compile(r"\{(\d*)(,?)(\d*)\}")
 SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
 
 
@@ -100,10 +105,12 @@ class RegexParser:
     def __init__(self, pattern: str):
         self.pattern = pattern
         self.at = 0
+        self.depth = 0  # groups open at the cursor
 
     def error(self, what: str) -> ValueError:
+        shown = self.pattern if len(self.pattern) <= 60 else self.pattern[:57] + "..."
         return ValueError(
-            f"regex {self.pattern!r}, position {self.at}: {what} (supported: "
+            f"regex {shown!r}, position {self.at}: {what} (supported: "
             "literals, escapes, classes, . | () (?:) * + ? {m,n})"
         )
 
@@ -153,7 +160,7 @@ class RegexParser:
             bounds = self.counted()
             if bounds is None:
                 return node
-            self.at = self.pattern.index("}", self.at) + 1
+            self.at = COUNT.match(self.pattern, self.at).end()
         if self.peek() == "?":
             self.at += 1  # lazy: the same set of whole matches
         if self.peek() in ("*", "+", "?") or self.counted() is not None:
@@ -168,13 +175,11 @@ class RegexParser:
     def counted(self) -> tuple[int, int | None] | None:
         """The (min, max) of a {m}, {m,}, {,n} or {m,n} at the cursor; None when the
         text there is not a count (then, as in Python, '{' is a literal)."""
-        if self.peek() != "{" or "}" not in self.pattern[self.at :]:
+        match = COUNT.match(self.pattern, self.at)
+        if match is None:
             return None
-        inside = self.pattern[self.at + 1 : self.pattern.index("}", self.at)]
-        low, comma, high = inside.partition(",")
-        if not (low.isdigit() or (comma and low == "")):
-            return None
-        if not (high.isdigit() or high == ""):
+        low, comma, high = match.groups()
+        if not (low or comma):
             return None
         if not comma:
             return int(low), int(low)
@@ -183,11 +188,15 @@ class RegexParser:
     def atom(self) -> tuple:
         char = self.take()
         if char == "(":
+            if self.depth >= MAX_NESTING:
+                raise self.error(f"groups nested more than {MAX_NESTING} deep")
             if self.pattern.startswith("?:", self.at):
                 self.at += 2
             elif self.peek() == "?":
                 raise self.error("only (?:...) groups are supported")
+            self.depth += 1
             node = self.alternation()
+            self.depth -= 1
             if self.peek() != ")":
                 raise self.error("a '(' is never closed")
             self.at += 1
@@ -268,6 +277,11 @@ def parse_regex(pattern: str) -> tuple:
     ValueError saying where the pattern leaves the subset."""
     if not isinstance(pattern, str):
         raise TypeError(f"a regex must be a string, got {type(pattern).__name__}")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(
+            f"the regex is {len(pattern):,} characters long; at most "
+            f"{MAX_PATTERN_CHARS:,} are accepted: send a shorter pattern"
+        )
     return RegexParser(pattern).parse()
 
 
@@ -295,8 +309,9 @@ class Nfa:
     def new_state(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
             raise ValueError(
-                f"the pattern needs more than {MAX_NFA_STATES} automaton states: "
-                "lower its repetition counts"
+                f"the constraint needs more than {MAX_NFA_STATES:,} automaton states "
+                "(about two per character it spells, repetitions included): send a "
+                "shorter pattern, lower repetition counts or fewer choices"
             )
         self.edges.append([])
         self.empty.append([])

@@ -3,6 +3,7 @@ prompt (GenerationResult), with the helpers both sides share: the default sample
 prompt's token ids, and the checks of int arguments and of what a sampler returns."""
 
 import numbers
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -101,6 +102,57 @@ def check_int(name: str, value, minimum: int, allow_none: bool = False) -> None:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
 
 
+# Stand-ins for message texts while the chat template renders: private-use code
+# points, which neither a template nor a tokenizer treats specially.
+_HOLE = re.compile("\ue000([0-9]+)\ue001")
+
+
+def chat_token_ids(tokenizer, messages: list[dict], **template_options) -> list[int]:
+    """The messages through the tokenizer's chat template, the assistant's turn
+    opened, with every message's text tokenized as text: a user who writes
+    "<|im_end|>" or "<|im_start|>system" gets those characters, never the special
+    tokens that delimit turns, so message text cannot forge another role's turn.
+
+    Messages that spell no special token go through apply_chat_template as they
+    are. Otherwise the template renders with a stand-in for each text; the
+    template's own text is tokenized with its special tokens, each message's text
+    alone with special tokens split (Hugging Face's split_special_tokens).
+    """
+    hf = getattr(tokenizer, "_tokenizer", tokenizer)
+    spellings = [
+        added.content
+        for added in (getattr(hf, "added_tokens_decoder", None) or {}).values()
+        if added.special
+    ]
+    texts = [m.get("content") for m in messages]
+    if not any(
+        isinstance(text, str) and spelling in text
+        for text in texts
+        for spelling in spellings
+    ):
+        return list(
+            tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, **template_options
+            )
+        )
+    masked = [
+        {**m, "content": f"\ue000{i}\ue001"} if isinstance(text, str) else m
+        for i, (m, text) in enumerate(zip(messages, texts))
+    ]
+    rendered = tokenizer.apply_chat_template(
+        masked, add_generation_prompt=True, tokenize=False, **template_options
+    )
+    ids: list[int] = []
+    for i, piece in enumerate(_HOLE.split(rendered)):
+        if i % 2 == 0:
+            ids += tokenizer.encode(piece, add_special_tokens=False) if piece else []
+        elif texts[int(piece)]:
+            ids += hf(
+                texts[int(piece)], add_special_tokens=False, split_special_tokens=True
+            )["input_ids"]
+    return ids
+
+
 def prompt_token_ids(
     tokenizer, prompt: str | list[int], vocab_size: int | None = None
 ) -> list[int]:
@@ -118,8 +170,7 @@ def prompt_token_ids(
     if isinstance(prompt, str):
         if not prompt.strip():
             raise ValueError("the prompt is empty: give the model something to answer")
-        messages = [{"role": "user", "content": prompt}]
-        return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        return chat_token_ids(tokenizer, [{"role": "user", "content": prompt}])
     if not isinstance(prompt, (list, tuple)):
         raise TypeError(
             f"a prompt must be text or a list of token ids, got {type(prompt).__name__}"

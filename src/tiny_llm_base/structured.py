@@ -28,6 +28,8 @@ import mlx.core as mx
 import numpy as np
 from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
 
+from .schema_checks import explain, screen_schema
+
 # Compact JSON: no whitespace between tokens, "," between items, ":" after keys.
 JSON_OPTIONS = {
     "whitespace_flexible": False,
@@ -47,7 +49,15 @@ def _schema_text(schema) -> str:
             "a JSON schema must be an object (or true/false), got "
             f"{type(schema).__name__}"
         )
-    return json.dumps(schema)
+    screen_schema(schema)
+    return json.dumps({} if schema is True else schema)
+
+
+class UnsatisfiableConstraint(ValueError):
+    """A constraint that cannot go on from where the answer is: no token of the
+    vocabulary continues it (or the grammar refused the only tokens its mask left).
+    The client's constraint is at fault, not the sampler: a server answers it as
+    the client's error, naming the constraint's field."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,8 @@ class JsonSchema:
             self.grammar()
         )
         if is_error:
-            raise ValueError(f"invalid JSON schema: {'; '.join(messages)}")
+            reasons = "; ".join(explain(message) for message in messages)
+            raise ValueError(f"invalid JSON schema: {reasons}")
 
     def start(self, tokenizer, vocab_size: int) -> "GrammarState":
         """This request's state at the start of its answer (see GrammarState)."""
@@ -173,7 +184,7 @@ class GrammarState:
             ids = np.flatnonzero(bits)
             self._allowed = GrammarTokens(mx.array(bits), len(ids), ids)
         if self._allowed.count == 0:
-            raise ValueError(
+            raise UnsatisfiableConstraint(
                 "no token of the model's vocabulary can continue the JSON answer "
                 f"here{': ' + self.matcher.get_error() if self.matcher.is_error() else ''}"
             )
@@ -213,8 +224,9 @@ class GrammarState:
     def advance(self, token: int) -> None:
         """A kept (non-EOS) token; ValueError for one the grammar refuses."""
         if not self.matcher.consume_token(int(token)):
-            raise ValueError(
-                f"token {token} is not allowed by the JSON schema here (the sampler "
-                "must pick a token the mask leaves finite)"
+            raise UnsatisfiableConstraint(
+                f"the JSON schema cannot be continued after {self.matcher.get_error() or 'this token'}"
+                if self.matcher.is_error()
+                else f"token {token} is not allowed by the JSON schema here"
             )
         self._allowed = None

@@ -23,18 +23,24 @@ allowed; mlx-lm's streaming detokenizers drop the one space a text starts with, 
 at the start a token's leading space is not part of the text the pattern sees.
 """
 
+import sys
 import weakref
+from bisect import bisect_left
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import mlx.core as mx
 import numpy as np
 
-from tiny_llm_base import GrammarState, JsonSchema
+from tiny_llm_base import GrammarState, JsonSchema, UnsatisfiableConstraint
 
 from .automaton import DEAD, Dfa, compile_choices, compile_regex
 
 # A token index kept per vocabulary for this many distinct constraints.
 MAX_CACHED_INDEXES = 64
+# The built states of every token index of a vocabulary, at most this many bytes in
+# all (a permissive state maps nearly every token: ~2.5 MB); least recent go first.
+MAX_CACHED_STATE_BYTES = 128 * 2**20
 # The most forced characters jump-forward looks ahead (a long fixed key fits).
 FORCED_CHARS = 64
 
@@ -86,6 +92,7 @@ class Vocabulary:
     drops_first_space: the detokenizer drops the space an answer starts with.
     trie: the texts' prefix tree (None tokens left out).
     indexes: a TokenIndex per constraint already compiled for this vocabulary.
+    states: the StateCache all of its token indexes keep their built states in.
     """
 
     size: int
@@ -94,6 +101,7 @@ class Vocabulary:
     drops_first_space: bool
     trie: TrieNode = field(init=False)
     indexes: dict = field(init=False, default_factory=dict)
+    states: "StateCache" = field(init=False, default_factory=lambda: StateCache())
 
     def __post_init__(self) -> None:
         # Week 3 Day 5: Vocabulary: a TrieNode root; insert each token id under its
@@ -133,10 +141,55 @@ class Vocabulary:
         """The constraint's TokenIndex for this vocabulary, compiled once (up to
         MAX_CACHED_INDEXES kept, oldest dropped first)."""
         if constraint not in self.indexes:
+            dfa = constraint.compile()
+            check_spellable(dfa, self)
             if len(self.indexes) >= MAX_CACHED_INDEXES:
                 del self.indexes[next(iter(self.indexes))]
-            self.indexes[constraint] = TokenIndex(constraint.compile(), self)
+            self.indexes[constraint] = TokenIndex(dfa, self)
         return self.indexes[constraint]
+
+    @property
+    def alphabet(self) -> list[int]:
+        """The code points that some token's text contains, sorted."""
+        if not hasattr(self, "_alphabet"):
+            chars = set().union(*(text for text in self.texts if text))
+            self._alphabet = sorted(map(ord, chars))
+        return self._alphabet
+
+
+def check_spellable(dfa: Dfa, vocabulary: Vocabulary) -> None:
+    """ValueError, before any request runs, when no text the vocabulary can spell
+    matches: walked only on characters that some token contains, the DFA never
+    reaches an accepting state (an emoji or a NUL that no token holds). Given, not
+    written on the day: it needs nothing the day teaches."""
+    alphabet = vocabulary.alphabet
+    bounds = dfa.bounds
+    spellable = [
+        bisect_left(alphabet, bounds[i]) < bisect_left(alphabet, bounds[i + 1])
+        for i in range(len(bounds) - 1)
+    ]
+    seen, stack, missing = {0}, [0], None
+    while stack:
+        state = stack.pop()
+        if dfa.accepting[state]:
+            return
+        for interval, after in enumerate(dfa.table[state]):
+            if after == DEAD or after in seen:
+                continue
+            if not spellable[interval]:
+                missing = missing or chr(bounds[interval])
+                continue
+            seen.add(after)
+            stack.append(after)
+    raise ValueError(
+        "no text the model's tokens can spell matches the constraint"
+        + (
+            f": it needs {missing!r} (U+{ord(missing):04X}), which no token holds"
+            if missing
+            else ""
+        )
+        + "; change the pattern or choices"
+    )
 
 
 def token_texts(tokenizer, size: int) -> list[str | None]:
@@ -205,25 +258,55 @@ class StateTokens:
     next_state: dict[int, int]
     count: int
 
+    @property
+    def nbytes(self) -> int:
+        """About what this entry holds in memory."""
+        return self.mask.nbytes + sys.getsizeof(self.next_state)
+
+
+class StateCache:
+    """Built StateTokens, least recently used first, at most max_bytes in all: a
+    server sees constraints without end, and each permissive state is megabytes."""
+
+    def __init__(self, max_bytes: int = MAX_CACHED_STATE_BYTES):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.entries: OrderedDict = OrderedDict()
+
+    def get(self, key) -> "StateTokens | None":
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.entries.move_to_end(key)
+        return entry
+
+    def put(self, key, tokens: "StateTokens") -> None:
+        self.entries[key] = tokens
+        self.bytes += tokens.nbytes
+        while self.bytes > self.max_bytes and len(self.entries) > 1:
+            _, dropped = self.entries.popitem(last=False)
+            self.bytes -= dropped.nbytes
+
 
 class TokenIndex:
     """dfa's token index over vocabulary, built state by state as requests reach them.
 
     A position is (DFA state, at_start): at_start only before the first token of a
-    vocabulary whose detokenizer drops the first space.
+    vocabulary whose detokenizer drops the first space. Built states are kept in
+    the vocabulary's StateCache (bounded in bytes), so a state may be built again.
     """
 
     def __init__(self, dfa: Dfa, vocabulary: Vocabulary):
         self.dfa = dfa
         self.vocabulary = vocabulary
-        self.states: dict[tuple[int, bool], StateTokens] = {}
 
     def allowed(self, state: int, at_start: bool = False) -> StateTokens:
-        """The allowed tokens in `state` (computed once, then kept)."""
-        key = (state, at_start)
-        if key not in self.states:
-            self.states[key] = self.build(state, at_start)
-        return self.states[key]
+        """The allowed tokens in `state` (built when not in the cache)."""
+        key = (self, state, at_start)
+        tokens = self.vocabulary.states.get(key)
+        if tokens is None:
+            tokens = self.build(state, at_start)
+            self.vocabulary.states.put(key, tokens)
+        return tokens
 
     def build(self, state: int, at_start: bool) -> StateTokens:
         """Walk the vocabulary's trie from `state`: a branch is followed while the DFA
@@ -274,13 +357,14 @@ class ConstraintState:
         return self.index.dfa.accepting[self.state]
 
     def allowed(self) -> StateTokens:
-        """The allowed tokens from here; ValueError when there are none (the
-        vocabulary cannot spell any continuation)."""
+        """The allowed tokens from here; UnsatisfiableConstraint (tiny_llm_base, a
+        ValueError) when there are none: the vocabulary cannot spell any
+        continuation, which is the constraint's fault, not the sampler's."""
         # Week 3 Day 5: ConstraintState.allowed: index.allowed(state, at_start); raise
-        # ValueError when its count is 0
+        # UnsatisfiableConstraint when its count is 0
         tokens = self.index.allowed(self.state, self.at_start)
         if tokens.count == 0:
-            raise ValueError(
+            raise UnsatisfiableConstraint(
                 "no token of the vocabulary can continue the constraint here (its "
                 "characters are not in any whole token): change the pattern"
             )

@@ -27,7 +27,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from tiny_llm_base import JsonObject, JsonSchema, PromptSpec, SchedulerSnapshot
+from tiny_llm_base import (
+    JsonObject,
+    JsonSchema,
+    PromptSpec,
+    SchedulerSnapshot,
+    UnsatisfiableConstraint,
+)
+from tiny_llm_base.prompts import chat_token_ids
 
 from .engine_loop import EngineFailure, EngineLoop, Stream, finish_reason
 from .errors import ApiError, invalid
@@ -193,7 +200,8 @@ def create_app(
         limit = settings.max_body_bytes
         too_large = ApiError(
             413,
-            f"the request body is larger than {limit} bytes: send a shorter prompt",
+            f"the request body is larger than {limit:,} bytes (prompt, messages, "
+            "schema and every other field together): send a smaller request",
             code="request_too_large",
         )
         declared = request.headers.get("content-length", "")
@@ -330,6 +338,7 @@ def create_app(
             priority=request.priority,
             constraint=checked_constraint(engine, request.constraint),
         )
+        stream.constraint_param = request.constraint and request.constraint.param
         loop.submit(spec, stream)
         return len(ids)
 
@@ -355,9 +364,7 @@ def create_app(
             if output.finish_reason is None:
                 continue
             if output.finish_reason == "error":
-                raise ApiError(
-                    500, f"generation failed: {output.result.error}", "server_error"
-                )
+                raise generation_error(output.result, stream.constraint_param)
             reason = finish_reason(output.finish_reason, stream.stopped_by_string)
             result = output.result
             tokens = received if stream.stopped_by_string else len(result.tokens)
@@ -508,9 +515,7 @@ def prompt_ids(engine, request: GenerationRequest) -> list[int]:
     tokenizer = engine.tokenizer
     if request.messages is not None:
         try:
-            ids = tokenizer.apply_chat_template(
-                request.messages, add_generation_prompt=True
-            )
+            ids = chat_token_ids(tokenizer, request.messages)
         except Exception as error:  # the template's own checks (jinja raises)
             raise invalid(
                 f"the model's chat template refused these messages: {error}",
@@ -566,6 +571,20 @@ def checked_constraint(engine, constraint: ConstraintRequest | None):
             code="not_implemented",
         ) from None
     return made
+
+
+def generation_error(result, constraint_param: str | None) -> ApiError:
+    """A request the engine failed: the client's constraint when it could not go on
+    (a 400 naming its field), else the server's fault (500)."""
+    marker = f"{UnsatisfiableConstraint.__name__}: "
+    if constraint_param and marker in result.error:
+        reason = result.error.partition(marker)[2]
+        return invalid(
+            f"{constraint_param} cannot be met: after {len(result.tokens)} tokens of "
+            f"answer, {reason}",
+            constraint_param,
+        )
+    return ApiError(500, f"generation failed: {result.error}", "server_error")
 
 
 def context_error(request: GenerationRequest, message: str) -> ApiError:

@@ -41,6 +41,7 @@ class Stream:
     clock); first_token_at, last_token_at: when its latest tokens came.
     stops: the request's stop strings over its text. stopped_by_string: the server
     aborted it because one appeared, so it counts as finished with "stop".
+    constraint_param: the field of its structured-output option, if any.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, stops: list[str] = ()):
@@ -52,6 +53,7 @@ class Stream:
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
         self.stopped_by_string = False
+        self.constraint_param: str | None = None  # the request's constraint field
 
     def put(self, item) -> None:
         """Called on the engine thread: queue `item` on the event loop."""

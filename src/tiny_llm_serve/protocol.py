@@ -71,6 +71,7 @@ def parse_chat(body) -> GenerationRequest:
         body, request, max_tokens_names=("max_completion_tokens", "max_tokens")
     )
     request.constraint = constraint_fields(body)
+    refuse_stop_with_constraint(request)
     return request
 
 
@@ -91,7 +92,20 @@ def parse_completion(body) -> GenerationRequest:
         raise invalid(f"best_of must be 1, got {best_of!r}", "best_of")
     common_fields(body, request, max_tokens_names=("max_tokens",))
     request.constraint = constraint_fields(body)
+    refuse_stop_with_constraint(request)
     return request
+
+
+def refuse_stop_with_constraint(request: GenerationRequest) -> None:
+    """A stop string would cut an answer its constraint promises whole (a JSON
+    object at its first ","), and return the invalid prefix as a normal stop."""
+    if request.stop and request.constraint is not None:
+        raise invalid(
+            f"stop cannot be combined with {request.constraint.param}: a stop string "
+            "would cut the answer the constraint promises whole; leave stop out (the "
+            "constraint already decides where the answer ends)",
+            "stop",
+        )
 
 
 def require_object(body) -> dict:
@@ -318,6 +332,31 @@ def common_fields(
             "seed",
             "sampling draws from the engine's shared random state; leave seed out",
         )
+    for name, no_effect, what in NOT_YET:
+        if name in body and body[name] not in no_effect:
+            raise unsupported(name, f"{what}; leave {name} out")
+
+
+# Fields of OpenAI's and vLLM's request documents this server does not act on: each
+# is accepted only with a value that asks for nothing (the defaults), else a 400,
+# so that no request is answered as if it had been honoured. Fields that change
+# nothing a client can observe (user, metadata, store, service_tier) are accepted.
+NOT_YET = [
+    ("min_tokens", (None, 0), "a minimum answer length is not supported"),
+    ("ignore_eos", (None, False), "generating past EOS is not supported"),
+    ("repetition_penalty", (None, 1, 1.0), "repetition penalties are not supported"),
+    ("min_p", (None, 0, 0.0), "min-p sampling is not supported (use top_p)"),
+    (
+        "include_stop_str_in_output",
+        (None, False),
+        "answers always end before their stop string",
+    ),
+    ("skip_special_tokens", (None, True), "special tokens are never in the text"),
+    ("modalities", (None, ["text"]), "this model answers in text only"),
+    ("audio", (None,), "this model answers in text only"),
+    ("prediction", (None,), "predicted outputs are not supported"),
+    ("reasoning_effort", (None,), "this model does not reason before answering"),
+]
 
 
 def number_field(

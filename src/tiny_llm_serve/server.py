@@ -12,10 +12,42 @@ import socket
 from collections.abc import Callable
 from types import FrameType
 
+import h11
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 GRACE_S = 5  # open connections get this long to finish after a stop signal
+HEADER_TIMEOUT_S = 10.0  # a request's headers must all arrive within this
+
+
+class H11WithHeaderTimeout(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request headers are not
+    all there HEADER_TIMEOUT_S after it opened (or after its last response): one
+    header sent a byte at a time would otherwise hold a connection for good
+    (slowloris). A body has its own limit (the app's body_timeout_s, a 408)."""
+
+    header_timeout_s = HEADER_TIMEOUT_S
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.arm_header_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self.arm_header_timer()
+
+    def arm_header_timer(self) -> None:
+        self.cycles = getattr(self, "cycles", 0) + 1
+        if not self.transport.is_closing():
+            self.loop.call_later(self.header_timeout_s, self.check_headers, self.cycles)
+
+    def check_headers(self, cycle: int) -> None:
+        """Still waiting for this cycle's headers: close (a request in progress, a
+        later cycle or a closed connection: nothing to do)."""
+        waiting = cycle == self.cycles and self.conn.their_state is h11.IDLE
+        if waiting and not self.transport.is_closing():
+            self.transport.close()
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -38,7 +70,10 @@ class Server(uvicorn.Server):
 
     def __init__(self, app: FastAPI, on_started: Callable[[], None]):
         config = uvicorn.Config(
-            app, log_level="warning", timeout_graceful_shutdown=GRACE_S
+            app,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACE_S,
+            http=H11WithHeaderTimeout,
         )
         super().__init__(config)
         self.app = app

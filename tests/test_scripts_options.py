@@ -45,6 +45,11 @@ URL = ["--url", "http://127.0.0.1:9"]
 
 # (module, arguments, what the one line says)
 BAD_OPTIONS = {
+    "speculative negative time limit": (
+        "scripts.bench.bench_speculative",
+        ["--quick", "--time-limit", "-5"],
+        "--time-limit must be more than 0, got -5.0",
+    ),
     "bench negative decode tokens": (
         BENCH,
         ["--decode-tokens", "-5"],
@@ -281,3 +286,66 @@ def test_book_build_rebuilds_its_own_output(tmp_path):
         result = run(BOOK, "--build", "--dest", str(dest))
         assert result.returncode == 0, result.stdout + result.stderr
         assert (dest / "index.html").is_file() and (dest / ".tiny-llm-book").is_file()
+
+
+# Settings that ran with no word (issue 30), checked in-process: the option parser
+# and EngineConfig, not a new interpreter per case.
+
+
+def scheduling_args(*argv: str):
+    from scripts.commands import cli
+
+    parser = cli.option_parser("test")
+    cli.add_scheduling_options(parser)
+    args = parser.parse_args(list(argv))
+    cli.check_scheduling_options(args)
+    return args
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--speculative", "none", "--num-speculative-tokens", "8"],
+         "--num-speculative-tokens sets how drafts are proposed, but --speculative "
+         "none proposes none"),
+        (["--policy", "alternate", "--prompt-lookup-max", "5"],
+         "--prompt-lookup-max sets how drafts are proposed, but --policy alternate "
+         "never drafts"),
+    ],
+)  # fmt: skip
+def test_draft_options_without_drafting_are_refused(capsys, argv, words):
+    with pytest.raises(SystemExit) as exit:
+        scheduling_args(*argv)
+    assert exit.value.code == 2
+    assert words in capsys.readouterr().err
+
+
+def test_draft_options_keep_their_defaults_when_not_given():
+    args = scheduling_args("--speculative", "ngram", "--prompt-lookup-min", "2")
+    assert (args.num_speculative_tokens, args.prompt_lookup_max) == (4, 3)
+    assert args.prompt_lookup_min == 2
+
+
+@pytest.mark.parametrize(
+    "settings, error, words",
+    [
+        ({"jump_forward": "no"}, TypeError, "jump_forward must be True or False"),
+        ({"prefix_caching": 0}, TypeError, "prefix_caching must be True or False"),
+        ({"num_speculative_tokens": 8}, ValueError, "speculative is None"),
+        ({"policy": "alternate", "speculative": "ngram"}, ValueError, "mixed step"),
+    ],
+)
+def test_engine_config_refuses_settings_that_would_do_nothing(settings, error, words):
+    from tiny_llm_base import EngineConfig
+
+    with pytest.raises(error, match=words):
+        EngineConfig(**{"policy": "mixed", **settings})
+
+
+def test_make_skeleton_refuses_a_day_the_course_does_not_have():
+    before = {p: p.read_bytes() for p in (ROOT / "src" / "tiny_llm").glob("*.py")}
+    result = run("scripts.tools.make_skeleton", "--done-through", "9.9")
+    assert result.returncode == 2, result.stderr
+    assert "the course has no week 9 day 9: its days run from 1.1 to" in result.stderr
+    after = {p: p.read_bytes() for p in (ROOT / "src" / "tiny_llm").glob("*.py")}
+    assert after == before

@@ -9,6 +9,7 @@ lines, a port already in use, and SIGTERM with a stream open.
 """
 
 import base64
+import json
 import logging
 import os
 import re
@@ -696,3 +697,25 @@ def test_ctrl_c_while_a_request_generates_exits_cleanly():
     assert "terminate called" not in log and "Traceback" not in log, log
     assert lines[-1] == "interrupted\n", log
     assert '"error"' in events[-2] and events[-1] == "data: [DONE]", events[-3:]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_cut_inside_a_character_never_ends_in_a_replacement_char(
+    http, stream
+):
+    """max_tokens 2 stops after two of an emoji's four bytes (greedy, the embedded
+    model): the answer leaves the half character out instead of sending U+FFFD."""
+    body = {"prompt": "\U0001f600" * 5, "max_tokens": 2, "temperature": 0}
+    if not stream:
+        reply = http.post(COMPLETIONS, json=body).json()
+        text, reason = reply["choices"][0]["text"], reply["choices"][0]["finish_reason"]
+    else:
+        text, reason = "", None
+        with http.stream("POST", COMPLETIONS, json={**body, "stream": True}) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    choice = json.loads(line[6:])["choices"][0]
+                    text += choice["text"]
+                    reason = choice["finish_reason"] or reason
+    assert reason == "length"
+    assert "\ufffd" not in text, repr(text)

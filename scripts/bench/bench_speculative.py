@@ -46,7 +46,12 @@ from scripts.bench.benchlib.workloads import (
     long_prompt,
     warmup_workload,
 )
-from scripts.commands.cli import option_parser, require_at_least
+from scripts.commands.cli import (
+    fail,
+    option_parser,
+    require_at_least,
+    require_positive,
+)
 from tiny_llm_base import EngineConfig, greedy, load_model
 from tiny_llm_base.mlx_lm_reference import float32_copy
 from tiny_llm_ref import Qwen2ModelWeek2
@@ -297,6 +302,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     require_at_least(args, 1, "--repeats")
+    require_positive(args, "--time-limit")
     console = Console() if sys.stdout.isatty() else Console(width=170)
     requests, max_tokens, batch = SIZES[args.quick]
     repeats = args.repeats or (1 if args.quick else 2)
@@ -334,6 +340,13 @@ def main() -> int:
         with console.status(name):
             runs[name] = run_workload(
                 model, peer, tokenizer, workload, batch, repeats, args.time_limit
+            )
+        cut = [r.config for r in runs[name].values() if r.unfinished]
+        if cut:  # no figure from runs the time limit cut short
+            fail(
+                f"--time-limit {args.time_limit:g} s cut {len(cut)} {name} runs short "
+                f"({', '.join(cut)}): raise it; nothing was written",
+                status=1,
             )
         results[name] = rows_of(runs[name])
         console.print(table(f"{name}: {workload.describe()}", results[name]))
@@ -374,7 +387,7 @@ def main() -> int:
     )
     args.json.write_text(json.dumps(record, indent=2))
     console.print(f"wrote {args.json} and {image}", highlight=False)
-    return 0
+    return 0 if all(g["met"] for g in goals) else 1
 
 
 if __name__ == "__main__":

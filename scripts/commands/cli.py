@@ -175,7 +175,6 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-speculative-tokens",
         type=int,
-        default=4,
         metavar="K",
         help="with --speculative ngram: the most draft tokens a request feeds a step "
         "(default: 4)",
@@ -183,7 +182,6 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prompt-lookup-max",
         type=int,
-        default=3,
         metavar="N",
         help="with --speculative ngram: the longest run of last tokens looked up "
         "(default: 3)",
@@ -191,7 +189,6 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prompt-lookup-min",
         type=int,
-        default=1,
         metavar="N",
         help="with --speculative ngram: the shortest run that counts (default: 1)",
     )
@@ -202,6 +199,18 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
         "JSON key, punctuation) as drafts, verified in the mixed step, same output "
         "(week 3 day 5; the default once the package has it, with the mixed policy)",
     )
+
+
+# The draft options and their defaults (EngineConfig's).
+DRAFT_OPTIONS = {
+    "--num-speculative-tokens": 4,
+    "--prompt-lookup-max": 3,
+    "--prompt-lookup-min": 1,
+}
+
+
+def option_value(args: argparse.Namespace, option: str):
+    return getattr(args, option.removeprefix("--").replace("-", "_"))
 
 
 def check_scheduling_options(args: argparse.Namespace) -> None:
@@ -226,13 +235,23 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
             fail(
                 f"--batch-patience must be at least 0 seconds, got {args.batch_patience}"
             )
-    require_at_least(
-        args,
-        1,
-        "--num-speculative-tokens",
-        "--prompt-lookup-max",
-        "--prompt-lookup-min",
-    )
+    given = [
+        option for option in DRAFT_OPTIONS if option_value(args, option) is not None
+    ]
+    if given and (args.speculative == NO_LIMIT or args.policy == "alternate"):
+        fail(
+            f"{given[0]} sets how drafts are proposed, but "
+            + (
+                "--speculative none proposes none"
+                if args.speculative == NO_LIMIT
+                else "--policy alternate never drafts"
+            )
+            + f": leave {given[0]} out, or use --speculative ngram with --policy mixed"
+        )
+    for option, default in DRAFT_OPTIONS.items():
+        if option_value(args, option) is None:
+            setattr(args, option.removeprefix("--").replace("-", "_"), default)
+    require_at_least(args, 1, *DRAFT_OPTIONS)
     if args.prompt_lookup_min > args.prompt_lookup_max:
         fail(
             f"--prompt-lookup-min ({args.prompt_lookup_min}) cannot pass "

@@ -148,6 +148,18 @@ def differences(done: tuple[int, int] = (0, 0)) -> list[Path]:
     return changed + extra
 
 
+def course_days() -> list[tuple[int, int]]:
+    """Every (week, day) the reference labels, in order."""
+    labels = re.compile(r"# Week (\d+) Day (\d+):")
+    return sorted(
+        {
+            (int(week), int(day))
+            for path in REFERENCE.glob("*.py")
+            for week, day in labels.findall(path.read_text())
+        }
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -168,6 +180,12 @@ def main() -> int:
         if match is None:
             parser.error("--done-through takes WEEK.DAY, such as 2.7")
         done = (int(match[1]), int(match[2]))
+        days = course_days()
+        if done not in days:
+            parser.error(
+                f"the course has no week {done[0]} day {done[1]}: its days run from "
+                f"{days[0][0]}.{days[0][1]} to {days[-1][0]}.{days[-1][1]}"
+            )
     if args.check:
         stale = differences(done)
         for path in stale:

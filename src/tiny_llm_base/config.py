@@ -37,6 +37,14 @@ def is_adaptive(policy) -> bool:
     return hasattr(policy, "select_chunk_size")
 
 
+# The draft settings' defaults: another value means nothing without speculative.
+DRAFT_DEFAULTS = {
+    "num_speculative_tokens": 4,
+    "prompt_lookup_max": 3,
+    "prompt_lookup_min": 1,
+}
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """What an Engine runs with.
@@ -170,6 +178,20 @@ class EngineConfig:
         check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
         check_int("prompt_lookup_min", self.prompt_lookup_min, 1)
         check_int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
+        for name in ("jump_forward", "prefix_caching"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"{name} must be True or False, got "
+                    f"{type(getattr(self, name)).__name__} {getattr(self, name)!r}"
+                )
+        if not self.speculative:
+            for name, default in DRAFT_DEFAULTS.items():
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name} sets how drafts are proposed, but speculative is "
+                        "None (no drafts): pass speculative='ngram' or leave "
+                        f"{name} at {default}"
+                    )
         if self.speculative and self.policy != "mixed":
             raise ValueError(
                 "speculative decoding verifies drafts inside a mixed step: pass "

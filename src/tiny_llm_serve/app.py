@@ -353,7 +353,11 @@ def create_app(
                 raise ApiError(output.status, output.message, "server_error")
             if not stream.stopped_by_string:
                 received += len(output.tokens)
-            piece = stops.feed(output.text)
+            text = output.text
+            if output.finish_reason in ("length", "max_seq_len"):
+                # Cut inside a character: its first bytes alone decode to U+FFFD.
+                text = text.rstrip("\ufffd")
+            piece = stops.feed(text)
             if stops.stopped and not stream.stopped_by_string:
                 stream.stopped_by_string = True
                 loop.abort(stream.request_id)

@@ -528,6 +528,16 @@ IGNORED_BEFORE = [
     ("modalities", ["text", "audio"]),
     ("prediction", {"type": "content", "content": "Hello"}),
     ("reasoning_effort", "high"),
+    ("verbosity", "low"),
+    ("web_search_options", {}),
+    ("use_beam_search", True),
+    ("stop_token_ids", [13]),
+    ("bad_words", ["the"]),
+    ("echo", True),
+    ("add_generation_prompt", False),
+    ("continue_final_message", True),
+    ("chat_template", "{{ messages }}"),
+    ("guided_whitespace_pattern", " *"),
 ]
 
 
@@ -541,7 +551,10 @@ def test_a_parameter_the_server_cannot_honour_gets_a_400_naming_it(http, name, v
     # The same field with the value that asks for nothing is accepted.
     no_effect = {"min_tokens": 0, "ignore_eos": False, "repetition_penalty": 1.0,
                  "min_p": 0.0, "include_stop_str_in_output": False,
-                 "skip_special_tokens": True, "modalities": ["text"]}  # fmt: skip
+                 "skip_special_tokens": True, "modalities": ["text"],
+                 "verbosity": "medium", "use_beam_search": False,
+                 "stop_token_ids": [], "echo": False,
+                 "add_generation_prompt": True}  # fmt: skip
     if name in no_effect:
         assert http.post(CHAT, json={**body, name: no_effect[name]}).status_code == 200
 
@@ -549,7 +562,8 @@ def test_a_parameter_the_server_cannot_honour_gets_a_400_naming_it(http, name, v
 def test_fields_that_change_nothing_observable_are_accepted(http):
     body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
     extra = {"user": "u1", "metadata": {"a": "b"}, "store": False,
-             "service_tier": "auto"}  # fmt: skip
+             "service_tier": "auto", "prompt_cache_key": "k",
+             "safety_identifier": "s"}  # fmt: skip
     assert http.post(CHAT, json={**body, **extra}).status_code == 200
 
 

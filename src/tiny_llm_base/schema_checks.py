@@ -49,9 +49,10 @@ def screen_schema(schema) -> None:
     _walk(schema, "", 0)
     if not _Finite(schema).of(schema, frozenset()):
         raise ValueError(
-            "no finite JSON value satisfies this schema: a required property (or a "
-            "$ref) leads back to the schema it is in, so every answer would nest "
-            "forever; make one property on that cycle optional"
+            "no finite JSON value satisfies this schema: a part every answer must "
+            "contain (a required property, the items of minItems) admits no value: it "
+            "is false, or a $ref back to a schema it is inside, which would nest "
+            "forever; make that part optional or give it a schema that can end"
         )
 
 

@@ -340,7 +340,8 @@ def common_fields(
 # Fields of OpenAI's and vLLM's request documents this server does not act on: each
 # is accepted only with a value that asks for nothing (the defaults), else a 400,
 # so that no request is answered as if it had been honoured. Fields that change
-# nothing a client can observe (user, metadata, store, service_tier) are accepted.
+# nothing a client can observe (user, metadata, store, service_tier,
+# prompt_cache_key, safety_identifier, request_id, cache_salt) are accepted.
 NOT_YET = [
     ("min_tokens", (None, 0), "a minimum answer length is not supported"),
     ("ignore_eos", (None, False), "generating past EOS is not supported"),
@@ -356,6 +357,35 @@ NOT_YET = [
     ("audio", (None,), "this model answers in text only"),
     ("prediction", (None,), "predicted outputs are not supported"),
     ("reasoning_effort", (None,), "this model does not reason before answering"),
+    ("verbosity", (None, "medium"), "answer length is set by max_tokens"),
+    ("web_search_options", (None,), "this server does not search the web"),
+    ("best_of", (None, 1), "one answer is generated per request"),
+    ("use_beam_search", (None, False), "beam search is not supported"),
+    (
+        "length_penalty",
+        (None, 1, 1.0),
+        "length penalties (beam search) are not supported",
+    ),
+    ("stop_token_ids", (None, []), "stop at token ids is not supported (use stop)"),
+    ("bad_words", (None, []), "banned words are not supported"),
+    ("allowed_token_ids", (None,), "token allow-lists are not supported"),
+    ("truncate_prompt_tokens", (None,), "prompts are never truncated"),
+    ("prompt_logprobs", (None,), "log-probabilities are not returned"),
+    (
+        "spaces_between_special_tokens",
+        (None, True),
+        "special tokens are never in the text",
+    ),
+    ("echo", (None, False), "the prompt is not echoed back"),
+    ("add_generation_prompt", (None, True), "the assistant's turn is always opened"),
+    ("continue_final_message", (None, False), "a final message is not continued"),
+    ("add_special_tokens", (None, False), "the chat template places special tokens"),
+    ("documents", (None,), "documents are not passed to the template"),
+    ("chat_template", (None,), "the model's own chat template is used"),
+    ("chat_template_kwargs", (None, {}), "the template takes no options here"),
+    ("logits_processors", (None,), "logits processors are not supported"),
+    ("return_tokens_as_token_ids", (None, False), "tokens are returned as text"),
+    ("guided_whitespace_pattern", (None,), "JSON answers are compact (no whitespace)"),
 ]
 
 

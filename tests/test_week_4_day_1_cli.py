@@ -302,3 +302,63 @@ def test_server_on_two_ranks_answers_as_one_rank_and_leaves_nothing(
     assert greedy["choices"][0]["message"]["content"] == expected.text
     assert "2 ranks" in stderr, stderr[-3000:]
     assert "lost rank 0" not in stderr and "differs from rank 0" not in stderr
+
+
+def rank_pid(session: int, rank: int) -> int | None:
+    """The pid of `rank` in the launcher's session (MLX_RANK in its environment)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) != session:
+                continue
+            if f"MLX_RANK={rank}\0".encode() in (entry / "environ").read_bytes():
+                return int(entry.name)
+        except (OSError, ProcessLookupError):
+            continue
+    return None
+
+
+@pytest.mark.parametrize(
+    "sig, words",
+    [
+        # mlx.launch sees rank 1 die and stops rank 0: requests get the stop's 503.
+        (signal.SIGKILL, "shutting down"),
+        # A rank that hangs (stopped): nobody notices but rank 0's watchdog, once
+        # the step's first sum has waited NOTES_TIMEOUT_S.
+        (signal.SIGSTOP, "a rank stopped answering"),
+    ],
+    ids=["killed", "hung"],
+)
+def test_a_lost_rank_gets_a_503_and_the_server_exits(
+    tmp_path, model_folder, sig, words
+):
+    """Rank 1 lost while the server is idle: rank 0's next step would wait for
+    good on a sum that never returns, leaving a port that answers nothing. The
+    waiting request gets a 503 saying why, and the whole launch ends."""
+    port = free_port()
+    process = start(
+        launch_command(
+            2, "-m", "scripts.commands.serve", *serve_options(port, model_folder)
+        ),
+        tmp_path,
+    )
+    try:
+        wait_until_serving(port, process, tmp_path)
+        zero, one = rank_pid(process.pid, 0), rank_pid(process.pid, 1)
+        assert zero is not None and one is not None
+        os.kill(one, sig)
+        question = [{"role": "user", "content": PROMPTS[0]}]
+        status, reply = post(port, {"messages": question, "max_tokens": MAX_TOKENS})
+        assert status == 503, reply
+        assert words in reply["error"]["message"], reply
+        deadline = time.monotonic() + 60  # rank 0 ends (a stopped rank 1 stays)
+        while Path(f"/proc/{zero}").exists() and process.poll() is None:
+            assert time.monotonic() < deadline, "rank 0 is still running"
+            time.sleep(0.2)
+    finally:
+        stop(process, tmp_path)
+    stderr = output(tmp_path)[1]
+    assert "Exception in ASGI" not in stderr, stderr[-3000:]
+    if sig == signal.SIGSTOP:
+        assert "error: a rank stopped answering" in stderr, stderr[-3000:]

@@ -32,6 +32,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 import zlib
 from dataclasses import replace
 from typing import NoReturn
@@ -40,6 +41,11 @@ from scripts.commands.cli import fail
 
 STOP = "stop"
 STOP_TIMEOUT_S = 5.0  # the most a stopping rank 0 waits to tell the others
+# A sum over a ring that lost a rank never returns. The notes' sums return as soon
+# as every rank has finished the step before (milliseconds: they run in lockstep);
+# a whole step may take seconds (a long chunk on a busy machine).
+NOTES_TIMEOUT_S = 10.0
+STEP_TIMEOUT_S = 120.0
 
 
 def digest(outputs) -> int:
@@ -230,6 +236,38 @@ def refuse_clock_decisions(args) -> None:
 # --- The server: rank 0 listens, the others follow --------------------------------
 
 
+class Watchdog:
+    """Calls on_stuck(what) once, from its own thread, when a watched call on rank
+    0's engine thread has run past its limit: the thread itself is stuck inside a
+    sum that will never return, so someone else must say so."""
+
+    def __init__(self, on_stuck) -> None:
+        self.on_stuck = on_stuck
+        self.lock = threading.Lock()
+        self.deadline: float | None = None
+        self.what = ""
+        self.fired = False
+        threading.Thread(target=self.watch, name="rank-watchdog", daemon=True).start()
+
+    def arm(self, limit_s: float, what: str) -> None:
+        with self.lock:
+            self.deadline, self.what = time.monotonic() + limit_s, what
+
+    def disarm(self) -> None:
+        with self.lock:
+            self.deadline = None
+
+    def watch(self) -> None:
+        while not self.fired:
+            time.sleep(0.25)
+            with self.lock:
+                late = self.deadline is not None and time.monotonic() > self.deadline
+                what = self.what
+            if late:
+                self.fired = True
+                self.on_stuck(what)
+
+
 class RankZeroEngine:
     """Rank 0's Engine as the server's EngineLoop sees it.
 
@@ -251,6 +289,7 @@ class RankZeroEngine:
         self.seeded = False
         self.last_digest = digest([])
         self.broken = False  # a step raised: the ring may be gone
+        self.watchdog: Watchdog | None = None  # set by the server (watch_ranks)
 
     def __getattr__(self, name: str):
         return getattr(self.engine, name)
@@ -295,17 +334,25 @@ class RankZeroEngine:
         with self.lock:
             notes, self.notes = self.notes, []
             local, self.local = self.local, []
+        watchdog = self.watchdog
         try:
+            if watchdog:
+                watchdog.arm(NOTES_TIMEOUT_S, "the start of a step")
             self.ranks.broadcast((notes, self.last_digest))
             for note in local:
                 if note[0] == "add":
                     self.engine.add_request(note[1])
                 else:
                     self.engine.abort(note[1])
+            if watchdog:
+                watchdog.arm(STEP_TIMEOUT_S, "a step")
             outputs = self.engine.step()
         except BaseException:
             self.broken = True
             raise
+        finally:
+            if watchdog:
+                watchdog.disarm()
         self.last_digest = digest(outputs)
         return outputs
 

@@ -23,6 +23,7 @@ import errno  # noqa: E402
 import importlib  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from scripts.commands.cli import (  # noqa: E402
@@ -49,6 +50,7 @@ from scripts.commands.cli import (  # noqa: E402
 from scripts.commands.ranks import (  # noqa: E402
     Ranks,
     RankZeroEngine,
+    Watchdog,
     agreed_num_blocks,
     budget_source,
     follow,
@@ -281,6 +283,7 @@ def main() -> None:
     app = create_app(engine, settings, make_sampler, EngineLog(write).update)
     if ranks.sharded:
         stop_other_ranks_with(app.state.engine_loop, engine)
+        watch_ranks(app.state.engine_loop, engine)
     try:
         serve(app, sock, started)  # SIGTERM or Ctrl-C: open streams end with an error
     finally:
@@ -309,6 +312,25 @@ def share_pool(package, model, ranks: Ranks, args, max_seq_len: int) -> None:
     )
     args.kv_source = budget_source(ranks, args.kv_memory)
     args.kv_memory = None
+
+
+def watch_ranks(engine_loop, engine: RankZeroEngine) -> None:
+    """A rank that dies leaves rank 0's next sum waiting for good, and the server
+    listening but answering nothing. When a step overruns its limit (Watchdog):
+    every open request ends with a 503 saying so, then the process exits with an
+    error line, and mlx.launch ends the other ranks."""
+
+    def on_stuck(what: str) -> None:
+        message = (
+            f"a rank stopped answering during {what}: the ranks cannot compute "
+            "together any more; restart the server"
+        )
+        engine_loop.fail_all(message, status=503)
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        time.sleep(1.0)  # the failed requests' 503s go out first
+        os._exit(1)
+
+    engine.watchdog = Watchdog(on_stuck)
 
 
 def stop_other_ranks_with(engine_loop, engine: RankZeroEngine) -> None:

@@ -86,6 +86,7 @@ class EngineLoop:
         self.wakeup = threading.Event()
         self.stopping = False
         self.failure: str | None = None
+        self.failure_status = 500
         self.snapshot: SchedulerSnapshot | None = None
         self.rates: deque[tuple[float, int, int]] = deque(maxlen=4096)
         self.last_log_line = ""
@@ -115,6 +116,9 @@ class EngineLoop:
     def submit(self, spec: PromptSpec, stream: Stream) -> int:
         """Hand a request to the engine (any thread); its outputs go to `stream`."""
         with self.lock:
+            if self.failure is not None:  # failed (or stopping) since it was checked
+                stream.put(EngineFailure(self.failure, self.failure_status))
+                return -1
             stream.arrival = time.perf_counter()
             request_id = self.engine.add_request(spec)
             stream.request_id = request_id
@@ -125,6 +129,8 @@ class EngineLoop:
 
     def abort(self, request_id: int) -> None:
         """Stop a request (any thread): its slot is free after the next step."""
+        if request_id is None:  # never handed to the engine
+            return
         self.engine.abort(request_id)
         self.wakeup.set()
 
@@ -224,7 +230,7 @@ class EngineLoop:
     def fail_all(self, message: str, status: int = 500) -> None:
         """engine.step() raised: every open request ends with the error, and later
         ones are refused (failure is kept) until the server restarts."""
-        self.failure = message
+        self.failure, self.failure_status = message, status
         with self.lock:
             streams, self.streams = self.streams, {}
             self.unstarted.clear()

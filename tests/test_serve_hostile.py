@@ -559,6 +559,14 @@ def test_a_parameter_the_server_cannot_honour_gets_a_400_naming_it(http, name, v
         assert http.post(CHAT, json={**body, name: no_effect[name]}).status_code == 200
 
 
+def test_stream_options_other_than_include_usage_are_refused(http):
+    body = {"messages": [{"role": "user", "content": "Hi"}], "stream": True,
+            "stream_options": {"continuous_usage_stats": True}}  # fmt: skip
+    response = http.post(CHAT, json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "stream_options.continuous_usage_stats"
+
+
 def test_fields_that_change_nothing_observable_are_accepted(http):
     body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
     extra = {"user": "u1", "metadata": {"a": "b"}, "store": False,

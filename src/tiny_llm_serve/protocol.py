@@ -282,6 +282,12 @@ def common_fields(
             raise wrong_type(
                 "stream_options", options, 'an object like {"include_usage": true}'
             )
+        for key, value in options.items():
+            if key != "include_usage" and value not in (None, False):
+                raise unsupported(
+                    f"stream_options.{key}",
+                    "only include_usage is supported; leave the others out",
+                )
         include_usage = options.get("include_usage", False)
         if not isinstance(include_usage, bool):
             raise wrong_type(

@@ -24,7 +24,6 @@ from scripts.commands.interrupt import exit_on_interrupt, unwind_on_interrupt
 exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
 
 import argparse  # noqa: E402
-import importlib  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -35,6 +34,11 @@ from rich.progress_bar import ProgressBar  # noqa: E402
 from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
+from scripts.commands.solution import (  # noqa: E402
+    add_solution_option,
+    check_solution,
+    solution_package,
+)
 from scripts.commands.cli import (  # noqa: E402
     STEP_LIMIT_OPTIONS,
     EngineLog,
@@ -142,7 +146,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--max-seq-len", type=int, default=512)
-    parser.add_argument("--solution", default="ref", help="ref | learner")
+    add_solution_option(parser)
     add_constraint_options(parser)
     args = parser.parse_args()
     require_model_name(args.model)
@@ -153,8 +157,7 @@ def parse_args() -> argparse.Namespace:
     args.token_budget = parse_token_budget(args)
     check_scheduling_options(args)
     args.kv_memory = parse_kv_memory(args.kv_memory)
-    if args.solution not in ("ref", "learner"):
-        fail(f"unknown --solution {args.solution!r}: choose ref or learner")
+    check_solution(args)
     args.prompts = read_prompts(args.prompts_file) if args.prompts_file else None
     return args
 
@@ -408,9 +411,7 @@ def main() -> None:
     note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
     clamp_max_seq_len(args, mlx_model)
-    package = importlib.import_module(
-        "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
-    )
+    package = solution_package(args.solution)
     # Fast kernels are week 2 day 3; a learner's days 1-2 model runs without them.
     kinds = ["week2-fast", "week2"] if args.solution == "learner" else ["week2-fast"]
     console = Console()

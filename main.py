@@ -16,12 +16,17 @@ from scripts.commands.interrupt import exit_on_interrupt, unwind_on_interrupt
 exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
 
 import argparse  # noqa: E402
-import importlib  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-import tiny_llm_ref  # noqa: E402  (before mlx.core: loads the fast BLAS)
+import tiny_llm_base  # noqa: E402  (before mlx.core: loads the fast BLAS)
 
+from scripts.commands.solution import (  # noqa: E402
+    add_solution_option,
+    check_solution,
+    not_written_yet,
+    solution_package,
+)
 from scripts.commands.cli import (  # noqa: E402
     MODEL_KINDS,
     context_length,
@@ -78,7 +83,7 @@ def parse_args() -> argparse.Namespace:
         help="with --temp above 0: sample only from the K likeliest tokens "
         "(default: no limit)",
     )
-    parser.add_argument("--solution", default="ref", help="ref | learner | mlx")
+    add_solution_option(parser, extra=("mlx",))
     parser.add_argument(
         "--loader",
         default="auto",
@@ -89,8 +94,15 @@ def parse_args() -> argparse.Namespace:
     require_at_least(args, 1, "--max-tokens")
     require_finite("--temp", args.temp)
     require_finite("--top-p", args.top_p)
-    if args.solution not in ("ref", "learner", "mlx"):
-        fail(f"unknown --solution {args.solution!r}: choose ref, learner or mlx")
+    if args.temp < 0:
+        fail(f"--temp must be a number >= 0 (0 means greedy), got {args.temp}")
+    if not 0 < args.top_p <= 1:
+        fail(f"--top-p must be in (0, 1] (1 keeps every token), got {args.top_p}")
+    if args.top_k is not None and args.top_k < 1:
+        fail(
+            f"--top-k must be at least 1 (leave it out for no limit), got {args.top_k}"
+        )
+    check_solution(args, extra=("mlx",))
     if args.loader not in ("auto", *MODEL_KINDS):
         fail(f"unknown --loader {args.loader!r}: choose auto, {', '.join(MODEL_KINDS)}")
     args.prompt = read_prompt(args.prompt)
@@ -115,10 +127,7 @@ def read_prompt(option: str | None) -> str:
 def main() -> None:
     unwind_on_interrupt()  # the imports are done
     args = parse_args()
-    try:
-        sampler = tiny_llm_ref.make_sampler(args.temp, args.top_p, args.top_k)
-    except ValueError as error:
-        fail_with_options(error, ("--temp", "--top-p", "--top-k"))
+    sampler = make_sampler(args)
     note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
     check_context_length(mlx_model, tokenizer, args)
@@ -126,9 +135,7 @@ def main() -> None:
     if args.solution == "mlx":
         stats = generate_with_mlx_lm(mlx_model, tokenizer, args, sampler)
     else:
-        package = importlib.import_module(
-            "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
-        )
+        package = solution_package(args.solution)
         kinds = list(MODEL_KINDS) if args.loader == "auto" else [args.loader]
         try:
             model, kind = newest_model(package, mlx_model, kinds)
@@ -139,7 +146,7 @@ def main() -> None:
             )
             stats = generate_with_course(generate, model, tokenizer, args, sampler)
         except NotImplementedError as error:
-            fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
+            not_written_yet(error)
         except ValueError as error:  # a model the hand-written code does not support
             fail(str(error), status=1)
     prompt_tokens, prompt_tps, gen_tokens, gen_tps = stats
@@ -148,6 +155,25 @@ def main() -> None:
         f"generation: {gen_tokens} tokens, {gen_tps:.1f} tokens/s",
         file=sys.stderr,
     )
+
+
+def make_sampler(args):
+    """The sampler of --solution's package (mlx-lm's for mlx). Greedy needs no day
+    written: --temp 0 takes the likeliest token whatever the package has."""
+    if args.solution == "mlx":
+        from mlx_lm.sample_utils import make_sampler as mlx_lm_sampler
+
+        return mlx_lm_sampler(args.temp, args.top_p, top_k=args.top_k or 0)
+    if args.temp == 0:
+        return tiny_llm_base.greedy
+    try:
+        return solution_package(args.solution).make_sampler(
+            args.temp, args.top_p, args.top_k
+        )
+    except ValueError as error:
+        fail_with_options(error, ("--temp", "--top-p", "--top-k"))
+    except NotImplementedError as error:
+        not_written_yet(error)
 
 
 def check_context_length(mlx_model, tokenizer, args) -> None:

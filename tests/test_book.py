@@ -5,6 +5,8 @@
 - SUMMARY.md links every chapter file, and every chapter it links exists;
 - every `{{#include path:anchor}}` resolves, relative to the chapter that contains
   it, and the anchor is marked (`ANCHOR: name` ... `ANCHOR_END: name`) in that file;
+  no include reads src/tiny_llm_ref: the book builds without it, and shows a day's
+  code only as the skeleton has it (signature, docstring, the day's stub);
 - every relative link between chapters (outside code blocks) resolves, and so does
   its `#anchor`, against the heading ids mdbook gives the target page;
 - every day chapter (weekW-0D-*.md) tells the reader to run `pdm run test --week W
@@ -174,6 +176,18 @@ def test_includes_resolve():
                             f"no `{marker}: {anchor}` in {target.resolve().relative_to(ROOT)}"
                             " (mdbook would include nothing, silently)"
                         )
+    assert not problems, report(problems)
+
+
+def test_the_book_includes_no_reference_code():
+    problems = [
+        f"{where(path, number)}: includes {target}: include src/tiny_llm (the "
+        "skeleton) or tiny_llm_base instead"
+        for path in chapters()
+        for number, line in numbered_lines(path)
+        for target in INCLUDE.findall(line)
+        if "tiny_llm_ref" in target
+    ]
     assert not problems, report(problems)
 
 

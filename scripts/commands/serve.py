@@ -20,12 +20,16 @@ exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a trac
 
 import argparse  # noqa: E402
 import errno  # noqa: E402
-import importlib  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from scripts.commands.solution import (  # noqa: E402
+    add_solution_option,
+    check_solution,
+    solution_package,
+)
 from scripts.commands.cli import (  # noqa: E402
     EngineLog,
     STEP_LIMIT_OPTIONS,
@@ -85,7 +89,7 @@ def parse_args() -> argparse.Namespace:
         "--host", default="127.0.0.1", help="address to bind (default: loopback only)"
     )
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--solution", default="ref", help="ref | learner")
+    add_solution_option(parser)
     parser.add_argument("--batch-size", type=int, default=8, help="decode slots")
     parser.add_argument(
         "--prefill-step",
@@ -140,8 +144,7 @@ def parse_args() -> argparse.Namespace:
     )
     args = parser.parse_args()
     require_model_name(args.model)
-    if args.solution not in ("ref", "learner"):
-        fail(f"unknown --solution {args.solution!r}: choose ref or learner")
+    check_solution(args)
     if not 0 < args.port < 65536:
         fail(f"--port must be in 1..65535, got {args.port}")
     require_at_least(
@@ -220,9 +223,7 @@ def main() -> None:
         refuse_clock_decisions(args)
     note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
-    package = importlib.import_module(
-        "tiny_llm" if args.solution == "learner" else "tiny_llm_ref"
-    )
+    package = solution_package(args.solution)
     engine = build_engine(package, mlx_model, tokenizer, args, ranks)
     if ranks.rank > 0:
         follow(engine, ranks, package.make_sampler)  # until rank 0 stops

@@ -34,7 +34,7 @@ import platform
 import statistics
 import time
 
-import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
+import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
 import mlx.core as mx
@@ -45,6 +45,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from rich.console import Console
 from rich.table import Table
 
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import (
     context_length,
     fail,
@@ -62,7 +63,7 @@ BANDWIDTH_BYTES = 256 * 1024 * 1024
 class TinyRunner:
     """Drives a Qwen2ModelWeek2: it needs the offset of every call."""
 
-    def __init__(self, model: tiny_llm_ref.Qwen2ModelWeek2):
+    def __init__(self, model):  # the package's Qwen2ModelWeek2
         self.model = model
 
     def prefill(self, prompt: mx.array) -> mx.array:
@@ -162,7 +163,9 @@ def parse_args() -> argparse.Namespace:
         help="stop repeating a contender's measure after this many seconds",
     )
     parser.add_argument("--out", help="also write the measurements as JSON here")
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     require_at_least(args, 1, "--repeats", "--prompt-lengths", "--decode-tokens")
     require_positive(args, "--budget-s")
     return args
@@ -200,17 +203,15 @@ def main() -> None:
     )
 
     with console.status("loading the embedded model"):
-        quantized, _ = tiny_llm_ref.load_model()
+        quantized, _ = course.load_model()
     check_context(args, context_length(quantized))
     with console.status("loading it again for a float32 copy"):
-        float32 = float32_copy(tiny_llm_ref.load_model()[0])
+        float32 = float32_copy(course.load_model()[0])
     runners = {
         "tiny fast": TinyRunner(
-            tiny_llm_ref.Qwen2ModelWeek2(
-                quantized, weights="float32", use_fast_kernels=True
-            )
+            course.Qwen2ModelWeek2(quantized, weights="float32", use_fast_kernels=True)
         ),
-        "tiny": TinyRunner(tiny_llm_ref.Qwen2ModelWeek2(quantized, weights="float32")),
+        "tiny": TinyRunner(course.Qwen2ModelWeek2(quantized, weights="float32")),
         "mlx-lm f32": MlxLmRunner(float32),
         "mlx-lm q4": MlxLmRunner(quantized),
     }
@@ -297,4 +298,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)

@@ -25,7 +25,7 @@ process, side by side:
 Nothing is asserted; --out writes the numbers as JSON.
 """
 
-import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
+import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
 import json
@@ -43,6 +43,7 @@ from rich.table import Table
 
 from scripts.bench.benchlib.workloads import long_prompt
 from scripts.bench.prompt_texts import SHORT_QUESTIONS
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import fail, option_parser, require_at_least
 from tiny_llm_base.fast_blas import STATUS
 from tiny_llm_base.mlx_lm_reference import chat_ids
@@ -52,9 +53,8 @@ GOAL_POSITION = 2000
 GOAL_SPEEDUP = 2.0
 DECODE_TOKENS = 8
 PARTS_CACHE_LIMIT = 1 << 30  # MLX's buffer cache while the parts are timed alone
-# The module whose fast_attention and swiglu the blocks call: swapped for the
-# previous versions while "before" runs.
-QWEN2_WEEK2 = tiny_llm_ref.qwen2_week2
+# course.qwen2_week2 is the module whose fast_attention and swiglu the blocks call:
+# they are swapped for the previous versions while "before" runs.
 
 
 def previous_fast_attention(q, k, v, scale, mask):
@@ -84,19 +84,19 @@ def previous_fast_attention(q, k, v, scale, mask):
 @mx.compile
 def previous_swiglu(gate, up):
     """swiglu before: silu with mx.sigmoid, compiled."""
-    return tiny_llm_ref.silu(gate) * up
+    return course.silu(gate) * up
 
 
 @contextmanager
 def before():
     """Run the fast path as it was before cpu_attention and fast_exp."""
-    saved = QWEN2_WEEK2.fast_attention, QWEN2_WEEK2.swiglu
-    QWEN2_WEEK2.fast_attention = previous_fast_attention
-    QWEN2_WEEK2.swiglu = previous_swiglu
+    saved = course.qwen2_week2.fast_attention, course.qwen2_week2.swiglu
+    course.qwen2_week2.fast_attention = previous_fast_attention
+    course.qwen2_week2.swiglu = previous_swiglu
     try:
         yield
     finally:
-        QWEN2_WEEK2.fast_attention, QWEN2_WEEK2.swiglu = saved
+        course.qwen2_week2.fast_attention, course.qwen2_week2.swiglu = saved
 
 
 @contextmanager
@@ -125,7 +125,7 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
 
 def random_layer_cache(model, position: int):
     """One layer's cache holding `position` random keys and values."""
-    layer_cache = tiny_llm_ref.TinyKvFullCache()
+    layer_cache = course.TinyKvFullCache()
     if position:
         attention = model.layers[0].attention
         shape = (1, attention.num_kv_heads, position, attention.head_dim)
@@ -164,7 +164,7 @@ def layer_parts(model, position: int) -> dict[str, Callable[[], object]]:
 
     # cpu_attention's blocks as it cuts them: all heads at once when the scores fit
     # one block, else each key/value head's queries in blocks.
-    kernels = tiny_llm_ref.cpu_kernels
+    kernels = course.cpu_kernels
     if H_q * CHUNK * S <= kernels.SCORE_BLOCK and CHUNK <= kernels.QUERY_BLOCK:
         lead, size, count = (1, H), CHUNK, 1
     else:
@@ -217,12 +217,12 @@ def layer_parts(model, position: int) -> dict[str, Callable[[], object]]:
             attention.apply_rope(q[:, :H], position),
         ),
         "before: swiglu (mx.sigmoid)": lambda: previous_swiglu(gate, up),
-        "after: swiglu (fast_exp)": lambda: QWEN2_WEEK2.swiglu(gate, up),
+        "after: swiglu (fast_exp)": lambda: course.qwen2_week2.swiglu(gate, up),
         "before: attention (mx.fast)": lambda: previous_fast_attention(
             q, keys, values, scale, "causal"
         ),
         "  of which its exps (mx.exp)": lambda: mx.exp(scores_full),
-        "after: attention (cpu_attention)": lambda: tiny_llm_ref.cpu_attention(
+        "after: attention (cpu_attention)": lambda: course.cpu_attention(
             q, keys, values, scale, "causal"
         ),
         "  scores k @ q^T": times_blocks(lambda: k_block @ q_block),
@@ -324,9 +324,7 @@ def mixed_step_goal(model, decode_rows: int, repeats: int) -> dict:
     ]
     batch_cache = []
     for _ in range(model.num_layers):
-        layer_cache = tiny_llm_ref.BatchingKvCache(
-            max(decode_rows, 1), model.context_length
-        )
+        layer_cache = course.BatchingKvCache(max(decode_rows, 1), model.context_length)
         for slot, offset in enumerate(decode_offsets):
             layer_cache.add_request(random_layer_cache(model, offset), slot)
         batch_cache.append(layer_cache)
@@ -335,10 +333,10 @@ def mixed_step_goal(model, decode_rows: int, repeats: int) -> dict:
     times = {name: [] for name in PATHS}
     for round_ in range(repeats + 1):
         for name, path in PATHS.items():
-            chunk = tiny_llm_ref.PrefillChunk(tokens, GOAL_POSITION, chunk_cache, 1)
+            chunk = course.PrefillChunk(tokens, GOAL_POSITION, chunk_cache, 1)
             with path():
                 start = time.perf_counter()
-                decode_logits, chunk_logits = tiny_llm_ref.mixed_forward(
+                decode_logits, chunk_logits = course.mixed_forward(
                     model,
                     decode_tokens,
                     decode_offsets,
@@ -414,11 +412,13 @@ def main() -> None:
     parser.add_argument("--decode-rows", type=int, default=4)
     parser.add_argument("--long-prompt", type=int, default=2000)
     parser.add_argument("--out", help="also write the measurements as JSON here")
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     require_at_least(args, 1, "--repeats")
     require_at_least(args, 0, "--positions", "--decode-rows", "--long-prompt")
 
-    mlx_model, tokenizer = tiny_llm_ref.load_model()
+    mlx_model, tokenizer = course.load_model()
     context = mlx_model.args.max_position_embeddings
     for position in [*args.positions, GOAL_POSITION, args.long_prompt]:
         if position + CHUNK + DECODE_TOKENS > context:
@@ -426,9 +426,7 @@ def main() -> None:
                 f"position {position} leaves no room for a {CHUNK}-token chunk in the "
                 f"model's context of {context} positions"
             )
-    model = tiny_llm_ref.Qwen2ModelWeek2(
-        mlx_model, weights="float32", use_fast_kernels=True
-    )
+    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
     console = Console()
     if not console.is_terminal:  # keep the tables whole when piped to a file
         console = Console(width=120)
@@ -490,4 +488,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)

@@ -47,8 +47,8 @@ import mlx.core as mx
 from rich.console import Console
 
 from tiny_llm_base.fast_blas import STATUS
+from tiny_llm_base import load_model
 from tiny_llm_base.mlx_lm_reference import float32_copy, greedy_without
-from tiny_llm_ref import Qwen2ModelWeek2, load_model
 
 from scripts.bench.benchlib import render
 from scripts.bench.benchlib.measure import (
@@ -66,6 +66,7 @@ from scripts.bench.benchlib.runners import (
     run_ours,
 )
 from scripts.bench.benchlib.workloads import CASE_TITLES, WORKLOADS, warmup_workload
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import (
     fail,
     option_parser,
@@ -113,7 +114,9 @@ def parse_args() -> argparse.Namespace:
         default="b:alternate:128,mixed:none/128",
         help="CASE:CONFIG,CONFIG: the two runs the timeline picture shows",
     )
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     require_at_least(args, 1, "--repeats")
     require_positive(args, "--time-limit")
     args.cases = [c.strip() for c in args.cases.split(",")]
@@ -175,7 +178,7 @@ def main() -> None:
         f"{os.cpu_count()} CPUs; {blas}\n{load_at_start}"
     )
     mlx_model, tokenizer = load_model()
-    model = Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
     peer = float32_copy(mlx_model)
     sampler = greedy_without(tokenizer.eos_token_ids, mlx_model.args.vocab_size)
 
@@ -270,4 +273,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)

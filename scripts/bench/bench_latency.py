@@ -5,7 +5,7 @@ pdm run bench-latency --quick          # smaller: a ~1,500-token long prompt
 pdm run bench-latency --sweep          # also SWEEP's grid, one row per point
 pdm run bench-latency --set long_prefill_token_threshold=32 --set fcfs:prefill_step=64
 
-Every run is a fresh in-process Engine on the embedded model (the served weights),
+Every run is a fresh in-process course.Engine on the embedded model (the served weights),
 greedy with EOS masked out: every request generates max_tokens.
 
 Part 1, trace: short interactive chats arrive as a Poisson process and one long
@@ -47,6 +47,7 @@ from scripts.bench.benchlib.measure import percentile
 from scripts.bench.benchlib.runners import Arrivals
 from scripts.bench.benchlib.workloads import Workload, long_prompt, warmup_workload
 from scripts.bench.prompt_texts import SHORT_QUESTIONS
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import (
     MIXED_STEP_DEFAULTS,
     fail,
@@ -55,7 +56,6 @@ from scripts.commands.cli import (
 )
 from tiny_llm_base import EngineConfig, PromptSpec, load_model
 from tiny_llm_base.mlx_lm_reference import chat_ids, greedy_without
-from tiny_llm_ref import Engine, Qwen2ModelWeek2
 
 IMAGE = (
     Path(__file__).resolve().parents[2] / "book/src/images/week3-latency-timeline.png"
@@ -182,7 +182,9 @@ def parse_args() -> argparse.Namespace:
         "--rate", type=float, help="short requests a second (full 0.25, quick 1)"
     )
     parser.add_argument("--json", help="default: bench-results/latency[-quick].json")
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     require_positive(args, "--rate")
     args.sizes = QUICK if args.quick else FULL
     if args.rate is not None:
@@ -237,12 +239,12 @@ def describe(workload: Workload, sizes: Sizes) -> str:
 
 
 def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> dict:
-    """A fresh Engine through the trace: before each step it gets every request whose
+    """A fresh course.Engine through the trace: before each step it gets every request whose
     arrival time has passed (it sleeps while idle); at time_limit_s the rest is
     aborted. Per request, its times in seconds from the start (arrival: when it was
     due; prefill_start: its first chunk; tokens: each token's), and the counts."""
     forwards = []
-    engine = Engine(
+    engine = course.Engine(
         model,
         tokenizer,
         **{"max_seq_len": model.context_length, **settings},
@@ -346,7 +348,7 @@ def priority_part(model, tokenizer, sampler, settings: dict, sizes: Sizes) -> di
     def run(specs: list[PromptSpec], then: PromptSpec | None = None):
         """specs to the end; `then` added once all of them decode. The results in
         the order added, and the engine's preemptions."""
-        engine = Engine(model, tokenizer, sampler=sampler, **settings)
+        engine = course.Engine(model, tokenizer, sampler=sampler, **settings)
         ids = [engine.add_request(spec) for spec in specs]
         while then and len(engine.planner.decoding()) < len(specs):
             engine.step()
@@ -487,7 +489,9 @@ def main() -> int:
     sizes = args.sizes
     console = Console() if sys.stdout.isatty() else Console(width=170)
     mlx_model, tokenizer = load_model()
-    model = Qwen2ModelWeek2(mlx_model, use_fast_kernels=True)  # as main and serve
+    model = course.Qwen2ModelWeek2(
+        mlx_model, use_fast_kernels=True
+    )  # as main and serve
     sampler = greedy_without(tokenizer.eos_token_ids, model.vocab_size)
     workloads = {flag: trace(tokenizer, sizes, flag) for flag in (False, True)}
     console.print(
@@ -568,4 +572,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

@@ -23,7 +23,6 @@ Writes a table per part, JSON (--json) and plots (book/src/images/week3-02-*.png
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -35,11 +34,11 @@ from rich.table import Table
 
 from scripts.bench.bench_prefix_cache import Result, chat, mlx_lm_one
 from scripts.bench.loadlib.workload import make_workload
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import option_parser
 from tiny_llm_base import PromptSpec, load_model
 from tiny_llm_base.memory import kv_bytes_per_token
 from tiny_llm_base.mlx_lm_reference import float32_copy, greedy_without
-from tiny_llm_ref import Engine, Qwen2ModelWeek2
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "book" / "src" / "images"
@@ -57,7 +56,7 @@ CHAT_TURNS = [
 ]
 
 
-def run_to_end(engine: Engine, specs: list[PromptSpec], on_step=None) -> list:
+def run_to_end(engine, specs: list[PromptSpec], on_step=None) -> list:
     """Every spec through the engine; results in the order added."""
     ids = [engine.add_request(spec) for spec in specs]
     results = {}
@@ -78,7 +77,7 @@ def step_seconds(model, tokenizer, sampler, kv_cache: str, pool_blocks: int | No
     chunk. With pool_blocks, the paged pool's arrays are grown to that many blocks
     first (as a long-running server's would be)."""
     settings = dict(num_blocks=4096, prefix_caching=False) if pool_blocks else {}
-    engine = Engine(
+    engine = course.Engine(
         model,
         tokenizer,
         batch_size=5,
@@ -164,7 +163,7 @@ def peak_memory_run(model, tokenizer, specs, **settings) -> tuple[int, list]:
     mx.clear_cache()
     mx.reset_peak_memory()
     start = mx.get_active_memory()
-    engine = Engine(model, tokenizer, **settings)
+    engine = course.Engine(model, tokenizer, **settings)
     results = run_to_end(engine, specs)
     peak = mx.get_peak_memory() - start
     del engine
@@ -207,7 +206,7 @@ def budget_part(model, tokenizer, sampler, short_count: int) -> dict:
     runs = {}
     for name, kv_cache, batch_size in (("dense", "dense", 4), ("paged", "paged", 16)):
         decoding = []
-        engine = Engine(
+        engine = course.Engine(
             model,
             tokenizer,
             batch_size=batch_size,
@@ -262,11 +261,11 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
-    """One replay through a paged Engine. Per turn: TTFT, tokens found cached, and the
+    """One replay through a paged course.Engine. Per turn: TTFT, tokens found cached, and the
     reusable tokens: the prompt's common prefix with everything the previous turn
     computed (its prompt and all but its last generated token), never the prompt's
     last token (always computed)."""
-    engine = Engine(
+    engine = course.Engine(
         model,
         tokenizer,
         batch_size=4,
@@ -469,11 +468,15 @@ def main() -> int:
     parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
     parser.add_argument("--json", default="bench-results/paged.json")
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     console = Console(width=150)
     mlx_model, tokenizer = load_model()
-    served = Qwen2ModelWeek2(mlx_model, use_fast_kernels=True)  # as main and serve
-    exact = Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    served = course.Qwen2ModelWeek2(
+        mlx_model, use_fast_kernels=True
+    )  # as main and serve
+    exact = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
     reference = float32_copy(mlx_model)
     sampler = greedy_without(tokenizer.eos_token_ids, served.vocab_size)
     step = step_part(served, tokenizer, sampler, 1 if args.quick else 3)
@@ -516,4 +519,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

@@ -16,7 +16,6 @@ book/src/images/.
 
 import json
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,10 +28,10 @@ from mlx_lm.server import LRUPromptCache
 from rich.console import Console
 from rich.table import Table
 
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import option_parser
 from tiny_llm_base import PromptSpec, load_model
 from tiny_llm_base.mlx_lm_reference import float32_copy
-from tiny_llm_ref import Engine, Qwen2ModelWeek2
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "book/src/images"
@@ -105,9 +104,9 @@ def chat(tokenizer, messages: list[dict]) -> list[int]:
 
 
 def run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching) -> Result:
-    """All prompts through one paged Engine, each admitted at its arrival step."""
+    """All prompts through one paged course.Engine, each admitted at its arrival step."""
     max_seq_len = max(len(p) for p in prompts) + max_tokens
-    engine = Engine(
+    engine = course.Engine(
         model,
         tokenizer,
         batch_size=BATCH_SIZE,
@@ -152,7 +151,7 @@ def summarize(runner, results, metrics, seconds) -> Result:
 
 def run_chat_engine(model, tokenizer, turns, max_tokens, caching) -> Result:
     """A chat through one Engine: each turn waits for the previous answer."""
-    engine = Engine(
+    engine = course.Engine(
         model,
         tokenizer,
         batch_size=BATCH_SIZE,
@@ -324,11 +323,13 @@ def main() -> int:
     parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default="bench-results/prefix_cache.json")
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     console = Console(width=150)
     mlx_model, tokenizer = load_model()
     reference = float32_copy(mlx_model)
-    model = Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
     system_tokens, requests, max_tokens = (600, 8, 6) if args.quick else (1500, 16, 8)
     system = system_prompt(system_tokens, tokenizer)
     prompts = [
@@ -413,4 +414,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

@@ -10,7 +10,7 @@ Formats, all computing x [M, K] @ w.T for a weight w [N, K]:
             (the embedded model's storage) with float32 x
 - mlx q4 f16: the same with float16 x, the all-half-precision path; its CPU cost
             grows with M so steeply that it is timed at M=1 only
-- tiny q4:  tiny_llm_ref.quantized_matmul on the same weight with float32 x: it
+- tiny q4:  course.quantized_matmul on the same weight with float32 x: it
             dequantizes the weight to float32 on every call, then uses `@`
 
 The "all matmuls" row adds up, from the rows above, the linear layers of one decode
@@ -23,13 +23,14 @@ import os
 import platform
 import time
 
-import tiny_llm_ref  # first: loads the fast BLAS before mlx.core
+import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
 import mlx.core as mx
 from rich.console import Console
 from rich.table import Table
 
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import option_parser, require_at_least
 from tiny_llm_base.fast_blas import STATUS
 
@@ -68,9 +69,7 @@ def matmul_for(fmt: str, m: int, n: int, k: int):
             xs, packed, scales, biases, group_size=GROUP_SIZE, bits=BITS
         )
     mx.eval(x, packed, scales, biases)
-    return lambda: tiny_llm_ref.quantized_matmul(
-        scales, biases, GROUP_SIZE, BITS, x, packed
-    )
+    return lambda: course.quantized_matmul(scales, biases, GROUP_SIZE, BITS, x, packed)
 
 
 def time_ms(fn, repeats: int, budget_s: float = 2.0) -> float:
@@ -134,7 +133,9 @@ def main() -> None:
     parser = option_parser(__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", help="also write the measurements as JSON here")
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     require_at_least(args, 1, "--repeats")
 
     console = Console()
@@ -168,4 +169,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)

@@ -33,6 +33,7 @@ from rich.console import Console
 from scripts.bench.loadlib import report
 from scripts.bench.loadlib.client import run_load
 from scripts.bench.loadlib.workload import make_workload
+from scripts.commands.solution import add_solution_option, check_solution
 from scripts.commands.cli import (
     fail,
     option_parser,
@@ -110,7 +111,7 @@ class Server:
 
 def ours(args, port: int) -> Server:
     command = [sys.executable, "-m", "scripts.commands.serve", "--port", str(port)]
-    command += ["--batch-size", str(args.batch_size)]
+    command += ["--batch-size", str(args.batch_size), "--solution", args.solution]
     if args.policy:
         command += ["--policy", args.policy]
     if args.policy != "alternate" and args.token_budget:
@@ -315,7 +316,9 @@ def main() -> None:
     parser.add_argument("--soak-cancel", type=float, default=0.2)
     parser.add_argument("--soak-time-limit", type=float, default=900.0)
     parser.add_argument("--json", type=Path, default=Path("bench-serve.json"))
+    add_solution_option(parser)
     args = parser.parse_args()
+    check_solution(args)
     check_options(args)
     console = Console(width=150)
     record = {"arguments": {k: str(v) for k, v in vars(args).items()}}

@@ -18,7 +18,7 @@ was decoding. "In steps" counts the same speed-up in each run's own plain decode
 steps (speedup_in_steps), which a load that changes between runs cannot move. Goals: input-grounded at least 1.6x without speculation at batch 1 and
 1.3x at batch 4; open-ended chat at least 0.97x; the greedy tokens identical. Also
 the cost of feeding k tokens in one forward against 1, at ~400 tokens of context
-(the chapter's table behind DRAFT_TOKEN_COST). Writes the table, the JSON (--json)
+(the chapter's table behind course.DRAFT_TOKEN_COST). Writes the table, the JSON (--json)
 and the accepted length per step (book/src/images/week3-speculative-accepted.png;
 --quick: beside the JSON).
 """
@@ -46,6 +46,7 @@ from scripts.bench.benchlib.workloads import (
     long_prompt,
     warmup_workload,
 )
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import (
     fail,
     option_parser,
@@ -54,8 +55,6 @@ from scripts.commands.cli import (
 )
 from tiny_llm_base import EngineConfig, greedy, load_model
 from tiny_llm_base.mlx_lm_reference import float32_copy
-from tiny_llm_ref import Qwen2ModelWeek2
-from tiny_llm_ref import DRAFT_TOKEN_COST
 
 IMAGE = (
     Path(__file__).resolve().parents[2]
@@ -300,14 +299,16 @@ def main() -> int:
         default=900.0,
         help="seconds one run may take before it is cut",
     )
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     require_at_least(args, 1, "--repeats")
     require_positive(args, "--time-limit")
     console = Console() if sys.stdout.isatty() else Console(width=170)
     requests, max_tokens, batch = SIZES[args.quick]
     repeats = args.repeats or (1 if args.quick else 2)
     mlx_model, tokenizer = load_model()
-    model = Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
     peer = float32_copy(mlx_model)
     console.print(
         f"mlx {mx.__version__} on {mx.default_device()}, {os.cpu_count()} CPUs; "
@@ -375,7 +376,7 @@ def main() -> int:
         sizes=dict(
             requests=requests, max_tokens=max_tokens, batch=batch, repeats=repeats
         ),
-        draft_token_cost=DRAFT_TOKEN_COST,
+        draft_token_cost=course.DRAFT_TOKEN_COST,
         feed_cost=cost,
         workloads={name: w.describe() for name, w in workloads.items()},
         results=results,
@@ -391,4 +392,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_benchmark(main)

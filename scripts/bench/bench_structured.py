@@ -11,7 +11,7 @@ peer, which ignores response_format), both on the embedded model in float32. An
 answer is valid when it parses and validates (jsonschema); "lenient" also strips a
 ```json fence first. Goal: 100% valid for ours.
 
-Overhead: 8 requests decoding side by side on our Engine (the mixed policy,
+Overhead: 8 requests decoding side by side on our course.Engine (the mixed policy,
 in-process), each exactly 48 tokens (greedy with EOS banned, so every step has 8
 rows): unconstrained; under a JSON schema (llguidance's masks); under a permissive
 regex (the course's token index, warm). Time per output token: the median step
@@ -52,18 +52,11 @@ from rich.table import Table
 from scripts.bench.bench_serve import Server, float32_folder, free_port
 from scripts.bench.benchlib.measure import ratio_goal
 from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import option_parser
 from tiny_llm_base import JsonSchema, PromptSpec, load_model
 from tiny_llm_base.embedded_model import ensure_embedded_model
 from tiny_llm_base.structured import guidance_tokenizer
-from tiny_llm_ref import (
-    Engine,
-    batch_generate,
-    Qwen2ModelWeek2,
-    Regex,
-    start_constraint,
-    vocabulary_of,
-)
 
 PEER = (
     "import sys, tiny_llm_base; from mlx_lm.server import main; "
@@ -168,6 +161,7 @@ def validity(suite: list, peer: bool) -> dict:
             [
                 *(sys.executable, "-m", "scripts.commands.serve"),
                 *("--port", str(port), "--batch-size", str(BATCH)),
+                *("--solution", course.solution),
             ],
             port,
             "/health",
@@ -220,7 +214,9 @@ def timed_batch(model, tokenizer, constraint, tokens: int) -> float:
         for t in (TOPICS * 2)[:BATCH]
     ]
     sampler = eos_banned_greedy(tokenizer, model.vocab_size)
-    engine = Engine(model, tokenizer, batch_size=BATCH, policy="mixed", sampler=sampler)
+    engine = course.Engine(
+        model, tokenizer, batch_size=BATCH, policy="mixed", sampler=sampler
+    )
     for prompt in prompts:
         engine.add_request(PromptSpec(prompt, max_tokens=tokens, constraint=constraint))
     started, steps = set(), []
@@ -240,7 +236,7 @@ def overhead(model, tokenizer, tokens: int, repeats: int) -> dict:
     kinds = {
         "unconstrained": None,
         "JSON schema": JsonSchema(STORY),
-        "regex (course)": Regex(PERMISSIVE),
+        "regex (course)": course.Regex(PERMISSIVE),
     }
     for constraint in kinds.values():  # warm: the regex's states, the kernels
         timed_batch(model, tokenizer, constraint, 4)
@@ -256,13 +252,13 @@ def cold_states(tokenizer, vocab_size: int) -> dict:
     """The course TokenIndex's first and second allowed() of permissive states, and
     llguidance's first mask, in ms; the Vocabulary build once, in s."""
     start = time.perf_counter()
-    vocabulary_of(tokenizer, vocab_size)
+    course.vocabulary_of(tokenizer, vocab_size)
     vocabulary_s = time.perf_counter() - start
     out = dict(vocabulary_s=vocabulary_s, patterns={})
     for pattern in (r".*", PERMISSIVE, r"[a-z]+( [a-z]+)*", r'"[^"]*"'):
-        regex = Regex(pattern)
+        regex = course.Regex(pattern)
         start = time.perf_counter()
-        state = start_constraint(regex, tokenizer, vocab_size)
+        state = course.start_constraint(regex, tokenizer, vocab_size)
         cold = time.perf_counter() - start
         start = time.perf_counter()
         state.allowed()
@@ -292,7 +288,7 @@ def jump_forward(model, tokenizer, repeats: int) -> dict:
     ]
     kinds = {
         "JSON schema": JsonSchema(LONG_KEYS),
-        "regex (course)": Regex(LONG_KEYS_PATTERN),
+        "regex (course)": course.Regex(LONG_KEYS_PATTERN),
     }
     out = {}
     for kind, constraint in kinds.items():
@@ -303,7 +299,7 @@ def jump_forward(model, tokenizer, repeats: int) -> dict:
         for _ in range(repeats):
             for jump in (False, True):
                 start = time.perf_counter()
-                results = batch_generate(
+                results = course.batch_generate(
                     model,
                     tokenizer,
                     specs,
@@ -336,11 +332,13 @@ def main() -> int:
     parser.add_argument(
         "--json", type=Path, default=Path("bench-results/structured.json")
     )
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     console = Console()
     suite = SUITE[::4] + SUITE[1:2] if args.quick else SUITE
     mlx_model, tokenizer = load_model()
-    model = Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
     vocab_size = model.vocab_size
     console.print(
         f"embedded model, float32, vocabulary {vocab_size}; load average "
@@ -475,4 +473,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_benchmark(main)

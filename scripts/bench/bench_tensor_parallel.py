@@ -12,7 +12,7 @@ and reports from rank 0:
     pdm run bench-tensor-parallel --ranks 2 --repeats 50 --json tp.json
 """
 
-from tiny_llm_ref import ShardedQwen2Model  # noqa: I001  (first: fast BLAS)
+import tiny_llm_base  # noqa: F401, I001  (first: fast BLAS)
 
 import argparse
 import json
@@ -27,6 +27,7 @@ from statistics import median
 
 import mlx.core as mx
 
+from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from tiny_llm_base import load_model
 
 TOKENS = [1, 16, 128]
@@ -65,7 +66,7 @@ def decode_step_seconds(model, repeats: int) -> float:
 def worker(args: argparse.Namespace) -> None:
     group = mx.distributed.init()
     mlx_model, _ = load_model()
-    model = ShardedQwen2Model(mlx_model, group, "float32", use_fast_kernels=True)
+    model = course.ShardedQwen2Model(mlx_model, group, "float32", use_fast_kernels=True)
     hidden = model.args.hidden_size
     result = {
         "ranks": group.size(),
@@ -82,7 +83,7 @@ def worker(args: argparse.Namespace) -> None:
         Path(args.json_out).write_text(json.dumps(result))
 
 
-def launch(ranks: int, repeats: int) -> dict:
+def launch(ranks: int, repeats: int, solution: str) -> dict:
     """Rank 0's figures from `ranks` local ranks; exits when a rank fails or the
     launch runs past LAUNCH_TIMEOUT (all its processes killed)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -90,6 +91,7 @@ def launch(ranks: int, repeats: int) -> dict:
         command = [
             sys.executable, __file__,
             "--worker", "--json-out", str(out), "--repeats", str(repeats),
+            "--solution", solution,
         ]  # fmt: skip
         if ranks > 1:  # one rank runs alone: the ring needs two
             command[:1] = [
@@ -146,7 +148,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json-out", help=argparse.SUPPRESS)
+    add_option(parser)
     args = parser.parse_args()
+    use(args)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     if args.worker:
@@ -158,11 +162,11 @@ def main() -> None:
         parser.error(f"--ranks takes counts such as 2,3, not {args.ranks!r}")
     if any(not 1 <= n <= 9 for n in counts):
         parser.error("--ranks: each count between 1 and 9 (the model has 9 heads)")
-    results = [launch(n, args.repeats) for n in counts]
+    results = [launch(n, args.repeats, args.solution) for n in counts]
     print(report(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(main)

@@ -181,6 +181,11 @@ def main() -> int:
             parser.error("--done-through takes WEEK.DAY, such as 2.7")
         done = (int(match[1]), int(match[2]))
         days = course_days()
+        if not days:
+            parser.error(
+                "the skeleton is made from src/tiny_llm_ref, which this tree does "
+                "not have"
+            )
         if done not in days:
             parser.error(
                 f"the course has no week {done[0]} day {done[1]}: its days run from "

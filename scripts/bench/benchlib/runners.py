@@ -3,7 +3,7 @@ engine when they arrive (after a number of steps, or at a time), the engine step
 until every request is done or the run's time limit passes, and every generated
 token's wall-clock time is kept.
 
-Ours is the reference Engine (policy "alternate" or "mixed"); the peer is mlx-lm's
+Ours is the course package's Engine (course.py: --solution) (policy "alternate" or "mixed"); the peer is mlx-lm's
 BatchGenerator on the same float32 weights. EOS is masked out of the greedy sampler,
 so both do exactly the same work: max_tokens for every request.
 """
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, generate_step
 
-from tiny_llm_ref import Engine, PromptSpec
+from scripts.bench.benchlib.course import course
+from tiny_llm_base import PromptSpec
 
 from .measure import Run, summarize
 from .workloads import Workload
@@ -124,14 +125,14 @@ def run_ours(
     batch_size: int = BATCH_SIZE,
     **settings,
 ) -> Run:
-    """The reference Engine, stepped until every request is done (or aborted at the
+    """The chosen package's Engine, stepped until every request is done (or aborted at the
     time limit); ForwardRecords are kept for the timeline. settings: more
     EngineConfig fields (speculative="ngram", say)."""
     n = len(workload.prompts)
     load = os.getloadavg()[0]
     base = mx.get_active_memory()
     records = []
-    engine = Engine(
+    engine = course.Engine(
         model,
         tokenizer,
         batch_size=batch_size,

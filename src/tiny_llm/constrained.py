@@ -180,8 +180,10 @@ def token_texts(tokenizer, size: int) -> list[str | None]:
     raise NotImplementedError(
         "Week 3 Day 5: token_texts: special ids (all_special_ids and the added tokens"
         " marked special, where the tokenizer has them) and ids past len(tokenizer) "
-        "are None; for the others detokenize an anchor token then the token, keep "
-        'what it added, None for "" or text with "\\ufffd"'
+        "are None; for the others detokenize an anchor token then the token (reset, "
+        "add_token each, then finalize(): mlx-lm's streaming detokenizers hold the "
+        'last text back until then), keep what it added, None for "" or text with '
+        '"\\ufffd"'
     )
 
 
@@ -333,8 +335,9 @@ class ConstraintState:
         )
 
     def advance(self, token: int) -> None:
-        """A kept (non-EOS) token: move to the state it leads to; ValueError for a
-        token the constraint does not allow (a sampler that ignored the mask)."""
+        """A kept (non-EOS) token: move to the state it leads to; for a token the
+        constraint does not allow (a sampler that ignored the mask), a ValueError
+        naming it: f"token {token} is not allowed by the constraint here"."""
         raise NotImplementedError(
             "Week 3 Day 5: ConstraintState.advance: next_state[token] of allowed(), a"
             " ValueError naming the token when it is missing; at_start becomes False"

@@ -207,8 +207,9 @@ class BatchRowView(TinyKvCache):
     ) -> tuple[mx.array, mx.array, str | None]:
         raise NotImplementedError(
             "Week 3 Day 4: update_and_fetch: ValueError past max_seq_len; fit the "
-            "batch storage to its rows and offset + L positions; write row slot's "
-            "positions offset .. offset + L - 1; advance offset; return the row's "
-            'keys and values [1, H, offset, D] and the mask ("causal" when L > 1, '
-            "None for one token)"
+            "batch storage to the rows it already has (batch.keys.shape[0], not 1: "
+            "the other slots' keys must stay) and offset + L positions; write row "
+            "slot's positions offset .. offset + L - 1; advance offset; return the "
+            'row\'s keys and values [1, H, offset, D] and the mask ("causal" when L > '
+            "1, None for one token)"
         )

@@ -185,8 +185,10 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     accept), stopping when one finishes the request (EOS, max_tokens, max_seq_len),
     so the request ends at the right token. Records the drafts proposed and accepted
     in its metrics and moves its acceptance average. Returns the drafts accepted.
-    Whatever fails fails this request alone. (Week 3 Day 5: a constrained request's
-    rows are masked as its sample would mask them, row j after drafts[:j].)"""
+    Whatever fails fails this request alone: request.fail with a message that
+    carries the exception's type and text (f"verifying drafts failed: {name}:
+    {error}"), so the client sees why. (Week 3 Day 5: a constrained request's rows
+    are masked as its sample would mask them, row j after drafts[:j].)"""
     raise NotImplementedError(
         "Week 3 Day 4: accept_drafts: verified_tokens over the log-probabilities; for"
         " each token advance(1) and accept it, stop once finished; count "

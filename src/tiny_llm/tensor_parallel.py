@@ -51,7 +51,8 @@ def input_columns(w: Weight, start: int, stop: int) -> Weight:
     """Columns start .. stop - 1 of a [out, in] weight (the inputs start .. stop - 1),
     as an array of its own. A quantized weight packs 32 // bits inputs in a uint32
     and keeps a scale and bias per group_size inputs: both ends must fall on a
-    group's edge."""
+    group's edge, else a ValueError that says to shard a dense model
+    (weights='float32')."""
     raise NotImplementedError(
         "Week 4 Day 1: input_columns: mx.contiguous(w[:, start:stop]); a "
         "QuantizedWeights: ValueError unless group_size divides start and stop, then "

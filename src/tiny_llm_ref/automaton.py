@@ -287,7 +287,9 @@ def parse_regex(pattern: str) -> tuple:
 
 def choices_tree(choices) -> tuple:
     """The tree of "exactly one of these strings": an alternation of literals.
-    ValueError for an empty list, TypeError for a non-string choice."""
+    A lone string (or anything not iterable) is a TypeError saying choices "must be
+    a list of strings"; an empty list a ValueError saying it is "empty"; an item that
+    is not a string a TypeError saying "every choice must be a string"."""
     # Week 3 Day 5: choices_tree: check the list (not a lone string, not empty, only
     # strings), then ("alt", [("concat", [("chars", ((c, c),)) per character])])
     if isinstance(choices, str) or not hasattr(choices, "__iter__"):

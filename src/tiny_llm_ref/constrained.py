@@ -197,8 +197,9 @@ def token_texts(tokenizer, size: int) -> list[str | None]:
     the detokenizer's text of [anchor, token] minus that of [anchor]."""
     # Week 3 Day 5: token_texts: special ids (all_special_ids and the added tokens
     # marked special, where the tokenizer has them) and ids past len(tokenizer) are
-    # None; for the others detokenize an anchor token then the token, keep what it
-    # added, None for "" or text with "\ufffd"
+    # None; for the others detokenize an anchor token then the token (reset,
+    # add_token each, then finalize(): mlx-lm's streaming detokenizers hold the last
+    # text back until then), keep what it added, None for "" or text with "\ufffd"
     special = set(getattr(tokenizer, "all_special_ids", ()) or ())
     added = getattr(tokenizer, "added_tokens_decoder", None) or {}
     special |= {token for token, added_token in added.items() if added_token.special}
@@ -411,8 +412,9 @@ class ConstraintState:
         return mx.stack(masks)
 
     def advance(self, token: int) -> None:
-        """A kept (non-EOS) token: move to the state it leads to; ValueError for a
-        token the constraint does not allow (a sampler that ignored the mask)."""
+        """A kept (non-EOS) token: move to the state it leads to; for a token the
+        constraint does not allow (a sampler that ignored the mask), a ValueError
+        naming it: f"token {token} is not allowed by the constraint here"."""
         # Week 3 Day 5: ConstraintState.advance: next_state[token] of allowed(), a
         # ValueError naming the token when it is missing; at_start becomes False
         next_state = self.allowed().next_state

@@ -63,7 +63,8 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int) -> list[HeadShard]
     and one. Fewer KV heads than ranks: each KV head is copied to several ranks
     (split_evenly of the ranks over the KV heads), which split its query heads. A
     rank then holds one KV head, so its grouped attention still lines up. Every rank
-    needs at least one query head: more ranks than query heads is a ValueError.
+    needs at least one query head: more ranks than query heads is a ValueError that
+    says "run at most {num_heads} ranks".
     """
     # Week 4 Day 1: shard_heads: ValueError when size < 1, size > num_heads or
     # num_kv_heads does not divide num_heads; group = num_heads // num_kv_heads;

@@ -117,7 +117,8 @@ class RunMetrics:
     most held at once, even within an iteration (the pool's peak_in_use);
     kv_blocks_cached, hashed blocks nobody holds (day 3); kv_bytes_per_token, keys
     and values of one token over all layers.
-    preemptions: requests preempted to free blocks (each recomputes later).
+    preemptions: requests preempted, to free KV blocks or for an interactive
+        request (each recomputes later).
     prefix_prompt_tokens, prefix_cached_tokens: over requests admitted to a paged
     engine (once each, at their first admission), prompt tokens, and how many of
     them came from the prefix cache (set by the PrefixCachingKvManager, week 3 day 3).

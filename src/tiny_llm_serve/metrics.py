@@ -27,7 +27,8 @@ class ServerMetrics:
     request_prompt_tokens, request_generation_tokens: histograms per request.
     prompt_tokens_total, generation_tokens_total: tokens prefilled and generated.
     prefill_chunks_total, decode_steps_total, engine_steps_total: the engine's work;
-    num_preemptions_total: requests a paged engine preempted to free blocks.
+    num_preemptions_total: requests preempted (to free KV blocks, or for an
+    interactive request); each recomputes later.
     spec_decode_num_drafts_total, spec_decode_num_draft_tokens_total,
     spec_decode_num_accepted_tokens_total (vLLM's names): decode rows that carried
     draft tokens, the draft tokens, and those accepted (week 3 day 4); the mean
@@ -84,7 +85,8 @@ class ServerMetrics:
         )
         self.preemptions = Counter(
             PREFIX + "num_preemptions",
-            "Requests preempted to free KV blocks (recomputed later).",
+            "Requests preempted, to free KV blocks or for an interactive request "
+            "(recomputed later).",
             registry=r,
         )
         self.spec_drafts = Counter(

@@ -609,15 +609,15 @@ def test_a_constraint_the_vocabulary_cannot_spell_is_refused_at_the_start(
 def test_the_token_index_keeps_at_most_its_byte_budget(tokenizer):
     """Every built state of a vocabulary's token indexes lives in one StateCache of
     at most MAX_CACHED_STATE_BYTES (given): a server sees constraints without end,
-    and a permissive state maps nearly every token. Walked through 40 states of a
-    pattern that allows almost anything, with a 12 MiB budget, the Python memory
+    and a permissive state maps nearly every token. Walked through 16 states of a
+    pattern that allows almost anything, with a 6 MiB budget, the Python memory
     held afterwards stays within the budget (unbounded: ~2.5 MB a state), and an
     evicted state is rebuilt the same."""
     import tracemalloc
 
     constrained = __import__(tiny.__name__ + ".constrained", fromlist=["StateCache"])
     vocabulary = tiny.vocabulary_of(tokenizer, tokenizer.vocab_size)
-    budget = 12 * 2**20
+    budget = 6 * 2**20
     saved = vocabulary.states
     vocabulary.states = constrained.StateCache(budget)
     try:
@@ -626,7 +626,7 @@ def test_the_token_index_keeps_at_most_its_byte_budget(tokenizer):
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         state = 0
-        for _ in range(40):
+        for _ in range(16):
             state = index.allowed(state).next_state[tokenizer.encode("a")[-1]]
         held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()

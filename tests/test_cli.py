@@ -16,6 +16,8 @@ import pytest
 import tiny_llm_ref
 from scripts.commands import cli
 from scripts.commands.interrupt import READY_LINE, READY_VARIABLE
+
+from .cli_runs import run_in_process
 from tiny_llm_base import fast_blas
 from tiny_llm_base import embedded_model as store
 
@@ -234,7 +236,12 @@ MAIN_BAD_INPUT = {
 def test_main_refuses_bad_input_with_one_line(case, damaged_models, embedded_model):
     args, stdin, status, message = MAIN_BAD_INPUT[case]
     args = [arg.format(damaged=damaged_models) for arg in args]
-    result = run("main.py", *args, stdin=stdin)
+    in_subprocess = stdin is not None or case == next(iter(MAIN_BAD_INPUT))
+    result = (
+        run("main.py", *args, stdin=stdin)
+        if in_subprocess
+        else run_in_process("main.py", *args)
+    )
     if "{needed}" in message:  # the default prompt's tokens, counted here
         _, tokenizer = embedded_model
         turn = {"role": "user", "content": DEFAULT_PROMPT}
@@ -340,7 +347,8 @@ def test_batch_main_refuses_bad_input_with_one_line(
     )
     args, status, message = BATCH_MAIN_BAD_INPUT[case]
     names = {"damaged": damaged_models, "tmp": tmp_path, "per_token": kv_bytes_a_token}
-    result = run("batch-main.py", *[arg.format(**names) for arg in args])
+    runner = run if case == next(iter(BATCH_MAIN_BAD_INPUT)) else run_in_process
+    result = runner("batch-main.py", *[arg.format(**names) for arg in args])
     assert_one_line_error(result, status, message.format(**names))
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from .cli_runs import run_in_process
+
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 8192  # the embedded SmolLM2's max_position_embeddings
 
@@ -223,10 +225,19 @@ BAD_OPTIONS = {
 }
 
 
+# The first case of each module also runs in a new interpreter: the one-line,
+# no-traceback wrapper is what a user meets.
+IN_A_SUBPROCESS = {
+    next(case for case, (m, _, _) in BAD_OPTIONS.items() if m == module)
+    for module, _, _ in BAD_OPTIONS.values()
+}
+
+
 @pytest.mark.parametrize("case", BAD_OPTIONS)
 def test_scripts_refuse_bad_options_with_one_line(case):
     module, args, message = BAD_OPTIONS[case]
-    assert_one_line_error(run(module, *args), message)
+    runner = run if case in IN_A_SUBPROCESS else run_in_process
+    assert_one_line_error(runner(module, *args), message)
 
 
 @pytest.mark.parametrize(

@@ -186,9 +186,9 @@ def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):
 def test_preempted_batch_requests_finish_with_their_tokens_on_the_embedded_model(
     embedded_model, embedded_float32_reference
 ):
-    """The embedded model, float32, paged: four batch requests decoding in four
-    slots, two interactive ones arriving; every request's tokens equal mlx-lm's
-    alone."""
+    """The embedded model, float32, dense (day 1 needs no later day): four batch
+    requests decoding in four slots, two interactive ones arriving; every request's
+    tokens equal mlx-lm's alone."""
     mlx_model, tokenizer = embedded_model
     model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
     texts = ["Name a planet.", "What is 2 + 2?", "Say hi.", "Count to five."]
@@ -209,7 +209,7 @@ def test_preempted_batch_requests_finish_with_their_tokens_on_the_embedded_model
         batch_size=4,
         max_seq_len=64,
         policy="mixed",
-        kv_cache="paged",
+        kv_cache="dense",  # day 1 alone: the paged cache is days 2 and 3
         sampler=greedy_without(banned, mlx_model.args.vocab_size),
     )
     results = run_engine(engine, specs)

@@ -160,9 +160,10 @@ def run_mixed(
     request advances by its length and, if its prompt is done, samples its first
     token.
 
-    Returns the decode rows' logits [R, V] (None without rows), which the model
-    runner has accepted (accept_rows), and for each drafting request its
-    verification logits [1 + k, V]: its decode row's, then its k drafts'.
+    Returns the decode rows' logits [R, V] (None without rows), which it does not
+    sample: the model runner accepts them (accept_rows) after it returns; and for
+    each drafting request its verification logits [1 + k, V]: its decode row's,
+    then its k drafts'.
     """
     raise NotImplementedError(
         "Week 3 Day 1: run_mixed: PrefillChunks (and, Week 3 Day 4, a part per "

@@ -6,9 +6,11 @@ it in a subprocess, for what only a process shows (the one-line wrapper, Ctrl-C)
 
 import importlib.util
 import io
+import os
 import runpy
 import subprocess
 import sys
+import threading
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -44,3 +46,66 @@ def run_in_process(target: str, *args: str) -> subprocess.CompletedProcess:
         (sys.argv, sys.stdin, interrupt.exit_on_interrupt,
          interrupt.unwind_on_interrupt) = saved  # fmt: skip
     return subprocess.CompletedProcess(sys.argv, status, out.getvalue(), err.getvalue())
+
+
+class ServeCli:
+    """`python -m scripts.commands.serve ARGS` in a subprocess, for what only a
+    process shows (start-up lines, signals). Its stderr is read on a thread;
+    wait_for blocks until a line starts with a prefix (a readiness signal, never a
+    guessed delay) or the process ends. Use as a context manager: it is killed on
+    the way out if it still runs."""
+
+    def __init__(self, *args: str, timeout_s: float = 180.0):
+        self.timeout_s = timeout_s
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "scripts.commands.serve", *args],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if k != "TINY_LLM_API_KEY"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self.read, daemon=True)
+        self.reader.start()
+
+    def read(self) -> None:
+        for line in self.process.stderr:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
+
+    def wait_for(self, prefix: str) -> str:
+        """The first stderr line that starts with `prefix`."""
+
+        def found():
+            return next((x for x in self.lines if x.startswith(prefix)), None)
+
+        with self.changed:
+            done = self.changed.wait_for(
+                lambda: found() is not None or not self.reader.is_alive(),
+                timeout=self.timeout_s,
+            )
+            line = found()
+        assert line is not None, (
+            f"no line starting {prefix!r} "
+            f"({'timed out' if not done else 'the server ended'}):\n"
+            + "".join(self.lines)
+        )
+        return line
+
+    @property
+    def log(self) -> str:
+        self.reader.join(timeout=5)
+        return "".join(self.lines)
+
+    def __enter__(self) -> "ServeCli":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()

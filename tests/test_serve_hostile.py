@@ -28,6 +28,7 @@ import tiny_llm_ref
 from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
+from .cli_runs import ServeCli
 from .test_serve import (
     API_KEY,
     CHAT,
@@ -440,11 +441,15 @@ def test_a_link_fills_the_chat_box_but_only_the_user_sends(http):
 # The CLI: start-up lines, a port in use, SIGTERM.
 
 
-def serve_command(port: int) -> list[str]:
+def serve_options(port: int) -> list[str]:
     return [
-        sys.executable, "-m", "scripts.commands.serve", "--port", str(port),
-        "--max-seq-len", "512", "--num-blocks", "64", "--batch-size", "2",
+        "--port", str(port), "--max-seq-len", "512", "--num-blocks", "64",
+        "--batch-size", "2",
     ]  # fmt: skip
+
+
+def serve_command(port: int) -> list[str]:
+    return [sys.executable, "-m", "scripts.commands.serve", *serve_options(port)]
 
 
 def cli_env() -> dict:
@@ -471,47 +476,35 @@ def test_a_port_in_use_is_one_error_line_and_status_1():
     assert "Traceback" not in result.stderr
 
 
+def stream_then_signal(port: int, server: ServeCli, sig: int) -> list[str]:
+    """Start a long streamed answer; once three events have arrived (it is
+    generating), send `sig`; the stream's events until it ends."""
+    body = {"messages": LONG_STORY, "max_tokens": 400, "stream": True}
+    events = []
+    url = f"http://127.0.0.1:{port}{CHAT}"
+    with httpx.stream("POST", url, json=body, timeout=WAIT_S) as response:
+        for line in response.iter_lines():
+            if line:
+                events.append(line)
+            if len(events) == 3:
+                server.process.send_signal(sig)
+    server.process.wait(timeout=WAIT_S)
+    return events
+
+
 def test_sigterm_ends_open_streams_with_an_error_event():
     port = free_port()
-    process = subprocess.Popen(
-        serve_command(port),
-        cwd=ROOT,
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + WAIT_S * 3
-        while not any(line.startswith("serving") for line in lines):
-            assert process.poll() is None, "".join(lines)
-            assert time.monotonic() < deadline, "the server did not start in time"
-            time.sleep(0.1)
+    with ServeCli(*serve_options(port)) as server:
+        server.wait_for("serving")
         url = f"http://127.0.0.1:{port}"
         assert httpx.get(url + "/health", timeout=WAIT_S).status_code == 200, (
             "'serving' was printed before the server answered"
         )
-        assert any("no --api-key" in line for line in lines), "".join(lines)
-        body = {"messages": LONG_STORY, "max_tokens": 400, "stream": True}
-        events = []
-        with httpx.stream("POST", url + CHAT, json=body, timeout=WAIT_S) as response:
-            for line in response.iter_lines():
-                if line:
-                    events.append(line)
-                if len(events) == 3:
-                    process.send_signal(signal.SIGTERM)
-        process.wait(timeout=WAIT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    reader.join(timeout=5)
+        assert "no --api-key" in server.wait_for("note:"), server.log
+        events = stream_then_signal(port, server, signal.SIGTERM)
     assert events[-1] == "data: [DONE]", events[-3:]
     assert '"error"' in events[-2] and "shutting down" in events[-2], events[-3:]
-    log = "".join(lines)
+    log = server.log
     assert "Traceback" not in log and "Exception in ASGI" not in log, log
 
 
@@ -682,42 +675,14 @@ def test_ctrl_c_while_a_request_generates_exits_cleanly():
     """SIGINT during a stream: the client gets its error event, the process exits
     with 130 and one line, never abort()'s "terminate called" (exit 134)."""
     port = free_port()
-    process = subprocess.Popen(
-        serve_command(port),
-        cwd=ROOT,
-        env=cli_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + WAIT_S * 3
-        while not any(line.startswith("serving") for line in lines):
-            assert process.poll() is None, "".join(lines)
-            assert time.monotonic() < deadline, "the server did not start in time"
-            time.sleep(0.1)
-        url = f"http://127.0.0.1:{port}"
-        body = {"messages": LONG_STORY, "max_tokens": 400, "stream": True}
-        events = []
-        with httpx.stream("POST", url + CHAT, json=body, timeout=WAIT_S) as response:
-            for line in response.iter_lines():
-                if line:
-                    events.append(line)
-                if len(events) == 3:  # generating now
-                    process.send_signal(signal.SIGINT)
-        status = process.wait(timeout=WAIT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    reader.join(timeout=5)
-    log = "".join(lines)
+    with ServeCli(*serve_options(port)) as server:
+        server.wait_for("serving")
+        events = stream_then_signal(port, server, signal.SIGINT)
+        status = server.process.returncode
+    log = server.log
     assert status == 130, log
     assert "terminate called" not in log and "Traceback" not in log, log
-    assert lines[-1] == "interrupted\n", log
+    assert log.splitlines()[-1] == "interrupted", log
     assert '"error"' in events[-2] and events[-1] == "data: [DONE]", events[-3:]
 
 

@@ -219,21 +219,6 @@ def listeners(port: int) -> list[str]:
     return found
 
 
-def rank_zero(session: int) -> int | None:
-    """The pid of rank 0 in the launcher's session (MLX_RANK=0 in its environment)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.getsid(int(entry.name)) != session:
-                continue
-            if b"MLX_RANK=0\0" in (entry / "environ").read_bytes():
-                return int(entry.name)
-        except (OSError, ProcessLookupError):
-            continue
-    return None
-
-
 def abort_a_stream(port: int) -> None:
     """A streamed answer the client leaves after its first chunk: an abort."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -288,7 +273,7 @@ def test_server_on_two_ranks_answers_as_one_rank_and_leaves_nothing(
         metrics = connection.getresponse().read().decode()
         connection.close()
         # A clean stop: SIGTERM to rank 0, which tells rank 1 to stop.
-        pid = rank_zero(process.pid)
+        pid = rank_pid(process.pid, 0)
         assert pid is not None
         os.kill(pid, signal.SIGTERM)
         process.wait(timeout=30)

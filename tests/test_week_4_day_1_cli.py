@@ -205,6 +205,20 @@ def wait_until_serving(port: int, process: subprocess.Popen, out: Path) -> None:
     pytest.fail(f"no answer on port {port} within {LAUNCH_TIMEOUT} s")
 
 
+def start_two_rank_server(port: int, folder: Path, out: Path) -> subprocess.Popen:
+    """The server under mlx.launch on 2 ranks, answering on `port`."""
+    process = start(
+        launch_command(2, "-m", "scripts.commands.serve", *serve_options(port, folder)),
+        out,
+    )
+    try:
+        wait_until_serving(port, process, out)
+    except BaseException:
+        stop(process, out)
+        raise
+    return process
+
+
 def listeners(port: int) -> list[str]:
     """The local addresses (hex, as /proc/net/tcp* writes them) listening on port."""
     found = []
@@ -243,14 +257,8 @@ def test_server_on_two_ranks_answers_as_one_rank_and_leaves_nothing(
     tmp_path, model_folder
 ):
     port = free_port()
-    process = start(
-        launch_command(
-            2, "-m", "scripts.commands.serve", *serve_options(port, model_folder)
-        ),
-        tmp_path,
-    )
+    process = start_two_rank_server(port, model_folder, tmp_path)
     try:
-        wait_until_serving(port, process, tmp_path)
         assert listeners(port) == ["0100007F"], "rank 0 alone, on 127.0.0.1 only"
         question = [{"role": "user", "content": PROMPTS[0]}]
         with ThreadPoolExecutor(3) as pool:  # in the same steps: fewer of them
@@ -322,14 +330,8 @@ def test_a_lost_rank_gets_a_503_and_the_server_exits(
     good on a sum that never returns, leaving a port that answers nothing. The
     waiting request gets a 503 saying why, and the whole launch ends."""
     port = free_port()
-    process = start(
-        launch_command(
-            2, "-m", "scripts.commands.serve", *serve_options(port, model_folder)
-        ),
-        tmp_path,
-    )
+    process = start_two_rank_server(port, model_folder, tmp_path)
     try:
-        wait_until_serving(port, process, tmp_path)
         zero, one = rank_pid(process.pid, 0), rank_pid(process.pid, 1)
         assert zero is not None and one is not None
         os.kill(one, sig)

@@ -321,7 +321,8 @@ class Nfa:
 
     def build(self, node: tuple) -> tuple[int, int]:
         """A fragment for `node`: (its start, its end) states; the text read from
-        start to end is exactly what the node matches."""
+        start to end is exactly what the node matches. A concatenation of nothing
+        (the empty choice "") is its start joined to its end by one empty edge."""
         raise NotImplementedError(
             "Week 3 Day 5: Nfa.build: chars: start -c-> end; concat: the parts' "
             "fragments chained by empty edges; alt: start -> each branch -> end; "
@@ -347,8 +348,9 @@ class Nfa:
 class Dfa:
     """A deterministic automaton over characters; state 0 is the start.
 
-    bounds: [I + 1] code points: interval i holds bounds[i] .. bounds[i + 1] - 1,
-        and all its characters lead to the same state from every state.
+    bounds: [I + 1] code points, from 0 to UNICODE_END with every edge range's low
+        and high + 1 between: interval i holds bounds[i] .. bounds[i + 1] - 1, and
+        all its characters lead to the same state from every state.
     table: [S][I]: the state after reading a character of interval i in state s,
         DEAD when the text can no longer match.
     accepting: [S]: the text read so far is a whole match.
@@ -364,7 +366,8 @@ class Dfa:
         return len(self.table)
 
     def step(self, state: int, char: str) -> int:
-        """The state after reading one character in `state`."""
+        """The state after reading one character in `state` (a live state: DEAD
+        has no row of its own, table[-1] is the last state's; walk stops at DEAD)."""
         raise NotImplementedError(
             "Week 3 Day 5: Dfa.step: find the character's interval (bisect on bounds)"
             " and look it up in the table"

@@ -194,7 +194,12 @@ def check_spellable(dfa: Dfa, vocabulary: Vocabulary) -> None:
 
 def token_texts(tokenizer, size: int) -> list[str | None]:
     """The text each of `size` token ids adds to an answer (see Vocabulary.texts):
-    the detokenizer's text of [anchor, token] minus that of [anchor]."""
+    the detokenizer's text of [anchor, token] minus that of [anchor], the anchor
+    being tokenizer.encode("a", add_special_tokens=False)[-1]. None for: special ids
+    (all_special_ids, the added tokens whose AddedToken.special is true, in
+    tokenizer.added_tokens_decoder), the EOS ids (eos_token_ids), ids past
+    len(tokenizer), a text that does not start with the anchor's, an empty text,
+    and a text holding "\ufffd" (part of a character)."""
     # Week 3 Day 5: token_texts: special ids (all_special_ids and the added tokens
     # marked special, where the tokenizer has them) and ids past len(tokenizer) are
     # None; for the others detokenize an anchor token then the token (reset,
@@ -253,7 +258,9 @@ def vocabulary_of(tokenizer, size: int) -> Vocabulary:
 @dataclass
 class StateTokens:
     """The tokens allowed in one index state: mask [V] (bool, EOS included when the
-    state accepts) and next_state: token id -> the DFA state it leads to."""
+    state accepts), next_state: token id -> the DFA state it leads to, and count:
+    the allowed ids in mask, EOS included (an accepting state with no other
+    continuation is not unsatisfiable)."""
 
     mask: mx.array
     next_state: dict[int, int]
@@ -381,7 +388,8 @@ class ConstraintState:
         most FORCED_CHARS characters; Dfa.forced_text cut by
         Vocabulary.longest_tokens): jump-forward's drafts. [] at the start, where a
         first token's space is read differently. They stop before a token that leads
-        where no token goes on: plain decoding fails there one token later."""
+        where no token goes on (index.allowed of the state the token leads to, its
+        next_state, has count 0): plain decoding fails there one token later."""
         # Week 3 Day 5: ConstraintState.forced_tokens: [] at_start; else the
         # vocabulary's longest_tokens of dfa.forced_text(state, FORCED_CHARS), kept
         # while the state each leads to allows some token
@@ -436,8 +444,10 @@ def start_constraint(
     tokenizer and constraint and shared by every request that uses them. A
     JsonSchema or JsonObject (tiny_llm_base: llguidance's masks behind the same
     interface) starts itself: constraint.start(tokenizer, vocab_size). TypeError for
-    another kind of constraint; ValueError for a bad pattern or schema, an empty
-    choice list, or a constraint that no token can start.
+    another kind of constraint, naming the kinds ("constraint must be
+    Regex(pattern), Choice(options), JsonSchema(schema), JsonObject() or None") and
+    the type given; ValueError for a bad pattern or schema, an empty choice list, or
+    a constraint that no token can start.
     """
     # Week 3 Day 5: start_constraint: a JsonSchema (JsonObject too) returns
     # constraint.start(tokenizer, vocab_size); TypeError unless Regex or Choice; the

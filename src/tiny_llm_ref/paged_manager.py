@@ -99,7 +99,9 @@ class PagedKvManager(KvManager):
 
     def keep_accepted(self, request: Request, slot: int) -> None:
         """As the dense manager's, and the blocks past the request's offset (reserved
-        for drafts that were rejected) go back to the pool."""
+        for drafts that were rejected) go back to the pool and are cut from its
+        BlockTable in place (the slot's view shares that table object). It runs even
+        when the request has just finished inside the accepted run."""
         # Week 3 Day 4: keep_accepted: every row's offset, then pool.release of the
         # table's blocks past blocks_needed(request.offset)
         super().keep_accepted(request, slot)

@@ -3,7 +3,7 @@ own text, check every guess in the step's one forward, keep what the model would
 produced anyway.
 
 A decode step streams every weight to produce one token per request, and feeding a
-few more tokens costs little more (this CPU: 2 tokens 1.19x one, 4 tokens 1.5x). So
+few more tokens costs little more (this CPU: 2 tokens 1.19x one, 5 tokens 1.71x). So
 a request that can guess its next k tokens (drafts) feeds them after its decode
 token, as one short part of the mixed step:
 
@@ -47,7 +47,9 @@ def find_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     tokens: the request's prompt and generated tokens. Of the earlier occurrences
     with the longest match (at most max_n), the latest wins; its continuation may
     run into the end of `tokens`, so fewer than k may come back. No occurrence of at
-    least min_n tokens: [].
+    least min_n tokens: []. An earlier occurrence ends at any index before the last
+    token (len - 2 first); its backward match may overlap the last run itself (in
+    `a a a a` the end at index 2 matches 3 tokens) and stops at the text's start.
     """
     # Week 3 Day 4: find_drafts: for each earlier end position, latest first, count how
     # many tokens match backwards from it and from the last token (at most max_n);
@@ -173,7 +175,12 @@ def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict
     most the budget left (None: no limit), and few enough that its bonus token stays
     within max_tokens and every position within max_seq_len; propose_drafts; then
     cut to the room the KV manager gives beside its decode token
-    (kv.reserve(request, 1 + drafts) - 1).
+    (kv.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
+
+    The budget is checked before asking may_draft, which can start a pause: once it
+    is 0, later requests are not asked. A request whose k comes out 0 or less is
+    skipped without proposing; only a request with drafts asks kv.reserve (its
+    decode row already has its room).
     """
     # Week 3 Day 4: plan_drafts: for each request in rows that may_draft (rows: the
     # requests in them): k within num_speculative_tokens, the budget, max_tokens - 1
@@ -215,8 +222,9 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     speculative sampling rule with drafts proposed for sure: draft d at row j is kept
     with probability p_j(d), p_j being the sampler's distribution (softmax of its
     logits); the first one rejected is replaced by a token drawn from p_j with d
-    removed (renormalised); all kept: a last token is drawn from p_k. Each token then
-    has exactly the sampler's distribution.
+    removed (renormalised: set d's logit to -inf and let mx.random.categorical
+    normalise); all kept: a last token is drawn from p_k. Each token then has exactly
+    the sampler's distribution.
     """
     # Week 3 Day 4: verified_tokens: greedy: argmax of every row, the drafts while they
     # match, then the argmax that follows; sampled: probs = softmax(sampler.logits);

@@ -476,18 +476,22 @@ def test_a_port_in_use_is_one_error_line_and_status_1():
     assert "Traceback" not in result.stderr
 
 
-def stream_then_signal(port: int, server: ServeCli, sig: int) -> list[str]:
+def stream_then_signal(
+    port: int, server: ServeCli, sig: int, times: int = 1
+) -> list[str]:
     """Start a long streamed answer; once three events have arrived (it is
-    generating), send `sig`; the stream's events until it ends."""
+    generating), send `sig` (`times` times); the stream's events until it ends."""
     body = {"messages": LONG_STORY, "max_tokens": 400, "stream": True}
     events = []
     url = f"http://127.0.0.1:{port}{CHAT}"
     with httpx.stream("POST", url, json=body, timeout=WAIT_S) as response:
         for line in response.iter_lines():
-            if line:
-                events.append(line)
+            if not line:  # the blank line between events
+                continue
+            events.append(line)
             if len(events) == 3:
-                server.process.send_signal(sig)
+                for _ in range(times):
+                    server.process.send_signal(sig)
     server.process.wait(timeout=WAIT_S)
     return events
 
@@ -671,13 +675,15 @@ def test_a_header_sent_a_byte_at_a_time_is_cut_off():
         thread.join(timeout=WAIT_S)
 
 
-def test_ctrl_c_while_a_request_generates_exits_cleanly():
-    """SIGINT during a stream: the client gets its error event, the process exits
-    with 130 and one line, never abort()'s "terminate called" (exit 134)."""
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_while_a_request_generates_exits_cleanly(presses):
+    """SIGINT during a stream, once or twice in a row: the client gets its error
+    event, the process exits with 130 and one line, never abort()'s "terminate
+    called" (exit 134) or a traceback from a shutdown cut short."""
     port = free_port()
     with ServeCli(*serve_options(port)) as server:
         server.wait_for("serving")
-        events = stream_then_signal(port, server, signal.SIGINT)
+        events = stream_then_signal(port, server, signal.SIGINT, presses)
         status = server.process.returncode
     log = server.log
     assert status == 130, log

@@ -8,8 +8,11 @@ ends every open request with a 503, streams with an error event and [DONE], so n
 client sees its answer cut off without a word; uvicorn then closes the connections.
 """
 
+import contextlib
+import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Generator
 from types import FrameType
 
 import h11
@@ -89,7 +92,28 @@ class Server(uvicorn.Server):
             self.app.state.engine_loop.shut_down()
         super().handle_exit(sig, frame)
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """uvicorn's, less its last act: it raises the signals it caught again
+        while the event loop still runs, where the program's own Ctrl-C handler
+        (SystemExit) cancels the app's tasks mid-shutdown and uvicorn logs a
+        traceback. serve() raises them once the loop has closed."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in (
+            signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
 
 def serve(app: FastAPI, sock: socket.socket, on_started: Callable[[], None]) -> None:
-    """Serve `app` on `sock` (from listen_socket) until a stop signal."""
-    Server(app, on_started).run(sockets=[sock])
+    """Serve `app` on `sock` (from listen_socket) until a stop signal, which is then
+    raised again for the program's own handler (Ctrl-C: one line, status 130)."""
+    server = Server(app, on_started)
+    server.run(sockets=[sock])
+    for sig in reversed(server._captured_signals):
+        signal.raise_signal(sig)

@@ -128,7 +128,7 @@ def test_anchors_escapes_and_counts():
     ],
 )
 def test_unsupported_or_empty_patterns_say_where(pattern, words):
-    """The parser is given (automaton.RegexParser): its errors name the position."""
+    """The parser is given (regex_parser.RegexParser): its errors name the position."""
     with pytest.raises(ValueError, match=re.escape(words)):
         tiny.parse_regex(pattern)
 
@@ -155,7 +155,7 @@ def test_bad_choice_lists_raise():
 
 def test_a_huge_or_deeply_nested_pattern_is_refused_before_any_work():
     """Limits that keep one request from holding the server's CPU (the parser and
-    automaton.MAX_PATTERN_CHARS / MAX_NESTING are given): a pattern longer than
+    regex_parser.MAX_PATTERN_CHARS / MAX_NESTING are given): a pattern longer than
     100,000 characters, groups nested past 100, and a constraint needing more than
     50,000 automaton states each raise ValueError saying what to send instead."""
     with pytest.raises(ValueError, match="at most 100,000 are accepted"):

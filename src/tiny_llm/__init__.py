@@ -72,7 +72,8 @@ from .speculative import (
     verified_tokens,
     worth_drafting,
 )
-from .automaton import DEAD, Dfa, compile_choices, compile_regex, parse_regex
+from .automaton import DEAD, Dfa, compile_choices, compile_regex
+from .regex_parser import parse_regex
 from .constrained import (
     Choice,
     ConstraintState,

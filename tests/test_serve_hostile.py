@@ -535,6 +535,8 @@ IGNORED_BEFORE = [
     ("continue_final_message", True),
     ("chat_template", "{{ messages }}"),
     ("guided_whitespace_pattern", " *"),
+    ("mm_processor_kwargs", {"num_crops": 4}),
+    ("vllm_xargs", {"a": 1}),
 ]
 
 
@@ -554,6 +556,23 @@ def test_a_parameter_the_server_cannot_honour_gets_a_400_naming_it(http, name, v
                  "add_generation_prompt": True}  # fmt: skip
     if name in no_effect:
         assert http.post(CHAT, json={**body, name: no_effect[name]}).status_code == 200
+
+
+def test_add_special_tokens_is_accepted_where_it_is_what_the_server_does(http):
+    """vLLM's defaults: a chat's template places the special tokens (False), a
+    completion's text is encoded with them (True); the other value is a 400."""
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+    completion = {"prompt": "Hi", "max_tokens": 1}
+    assert (
+        http.post(CHAT, json={**chat, "add_special_tokens": False}).status_code == 200
+    )
+    assert (
+        http.post(COMPLETIONS, json={**completion, "add_special_tokens": True})
+    ).status_code == 200
+    for path, body, value in ((CHAT, chat, True), (COMPLETIONS, completion, False)):
+        refused = http.post(path, json={**body, "add_special_tokens": value})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "add_special_tokens"
 
 
 def test_stream_options_other_than_include_usage_are_refused(http):

@@ -341,6 +341,15 @@ def common_fields(
     for name, no_effect, what in NOT_YET:
         if name in body and body[name] not in no_effect:
             raise unsupported(name, f"{what}; leave {name} out")
+    # The tokenizer's own special tokens: vLLM's defaults, which this server follows
+    # (the chat template places them; a completion's text is encoded with them).
+    added = request.endpoint != "chat"
+    if body.get("add_special_tokens") not in (None, added):
+        raise unsupported(
+            "add_special_tokens",
+            f"this endpoint always tokenizes with add_special_tokens={added}; leave "
+            "add_special_tokens out",
+        )
 
 
 # Fields of OpenAI's and vLLM's request documents this server does not act on: each
@@ -385,13 +394,15 @@ NOT_YET = [
     ("echo", (None, False), "the prompt is not echoed back"),
     ("add_generation_prompt", (None, True), "the assistant's turn is always opened"),
     ("continue_final_message", (None, False), "a final message is not continued"),
-    ("add_special_tokens", (None, False), "the chat template places special tokens"),
     ("documents", (None,), "documents are not passed to the template"),
     ("chat_template", (None,), "the model's own chat template is used"),
     ("chat_template_kwargs", (None, {}), "the template takes no options here"),
     ("logits_processors", (None,), "logits processors are not supported"),
     ("return_tokens_as_token_ids", (None, False), "tokens are returned as text"),
     ("guided_whitespace_pattern", (None,), "JSON answers are compact (no whitespace)"),
+    ("mm_processor_kwargs", (None, {}), "this model reads text only"),
+    ("kv_transfer_params", (None, {}), "KV transfer between servers is not supported"),
+    ("vllm_xargs", (None, {}), "no extra arguments are read"),
 ]
 
 

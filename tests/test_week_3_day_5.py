@@ -615,11 +615,11 @@ def test_the_token_index_keeps_at_most_its_byte_budget(tokenizer):
     evicted state is rebuilt the same."""
     import tracemalloc
 
-    constrained = __import__(tiny.__name__ + ".constrained", fromlist=["StateCache"])
+    token_index = __import__(tiny.__name__ + ".token_index", fromlist=["StateCache"])
     vocabulary = tiny.vocabulary_of(tokenizer, tokenizer.vocab_size)
     budget = 6 * 2**20
     saved = vocabulary.states
-    vocabulary.states = constrained.StateCache(budget)
+    vocabulary.states = token_index.StateCache(budget)
     try:
         index = vocabulary.index(tiny.Regex("(.|\n){0,60}"))
         first = index.allowed(0)

@@ -78,12 +78,12 @@ from .constrained import (
     Choice,
     ConstraintState,
     Regex,
-    TokenIndex,
     Vocabulary,
     start_constraint,
     token_texts,
     vocabulary_of,
 )
+from .token_index import TokenIndex
 from .engine import Engine, RequestOutput
 from .scheduler import batch_generate
 from .sharding import HeadShard, shard_heads, shard_range, split_evenly

@@ -1,15 +1,8 @@
 """Week 3 day 5, part 2: constrained decoding. From a character automaton (automaton.py)
-to the tokens a request may sample next.
-
-The model picks tokens, not characters, and one token can be many characters ("Ġname"
-is " name"), so a token is allowed in DFA state s when walking all of its characters
-from s never reaches DEAD; it leads to the state where the walk ends. That is the
-token index: for each state, the allowed tokens and where each leads. Walking every
-token of a 49,152-token vocabulary one by one costs a few hundred thousand steps, so
-the tokens share their prefixes in a trie, and the walk drops a whole branch (every
-token that starts with " x") at the first character the DFA refuses. A state's entry
-is built the first time a request reaches it and kept for every later request with
-the same constraint.
+to the tokens a request may sample next: the request options (Regex, Choice), what
+constraints need of a tokenizer (the Vocabulary: each token's text, in a trie), and
+one request's place in its constraint (ConstraintState). The token index, which
+tokens each DFA state allows, is token_index.py.
 
 Each step, a constrained request's logits [1, V] keep the allowed tokens and every
 other token becomes -inf before its sampler runs (greedy or sampled alike); EOS is
@@ -23,24 +16,18 @@ allowed; mlx-lm's streaming detokenizers drop the one space a text starts with, 
 at the start a token's leading space is not part of the text the pattern sees.
 """
 
-import sys
 import weakref
-from bisect import bisect_left
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import mlx.core as mx
-import numpy as np
 
 from tiny_llm_base import GrammarState, JsonSchema, UnsatisfiableConstraint
 
-from .automaton import DEAD, Dfa, compile_choices, compile_regex
+from .automaton import Dfa, compile_choices, compile_regex
+from .token_index import StateCache, StateTokens, TokenIndex, check_spellable
 
 # A token index kept per vocabulary for this many distinct constraints.
 MAX_CACHED_INDEXES = 64
-# The built states of every token index of a vocabulary, at most this many bytes in
-# all (a permissive state maps nearly every token: ~2.5 MB); least recent go first.
-MAX_CACHED_STATE_BYTES = 128 * 2**20
 # The most forced characters jump-forward looks ahead (a long fixed key fits).
 FORCED_CHARS = 64
 
@@ -139,41 +126,6 @@ class Vocabulary:
         return self._alphabet
 
 
-def check_spellable(dfa: Dfa, vocabulary: Vocabulary) -> None:
-    """ValueError, before any request runs, when no text the vocabulary can spell
-    matches: walked only on characters that some token contains, the DFA never
-    reaches an accepting state (an emoji or a NUL that no token holds). Given, not
-    written on the day: it needs nothing the day teaches."""
-    alphabet = vocabulary.alphabet
-    bounds = dfa.bounds
-    spellable = [
-        bisect_left(alphabet, bounds[i]) < bisect_left(alphabet, bounds[i + 1])
-        for i in range(len(bounds) - 1)
-    ]
-    seen, stack, missing = {0}, [0], None
-    while stack:
-        state = stack.pop()
-        if dfa.accepting[state]:
-            return
-        for interval, after in enumerate(dfa.table[state]):
-            if after == DEAD or after in seen:
-                continue
-            if not spellable[interval]:
-                missing = missing or chr(bounds[interval])
-                continue
-            seen.add(after)
-            stack.append(after)
-    raise ValueError(
-        "no text the model's tokens can spell matches the constraint"
-        + (
-            f": it needs {missing!r} (U+{ord(missing):04X}), which no token holds"
-            if missing
-            else ""
-        )
-        + "; change the pattern or choices"
-    )
-
-
 def token_texts(tokenizer, size: int) -> list[str | None]:
     """The text each of `size` token ids adds to an answer (see Vocabulary.texts):
     the detokenizer's text of [anchor, token] minus that of [anchor], the anchor
@@ -214,79 +166,6 @@ def vocabulary_of(tokenizer, size: int) -> Vocabulary:
         texts = token_texts(tokenizer, size)
         by_size[size] = Vocabulary(size, texts, eos, drops_first_space(tokenizer))
     return by_size[size]
-
-
-@dataclass
-class StateTokens:
-    """The tokens allowed in one index state: mask [V] (bool, EOS included when the
-    state accepts), next_state: token id -> the DFA state it leads to, and count:
-    the allowed ids in mask, EOS included (an accepting state with no other
-    continuation is not unsatisfiable)."""
-
-    mask: mx.array
-    next_state: dict[int, int]
-    count: int
-
-    @property
-    def nbytes(self) -> int:
-        """About what this entry holds in memory."""
-        return self.mask.nbytes + sys.getsizeof(self.next_state)
-
-
-class StateCache:
-    """Built StateTokens, least recently used first, at most max_bytes in all: a
-    server sees constraints without end, and each permissive state is megabytes."""
-
-    def __init__(self, max_bytes: int = MAX_CACHED_STATE_BYTES):
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.entries: OrderedDict = OrderedDict()
-
-    def get(self, key) -> "StateTokens | None":
-        entry = self.entries.get(key)
-        if entry is not None:
-            self.entries.move_to_end(key)
-        return entry
-
-    def put(self, key, tokens: "StateTokens") -> None:
-        self.entries[key] = tokens
-        self.bytes += tokens.nbytes
-        while self.bytes > self.max_bytes and len(self.entries) > 1:
-            _, dropped = self.entries.popitem(last=False)
-            self.bytes -= dropped.nbytes
-
-
-class TokenIndex:
-    """dfa's token index over vocabulary, built state by state as requests reach them.
-
-    A position is (DFA state, at_start): at_start only before the first token of a
-    vocabulary whose detokenizer drops the first space. Built states are kept in
-    the vocabulary's StateCache (bounded in bytes), so a state may be built again.
-    """
-
-    def __init__(self, dfa: Dfa, vocabulary: Vocabulary):
-        self.dfa = dfa
-        self.vocabulary = vocabulary
-
-    def allowed(self, state: int, at_start: bool = False) -> StateTokens:
-        """The allowed tokens in `state` (built when not in the cache)."""
-        key = (self, state, at_start)
-        tokens = self.vocabulary.states.get(key)
-        if tokens is None:
-            tokens = self.build(state, at_start)
-            self.vocabulary.states.put(key, tokens)
-        return tokens
-
-    def build(self, state: int, at_start: bool) -> StateTokens:
-        """Walk the vocabulary's trie from `state`: a branch is followed while the DFA
-        is not DEAD, and every token on a followed node is allowed, leading to the
-        state there. At the start a leading " " is read without moving the DFA."""
-        raise NotImplementedError(
-            "Week 3 Day 5: TokenIndex.build: depth-first over (trie node, DFA state) "
-            'from the root\'s children (at_start: the " " child keeps the state); '
-            "record each node's tokens -> its state; then a bool mask [V] of them, "
-            "plus EOS when dfa.accepting[state]"
-        )
 
 
 class ConstraintState:

@@ -143,7 +143,7 @@ def mixed_step(out: Path) -> Path:
     return s.save(out, "concept-mixed-step.png")
 
 
-# paged_cache.py: position p of a request lives in block table[p // block_size] at
+# block_pool.py: position p of a request lives in block table[p // block_size] at
 # slot p % block_size; block_size 16 (EngineConfig's default); BlockPool.allocate
 # takes the lowest given-back id (a heap), then a new id at high_water; one pool's
 # ids serve every layer. PagedKvManager.reserve grows a table as each step needs
@@ -182,7 +182,7 @@ def block_table(out: Path) -> Path:
     return s.save(out, "concept-block-table.png")
 
 
-# paged_cache.chain_hash: SHA-256 over the parent's digest (b'' for the first block),
+# block_pool.chain_hash: SHA-256 over the parent's digest (b'' for the first block),
 # then the token ids as int64 bytes (array('q')); only full blocks are named, after
 # the step that filled them (after_step). prefix_cache.py: cached_prefix =
 # pool.lookup(prefill_tokens[:-1]), which stops at the first unknown name and raises

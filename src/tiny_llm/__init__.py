@@ -48,15 +48,8 @@ from .planner import Plan, Planner
 from .step_limits import chunk_limit, is_long, may_start, preempt_for_interactive
 from .mixed_step import PrefillChunk, mixed_forward, plan_mixed, run_mixed
 from .runner import Forward, ModelRunner
-from .paged_cache import (
-    BlockPool,
-    BlockTable,
-    LayerBlocks,
-    PagedBatchingKvCache,
-    PagedKvCache,
-    blocks_needed,
-    chain_hash,
-)
+from .block_pool import BlockPool, BlockTable, blocks_needed, chain_hash
+from .paged_cache import LayerBlocks, PagedBatchingKvCache, PagedKvCache
 from .paged_manager import PagedKvManager
 from .prefix_cache import PrefixCachingKvManager
 from .speculative import (

@@ -14,7 +14,7 @@ Two rules keep it correct:
   since the request samples its first token from that position's logits.
 """
 
-from .paged_cache import BlockTable, chain_hash
+from .block_pool import BlockTable, chain_hash
 from .paged_manager import PagedKvManager
 from .request import Request
 

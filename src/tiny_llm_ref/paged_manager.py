@@ -13,13 +13,11 @@ and reads, while it prefills and, moved into a decode row, after.
 from tiny_llm_base import EngineConfig
 
 from .kv_manager import KvManager
+from .block_pool import BlockPool, BlockTable, blocks_needed
 from .paged_cache import (
-    BlockPool,
-    BlockTable,
     LayerBlocks,
     PagedBatchingKvCache,
     PagedKvCache,
-    blocks_needed,
     check_pool_fits,
 )
 from .request import Request

@@ -21,11 +21,11 @@ def split_evenly(total: int, parts: int) -> list[int]:
 def shard_range(total: int, size: int, rank: int, unit: int = 1) -> tuple[int, int]:
     """[start, stop) of rank `rank`'s contiguous piece when `total` items are split
     over `size` ranks in whole units of `unit` items (a quantized matrix's columns
-    come in groups): split_evenly on total // unit, times unit."""
+    come in groups): split_evenly on total // unit, times unit. ValueError unless
+    unit divides total (rank is trusted: 0 .. size - 1)."""
     raise NotImplementedError(
-        "Week 4 Day 1: shard_range: ValueError unless unit divides total; "
-        "split_evenly (total // unit, size); start is the sum of the earlier ranks' "
-        "sizes; both ends times unit"
+        "Week 4 Day 1: shard_range: ValueError unless unit divides total; the pieces "
+        "of split_evenly, counted in units"
     )
 
 
@@ -62,10 +62,7 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int) -> list[HeadShard]
     says "run at most {num_heads} ranks".
     """
     raise NotImplementedError(
-        "Week 4 Day 1: shard_heads: ValueError when size < 1, size > num_heads or "
-        "num_kv_heads does not divide num_heads; group = num_heads // num_kv_heads; "
-        "num_kv_heads >= size: split_evenly(num_kv_heads, size) KV heads per rank, "
-        "each with its group's query heads; otherwise split_evenly(size, "
-        "num_kv_heads) ranks per KV head, which split its group's query heads with "
-        "split_evenly"
+        "Week 4 Day 1: shard_heads: ValueError when size < 1 or size > num_heads "
+        '("run at most {num_heads} ranks"), or num_kv_heads does not divide '
+        "num_heads; then the two cases of the docstring, each with split_evenly"
     )

@@ -61,9 +61,8 @@ def input_columns(w: Weight, start: int, stop: int) -> Weight:
     group's edge, else a ValueError that says to shard a dense model
     (weights='float32')."""
     # Week 4 Day 1: input_columns: mx.contiguous(w[:, start:stop]); a QuantizedWeights:
-    # ValueError unless group_size divides start and stop, then weight's columns
-    # start * bits // 32 .. stop * bits // 32, scales' and biases' start // group_size
-    # .. stop // group_size
+    # ValueError unless group_size divides start and stop, then the columns of its
+    # packed weight, scales and biases that hold inputs start .. stop - 1
     if isinstance(w, mx.array):
         return mx.contiguous(w[:, start:stop])
     if start % w.group_size or stop % w.group_size:
@@ -90,7 +89,10 @@ def group_unit(w: Weight) -> int:
 class ShardedAttention(Qwen2AttentionWeek2):
     """One rank's heads of a Qwen2AttentionWeek2: its rows of wq, wk, wv (and their
     biases), its columns of wo. project_qkv, apply_rope and attention are the
-    parent's, on fewer heads; project_out ends with the all_sum."""
+    parent's, on fewer heads; project_out ends with the all_sum. The class
+    subclasses the parent for its methods only: __init__ does not call the
+    parent's (it needs an mlx-lm layer) but sets the same attributes from `full`,
+    sharing its RoPE."""
 
     def __init__(
         self, full: Qwen2AttentionWeek2, heads: HeadShard, group: mx.distributed.Group
@@ -182,7 +184,9 @@ class ShardedQwen2Model(Qwen2ModelWeek2):
     a group of one when the script was not started by mlx.launch).
 
     Same calls and attributes as Qwen2ModelWeek2; layers are ShardedBlocks, so
-    create_kv_cache's caches hold this rank's KV heads only. Every rank must make
+    create_kv_cache's caches hold this rank's KV heads only. The hidden units are
+    shard_range(args.intermediate_size, size, rank, group_unit(down_proj)): whole
+    quantization groups of the first layer's w_down (1 for a dense one). Every rank must make
     every call, with the same tokens, offsets and shapes: each layer's all_sums wait
     for all ranks. Each rank loads the whole checkpoint and keeps its slices.
     """

@@ -121,9 +121,8 @@ class Dfa:
         read while the state does not accept and exactly one character leads
         anywhere but DEAD (a fixed key, a closing quote)."""
         raise NotImplementedError(
-            "Week 3 Day 5: Dfa.forced_text: while under the limit and not accepting, "
-            "the intervals whose state is not DEAD; stop unless there is one, one "
-            "character wide; else read its character and move"
+            "Week 3 Day 5: Dfa.forced_text: the docstring's rule, one character at a "
+            "time"
         )
 
     def fullmatch(self, text: str) -> bool:

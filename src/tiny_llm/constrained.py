@@ -101,9 +101,7 @@ class Vocabulary:
         starts the rest (the lowest id among equal texts); it stops early where no
         token starts the rest."""
         raise NotImplementedError(
-            "Week 3 Day 5: Vocabulary.longest_tokens: from each start, walk the trie "
-            "along the text, remembering the last node with tokens; take its first "
-            "token and go on after it; stop when there is none"
+            "Week 3 Day 5: Vocabulary.longest_tokens: the docstring's cut, on the trie"
         )
 
     def index(self, constraint) -> "TokenIndex":
@@ -217,8 +215,8 @@ class ConstraintState:
         """[1 + len(tokens), V] bool: row j is the mask after tokens[:j] (row 0: here),
         what verifying those tokens as drafts needs. The state does not move."""
         raise NotImplementedError(
-            "Week 3 Day 5: ConstraintState.masks_along: allowed().mask, then advance "
-            "through the tokens taking each mask; put state and at_start back after"
+            "Week 3 Day 5: ConstraintState.masks_along: the docstring's rows; the "
+            "state ends where it started"
         )
 
     def advance(self, token: int) -> None:

@@ -52,11 +52,8 @@ def find_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     `a a a a` the end at index 2 matches 3 tokens) and stops at the text's start.
     """
     raise NotImplementedError(
-        "Week 3 Day 4: find_drafts: for each earlier end position, latest first, "
-        "count how many tokens match backwards from it and from the last token (at "
-        "most max_n); keep the first that matches longest (stop early at max_n); "
-        "return the k tokens after it, or [] when the best match is shorter than "
-        "min_n"
+        "Week 3 Day 4: find_drafts: the docstring's rule (the chapter's \"Drafts from "
+        "the request's own text\")"
     )
 
 
@@ -70,7 +67,8 @@ def break_even(rows: int, cost: float = DRAFT_TOKEN_COST) -> float:
     whatever k: at 1 row 18%, at 4 rows 47%.
     """
     raise NotImplementedError(
-        "Week 3 Day 4: break_even: cost * rows / (1 + cost * (rows - 1))"
+        "Week 3 Day 4: break_even: the acceptance at which drafting's gain pays for "
+        'its cost (derive it: the chapter\'s "When drafts do not pay")'
     )
 
 
@@ -179,11 +177,8 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     the sampler's distribution.
     """
     raise NotImplementedError(
-        "Week 3 Day 4: verified_tokens: greedy: argmax of every row, the drafts while"
-        " they match, then the argmax that follows; sampled: probs = "
-        "softmax(sampler.logits); for each draft keep it if a uniform draw < its "
-        "probability, else draw from the row without it and stop; all kept: draw from"
-        " the last row"
+        "Week 3 Day 4: verified_tokens: the acceptance rule of the docstring, greedy "
+        'and sampled (the chapter\'s "The acceptance rule")'
     )
 
 

@@ -97,10 +97,8 @@ class TokenIndex:
         is not DEAD, and every token on a followed node is allowed, leading to the
         state there. At the start a leading " " is read without moving the DFA."""
         raise NotImplementedError(
-            "Week 3 Day 5: TokenIndex.build: depth-first over (trie node, DFA state) "
-            'from the root\'s children (at_start: the " " child keeps the state); '
-            "record each node's tokens -> its state; then a bool mask [V] of them, "
-            "plus EOS when dfa.accepting[state]"
+            "Week 3 Day 5: TokenIndex.build: the docstring's walk of the trie (the "
+            'chapter\'s "From characters to tokens"); the StateTokens of what it found'
         )
 
 

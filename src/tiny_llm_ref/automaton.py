@@ -154,9 +154,7 @@ class Dfa:
         """The characters every match must read next from `state`, at most `limit`:
         read while the state does not accept and exactly one character leads
         anywhere but DEAD (a fixed key, a closing quote)."""
-        # Week 3 Day 5: Dfa.forced_text: while under the limit and not accepting, the
-        # intervals whose state is not DEAD; stop unless there is one, one character
-        # wide; else read its character and move
+        # Week 3 Day 5: Dfa.forced_text: the docstring's rule, one character at a time
         text = []
         while len(text) < limit and not self.accepting[state]:
             live = [i for i, after in enumerate(self.table[state]) if after != DEAD]

@@ -51,10 +51,8 @@ def find_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     token (len - 2 first); its backward match may overlap the last run itself (in
     `a a a a` the end at index 2 matches 3 tokens) and stops at the text's start.
     """
-    # Week 3 Day 4: find_drafts: for each earlier end position, latest first, count how
-    # many tokens match backwards from it and from the last token (at most max_n);
-    # keep the first that matches longest (stop early at max_n); return the k tokens
-    # after it, or [] when the best match is shorter than min_n
+    # Week 3 Day 4: find_drafts: the docstring's rule (the chapter's "Drafts from the
+    # request's own text")
     last = len(tokens) - 1
     best_length, best_end = 0, -1
     for end in range(last - 1, -1, -1):
@@ -83,7 +81,8 @@ def break_even(rows: int, cost: float = DRAFT_TOKEN_COST) -> float:
     second are unchanged when acceptance x (1 + cost x (rows - 1)) = cost x rows,
     whatever k: at 1 row 18%, at 4 rows 47%.
     """
-    # Week 3 Day 4: break_even: cost * rows / (1 + cost * (rows - 1))
+    # Week 3 Day 4: break_even: the acceptance at which drafting's gain pays for its
+    # cost (derive it: the chapter's "When drafts do not pay")
     return cost * rows / (1 + cost * (rows - 1))
 
 
@@ -226,10 +225,8 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     normalise); all kept: a last token is drawn from p_k. Each token then has exactly
     the sampler's distribution.
     """
-    # Week 3 Day 4: verified_tokens: greedy: argmax of every row, the drafts while they
-    # match, then the argmax that follows; sampled: probs = softmax(sampler.logits);
-    # for each draft keep it if a uniform draw < its probability, else draw from the
-    # row without it and stop; all kept: draw from the last row
+    # Week 3 Day 4: verified_tokens: the acceptance rule of the docstring, greedy and
+    # sampled (the chapter's "The acceptance rule")
     if is_greedy(sampler):
         best = mx.argmax(logprobs, axis=-1).tolist()
         kept = 0

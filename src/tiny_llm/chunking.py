@@ -27,10 +27,15 @@ def select_chunk_size(
 class AdaptiveChunker:
     """A chunk size that follows measured chunk times.
 
-    Under decode pressure (the fraction of slots decoding above `pressure_threshold`)
-    the size halves; while the recent chunks' mean time stays under
-    `decode_latency_target` it doubles; when the mean time exceeds the target it
-    halves. The size stays in [min_chunk_size, max_chunk_size].
+    Under decode pressure (active_decode_requests / batch_size strictly above
+    `pressure_threshold`) the size halves, whatever the times; otherwise, while the
+    mean of the times recorded since the last change (at most the last `window`;
+    one is enough) stays under `decode_latency_target` it doubles, and when it is
+    over it halves; exactly at the target, or with no time recorded, it stays.
+    Halving is integer division. The size stays in [min_chunk_size,
+    max_chunk_size]; only when the clamped size differs from the current one are
+    the recorded times forgotten. Each select_chunk_size call is one decision (it
+    changes the state): call it once per chunk. Only the sizes are checked.
     """
 
     def __init__(

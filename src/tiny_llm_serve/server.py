@@ -88,9 +88,15 @@ class Server(uvicorn.Server):
             self.on_started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """Every stop signal asks for the same graceful stop. uvicorn's second Ctrl-C
+        would force an exit that skips the app's shutdown and cancels its lifespan
+        (a logged traceback); the stop is quick anyway (open streams end at once)
+        and the program's Ctrl-C watcher ends the process half a second after the
+        first press (scripts/commands/interrupt.py)."""
         if not self.should_exit:
             self.app.state.engine_loop.shut_down()
-        super().handle_exit(sig, frame)
+        self._captured_signals.append(sig)
+        self.should_exit = True
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:

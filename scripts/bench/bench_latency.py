@@ -5,7 +5,7 @@ pdm run bench-latency --quick          # smaller: a ~1,500-token long prompt
 pdm run bench-latency --sweep          # also SWEEP's grid, one row per point
 pdm run bench-latency --set long_prefill_token_threshold=32 --set fcfs:prefill_step=64
 
-Every run is a fresh in-process course.Engine on the embedded model (the served weights),
+Every run is a fresh in-process Engine on the embedded model (the served weights),
 greedy with EOS masked out: every request generates max_tokens.
 
 Part 1, trace: short interactive chats arrive as a Poisson process and one long
@@ -239,7 +239,7 @@ def describe(workload: Workload, sizes: Sizes) -> str:
 
 
 def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> dict:
-    """A fresh course.Engine through the trace: before each step it gets every request whose
+    """A fresh Engine through the trace: before each step it gets every request whose
     arrival time has passed (it sleeps while idle); at time_limit_s the rest is
     aborted. Per request, its times in seconds from the start (arrival: when it was
     due; prefill_start: its first chunk; tokens: each token's), and the counts."""

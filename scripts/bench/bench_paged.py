@@ -261,7 +261,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
-    """One replay through a paged course.Engine. Per turn: TTFT, tokens found cached, and the
+    """One replay through a paged Engine. Per turn: TTFT, tokens found cached, and the
     reusable tokens: the prompt's common prefix with everything the previous turn
     computed (its prompt and all but its last generated token), never the prompt's
     last token (always computed)."""

@@ -104,7 +104,7 @@ def chat(tokenizer, messages: list[dict]) -> list[int]:
 
 
 def run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching) -> Result:
-    """All prompts through one paged course.Engine, each admitted at its arrival step."""
+    """All prompts through one paged Engine, each admitted at its arrival step."""
     max_seq_len = max(len(p) for p in prompts) + max_tokens
     engine = course.Engine(
         model,

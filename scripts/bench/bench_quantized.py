@@ -10,7 +10,7 @@ Formats, all computing x [M, K] @ w.T for a weight w [N, K]:
             (the embedded model's storage) with float32 x
 - mlx q4 f16: the same with float16 x, the all-half-precision path; its CPU cost
             grows with M so steeply that it is timed at M=1 only
-- tiny q4:  course.quantized_matmul on the same weight with float32 x: it
+- tiny q4:  the course's quantized_matmul on the same weight with float32 x: it
             dequantizes the weight to float32 on every call, then uses `@`
 
 The "all matmuls" row adds up, from the rows above, the linear layers of one decode

@@ -18,7 +18,7 @@ was decoding. "In steps" counts the same speed-up in each run's own plain decode
 steps (speedup_in_steps), which a load that changes between runs cannot move. Goals: input-grounded at least 1.6x without speculation at batch 1 and
 1.3x at batch 4; open-ended chat at least 0.97x; the greedy tokens identical. Also
 the cost of feeding k tokens in one forward against 1, at ~400 tokens of context
-(the chapter's table behind course.DRAFT_TOKEN_COST). Writes the table, the JSON (--json)
+(the chapter's table behind DRAFT_TOKEN_COST). Writes the table, the JSON (--json)
 and the accepted length per step (book/src/images/week3-speculative-accepted.png;
 --quick: beside the JSON).
 """

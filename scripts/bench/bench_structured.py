@@ -11,7 +11,7 @@ peer, which ignores response_format), both on the embedded model in float32. An
 answer is valid when it parses and validates (jsonschema); "lenient" also strips a
 ```json fence first. Goal: 100% valid for ours.
 
-Overhead: 8 requests decoding side by side on our course.Engine (the mixed policy,
+Overhead: 8 requests decoding side by side on our Engine (the mixed policy,
 in-process), each exactly 48 tokens (greedy with EOS banned, so every step has 8
 rows): unconstrained; under a JSON schema (llguidance's masks); under a permissive
 regex (the course's token index, warm). Time per output token: the median step

@@ -3,9 +3,10 @@ engine when they arrive (after a number of steps, or at a time), the engine step
 until every request is done or the run's time limit passes, and every generated
 token's wall-clock time is kept.
 
-Ours is the course package's Engine (course.py: --solution) (policy "alternate" or "mixed"); the peer is mlx-lm's
-BatchGenerator on the same float32 weights. EOS is masked out of the greedy sampler,
-so both do exactly the same work: max_tokens for every request.
+Ours is the Engine of the package --solution chose (course.py), under policy
+"alternate" or "mixed"; the peer is mlx-lm's BatchGenerator on the same float32
+weights. EOS is masked out of the greedy sampler, so both do exactly the same work:
+max_tokens for every request.
 """
 
 import os
@@ -125,8 +126,8 @@ def run_ours(
     batch_size: int = BATCH_SIZE,
     **settings,
 ) -> Run:
-    """The chosen package's Engine, stepped until every request is done (or aborted at the
-    time limit); ForwardRecords are kept for the timeline. settings: more
+    """The chosen package's Engine, stepped until every request is done (or aborted
+    at the time limit); ForwardRecords are kept for the timeline. settings: more
     EngineConfig fields (speculative="ngram", say)."""
     n = len(workload.prompts)
     load = os.getloadavg()[0]

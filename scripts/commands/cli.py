@@ -42,9 +42,14 @@ def option_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def dest(option: str) -> str:
+    """The argparse attribute of an option as typed: `--max-tokens` -> max_tokens."""
+    return option.removeprefix("--").replace("-", "_")
+
+
 def option_values(args: argparse.Namespace, option: str) -> list:
     """The values given for `option` as typed (`--max-tokens`); a list option's items."""
-    value = getattr(args, option.removeprefix("--").replace("-", "_"))
+    value = getattr(args, dest(option))
     return value if isinstance(value, list) else [value]
 
 
@@ -85,8 +90,7 @@ def fail_with_options(error: Exception, options: Iterable[str]) -> NoReturn:
     as the options the user typed (`--max-seq-len`)."""
     message = str(error)
     for option in options:
-        name = option.removeprefix("--").replace("-", "_")
-        message = re.sub(rf"(?<![\w-]){name}\b", option, message)
+        message = re.sub(rf"(?<![\w-]){dest(option)}\b", option, message)
     fail(message)
 
 
@@ -209,15 +213,11 @@ DRAFT_OPTIONS = {
 }
 
 
-def option_value(args: argparse.Namespace, option: str):
-    return getattr(args, option.removeprefix("--").replace("-", "_"))
-
-
 def check_scheduling_options(args: argparse.Namespace) -> None:
     """Each limit given as an int of at least 1 or 'none' (then NO_LIMIT); the
     patience finite and >= 0. Before the slow imports: a bad value fails at once."""
     for option in STEP_LIMIT_OPTIONS:
-        name = option.removeprefix("--").replace("-", "_")
+        name = dest(option)
         value = getattr(args, name)
         if value is None:
             continue
@@ -236,7 +236,7 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
                 f"--batch-patience must be at least 0 seconds, got {args.batch_patience}"
             )
     given = [
-        option for option in DRAFT_OPTIONS if option_value(args, option) is not None
+        option for option in DRAFT_OPTIONS if getattr(args, dest(option)) is not None
     ]
     if given and (args.speculative == NO_LIMIT or args.policy == "alternate"):
         fail(
@@ -249,8 +249,8 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
             + f": leave {given[0]} out, or use --speculative ngram with --policy mixed"
         )
     for option, default in DRAFT_OPTIONS.items():
-        if option_value(args, option) is None:
-            setattr(args, option.removeprefix("--").replace("-", "_"), default)
+        if getattr(args, dest(option)) is None:
+            setattr(args, dest(option), default)
     require_at_least(args, 1, *DRAFT_OPTIONS)
     if args.prompt_lookup_min > args.prompt_lookup_max:
         fail(

@@ -17,6 +17,7 @@ at the start a token's leading space is not part of the text the pattern sees.
 """
 
 import weakref
+from functools import cached_property
 from dataclasses import dataclass, field
 
 import mlx.core as mx
@@ -115,13 +116,10 @@ class Vocabulary:
             self.indexes[constraint] = TokenIndex(dfa, self)
         return self.indexes[constraint]
 
-    @property
+    @cached_property
     def alphabet(self) -> list[int]:
         """The code points that some token's text contains, sorted."""
-        if not hasattr(self, "_alphabet"):
-            chars = set().union(*(text for text in self.texts if text))
-            self._alphabet = sorted(map(ord, chars))
-        return self._alphabet
+        return sorted(map(ord, set().union(*(text for text in self.texts if text))))
 
 
 def token_texts(tokenizer, size: int) -> list[str | None]:

@@ -37,12 +37,9 @@ def is_adaptive(policy) -> bool:
     return hasattr(policy, "select_chunk_size")
 
 
-# The draft settings' defaults: another value means nothing without speculative.
-DRAFT_DEFAULTS = {
-    "num_speculative_tokens": 4,
-    "prompt_lookup_max": 3,
-    "prompt_lookup_min": 1,
-}
+# The settings of how drafts are proposed: another value than their default means
+# nothing without speculative.
+DRAFT_SETTINGS = ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
 
 
 @dataclass(frozen=True)
@@ -179,13 +176,16 @@ class EngineConfig:
         check_int("prompt_lookup_min", self.prompt_lookup_min, 1)
         check_int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
         for name in ("jump_forward", "prefix_caching"):
-            if not isinstance(getattr(self, name), bool):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
                 raise TypeError(
-                    f"{name} must be True or False, got "
-                    f"{type(getattr(self, name)).__name__} {getattr(self, name)!r}"
+                    f"{name} must be True or False, got {type(value).__name__} "
+                    f"{value!r}"
                 )
         if not self.speculative:
-            for name, default in DRAFT_DEFAULTS.items():
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name in DRAFT_SETTINGS:
+                default = defaults[name]
                 if getattr(self, name) != default:
                     raise ValueError(
                         f"{name} sets how drafts are proposed, but speculative is "

@@ -19,6 +19,7 @@ import h11
 import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import HANDLED_SIGNALS
 
 GRACE_S = 5  # open connections get this long to finish after a stop signal
 HEADER_TIMEOUT_S = 10.0  # a request's headers must all arrive within this
@@ -107,8 +108,9 @@ class Server(uvicorn.Server):
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        original = {sig: signal.signal(sig, self.handle_exit) for sig in (
-            signal.SIGINT, signal.SIGTERM)}  # fmt: skip
+        original = {
+            sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS
+        }
         try:
             yield
         finally:

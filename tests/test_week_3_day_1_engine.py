@@ -369,7 +369,7 @@ def test_requests_added_between_steps(pair, tokenizer, no_eos, policy, token_bud
         max_tokens=5,
         sampler=sampler,
         on_forward=recorder.records.append,
-        batch_patience=0,  # arrival order: no priority preemption (step_limits.py)
+        batch_patience=0,  # arrival order: no priority preemption (mixed_policy.py)
     )
     lengths = {}
 

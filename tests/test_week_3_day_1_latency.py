@@ -1,4 +1,4 @@
-"""Week 3 Day 1: who shares a mixed step (step_limits.py).
+"""Week 3 Day 1: who shares a mixed step (mixed_policy.py).
 
 A long prompt's chunks are capped at long_prefill_token_threshold; at most
 max_num_partial_prefills requests are partly prefilled at once, at most

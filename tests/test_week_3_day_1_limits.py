@@ -67,13 +67,13 @@ def test_a_step_feeds_at_most_token_budget_rows(pair, tokenizer, monkeypatch):
     banned = sorted(tokenizer.eos_token_ids)
     sampler = greedy_without(banned, mlx_model.args.vocab_size)
     fed = []
-    real_forward = tiny.mixed_step.mixed_forward
+    real_forward = tiny.runner.mixed_forward
 
     def counting_forward(model, decode_tokens, offsets, cache, chunks):
         fed.append(len(decode_tokens) + sum(len(c.tokens) for c in chunks))
         return real_forward(model, decode_tokens, offsets, cache, chunks)
 
-    monkeypatch.setattr(tiny.mixed_step, "mixed_forward", counting_forward)
+    monkeypatch.setattr(tiny.runner, "mixed_forward", counting_forward)
     rng = np.random.default_rng(2)
     lengths, limits = (6, 7, 8, 30, 25), (2, 12, 12, 6, 6)
     prompts = [

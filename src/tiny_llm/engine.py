@@ -33,7 +33,7 @@ from tiny_llm_base.config import check_callable, is_adaptive
 
 from .kv_manager import DenseKvManager
 from .metrics import RunMetrics
-from .mixed_step import plan_mixed
+from .mixed_policy import plan_mixed
 from .paged_manager import PagedKvManager
 from .planner import Plan, Planner
 from .prefix_cache import PrefixCachingKvManager

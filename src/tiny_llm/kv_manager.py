@@ -2,8 +2,10 @@
 
 The planner asks it four things, and never looks at the caches itself:
 
-    admit(request) -> bool   may the request start holding memory? (False: it
-                             waits)
+    admit(request) -> int | None  may the request start holding memory? None: it
+                             waits; else how many of its prompt tokens are already
+                             in its cache (a prefix cache hit, week 3 day 3; 0
+                             without), which the planner moves the request past
     reserve(request, n) -> int  room for the request's next n tokens, before the
                              forward that computes them: how many fit (0 for a
                              decode: the planner preempts somebody and asks again)
@@ -12,13 +14,18 @@ The planner asks it four things, and never looks at the caches itself:
                              take its memory back
 
 and, after every step, `after_step()`; `batch_cache` holds the decode rows (one
-cache per layer) that the model runner feeds.
+cache per layer) that the model runner feeds. KvManager below is that interface as
+code: an abstract base whose abstract methods every manager writes, with the row
+moves all of them share. A KV manager never moves a request: it reports, and the
+planner and the model runner write the request's position.
 
 DenseKvManager (week 2 day 6) is the first: each prefilling request has its own
 TinyKvFullCache per layer, and a decode slot is a row of day 5's BatchingKvCache, so
 it always has room. Week 3 day 2's PagedKvManager keeps the same interface over a
 pool of blocks, and day 3's PrefixCachingKvManager adds shared prefixes.
 """
+
+from abc import ABC, abstractmethod
 
 from tiny_llm_base import EngineConfig
 from tiny_llm_base.memory import check_fits, kv_bytes_per_position
@@ -27,11 +34,32 @@ from .kv_cache import BatchingKvCache
 from .request import Request
 
 
-class KvManager:
-    """What every KV manager shares: `batch_cache`, one decode-row cache per layer,
-    and moving a request in and out of a row."""
+class KvManager(ABC):
+    """The KV manager's interface, and what every KV manager shares: `batch_cache`,
+    one decode-row cache per layer, and moving a request in and out of a row."""
 
     batch_cache: list
+
+    @abstractmethod
+    def admit(self, request: Request) -> int | None:
+        """Room for the request's prefill: None when it must wait; else the tokens of
+        its prompt its caches already hold (they start after them)."""
+
+    @abstractmethod
+    def reserve(self, request: Request, tokens: int) -> int:
+        """Room for the request's next `tokens` tokens from its offset: how many fit."""
+
+    @abstractmethod
+    def release(self, request: Request) -> None:
+        """The request is done or preempted: take its memory back."""
+
+    @abstractmethod
+    def after_step(self) -> None:
+        """Called once after every step."""
+
+    @abstractmethod
+    def record(self, metrics) -> None:
+        """Write the manager's figures into the run's metrics."""
 
     def place(self, request: Request, slot: int) -> None:
         """The prefilled request's cache becomes row `slot` of every layer's batch
@@ -72,12 +100,12 @@ class DenseKvManager(KvManager):
             "BatchingKvCache(batch_size, max_seq_len) per layer"
         )
 
-    def admit(self, request: Request) -> bool:
+    def admit(self, request: Request) -> int:
         """Room for the request's prefill: its own caches (a new set after a
-        restart). Always True: dense caches grow as they are written."""
+        restart). Always room, none of it cached: 0."""
         raise NotImplementedError(
             "Week 2 Day 6: admit: new caches (model.create_kv_cache()) for a request "
-            "that has none; True"
+            "that has none; 0"
         )
 
     def reserve(self, request: Request, tokens: int) -> int:

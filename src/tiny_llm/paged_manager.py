@@ -44,15 +44,15 @@ class PagedKvManager(KvManager):
             " per layer, no tables"
         )
 
-    def admit(self, request: Request) -> bool:
+    def admit(self, request: Request) -> int | None:
         """The request starts holding blocks: those of its prompt found cached
-        (cached_prefix), and none yet for the rest; False, holding nothing, when the
+        (cached_prefix), and none yet for the rest; None, holding nothing, when the
         pool has no block for its next token. Its PagedKvCaches start at the cached
-        tokens, and so does the request (advance)."""
+        tokens; returns how many (the planner moves the request past them)."""
         raise NotImplementedError(
             "Week 3 Day 2: admit: cached_prefix; if the pool has no block available, "
-            "release it and return False; else the table, PagedKvCache views from the"
-            " cached tokens, advance"
+            "release it and return None; else the table, PagedKvCache views from the "
+            "cached tokens, and their count"
         )
 
     def cached_prefix(self, request: Request) -> BlockTable:

@@ -5,10 +5,9 @@ prefilled and waiting for a slot), and asks the KV manager for room. Two policie
 - "alternate" (week 2 days 6 and 7): plan_chunk() gives ONE chunk of the most urgent
   waiting request; then plan_decodes() gives every decoding request's next token.
   The engine runs them as two forwards.
-- "mixed" (week 3 day 1): mixed_step.plan_mixed(planner) gives both at once, for ONE
-  forward: every decoding request first, so decodes never wait, then prefill chunks
-  (most urgent first) within `token_budget` and the partial-prefill limits
-  (step_limits.py).
+- "mixed" (week 3 day 1): mixed_policy.plan_mixed(planner) gives both at once, for
+  ONE forward: every decoding request first, so decodes never wait, then prefill
+  chunks (most urgent first) within `token_budget` and the partial-prefill limits.
 
 Urgency is a deadline: an interactive request's arrival, a batch request's arrival
 plus batch_patience seconds; the earliest goes first, ties by the order added.
@@ -143,10 +142,13 @@ class Planner:
 
     def admit(self, request: Request) -> bool:
         """Room for the request's prefill from the KV manager (True at once for a
-        request already holding memory); it holds memory from then on."""
+        request already holding memory); it holds memory from then on, and moves
+        past the prompt tokens the KV manager reports already cached (advance: the
+        engine's one position write outside the model runner, because the chunks
+        planned next start there)."""
         raise NotImplementedError(
-            "Week 2 Day 6: admit: True for a holder; else kv.admit, and on success it"
-            " joins holding"
+            "Week 2 Day 6: admit: True for a holder; else kv.admit (None: False), and"
+            " on success it joins holding and advances by the cached tokens"
         )
 
     def prefill_candidates(

@@ -40,12 +40,12 @@ class PrefixCachingKvManager(PagedKvManager):
             "Week 3 Day 3: cached_prefix: pool.lookup(prefill_tokens[:-1])"
         )
 
-    def admit(self, request: Request) -> bool:
-        """PagedKvManager.admit, which starts the request after its cached prefix;
-        only when it succeeds, and only at the request's first admission
+    def admit(self, request: Request) -> int | None:
+        """PagedKvManager.admit, which starts the request's caches after its cached
+        prefix; only when it succeeds, and only at the request's first admission
         (metrics.preemptions == 0: a request refused or preempted earlier is not
         counted twice), its metrics.cached_tokens and the manager's counters count
-        the tokens found."""
+        the tokens found. Returns what the paged admit returned."""
         raise NotImplementedError(
             "Week 3 Day 3: admit: the paged admit, then at a first admission count "
             "the cached tokens"

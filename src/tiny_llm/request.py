@@ -21,6 +21,7 @@ import mlx.core as mx
 from tiny_llm_base import (
     PRIORITIES,
     GenerationResult,
+    NoConstraint,
     Sampler,
     check_int,
     greedy,
@@ -71,10 +72,12 @@ class Request:
         the share of its draft tokens accepted (1.0 before any), the count of
         generated tokens before which it proposes no drafts (a pause once they stopped
         paying), and how many pauses it has had (each lasts twice the one before).
-    constraint (week 3 day 5): None, Regex(pattern) or Choice(options): the answer
-        must match. constraint_state: its ConstraintState (start_constraint), which
-        masks the logits in `sample` and advances in `accept`; None without one. A
-        bad constraint fails this request alone.
+    constraint (week 3 day 5): None, Regex(pattern), Choice(options), JsonSchema or
+        JsonObject: the answer must match. constraint_state: its ConstraintState
+        (start_constraint), which masks the logits in `sample` and advances in
+        `accept`; without a constraint, NoConstraint() (tiny_llm_base), which
+        allows everything, so both call it the same way. A bad constraint fails this
+        request alone.
     """
 
     model: object
@@ -99,7 +102,9 @@ class Request:
     draft_acceptance: float = field(init=False, default=1.0)
     drafts_resume_at: int = field(init=False, default=0)
     draft_pauses: int = field(init=False, default=0)
-    constraint_state: ConstraintState | None = field(init=False, default=None)
+    constraint_state: ConstraintState | NoConstraint = field(
+        init=False, default_factory=NoConstraint
+    )
 
     def __post_init__(self) -> None:
         raise NotImplementedError(
@@ -211,7 +216,8 @@ class Request:
         raise NotImplementedError(
             "Week 2 Day 6: sample: turn logits into log-probabilities (subtract "
             "logsumexp), call the sampler, and return sampled_token_id(its result, "
-            "model.vocab_size) (Week 3 Day 5: constraint_state.mask the logits first)"
+            "model.vocab_size); constraint_state.mask the logits first (NoConstraint "
+            "leaves them as they are)"
         )
 
     def sample_and_accept(self, logits: mx.array) -> None:
@@ -238,8 +244,8 @@ class Request:
         raise NotImplementedError(
             "Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept); "
             "otherwise keep it, feed the detokenizer, make it next_token, and finish "
-            "with 'length' at max_tokens or 'max_seq_len' when offset reaches it "
-            "(Week 3 Day 5: constraint_state.advance a kept token first)"
+            "with 'length' at max_tokens or 'max_seq_len' when offset reaches it; "
+            "constraint_state.advance a kept token first"
         )
 
     def finish(self, reason: str) -> None:

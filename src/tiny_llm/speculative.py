@@ -139,11 +139,11 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     )
 
 
-def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict:
+def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     """Each decoding request's drafts for this step: {request: draft tokens}.
 
     For each request in `rows` that may_draft: at most num_speculative_tokens, at
-    most the budget left (None: no limit), and few enough that its bonus token stays
+    most the budget left (tokens; math.inf: no limit), and few enough that its bonus token stays
     within max_tokens and every position within max_seq_len; propose_drafts; then
     cut to the room the KV manager gives beside its decode token
     (kv.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
@@ -182,22 +182,12 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     )
 
 
-def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
-    """logits: [1 + k, V], the verification logits of a request that fed its decode
-    token and k drafts. Accepts the verified tokens one by one (advance 1, then
-    accept), stopping when one finishes the request (EOS, max_tokens, max_seq_len),
-    so the request ends at the right token. Records the drafts proposed and accepted
-    in its metrics and moves its acceptance average. Returns the drafts accepted.
-    Whatever fails fails this request alone: request.fail with a message that
-    carries the exception's type and text (f"verifying drafts failed: {name}:
-    {error}"), so the client sees why. (Week 3 Day 5: a constrained request's rows
-    are masked as its sample would mask them, row j after drafts[:j].)"""
+def record_verification(request: Request, proposed: int, accepted: int) -> None:
+    """After a verification: the request's metrics count the drafts proposed and
+    accepted, and its acceptance average moves ACCEPTANCE_WEIGHT of the way towards
+    accepted / proposed (what may_draft reads)."""
     raise NotImplementedError(
-        "Week 3 Day 4: accept_drafts: verified_tokens over the log-probabilities; for"
-        " each token advance(1) and accept it, stop once finished; count "
-        "metrics.draft_tokens and accepted_draft_tokens (tokens taken - 1); "
-        "draft_acceptance moves ACCEPTANCE_WEIGHT towards accepted / proposed; on any"
-        " error fail the request (Week 3 Day 5: a constrained request's logits masked"
-        " first, row j at -inf where constraint_state.masks_along(drafts)[j] is "
-        "False)"
+        "Week 3 Day 4: record_verification: metrics.draft_tokens and "
+        "accepted_draft_tokens; draft_acceptance moves ACCEPTANCE_WEIGHT towards the "
+        "rate"
     )

@@ -18,7 +18,13 @@ from .prompts import (
     prompt_token_ids,
     sampled_token_id,
 )
-from .structured import GrammarState, JsonObject, JsonSchema, UnsatisfiableConstraint
+from .structured import (
+    GrammarState,
+    JsonObject,
+    JsonSchema,
+    NoConstraint,
+    UnsatisfiableConstraint,
+)
 from .reports import BatchResults, ForwardRecord, SchedulerSnapshot, SlotView
 from .weights import (
     DEFAULT_MAX_SEQ_LEN,

@@ -60,6 +60,28 @@ class UnsatisfiableConstraint(ValueError):
     the client's error, naming the constraint's field."""
 
 
+class NoConstraint:
+    """The constraint state of a request without a constraint: every token allowed,
+    nothing forced. It has ConstraintState's interface, so a request samples,
+    accepts and verifies drafts the same way with or without a constraint."""
+
+    def is_accepting(self) -> bool:
+        return True
+
+    def mask(self, logits: mx.array) -> mx.array:
+        return logits
+
+    def advance(self, token: int) -> None:
+        pass
+
+    def forced_tokens(self) -> list[int]:
+        return []
+
+    def masks_along(self, tokens: list[int]) -> mx.array:
+        """True: broadcast against [1 + len(tokens), V], it masks nothing."""
+        return mx.array(True)
+
+
 @dataclass(frozen=True)
 class JsonSchema:
     """A request option: the answer must be JSON that validates against `schema`

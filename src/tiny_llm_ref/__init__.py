@@ -43,22 +43,28 @@ from .request import Request
 from .chunking import AdaptiveChunker, select_chunk_size
 from .kv_manager import DenseKvManager, KvManager
 from .planner import Plan, Planner
-from .step_limits import chunk_limit, is_long, may_start, preempt_for_interactive
-from .mixed_step import PrefillChunk, mixed_forward, plan_mixed, run_mixed
-from .runner import Forward, ModelRunner
+from .mixed_step import PrefillChunk, mixed_forward
+from .mixed_policy import (
+    chunk_limit,
+    is_long,
+    may_start,
+    plan_mixed,
+    preempt_for_interactive,
+)
+from .runner import Forward, ModelRunner, accept_drafts
 from .block_pool import BlockPool, BlockTable, blocks_needed, chain_hash
 from .paged_cache import LayerBlocks, PagedBatchingKvCache, PagedKvCache
 from .paged_manager import PagedKvManager
 from .prefix_cache import PrefixCachingKvManager
 from .speculative import (
     DRAFT_TOKEN_COST,
-    accept_drafts,
     break_even,
     can_verify,
     find_drafts,
     is_greedy,
     may_draft,
     plan_drafts,
+    record_verification,
     request_tokens,
     verified_tokens,
     worth_drafting,

@@ -21,9 +21,9 @@ attention is split, each part against its own cache:
 The final norm and the LM head run only on the rows that are sampled: the B decode
 rows and the last position of each chunk that finishes its prompt.
 
-The day's other two pieces are here too: plan_mixed, the mixed policy's plan (the
-planner's rules, one forward's worth of decodes and chunks within the token budget),
-and run_mixed, which the model runner calls to run such a plan.
+This module is the model side only: what a step runs is the mixed policy's plan
+(mixed_policy.py), and the model runner (runner.py) builds these inputs from it and
+applies the results to the requests.
 """
 
 from dataclasses import dataclass
@@ -32,14 +32,9 @@ from itertools import accumulate
 
 import mlx.core as mx
 
-from tiny_llm_base.config import is_adaptive
-
 from .kv_cache import BatchingKvCache, TinyKvCache
-from .planner import Plan, Planner
-from .qwen2_week2 import Qwen2ModelWeek2, check_offset
-from .request import Request
-from .speculative import plan_drafts
-from .step_limits import chunk_limit, may_start, preempt_for_interactive
+from .qwen2_ops import check_offset
+from .qwen2_week2 import Qwen2ModelWeek2
 
 
 @dataclass
@@ -181,126 +176,3 @@ def mixed_forward(
         for chunk, start in zip(chunks, starts)
     ]
     return (logits[:B] if B else None), chunk_logits
-
-
-def plan_mixed(planner: Planner) -> Plan:
-    """The mixed policy's plan for ONE forward, made with the planner's rules: an
-    interactive request with no slot preempts batch work first
-    (preempt_for_interactive, step_limits.py); then every decode row (room made for
-    them); with config.speculative or config.jump_forward, the decoding requests'
-    draft tokens (plan_drafts, week 3 days 4 and 5); then prefill chunks, most urgent first, until token_budget is spent
-    (None: no limit). Every row fed counts against the budget, an empty slot's dummy
-    row and every draft token too.
-
-    The requests come from planner.prefill_candidates (a slot in view, room from the
-    KV manager, first come first served) with may_start's partial-prefill limits,
-    both asked with the requests that have started prefilling (offset > 0) and those
-    planned so far, so that each keeps a slot in view. Each chunk is
-    chunk_limit(planner, request, chunk size) (a long prompt's cap included), at most
-    the budget left, cut to the room planner.reserve_chunk makes for it; a chunk
-    with no room ends the plan (first come, first served). An AdaptiveChunker is
-    asked once a step (it learns from one time a step); a size a policy gets wrong
-    fails that request alone, and the next request asks the policy again.
-    """
-    # Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, their
-    # rows, the drafts (plan_drafts, only with config.speculative or jump_forward),
-    # then chunks from prefill_candidates with may_start within the budget left, each
-    # chunk_limit, cut to what planner.reserve_chunk makes room for (stop at the first
-    # that gets none); Plan(rows, chunks, mixed=True, drafts)
-    in_view = [r for r in planner.waiting if r.offset > 0]  # each keeps a slot in view
-    preempt_for_interactive(planner, in_view)
-    planner.make_room_for_decodes()
-    rows = planner.decode_rows()
-    budget = planner.config.token_budget
-    budget = None if budget is None else budget - len(rows)
-    config = planner.config
-    drafting = config.speculative or config.jump_forward
-    drafts = plan_drafts(planner, rows, budget) if drafting else {}
-    if budget is not None:
-        budget -= sum(map(len, drafts.values()))
-    chunks: list[tuple[Request, int]] = []
-    step_size = None
-    limits = partial(may_start, planner, started=in_view)
-    for request in planner.prefill_candidates(in_view, limits):
-        if budget is not None and budget <= 0:
-            break
-        try:
-            if step_size is None or not is_adaptive(planner.config.prefill_step):
-                step_size = planner.chunk_size(request)
-        except (TypeError, ValueError) as error:  # a policy's bad answer
-            request.fail(f"prefill failed: {error}")
-            continue
-        size = chunk_limit(planner, request, step_size)
-        size = size if budget is None else min(size, budget)
-        size = planner.reserve_chunk(request, size, [r for r, _ in chunks])
-        if not size:  # no memory for it: nobody behind it goes first
-            break
-        chunks.append((request, size))
-        if request not in in_view:
-            in_view.append(request)
-        if budget is not None:
-            budget -= size
-    planner.retire_finished()
-    return Plan(rows=rows, chunks=chunks, mixed=True, drafts=drafts)
-
-
-def run_mixed(
-    model, plan: Plan, batch_cache: list
-) -> tuple[mx.array | None, dict[Request, mx.array]]:
-    """Run a mixed plan: mixed_forward over the decode rows and every chunk
-    (PrefillChunk at the request's offset with its kv_cache, one logit row when the
-    chunk ends its prompt; the batch cache only when there are decode rows, else
-    None), and with week 3 day 4 each request's drafts as a part of their own
-    (PrefillChunk at offset + 1, its row's row_view in every layer, every position
-    sampled); the logits and every chunk's cache evaluated; then each chunk's
-    request advances by its length and, if its prompt is done, samples its first
-    token.
-
-    Returns the decode rows' logits [R, V] (None without rows), which it does not
-    sample: the model runner accepts them (accept_rows) after it returns; and for
-    each drafting request its verification logits [1 + k, V]: its decode row's,
-    then its k drafts'.
-    """
-    # Week 3 Day 1: run_mixed: PrefillChunks (and, Week 3 Day 4, a part per request
-    # with drafts), mixed_forward, mx.eval of the logits and the chunk caches, then
-    # advance and sample each chunk; return the decode logits and the drafts' logits
-    rows = plan.rows
-    tokens, offsets = plan.decode_inputs()
-    chunks = [
-        PrefillChunk(
-            r.prefill_tokens[r.offset : r.offset + n],
-            r.offset,
-            r.kv_cache,
-            logit_rows=int(r.offset + n == len(r.prefill_tokens)),
-        )
-        for r, n in plan.chunks
-    ]
-    draft_parts = [
-        PrefillChunk(
-            drafts,
-            r.offset + 1,
-            [layer.row_view(rows.index(r), r.offset + 1) for layer in batch_cache],
-            logit_rows=len(drafts),
-        )
-        for r, drafts in plan.drafts.items()
-    ]
-    decode_logits, part_logits = mixed_forward(
-        model, tokens, offsets, batch_cache if rows else None, chunks + draft_parts
-    )
-    chunk_logits, draft_logits = part_logits[: len(chunks)], part_logits[len(chunks) :]
-    verify_logits = {
-        r: mx.concatenate([decode_logits[rows.index(r)][None], logits])
-        for r, logits in zip(plan.drafts, draft_logits)
-    }
-    cache_state = [
-        array
-        for chunk in chunks
-        for layer in chunk.cache
-        for array in (layer.keys, layer.values)
-    ]
-    mx.eval(decode_logits, chunk_logits, verify_logits, cache_state)
-    for (request, tokens_fed), logits in zip(plan.chunks, chunk_logits):
-        request.advance(tokens_fed)
-        if logits is not None:  # the chunk ended the prompt
-            request.sample_and_accept(logits)
-    return decode_logits, verify_logits

@@ -54,25 +54,24 @@ class PagedKvManager(KvManager):
         ]
         self.tables: dict[Request, BlockTable] = {}
 
-    def admit(self, request: Request) -> bool:
+    def admit(self, request: Request) -> int | None:
         """The request starts holding blocks: those of its prompt found cached
-        (cached_prefix), and none yet for the rest; False, holding nothing, when the
+        (cached_prefix), and none yet for the rest; None, holding nothing, when the
         pool has no block for its next token. Its PagedKvCaches start at the cached
-        tokens, and so does the request (advance)."""
+        tokens; returns how many (the planner moves the request past them)."""
         # Week 3 Day 2: admit: cached_prefix; if the pool has no block available,
-        # release it and return False; else the table, PagedKvCache views from the
-        # cached tokens, advance
+        # release it and return None; else the table, PagedKvCache views from the
+        # cached tokens, and their count
         table = self.cached_prefix(request)
         if self.pool.available == 0:
             self.pool.release(table.blocks)
-            return False
+            return None
         cached = len(table.blocks) * self.block_size
         self.tables[request] = table
         request.kv_cache = [
             PagedKvCache(layer, table, cached) for layer in self.layer_blocks
         ]
-        request.advance(cached)
-        return True
+        return cached
 
     def cached_prefix(self, request: Request) -> BlockTable:
         """The blocks of the request's prompt that are already computed: none

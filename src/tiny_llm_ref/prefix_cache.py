@@ -39,21 +39,20 @@ class PrefixCachingKvManager(PagedKvManager):
         # Week 3 Day 3: cached_prefix: pool.lookup(prefill_tokens[:-1])
         return self.pool.lookup(request.prefill_tokens[:-1])
 
-    def admit(self, request: Request) -> bool:
-        """PagedKvManager.admit, which starts the request after its cached prefix;
-        only when it succeeds, and only at the request's first admission
+    def admit(self, request: Request) -> int | None:
+        """PagedKvManager.admit, which starts the request's caches after its cached
+        prefix; only when it succeeds, and only at the request's first admission
         (metrics.preemptions == 0: a request refused or preempted earlier is not
         counted twice), its metrics.cached_tokens and the manager's counters count
-        the tokens found."""
+        the tokens found. Returns what the paged admit returned."""
         # Week 3 Day 3: admit: the paged admit, then at a first admission count the
         # cached tokens
-        if not super().admit(request):
-            return False
-        if request.metrics.preemptions == 0:
-            request.metrics.cached_tokens = request.offset
+        cached = super().admit(request)
+        if cached is not None and request.metrics.preemptions == 0:
+            request.metrics.cached_tokens = cached
             self.prompt_tokens += len(request.prefill_tokens)
-            self.cached_tokens += request.offset
-        return True
+            self.cached_tokens += cached
+        return cached
 
     def after_step(self) -> None:
         """The paged after_step, then name every holder's newly filled blocks."""

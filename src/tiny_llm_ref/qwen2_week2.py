@@ -9,7 +9,8 @@ go through the same code.
 Two switches: `weights` keeps linear layers dequantized ("float32") or quantized
 ("quantized", run by quantized_matmul), "auto" picks per device; `use_fast_kernels`
 swaps the hand-written RMSNorm, RoPE, attention and quantized matmul for mx.fast's
-fused kernels, and on a CPU attention for cpu_attention (week 2 day 3).
+fused kernels, and on a CPU attention for cpu_attention (week 2 day 3). The
+operations a block calls, both paths of each, are in qwen2_ops.py.
 """
 
 from collections.abc import Callable
@@ -19,165 +20,29 @@ from mlx import nn
 
 from tiny_llm_base import (
     DEFAULT_MAX_SEQ_LEN,
-    QuantizedWeights,
     check_supported_architecture,
     choose_weight_format,
     dequantize_linear,
 )
 
 from .attention import scaled_dot_product_attention_grouped
-from .basics import linear, silu
-from .cpu_kernels import cpu_attention, fast_exp
+from .basics import silu
 from .embedding import Embedding
 from .kv_cache import TinyKvCache, TinyKvFullCache
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
-from .quantize import quantized_matmul
+from .qwen2_ops import (
+    Weight,
+    WeightLoader,
+    check_offset,
+    fast_attention,
+    project,
+    rms_norm,
+    swiglu,
+)
 
-Weight = mx.array | QuantizedWeights
 # attend(q, k, v) -> attention output: the per-sequence step of a block.
 Attend = Callable[[mx.array, mx.array, mx.array], mx.array]
-
-
-def project(
-    x: mx.array, w: Weight, bias: mx.array | None = None, fast: bool = False
-) -> mx.array:
-    """x: [..., in] -> [..., out] through a dense [out, in] or a quantized weight."""
-    # Week 2 Day 1: project: linear(x, w, bias) for a dense weight. Day 2: a
-    # QuantizedWeights w goes through quantized_matmul(w.scales, w.biases, w.group_size,
-    # w.bits, x, w.weight). Day 3: with fast, mx.quantized_matmul
-    if isinstance(w, mx.array):
-        return linear(x, w, bias)
-    if fast:
-        out = mx.quantized_matmul(
-            x,
-            w.weight,
-            w.scales,
-            w.biases,
-            transpose=True,
-            group_size=w.group_size,
-            bits=w.bits,
-        )
-    else:
-        out = quantized_matmul(w.scales, w.biases, w.group_size, w.bits, x, w.weight)
-    return out if bias is None else out + bias
-
-
-# ANCHOR: swiglu
-@mx.compile
-def swiglu_fast_exp(gate: mx.array, up: mx.array) -> mx.array:
-    """silu(gate) * up, [..., hidden]: compiled, with the sigmoid's exp from fast_exp.
-
-    silu(x) = x * sigmoid(x) = x / (1 + exp(-x)); exp(-x) = inf for x below -88
-    gives -0, the limit. The result keeps gate's dtype.
-    """
-    # Week 2 Day 3: swiglu_fast_exp: silu(gate) * up as gate / (1 + fast_exp(-gate))
-    # (back in gate's dtype) times up, decorated with @mx.compile so the elementwise
-    # ops run as fused loops
-    return (gate / (1.0 + fast_exp(-gate))).astype(gate.dtype) * up
-
-
-def swiglu(gate: mx.array, up: mx.array) -> mx.array:
-    """silu(gate) * up, [..., hidden]: swiglu_fast_exp on the CPU, silu(gate) * up
-    elsewhere. fast_exp rounds by adding and subtracting 1.5 * 2^23, which only
-    strict float arithmetic keeps; a GPU's fast-math compiler may fold it away, and
-    a GPU's own exp is fast anyway."""
-    # Week 2 Day 3: swiglu: swiglu_fast_exp on the CPU (mx.default_device()), else
-    # silu(gate) * up
-    if mx.default_device().type == mx.cpu:
-        return swiglu_fast_exp(gate, up)
-    return silu(gate) * up
-    # ANCHOR_END: swiglu
-
-
-# ANCHOR: fast_attention
-def fast_attention(
-    q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | str | None
-) -> mx.array:
-    """mx.fast.scaled_dot_product_attention, or on a CPU cpu_attention.
-
-    q: [B, H_q, L, D], k and v: [B, H, S, D] -> [B, H_q, L, D]. On a GPU the fast
-    kernel is one fused pass. On MLX's CPU backend it is attention composed of
-    ordinary ops, its softmax exps at about 15 ns each; cpu_attention was measured
-    faster there for every shape the model runs, a chunk over a long context
-    several times, a decode step with a batch about twice.
-    """
-    # Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v,
-    # scale=scale, mask=mask) passes the tests; then, on the CPU, cpu_attention(q, k,
-    # v, scale, mask)
-    if mx.default_device().type == mx.cpu:
-        return cpu_attention(q, k, v, scale, mask)
-    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
-    # ANCHOR_END: fast_attention
-
-
-def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
-    """x: [..., dim] normalized by `norm`, by hand or by mx.fast.rms_norm.
-
-    RMSNorm keeps its weight in float32; mx.fast.rms_norm gets it in x's dtype so
-    that, like the hand-written norm, it returns x's dtype (a float32 weight would
-    promote a bfloat16 model's activations to float32).
-    """
-    # Week 2 Day 1: rms_norm: norm(x). Day 3: with fast, mx.fast.rms_norm(x,
-    # norm.weight.astype(x.dtype), norm.eps)
-    if fast:
-        return mx.fast.rms_norm(x, norm.weight.astype(x.dtype), norm.eps)
-    return norm(x)
-
-
-def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None:
-    """Raise ValueError unless `offset` is the number of tokens the cache holds.
-
-    Two counts meet in a step: RoPE rotates the new tokens to `offset`, while the
-    cache stores them, and builds the mask, after its own `cache.offset` tokens.
-    When they differ the output is quietly wrong, so an off-by-one stops here.
-    offset: an int, or one per row. A TinyKvFullCache holds one count for all its
-    rows; a BatchingKvCache one per row, and an empty row (0 tokens) runs a dummy
-    token at any position.
-    """
-    # Week 2 Day 1: check_offset: compare each row's offset (an int is every row's) with
-    # cache.offset and raise ValueError naming both numbers, e.g. 'offset 7 (row 0) does
-    # not match the KV cache, which holds 6 tokens'. Day 5: a BatchingKvCache's offset
-    # is a list, one count per row; skip its empty rows (count 0)
-    counts = cache.offset
-    per_row = isinstance(counts, list)
-    given = (
-        [offset] if isinstance(offset, int) else mx.array(offset).reshape(-1).tolist()
-    )
-    if not per_row:
-        counts = [counts] * len(given)
-    elif len(given) == 1:
-        given = given * len(counts)
-    for row, (position, count) in enumerate(zip(given, counts)):
-        if position != count and not (per_row and count == 0):
-            raise ValueError(
-                f"offset {position} (row {row}) does not match the KV cache, which "
-                f"holds {count} tokens: a step's offset is the number of tokens "
-                "already in its cache"
-            )
-
-
-class WeightLoader:
-    """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
-
-    def __init__(self, quantized: bool, dtype: mx.Dtype):
-        # Week 2 Day 1: WeightLoader: keep `quantized` (always False until Day 2) and
-        # the dtype of the dense weights
-        self.quantized = quantized
-        self.dtype = dtype
-
-    def weight(self, layer: nn.Module) -> Weight:
-        # Week 2 Day 1: WeightLoader.weight: dequantize_linear(layer, dtype). Day 2:
-        # when quantized and "scales" in layer, QuantizedWeights.from_mlx_layer(layer)
-        # instead
-        if self.quantized and "scales" in layer:
-            return QuantizedWeights.from_mlx_layer(layer)
-        return dequantize_linear(layer, self.dtype)
-
-    def bias(self, layer: nn.Module) -> mx.array | None:
-        # Week 2 Day 1: WeightLoader.bias: layer["bias"] in dtype, or None when the
-        # layer has no bias
-        return layer["bias"].astype(self.dtype) if "bias" in layer else None
 
 
 class Qwen2AttentionWeek2:

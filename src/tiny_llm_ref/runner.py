@@ -1,16 +1,17 @@
-"""The model runner: the only place the engine's steps call the model, sample and
-evaluate.
+"""The model runner: the one place where a step's results land on the requests.
 
 It runs a Plan (planner.py) as one forward:
-- one chunk (week 2 day 7): the request's own try_prefill;
+- one chunk (week 2 day 7): the request's own try_prefill, the one exception: a
+  request prefills itself there, as day 7 teaches it;
 - decode rows (week 2 day 6): model(tokens [R, 1], offsets, batch cache), the last
   position's logits [R, V];
-- a mixed plan (week 3 day 1): mixed_step.run_mixed, every decode row and every chunk
-  in one forward, and (week 3 day 4) each speculating request's drafts.
-Then every request in it moves forward in one place (Request.advance, by what the
-forward fed it) and samples from its logits (Request.sample_and_accept), which may
-finish it; a speculating request accepts its verified tokens (accept_drafts) and its
-row keeps only those (the KV manager's keep_accepted).
+- a mixed plan (week 3 day 1): every decode row and every chunk in one forward
+  (mixed_step.mixed_forward), and (week 3 day 4) each speculating request's drafts
+  as parts of their own.
+Then every request in it moves forward here and nowhere else: Request.advance by
+what the forward fed it, Request.sample_and_accept of its logits (which may finish
+it); a speculating request accepts its verified tokens (accept_drafts) and its row
+rolls back to just those (the KV manager's keep_accepted).
 
 A failure costs only the requests in the forward: they fail with the error, and the
 run goes on. An interrupt (KeyboardInterrupt, SystemExit) fails them too, so that no
@@ -21,10 +22,10 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from .mixed_step import run_mixed
+from .mixed_step import PrefillChunk, mixed_forward
 from .planner import Plan
 from .request import Request
-from .speculative import accept_drafts
+from .speculative import record_verification, verified_tokens
 
 
 @dataclass
@@ -56,9 +57,10 @@ class ModelRunner:
     def run(self, plan: Plan) -> Forward | None:
         """Run the plan's forward; None when it failed (its requests failed with the
         error). A request's prefill_start is this forward's start if it has none."""
-        # Week 2 Day 6: run: read the clock, set prefill_start, run the plan (mixed, one
-        # chunk through try_prefill, or decode); on an error fail its requests and
-        # return None; on an interrupt fail them and raise; else a Forward
+        # Week 2 Day 6: run: read the clock, set prefill_start, run the plan (Week 3
+        # Day 1: run_mixed for a mixed plan; one chunk through try_prefill; else
+        # decode); on an error fail its requests and return None; on an interrupt
+        # fail them and raise; else a Forward
         requests = [r for r, _ in plan.chunks] + [r for r in plan.rows if r]
         start = self.clock()
         for request, _ in plan.chunks:
@@ -67,12 +69,12 @@ class ModelRunner:
         drafts = []
         try:
             if plan.mixed:
-                drafts = self.run_mixed_step(plan)
+                drafts = self.run_mixed(plan)
             elif plan.chunks:
                 [(request, tokens)] = plan.chunks
                 request.try_prefill(tokens)
             else:
-                self.decode(plan, self.kv.batch_cache)
+                self.decode(plan)
         except Exception as error:  # fails this forward's requests, not the run
             self.fail(requests, f"{type(error).__name__}: {error}", plan)
             return None
@@ -83,24 +85,116 @@ class ModelRunner:
         seconds = self.clock() - start
         return Forward(start, seconds, plan.chunks, decodes, plan.mixed, drafts)
 
-    def run_mixed_step(self, plan: Plan) -> list[tuple[Request, int, int]]:
-        """A mixed plan's forward (mixed_step.run_mixed); the rows without drafts
-        accept a token each (accept_rows); each request with drafts accepts what
-        verification keeps (accept_drafts) and its row keeps just that
-        (kv.keep_accepted). Returns (request, drafts fed, drafts accepted) per
-        speculating request."""
-        # Week 2 Day 6: run_mixed_step: run_mixed(model, plan, kv.batch_cache);
-        # accept_rows of the rows without drafts (Week 3 Day 4: then accept_drafts and
-        # keep_accepted for each request with drafts)
-        decode_logits, verify_logits = run_mixed(self.model, plan, self.kv.batch_cache)
-        if plan.rows:
-            plain = [None if r in plan.drafts else r for r in plan.rows]
-            self.accept_rows(plain, decode_logits)
+    def decode(self, plan: Plan) -> None:
+        """One token for every decoding request: the plan's rows, up to the highest
+        slot in use (plan.decode_inputs), through the KV manager's batch cache;
+        logits [R, V] evaluated before any request moves; then accept_rows."""
+        # Week 2 Day 6: decode: plan.decode_inputs(), model(tokens [R, 1], offsets,
+        # kv.batch_cache), last position, mx.eval, accept_rows
+        tokens, offsets = plan.decode_inputs()
+        logits = self.model(mx.array(tokens)[:, None], offsets, self.kv.batch_cache)
+        logits = logits[:, -1, :]
+        mx.eval(logits)
+        self.accept_rows(plan.rows, logits)
+
+    def accept_rows(self, rows: list[Request | None], logits: mx.array) -> None:
+        """logits: [R, V]: each decoding request's fed token is in the cache now
+        (advance 1) and it samples its own row."""
+        # Week 2 Day 6: accept_rows: for each request row: advance(1),
+        # sample_and_accept(logits[row : row + 1])
+        for row, request in enumerate(rows):
+            if request is not None:
+                request.advance(1)
+                request.sample_and_accept(logits[row : row + 1])
+
+    def run_mixed(self, plan: Plan) -> list[tuple[Request, int, int]]:
+        """A mixed plan as ONE mixed_forward: the decode rows (the batch cache only
+        when there are some, else None) and each chunk as a PrefillChunk at its
+        request's offset with its kv_cache, one logit row when the chunk ends its
+        prompt; with drafts (week 3 day 4), draft_parts after the chunks. The logits
+        and every chunk's cache are evaluated before any request moves. Then, in this
+        order: each chunk's request advances by its length and, if its prompt is
+        done, samples its first token; the rows without drafts accept theirs
+        (accept_rows); the requests with drafts verify them (verify). Returns verify's
+        (request, drafts fed, drafts accepted) list, [] without drafts."""
+        # Week 3 Day 1: run_mixed: PrefillChunks (and, only when the plan has drafts,
+        # draft_parts), mixed_forward, mx.eval of the logits and the chunk caches; then
+        # advance and sample each chunk, accept_rows of the rows without drafts, and
+        # verify when there are drafts
+        rows = plan.rows
+        tokens, offsets = plan.decode_inputs()
+        chunks = [
+            PrefillChunk(
+                r.prefill_tokens[r.offset : r.offset + n],
+                r.offset,
+                r.kv_cache,
+                logit_rows=int(r.offset + n == len(r.prefill_tokens)),
+            )
+            for r, n in plan.chunks
+        ]
+        drafted = self.draft_parts(plan) if plan.drafts else []
+        batch_cache = self.kv.batch_cache if rows else None
+        decode_logits, part_logits = mixed_forward(
+            self.model, tokens, offsets, batch_cache, chunks + drafted
+        )
+        cache_state = [
+            array
+            for chunk in chunks
+            for layer in chunk.cache
+            for array in (layer.keys, layer.values)
+        ]
+        mx.eval(decode_logits, part_logits, cache_state)
+        chunk_logits = part_logits[: len(chunks)]
+        for (request, fed), logits in zip(plan.chunks, chunk_logits):
+            request.advance(fed)
+            if logits is not None:  # the chunk ended the prompt
+                request.sample_and_accept(logits)
+        if rows:
+            self.accept_rows(
+                [None if r in plan.drafts else r for r in rows], decode_logits
+            )
+        if not plan.drafts:
+            return []
+        return self.verify(plan, decode_logits, part_logits[len(chunks) :])
+
+    def draft_parts(self, plan: Plan) -> list[PrefillChunk]:
+        """Each drafting request's drafts as a part of the mixed forward: a
+        PrefillChunk of its drafts at offset + 1 (its decode row holds the position
+        at offset), cached in its own batch-cache row (row_view of its row in every
+        layer), every position sampled."""
+        # Week 3 Day 4: draft_parts: a PrefillChunk per request in plan.drafts, at
+        # offset + 1, [layer.row_view(its row, offset + 1) for each layer of
+        # kv.batch_cache], logit_rows = the number of drafts
+        return [
+            PrefillChunk(
+                drafts,
+                r.offset + 1,
+                [
+                    layer.row_view(plan.rows.index(r), r.offset + 1)
+                    for layer in self.kv.batch_cache
+                ],
+                logit_rows=len(drafts),
+            )
+            for r, drafts in plan.drafts.items()
+        ]
+
+    def verify(
+        self, plan: Plan, decode_logits: mx.array, draft_logits: list[mx.array]
+    ) -> list[tuple[Request, int, int]]:
+        """decode_logits: [R, V]; draft_logits: [k_i, V] per drafting request, in
+        plan.drafts' order. Each drafting request accepts what verification keeps
+        (accept_drafts over its decode row's logits, then its drafts') and its row
+        rolls back to just that (kv.keep_accepted). Returns (request, drafts fed,
+        drafts accepted) per drafting request."""
+        # Week 3 Day 4: verify: for each request with drafts, accept_drafts of its
+        # decode row's logits concatenated with its drafts' logits [1 + k, V], then
+        # kv.keep_accepted(request, its row)
         done = []
-        for request, logits in verify_logits.items():
-            drafts = plan.drafts[request]
-            accepted = accept_drafts(request, drafts, logits)
-            self.kv.keep_accepted(request, plan.rows.index(request))
+        for (request, drafts), logits in zip(plan.drafts.items(), draft_logits):
+            row = plan.rows.index(request)
+            checked = mx.concatenate([decode_logits[row : row + 1], logits])
+            accepted = accept_drafts(request, drafts, checked)
+            self.kv.keep_accepted(request, row)
             done.append((request, len(drafts), accepted))
         return done
 
@@ -115,24 +209,35 @@ class ModelRunner:
             if not request.is_finished:
                 request.fail(f"{kind} failed: {why}")
 
-    def decode(self, plan: Plan, batch_cache: list) -> None:
-        """One token for every decoding request: the plan's rows, up to the highest
-        slot in use (plan.decode_inputs); logits [R, V] evaluated before any request
-        moves; then each request advances by 1 and samples its row."""
-        # Week 2 Day 6: decode: plan.decode_inputs(), model(tokens [R, 1], offsets,
-        # batch_cache), last position, mx.eval, accept_rows
-        tokens, offsets = plan.decode_inputs()
-        logits = self.model(mx.array(tokens)[:, None], offsets, batch_cache)
-        logits = logits[:, -1, :]
-        mx.eval(logits)
-        self.accept_rows(plan.rows, logits)
 
-    def accept_rows(self, rows: list[Request | None], logits: mx.array) -> None:
-        """logits: [R, V]: each decoding request's fed token is in the cache now
-        (advance 1) and it samples its own row."""
-        # Week 2 Day 6: accept_rows: for each request row: advance(1),
-        # sample_and_accept(logits[row : row + 1])
-        for row, request in enumerate(rows):
-            if request is not None:
-                request.advance(1)
-                request.sample_and_accept(logits[row : row + 1])
+def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
+    """logits: [1 + k, V], the verification logits of a request that fed its decode
+    token and k drafts. Its constraint state masks row j as its sample would after
+    drafts[:j] (constraint_state.masks_along: disallowed tokens at -inf; without a
+    constraint, nothing). Accepts the verified tokens (verified_tokens over the
+    log-probabilities) one by one (advance 1, then accept), stopping when one
+    finishes the request (EOS, max_tokens, max_seq_len), so the request ends at the
+    right token; then record_verification. Returns the drafts accepted (tokens taken
+    - 1). Whatever fails fails this request alone: request.fail with a message that
+    carries the exception's type and text (f"verifying drafts failed: {name}:
+    {error}"), so the client sees why, and 0 is returned."""
+    # Week 3 Day 4: accept_drafts: mask with constraint_state.masks_along(drafts),
+    # verified_tokens over the log-probabilities; for each token advance(1) and accept
+    # it, stop once finished; record_verification(request, k, taken - 1); on any
+    # error fail the request and return 0
+    try:
+        masks = request.constraint_state.masks_along(drafts)
+        logits = mx.where(masks, logits, mx.array(-mx.inf, logits.dtype))
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        taken = 0
+        for token in verified_tokens(request.sampler, drafts, logprobs):
+            request.advance(1)
+            request.accept(token)
+            taken += 1
+            if request.is_finished:
+                break
+    except Exception as error:
+        request.fail(f"verifying drafts failed: {type(error).__name__}: {error}")
+        return 0
+    record_verification(request, len(drafts), taken - 1)
+    return taken - 1

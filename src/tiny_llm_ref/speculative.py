@@ -156,7 +156,7 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     # Week 3 Day 4: propose_drafts: find_drafts over request_tokens with the config's
     # prompt_lookup_max and _min under speculative "ngram", else [] (Week 3 Day 5: a
     # constrained request first: forced_tokens()[:k] with config.jump_forward, else [])
-    if request.constraint_state is not None:
+    if request.constraint is not None:
         if not config.jump_forward:
             return []
         return request.constraint_state.forced_tokens()[:k]
@@ -167,11 +167,11 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     )
 
 
-def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict:
+def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     """Each decoding request's drafts for this step: {request: draft tokens}.
 
     For each request in `rows` that may_draft: at most num_speculative_tokens, at
-    most the budget left (None: no limit), and few enough that its bonus token stays
+    most the budget left (tokens; math.inf: no limit), and few enough that its bonus token stays
     within max_tokens and every position within max_seq_len; propose_drafts; then
     cut to the room the KV manager gives beside its decode token
     (kv.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
@@ -190,15 +190,14 @@ def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict
     decoding = [r for r in rows if r is not None]
     drafts = {}
     for request in decoding:
-        if budget is not None and budget <= 0:
+        if budget <= 0:
             break
         if not may_draft(request, len(decoding)):
             continue
         k = min(config.num_speculative_tokens, request.max_seq_len - 1 - request.offset)
         if request.max_tokens is not None:
             k = min(k, request.max_tokens - 1 - len(request.generated))
-        if budget is not None:
-            k = min(k, budget)
+        k = min(k, budget)
         if k < 1:
             continue
         guess = propose_drafts(request, k, config)
@@ -206,8 +205,7 @@ def plan_drafts(planner, rows: list[Request | None], budget: int | None) -> dict
             guess = guess[: planner.kv.reserve(request, 1 + len(guess)) - 1]
         if guess:
             drafts[request] = guess
-            if budget is not None:
-                budget -= len(guess)
+            budget -= len(guess)
     return drafts
 
 
@@ -246,40 +244,13 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     return tokens
 
 
-def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
-    """logits: [1 + k, V], the verification logits of a request that fed its decode
-    token and k drafts. Accepts the verified tokens one by one (advance 1, then
-    accept), stopping when one finishes the request (EOS, max_tokens, max_seq_len),
-    so the request ends at the right token. Records the drafts proposed and accepted
-    in its metrics and moves its acceptance average. Returns the drafts accepted.
-    Whatever fails fails this request alone: request.fail with a message that
-    carries the exception's type and text (f"verifying drafts failed: {name}:
-    {error}"), so the client sees why. (Week 3 Day 5: a constrained request's rows
-    are masked as its sample would mask them, row j after drafts[:j].)"""
-    # Week 3 Day 4: accept_drafts: verified_tokens over the log-probabilities; for each
-    # token advance(1) and accept it, stop once finished; count metrics.draft_tokens and
-    # accepted_draft_tokens (tokens taken - 1); draft_acceptance moves
-    # ACCEPTANCE_WEIGHT towards accepted / proposed; on any error fail the request
-    # (Week 3 Day 5: a constrained request's logits masked first, row j at -inf where
-    # constraint_state.masks_along(drafts)[j] is False)
-    try:
-        if request.constraint_state is not None:  # Week 3 Day 5
-            masks = request.constraint_state.masks_along(drafts)
-            logits = mx.where(masks, logits, mx.array(-mx.inf, logits.dtype))
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        taken = 0
-        for token in verified_tokens(request.sampler, drafts, logprobs):
-            request.advance(1)
-            request.accept(token)
-            taken += 1
-            if request.is_finished:
-                break
-    except Exception as error:
-        request.fail(f"verifying drafts failed: {type(error).__name__}: {error}")
-        return 0
-    accepted = taken - 1
-    request.metrics.draft_tokens += len(drafts)
+def record_verification(request: Request, proposed: int, accepted: int) -> None:
+    """After a verification: the request's metrics count the drafts proposed and
+    accepted, and its acceptance average moves ACCEPTANCE_WEIGHT of the way towards
+    accepted / proposed (what may_draft reads)."""
+    # Week 3 Day 4: record_verification: metrics.draft_tokens and
+    # accepted_draft_tokens; draft_acceptance moves ACCEPTANCE_WEIGHT towards the rate
+    request.metrics.draft_tokens += proposed
     request.metrics.accepted_draft_tokens += accepted
-    rate = accepted / len(drafts)
+    rate = accepted / proposed
     request.draft_acceptance += ACCEPTANCE_WEIGHT * (rate - request.draft_acceptance)
-    return accepted

@@ -25,15 +25,12 @@ from mlx import nn
 from tiny_llm_base import QuantizedWeights
 
 from .basics import silu
+from .qwen2_ops import Weight, project, rms_norm, swiglu
 from .qwen2_week2 import (
     Attend,
     Qwen2AttentionWeek2,
     Qwen2BlockWeek2,
     Qwen2ModelWeek2,
-    Weight,
-    project,
-    rms_norm,
-    swiglu,
 )
 from .sharding import HeadShard, shard_heads, shard_range
 

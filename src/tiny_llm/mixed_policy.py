@@ -1,7 +1,11 @@
-"""Who shares a mixed step: the partial-prefill limits and priority preemption.
+"""The mixed policy (week 3 day 1): what ONE forward of decodes and prefill chunks runs.
 
-A mixed step (mixed_step.py) runs every decode and then prefill chunks, most urgent
-first. Left alone, one long prompt sets the pace of every step it is in: each of its
+plan_mixed asks the planner (planner.py: slots, the waiting queue, room from the KV
+manager) for every decoding request's next token first, so decodes never wait, then
+for prefill chunks, most urgent first, within `token_budget`. The model runner
+(runner.py) runs the plan as one forward (mixed_step.py).
+
+Left alone, one long prompt sets the pace of every step it is in: each of its
 chunks is a full prefill_step at an ever longer context, and a short chat that
 arrives behind it waits for those steps. Three limits decide who waits (vLLM's names):
 
@@ -20,8 +24,14 @@ can be preempted, so a batch request older than batch_patience is never preempte
 overtaken again: it is never starved.
 """
 
-from .planner import Planner
+import math
+from functools import partial
+
+from tiny_llm_base.config import is_adaptive
+
+from .planner import Plan, Planner
 from .request import Request
+from .speculative import plan_drafts
 
 
 # ANCHOR: is_long
@@ -74,3 +84,32 @@ def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
         " own (stop when none)"
     )
     # ANCHOR_END: preempt_for_interactive
+
+
+def plan_mixed(planner: Planner) -> Plan:
+    """The mixed policy's plan for ONE forward, made with the planner's rules: an
+    interactive request with no slot preempts batch work first
+    (preempt_for_interactive); then every decode row (room made for them); with
+    config.speculative or config.jump_forward, the decoding requests' draft tokens
+    (plan_drafts, week 3 days 4 and 5); then prefill chunks, most urgent first, until
+    token_budget is spent (None: no limit). Every row fed counts against the budget,
+    an empty slot's dummy row and every draft token too.
+
+    The requests come from planner.prefill_candidates (a slot in view, room from the
+    KV manager, first come first served) with may_start's partial-prefill limits,
+    both asked with the requests that have started prefilling (offset > 0) and those
+    planned so far, so that each keeps a slot in view. Each chunk is
+    chunk_limit(planner, request, chunk size) (a long prompt's cap included), at most
+    the budget left, cut to the room planner.reserve_chunk makes for it; a chunk
+    with no room ends the plan (first come, first served). An AdaptiveChunker is
+    asked once a step (it learns from one time a step); a size a policy gets wrong
+    fails that request alone, and the next request asks the policy again.
+    """
+    raise NotImplementedError(
+        "Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, "
+        "their rows, the drafts (plan_drafts, only with config.speculative or "
+        "jump_forward), then chunks from prefill_candidates with may_start within the"
+        " budget left, each chunk_limit, cut to what planner.reserve_chunk makes room"
+        " for (stop at the first that gets none); Plan(rows, chunks, mixed=True, "
+        "drafts)"
+    )

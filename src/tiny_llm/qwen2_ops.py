@@ -1,0 +1,134 @@
+"""The week 2 model's operations, each with a hand-written path and a fast one.
+
+project (a dense or a quantized weight), rms_norm, swiglu and fast_attention are what
+a Qwen2 block calls (qwen2_week2.py); `fast` picks mx.fast's fused kernels or, on a
+CPU, this course's own (cpu_kernels.py). WeightLoader turns mlx-lm's layers into the
+weights they use, and check_offset guards the one number a cached step must get
+right: the position of its first new token.
+"""
+
+import mlx.core as mx
+from mlx import nn
+
+from tiny_llm_base import QuantizedWeights, dequantize_linear
+
+from .basics import linear, silu
+from .cpu_kernels import cpu_attention, fast_exp
+from .kv_cache import TinyKvCache
+from .layer_norm import RMSNorm
+from .quantize import quantized_matmul
+
+Weight = mx.array | QuantizedWeights
+
+
+def project(
+    x: mx.array, w: Weight, bias: mx.array | None = None, fast: bool = False
+) -> mx.array:
+    """x: [..., in] -> [..., out] through a dense [out, in] or a quantized weight."""
+    raise NotImplementedError(
+        "Week 2 Day 1: project: linear(x, w, bias) for a dense weight. Day 2: a "
+        "QuantizedWeights w goes through quantized_matmul(w.scales, w.biases, "
+        "w.group_size, w.bits, x, w.weight). Day 3: with fast, mx.quantized_matmul"
+    )
+
+
+# ANCHOR: swiglu
+@mx.compile
+def swiglu_fast_exp(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up, [..., hidden]: compiled, with the sigmoid's exp from fast_exp.
+
+    silu(x) = x * sigmoid(x) = x / (1 + exp(-x)); exp(-x) = inf for x below -88
+    gives -0, the limit. The result keeps gate's dtype.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 3: swiglu_fast_exp: silu(gate) * up as gate / (1 + "
+        "fast_exp(-gate)) (back in gate's dtype) times up, decorated with @mx.compile"
+        " so the elementwise ops run as fused loops"
+    )
+
+
+def swiglu(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) * up, [..., hidden]: swiglu_fast_exp on the CPU, silu(gate) * up
+    elsewhere. fast_exp rounds by adding and subtracting 1.5 * 2^23, which only
+    strict float arithmetic keeps; a GPU's fast-math compiler may fold it away, and
+    a GPU's own exp is fast anyway."""
+    raise NotImplementedError(
+        "Week 2 Day 3: swiglu: swiglu_fast_exp on the CPU (mx.default_device()), else"
+        " silu(gate) * up"
+    )
+    # ANCHOR_END: swiglu
+
+
+# ANCHOR: fast_attention
+def fast_attention(
+    q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | str | None
+) -> mx.array:
+    """mx.fast.scaled_dot_product_attention, or on a CPU cpu_attention.
+
+    q: [B, H_q, L, D], k and v: [B, H, S, D] -> [B, H_q, L, D]. On a GPU the fast
+    kernel is one fused pass. On MLX's CPU backend it is attention composed of
+    ordinary ops, its softmax exps at about 15 ns each; cpu_attention was measured
+    faster there for every shape the model runs, a chunk over a long context
+    several times, a decode step with a batch about twice.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v, "
+        "scale=scale, mask=mask) passes the tests; then, on the CPU, cpu_attention(q,"
+        " k, v, scale, mask)"
+    )
+    # ANCHOR_END: fast_attention
+
+
+def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
+    """x: [..., dim] normalized by `norm`, by hand or by mx.fast.rms_norm.
+
+    RMSNorm keeps its weight in float32; mx.fast.rms_norm gets it in x's dtype so
+    that, like the hand-written norm, it returns x's dtype (a float32 weight would
+    promote a bfloat16 model's activations to float32).
+    """
+    raise NotImplementedError(
+        "Week 2 Day 1: rms_norm: norm(x). Day 3: with fast, mx.fast.rms_norm(x, "
+        "norm.weight.astype(x.dtype), norm.eps)"
+    )
+
+
+def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None:
+    """Raise ValueError unless `offset` is the number of tokens the cache holds.
+
+    Two counts meet in a step: RoPE rotates the new tokens to `offset`, while the
+    cache stores them, and builds the mask, after its own `cache.offset` tokens.
+    When they differ the output is quietly wrong, so an off-by-one stops here.
+    offset: an int, or one per row. A TinyKvFullCache holds one count for all its
+    rows; a BatchingKvCache one per row, and an empty row (0 tokens) runs a dummy
+    token at any position.
+    """
+    raise NotImplementedError(
+        "Week 2 Day 1: check_offset: compare each row's offset (an int is every "
+        "row's) with cache.offset and raise ValueError naming both numbers, e.g. "
+        "'offset 7 (row 0) does not match the KV cache, which holds 6 tokens'. Day 5:"
+        " a BatchingKvCache's offset is a list, one count per row; skip its empty "
+        "rows (count 0)"
+    )
+
+
+class WeightLoader:
+    """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
+
+    def __init__(self, quantized: bool, dtype: mx.Dtype):
+        raise NotImplementedError(
+            "Week 2 Day 1: WeightLoader: keep `quantized` (always False until Day 2) "
+            "and the dtype of the dense weights"
+        )
+
+    def weight(self, layer: nn.Module) -> Weight:
+        raise NotImplementedError(
+            "Week 2 Day 1: WeightLoader.weight: dequantize_linear(layer, dtype). Day "
+            '2: when quantized and "scales" in layer, '
+            "QuantizedWeights.from_mlx_layer(layer) instead"
+        )
+
+    def bias(self, layer: nn.Module) -> mx.array | None:
+        raise NotImplementedError(
+            'Week 2 Day 1: WeightLoader.bias: layer["bias"] in dtype, or None when '
+            "the layer has no bias"
+        )

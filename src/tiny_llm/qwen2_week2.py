@@ -144,8 +144,14 @@ class Qwen2BlockWeek2:
         raise NotImplementedError(
             "Week 2 Day 1: forward: as week 1's block: h = x + "
             "project_out(attend(*project_qkv(input_norm(x)))); out = h + "
-            "MLP(post_attention_norm(h)), the norms through rms_norm. Day 3: swiglu "
-            "when fast"
+            "mlp(post_attention_norm(h)), the norms through rms_norm"
+        )
+
+    def mlp(self, y: mx.array) -> mx.array:
+        """y: [B, L, E] -> [B, L, E]: silu(y w_gate) * (y w_up), then w_down."""
+        raise NotImplementedError(
+            "Week 2 Day 1: mlp: project through w_gate and w_up, silu(gate) * up, "
+            "project through w_down. Day 3: swiglu(gate, up) when fast"
         )
 
 

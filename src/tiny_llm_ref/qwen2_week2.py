@@ -191,18 +191,20 @@ class Qwen2BlockWeek2:
         """
         # Week 2 Day 1: forward: as week 1's block: h = x +
         # project_out(attend(*project_qkv(input_norm(x)))); out = h +
-        # MLP(post_attention_norm(h)), the norms through rms_norm. Day 3: swiglu when
-        # fast
+        # mlp(post_attention_norm(h)), the norms through rms_norm
         attention = self.attention
         q, k, v = attention.project_qkv(rms_norm(self.input_norm, x, self.fast))
         h = x + attention.project_out(attend(q, k, v))
-        y = rms_norm(self.post_attention_norm, h, self.fast)
-        gate, up = (
-            project(y, self.w_gate, fast=self.fast),
-            project(y, self.w_up, fast=self.fast),
-        )
+        return h + self.mlp(rms_norm(self.post_attention_norm, h, self.fast))
+
+    def mlp(self, y: mx.array) -> mx.array:
+        """y: [B, L, E] -> [B, L, E]: silu(y w_gate) * (y w_up), then w_down."""
+        # Week 2 Day 1: mlp: project through w_gate and w_up, silu(gate) * up, project
+        # through w_down. Day 3: swiglu(gate, up) when fast
+        gate = project(y, self.w_gate, fast=self.fast)
+        up = project(y, self.w_up, fast=self.fast)
         hidden = swiglu(gate, up) if self.fast else silu(gate) * up
-        return h + project(hidden, self.w_down, fast=self.fast)
+        return project(hidden, self.w_down, fast=self.fast)
 
 
 class Qwen2ModelWeek2:

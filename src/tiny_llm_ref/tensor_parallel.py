@@ -24,10 +24,8 @@ from mlx import nn
 
 from tiny_llm_base import QuantizedWeights
 
-from .basics import silu
-from .qwen2_ops import Weight, project, rms_norm, swiglu
+from .qwen2_ops import Weight, project
 from .qwen2_week2 import (
-    Attend,
     Qwen2AttentionWeek2,
     Qwen2BlockWeek2,
     Qwen2ModelWeek2,
@@ -156,24 +154,14 @@ class ShardedBlock(Qwen2BlockWeek2):
         self.fast = full.fast
         self.group = group
 
-    def forward(self, x: mx.array, attend: Attend) -> mx.array:
-        """x: [B, L, E] (the same on every rank) -> [B, L, E] (the same on every rank).
-
-        As Qwen2BlockWeek2.forward, with two sums over the ranks: in
-        attention.project_out, and after down_proj.
-        """
-        # Week 4 Day 1: forward: as Qwen2BlockWeek2.forward (project_out already sums);
-        # the MLP's down projection gives a partial sum: mx.distributed.all_sum it over
-        # the group before adding it to h
-        attention = self.attention
-        q, k, v = attention.project_qkv(rms_norm(self.input_norm, x, self.fast))
-        h = x + attention.project_out(attend(q, k, v))
-        y = rms_norm(self.post_attention_norm, h, self.fast)
-        gate = project(y, self.w_gate, fast=self.fast)
-        up = project(y, self.w_up, fast=self.fast)
-        hidden = swiglu(gate, up) if self.fast else silu(gate) * up
-        part = project(hidden, self.w_down, fast=self.fast)
-        return h + mx.distributed.all_sum(part, group=self.group)
+    def mlp(self, y: mx.array) -> mx.array:
+        """y: [B, L, E] -> [B, L, E]: this rank's hidden units through its columns of
+        w_down give a partial sum; all_sum adds every rank's part. With
+        ShardedAttention.project_out, the block's two sums over the ranks: forward
+        is the parent's."""
+        # Week 4 Day 1: mlp: Qwen2BlockWeek2.mlp on this rank's slices (a partial
+        # sum), then mx.distributed.all_sum over the group
+        return mx.distributed.all_sum(super().mlp(y), group=self.group)
 
 
 class ShardedQwen2Model(Qwen2ModelWeek2):

@@ -90,11 +90,12 @@ class Sketch:
         return out / name
 
 
-# mixed_step.py: split_parts: the B decode rows first, then the chunks; run_mixed
-# feeds `chunks + draft_parts`, each request's drafts a part of their own (row_view of
-# its batch-cache row from offset + 1, all given logits) AFTER every chunk, though
-# plan_mixed plans them first. Every row fed counts against token_budget; only
-# attention is split by part. engine.py: "alternate" = plan_chunk, then plan_decodes.
+# mixed_step.py: split_parts: the B decode rows first, then the chunks;
+# runner.ModelRunner.run_mixed feeds `chunks + draft_parts(plan)`, each request's
+# drafts a part of their own (row_view of its batch-cache row from offset + 1, all
+# given logits) AFTER every chunk, though mixed_policy.plan_mixed plans them first.
+# Every row fed counts against token_budget; only attention is split by part.
+# engine.py: "alternate" = plan_chunk, then plan_decodes.
 def mixed_step(out: Path) -> Path:
     s = Sketch(9, 6.6, "One mixed step: every row of the step in ONE forward")
     parts = [  # colour, label, positions used, rows given logits
@@ -128,9 +129,10 @@ def mixed_step(out: Path) -> Path:
     layers = "every layer: RMSNorms, q/k/v and o projections, MLP on all T = 13 rows"
     s.note(x0 + 0.15, 3.94, layers, "as one sequence [1, T, E]: each weight read once")
     s.text(x0, 3.22, "attention alone is split by part: its own KV cache, its offset")
-    order = "Order in the forward: decode rows, chunks, then drafts (run_mixed feeds\n"
-    order += "chunks + draft_parts); plan_mixed plans the drafts before the chunks, so"
-    s.note(x0, 1.85, order, "they take the budget first.   ● = a row given logits")
+    order = "Order in the forward: decode rows, chunks, then drafts (ModelRunner."
+    order += "run_mixed\nfeeds chunks + draft_parts); plan_mixed plans the drafts "
+    last = "before the chunks,\nso they take the budget first.   ● = a row given logits"
+    s.note(x0, 1.85, order + last)
     s.box(0.25, 0.1, 8.5, 1.0, "", GREY, fill=0.06, dash=True)
     s.text(0.4, 0.9, 'policy="alternate": two forwards a step', weight="bold")
     s.text(0.4, 0.6, "forward 1: plan_chunk, ONE chunk")
@@ -186,7 +188,8 @@ def block_table(out: Path) -> Path:
 # then the token ids as int64 bytes (array('q')); only full blocks are named, after
 # the step that filled them (after_step). prefix_cache.py: cached_prefix =
 # pool.lookup(prefill_tokens[:-1]), which stops at the first unknown name and raises
-# each found block's refcount; admit starts the request after them.
+# each found block's refcount; admit starts the caches after them and returns their
+# count, which Planner.admit advances the request by.
 def prefix_cache(out: Path) -> Path:
     s = Sketch(9, 6.1, "Prefix caching: full blocks named by a hash chain, shared")
     rule = "hᵢ = SHA-256(hᵢ₋₁ ‖ the block's token ids as int64), h₀ = b''"

@@ -185,13 +185,14 @@ class Engine:
         prefill_chunks; a chunk that ended its prompt sampled a token), its decodes
         and the longest gap between two tokens of one request; tell an
         AdaptiveChunker the time of a forward that ran a chunk; call on_forward with
-        a ForwardRecord of request ids. (Week 3 Day 4 adds one line: each of
-        forward.drafts, (request, proposed, accepted), into metrics.record_drafts.)"""
+        a ForwardRecord of request ids; and each of forward.drafts, (request,
+        proposed, accepted), into metrics.record_drafts (a list that stays empty
+        until week 3 day 4 writes the drafts and record_drafts)."""
         raise NotImplementedError(
             "Week 2 Day 6: record: the forward in the metrics (prefill chunk, decode "
             "step or mixed step), prefill_chunks, longest_decode_stall, the "
-            "AdaptiveChunker, on_forward (Week 3 Day 4: metrics.record_drafts for "
-            "each of forward.drafts)"
+            "AdaptiveChunker, on_forward, metrics.record_drafts for each of "
+            "forward.drafts"
         )
 
     def count_requests(self) -> None:

@@ -117,8 +117,10 @@ class Request:
             "TypeError or ValueError), a prompt whose tokens plus max_tokens - 1 pass"
             " context_length (name both numbers), or one longer than max_seq_len. "
             "Otherwise keep the prompt's token ids, create the model's KV cache, take"
-            " tokenizer.detokenizer and record the prompt length in metrics (Week 3 "
-            "Day 5: a constraint's start_constraint fails the request the same way)"
+            " tokenizer.detokenizer and record the prompt length in metrics. With a "
+            "constraint, constraint_state = start_constraint(...): week 3 day 5 "
+            "writes that function; its TypeError or ValueError fails the request the "
+            "same way"
         )
 
     def _checked_prompt_ids(self) -> list[int]:

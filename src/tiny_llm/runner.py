@@ -101,9 +101,8 @@ class ModelRunner:
         at offset), cached in its own batch-cache row (row_view of its row in every
         layer), every position sampled."""
         raise NotImplementedError(
-            "Week 3 Day 4: draft_parts: a PrefillChunk per request in plan.drafts, at"
-            " offset + 1, [layer.row_view(its row, offset + 1) for each layer of "
-            "kv.batch_cache], logit_rows = the number of drafts"
+            "Week 3 Day 4: draft_parts: one PrefillChunk per request in plan.drafts "
+            "(its cache: BatchingKvCache.row_view)"
         )
 
     def verify(
@@ -115,9 +114,8 @@ class ModelRunner:
         rolls back to just that (kv.keep_accepted). Returns (request, drafts fed,
         drafts accepted) per drafting request."""
         raise NotImplementedError(
-            "Week 3 Day 4: verify: for each request with drafts, accept_drafts of its"
-            " decode row's logits concatenated with its drafts' logits [1 + k, V], "
-            "then kv.keep_accepted(request, its row)"
+            "Week 3 Day 4: verify: accept_drafts, then the rollback, for each request"
+            " with drafts"
         )
 
     def fail(self, requests: list[Request], why: str, plan: Plan) -> None:
@@ -142,8 +140,6 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     carries the exception's type and text (f"verifying drafts failed: {name}:
     {error}"), so the client sees why, and 0 is returned."""
     raise NotImplementedError(
-        "Week 3 Day 4: accept_drafts: mask with constraint_state.masks_along(drafts),"
-        " verified_tokens over the log-probabilities; for each token advance(1) and "
-        "accept it, stop once finished; record_verification(request, k, taken - 1); "
-        "on any error fail the request and return 0"
+        "Week 3 Day 4: accept_drafts: the docstring's contract (the chapter's "
+        '"Verification inside the mixed step")'
     )

@@ -265,11 +265,12 @@ class Engine:
         prefill_chunks; a chunk that ended its prompt sampled a token), its decodes
         and the longest gap between two tokens of one request; tell an
         AdaptiveChunker the time of a forward that ran a chunk; call on_forward with
-        a ForwardRecord of request ids. (Week 3 Day 4 adds one line: each of
-        forward.drafts, (request, proposed, accepted), into metrics.record_drafts.)"""
+        a ForwardRecord of request ids; and each of forward.drafts, (request,
+        proposed, accepted), into metrics.record_drafts (a list that stays empty
+        until week 3 day 4 writes the drafts and record_drafts)."""
         # Week 2 Day 6: record: the forward in the metrics (prefill chunk, decode step
         # or mixed step), prefill_chunks, longest_decode_stall, the AdaptiveChunker,
-        # on_forward (Week 3 Day 4: metrics.record_drafts for each of forward.drafts)
+        # on_forward, metrics.record_drafts for each of forward.drafts
         metrics, chunks = self.metrics, forward.chunks
         for request, _ in chunks:
             request.metrics.prefill_chunks += 1
@@ -283,7 +284,7 @@ class Engine:
             metrics.record_prefill_chunk(chunks[0][1], forward.seconds)
         else:
             metrics.record_decode_step(len(forward.decodes), forward.seconds)
-        for _, proposed, accepted in forward.drafts:  # Week 3 Day 4
+        for _, proposed, accepted in forward.drafts:
             metrics.record_drafts(proposed, accepted)
         for request in forward.decodes:
             times = request.metrics.token_times

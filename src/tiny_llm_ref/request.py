@@ -115,8 +115,10 @@ class Request:
         # model.vocab_size raises TypeError or ValueError), a prompt whose tokens plus
         # max_tokens - 1 pass context_length (name both numbers), or one longer than
         # max_seq_len. Otherwise keep the prompt's token ids, create the model's KV
-        # cache, take tokenizer.detokenizer and record the prompt length in metrics
-        # (Week 3 Day 5: a constraint's start_constraint fails the request the same way)
+        # cache, take tokenizer.detokenizer and record the prompt length in metrics.
+        # With a constraint, constraint_state = start_constraint(...): week 3 day 5
+        # writes that function; its TypeError or ValueError fails the request the same
+        # way
         check_int("prefill_max_step", self.prefill_max_step, 1, allow_none=True)
         context = self.model.context_length
         if self.max_seq_len is None:
@@ -130,7 +132,7 @@ class Request:
         self.prefill_tokens = []
         try:
             self.prefill_tokens = self._checked_prompt_ids()
-            if self.constraint is not None:  # Week 3 Day 5
+            if self.constraint is not None:
                 vocab_size = self.model.vocab_size
                 self.constraint_state = start_constraint(
                     self.constraint, self.tokenizer, vocab_size

@@ -162,9 +162,8 @@ class ModelRunner:
         PrefillChunk of its drafts at offset + 1 (its decode row holds the position
         at offset), cached in its own batch-cache row (row_view of its row in every
         layer), every position sampled."""
-        # Week 3 Day 4: draft_parts: a PrefillChunk per request in plan.drafts, at
-        # offset + 1, [layer.row_view(its row, offset + 1) for each layer of
-        # kv.batch_cache], logit_rows = the number of drafts
+        # Week 3 Day 4: draft_parts: one PrefillChunk per request in plan.drafts (its
+        # cache: BatchingKvCache.row_view)
         return [
             PrefillChunk(
                 drafts,
@@ -186,9 +185,8 @@ class ModelRunner:
         (accept_drafts over its decode row's logits, then its drafts') and its row
         rolls back to just that (kv.keep_accepted). Returns (request, drafts fed,
         drafts accepted) per drafting request."""
-        # Week 3 Day 4: verify: for each request with drafts, accept_drafts of its
-        # decode row's logits concatenated with its drafts' logits [1 + k, V], then
-        # kv.keep_accepted(request, its row)
+        # Week 3 Day 4: verify: accept_drafts, then the rollback, for each request
+        # with drafts
         done = []
         for (request, drafts), logits in zip(plan.drafts.items(), draft_logits):
             row = plan.rows.index(request)
@@ -221,10 +219,8 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     - 1). Whatever fails fails this request alone: request.fail with a message that
     carries the exception's type and text (f"verifying drafts failed: {name}:
     {error}"), so the client sees why, and 0 is returned."""
-    # Week 3 Day 4: accept_drafts: mask with constraint_state.masks_along(drafts),
-    # verified_tokens over the log-probabilities; for each token advance(1) and accept
-    # it, stop once finished; record_verification(request, k, taken - 1); on any
-    # error fail the request and return 0
+    # Week 3 Day 4: accept_drafts: the docstring's contract (the chapter's
+    # "Verification inside the mixed step")
     try:
         masks = request.constraint_state.masks_along(drafts)
         logits = mx.where(masks, logits, mx.array(-mx.inf, logits.dtype))

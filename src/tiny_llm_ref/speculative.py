@@ -131,10 +131,8 @@ def may_draft(request: Request, rows: int) -> bool:
     probe: a better acceptance than break-even keeps it drafting, a worse one starts
     the next pause.
     """
-    # Week 3 Day 4: may_draft: False for a sampler can_verify refuses, no next_token
-    # or a pause not over (len(generated) < drafts_resume_at); if the acceptance no
-    # longer pays, pause (drafts_resume_at: RETRY_AFTER * 2 ** draft_pauses tokens
-    # on; draft_pauses + 1; draft_acceptance = break_even(rows)) and say False
+    # Week 3 Day 4: may_draft: the docstring's rule (the chapter's "When drafts do
+    # not pay")
     if not can_verify(request.sampler) or request.next_token is None:
         return False
     if len(request.generated) < request.drafts_resume_at:
@@ -149,13 +147,13 @@ def may_draft(request: Request, rows: int) -> bool:
 
 
 def propose_drafts(request: Request, k: int, config) -> list[int]:
-    """Up to k draft tokens for a decoding request: with config.speculative "ngram",
-    prompt lookup over its tokens (find_drafts with prompt_lookup_max and _min).
-    (Week 3 Day 5: a constrained request proposes the tokens its constraint forces,
-    constraint_state.forced_tokens(), when config.jump_forward, and nothing else.)"""
-    # Week 3 Day 4: propose_drafts: find_drafts over request_tokens with the config's
-    # prompt_lookup_max and _min under speculative "ngram", else [] (Week 3 Day 5: a
-    # constrained request first: forced_tokens()[:k] with config.jump_forward, else [])
+    """Up to k draft tokens for a decoding request. A constrained request
+    (request.constraint is not None) proposes only what its constraint forces, the
+    first k of constraint_state.forced_tokens(), and only with config.jump_forward
+    (week 3 day 5 writes forced_tokens; no constrained request exists before it).
+    Any other request proposes with config.speculative "ngram": prompt lookup over
+    its tokens (find_drafts with prompt_lookup_max and _min); else nothing."""
+    # Week 3 Day 4: propose_drafts: the docstring's two cases
     if request.constraint is not None:
         if not config.jump_forward:
             return []
@@ -181,11 +179,7 @@ def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     skipped without proposing; only a request with drafts asks kv.reserve (its
     decode row already has its room).
     """
-    # Week 3 Day 4: plan_drafts: for each request in rows that may_draft (rows: the
-    # requests in them): k within num_speculative_tokens, the budget, max_tokens - 1
-    # - generated and max_seq_len - 1 - offset; propose_drafts; cut to
-    # kv.reserve(request, 1 + len) - 1; keep non-empty drafts and spend their tokens
-    # from the budget
+    # Week 3 Day 4: plan_drafts: the docstring's bounds, in its order
     config = planner.config
     decoding = [r for r in rows if r is not None]
     drafts = {}

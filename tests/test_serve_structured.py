@@ -22,7 +22,7 @@ import pytest
 import tiny_llm_ref
 from tiny_llm_serve import ServerSettings, create_app
 
-from .test_serve import RunningServer
+from .test_serve import REF_CONSTRAINTS, RunningServer
 
 WAIT_S = 60
 SCHEMA = {
@@ -46,7 +46,9 @@ def server(embedded_model):
         model, embedded_model[1], batch_size=4, max_seq_len=256, policy="mixed"
     )
     settings = ServerSettings("test-model")
-    running = RunningServer(create_app(engine, settings, tiny_llm_ref.make_sampler))
+    running = RunningServer(
+        create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+    )
     yield running
     running.stop()
 
@@ -277,7 +279,7 @@ def test_a_constraint_stuck_mid_answer_is_the_clients_400_not_a_500():
     field, and any other failure stays a 500."""
     from types import SimpleNamespace
 
-    from tiny_llm_serve.app import generation_error
+    from tiny_llm_serve.constraints import generation_error
 
     stuck = SimpleNamespace(
         error="sampling token 2 failed: UnsatisfiableConstraint: no token of the "

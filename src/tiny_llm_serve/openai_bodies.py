@@ -22,6 +22,7 @@ from .request import GenerationRequest
 from .structured_options import StructuredOutputFields
 from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, Unhonoured
 from .validation import (
+    OptionsObject,
     RequestModel,
     Refusal,
     Text,
@@ -43,12 +44,13 @@ PROMPT_FORMS = (
 )
 
 
-def one_choice(n) -> None:
+def one_choice(n) -> int | None:
     if n is not None and (not is_int(n) or n != 1):
         raise Refusal(
             f"must be 1, got {short(n)}: this server returns one choice per request; "
             "send n requests instead"
         )
+    return n
 
 
 def at_least_one(value: int | None) -> int | None:
@@ -92,19 +94,12 @@ def no_other_option(value) -> None:
     raise Unsupported("only include_usage is supported; leave the others out")
 
 
-class StreamOptions(RequestModel, extra="allow"):
-    """stream_options: only include_usage asks for something here."""
+class StreamOptions(OptionsObject):
+    """stream_options: include_usage, the one option served."""
 
     __pydantic_extra__: dict[str, Annotated[Any, AfterValidator(no_other_option)]]
 
     include_usage: Annotated[bool, expect("true or false")] = False
-
-    @model_validator(mode="before")
-    @classmethod
-    def asking_for_something(cls, value):
-        if not isinstance(value, dict):
-            return value  # refused as the wrong type by the field's expect()
-        return {k: v for k, v in value.items() if v is not None and v is not False}
 
 
 class GenerationBody(StructuredOutputFields):
@@ -116,7 +111,7 @@ class GenerationBody(StructuredOutputFields):
     unhonoured: ClassVar[tuple[Unhonoured, ...]]
 
     model: Annotated[str | None, expect("a string (see GET /v1/models)")] = None
-    n: Annotated[Any, AfterValidator(one_choice)] = None
+    n: Annotated[int | None, PlainValidator(one_choice)] = None
     stream: Annotated[bool | None, expect("true or false")] = None
     stream_options: Annotated[
         StreamOptions | None, expect('an object like {"include_usage": true}')
@@ -182,7 +177,7 @@ class GenerationBody(StructuredOutputFields):
 
 
 def known_role(role) -> str:
-    """ "developer" is OpenAI's newer name for "system"."""
+    """A message's role; "developer" is OpenAI's newer name for "system"."""
     if role not in ROLES:
         tools = " (this server runs no tools)" if role in ("tool", "function") else ""
         raise Refusal(f"is {role!r}: use one of {', '.join(ROLES)}{tools}")

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, Field, PlainValidator, model_validator
 from .errors import json_type, short
 from .request import ConstraintRequest
 from .validation import (
+    OptionsObject,
     RequestModel,
     Refusal,
     Text,
@@ -111,9 +112,8 @@ def no_other_kind(value) -> None:
     raise Unsupported("supported: json, regex, choice and json_object")
 
 
-class StructuredOutputs(RequestModel, extra="allow"):
-    """vLLM's structured_outputs: one of its keys. A key set to null or false asks
-    for nothing; an unknown key that asks for something is refused by name."""
+class StructuredOutputs(OptionsObject):
+    """vLLM's structured_outputs: one of its keys."""
 
     __pydantic_extra__: dict[str, Annotated[Any, AfterValidator(no_other_kind)]]
 
@@ -121,13 +121,6 @@ class StructuredOutputs(RequestModel, extra="allow"):
     regex: Regex = None
     choice: Choice = None
     json_object: Annotated[bool | None, expect("true or false")] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def asking_for_something(cls, value):
-        if not isinstance(value, dict):
-            return value  # refused as the wrong type by the field's expect()
-        return {k: v for k, v in value.items() if v is not None and v is not False}
 
 
 class StructuredOutputFields(RequestModel):

@@ -1,9 +1,10 @@
 """How the request bodies' pydantic models refuse, in the client's terms.
 
-The bodies (openai_bodies.py, structured_options.py) are pydantic models with strict types:
-a string is never read as a number, nor 1 as true. A value pydantic or a validator
-refuses becomes one OpenAI-shaped 400 (`refused`) that says which field (the path
-pydantic reports, `messages[0].content`), what is wrong and what to send.
+The bodies (openai_bodies.py, structured_options.py) are pydantic models with
+strict types: a string is never read as a number, nor 1 as true. A value pydantic
+or a validator refuses becomes one OpenAI-shaped 400 (`refused`) that says which
+field (the path pydantic reports, `messages[0].content`), what is wrong and what
+to send.
 
 A validator refuses by raising a Refusal: its text follows the field's path in the
 message ("must be 1, got 2" becomes "n must be 1, got 2"); pydantic records it with
@@ -21,6 +22,7 @@ from pydantic import (
     PlainValidator,
     ValidationError,
     WrapValidator,
+    model_validator,
 )
 
 from .errors import ApiError, invalid, json_type, short
@@ -67,6 +69,20 @@ class RequestModel(BaseModel):
     so that a missing field and a null one are refused alike."""
 
     model_config = ConfigDict(strict=True, extra="ignore", validate_default=True)
+
+
+class OptionsObject(RequestModel, extra="allow"):
+    """An object of options (stream_options, structured_outputs). A key set to
+    null or false asks for nothing and is dropped; a subclass refuses any other
+    key it does not know by typing `__pydantic_extra__` with a validator that
+    raises Unsupported (pydantic then names the key: stream_options.x)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def asking_for_something(cls, value):
+        if not isinstance(value, dict):
+            return value  # refused as the wrong type by the field's expect()
+        return {k: v for k, v in value.items() if v is not None and v is not False}
 
 
 def expect(what: str) -> WrapValidator:

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import tiny_llm_ref
 import uvicorn
 from tiny_llm_base import EngineConfig, PromptSpec
-from tiny_llm_serve import ServerSettings, create_app
+from tiny_llm_serve import ConstraintFactory, ServerSettings, create_app
 
 from .cli_runs import ServeCli
 
@@ -42,6 +42,8 @@ MAX_SEQ_LEN = 512
 MAX_BODY_BYTES = 64 * 1024
 BATCH_SIZE = 8
 WAIT_S = 60  # the longest any one wait may take
+# The reference's constraint kinds, passed to create_app beside its make_sampler.
+REF_CONSTRAINTS = ConstraintFactory.of(tiny_llm_ref)
 QUESTIONS = [
     "What is the capital of France?",
     "Name three primary colors.",
@@ -100,7 +102,9 @@ def server(model, embedded_model, want):
     settings = ServerSettings(
         MODEL, api_key=API_KEY, max_waiting=64, max_body_bytes=MAX_BODY_BYTES
     )
-    running = RunningServer(create_app(engine, settings, tiny_llm_ref.make_sampler))
+    running = RunningServer(
+        create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+    )
     running.settings = settings
     yield running
     running.stop()
@@ -791,7 +795,9 @@ class BrokenEngine:
 
 def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
     engine = BrokenEngine(tokenizer, model.vocab_size)
-    app = create_app(engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler)
+    app = create_app(
+        engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler, REF_CONSTRAINTS
+    )
     running = RunningServer(app)
     try:
         broken = openai.OpenAI(
@@ -890,7 +896,9 @@ def test_metrics_give_a_dense_cache_budget_and_no_pool(model, tokenizer):
     engine = tiny_llm_ref.Engine(
         model, tokenizer, batch_size=2, max_seq_len=64, kv_cache="dense"
     )
-    app = create_app(engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler)
+    app = create_app(
+        engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler, REF_CONSTRAINTS
+    )
     running = RunningServer(app)
     try:
         with httpx.Client(base_url=running.url, timeout=WAIT_S) as c:

@@ -35,6 +35,7 @@ from .test_serve import (
     COMPLETIONS,
     HI,
     MAX_SEQ_LEN,
+    REF_CONSTRAINTS,
     ROOT,
     SEA,
     WAIT_S,
@@ -82,7 +83,9 @@ def open_server(model, tokenizer):
 
     settings = ServerSettings(OPEN_MODEL)
     running = RunningServer(
-        create_app(small_engine(model, tokenizer), settings, recording_sampler)
+        create_app(
+            small_engine(model, tokenizer), settings, recording_sampler, REF_CONSTRAINTS
+        )
     )
     running.settings, running.sampled = settings, sampled
     yield running
@@ -93,7 +96,12 @@ def open_server(model, tokenizer):
 def keyed(model, tokenizer):
     settings = ServerSettings(OPEN_MODEL, api_key=API_KEY)
     running = RunningServer(
-        create_app(small_engine(model, tokenizer), settings, tiny_llm_ref.make_sampler)
+        create_app(
+            small_engine(model, tokenizer),
+            settings,
+            tiny_llm_ref.make_sampler,
+            REF_CONSTRAINTS,
+        )
     )
     yield running
     running.stop()
@@ -237,7 +245,12 @@ def test_after_a_500_the_next_request_on_the_connection_works(tokenizer, server_
 
     engine = RefusingEngine(tokenizer, tokenizer.vocab_size)
     running = RunningServer(
-        create_app(engine, ServerSettings(OPEN_MODEL), tiny_llm_ref.make_sampler)
+        create_app(
+            engine,
+            ServerSettings(OPEN_MODEL),
+            tiny_llm_ref.make_sampler,
+            REF_CONSTRAINTS,
+        )
     )
     try:
         with socket.create_connection(("127.0.0.1", running.port), WAIT_S) as sock:

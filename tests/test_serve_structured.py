@@ -20,9 +20,9 @@ import openai
 import pytest
 
 import tiny_llm_ref
-from tiny_llm_serve import ServerSettings, create_app
+from tiny_llm_serve import ConstraintFactory, ServerSettings, create_app
 
-from .test_serve import RunningServer
+from .test_serve import REF_CONSTRAINTS, BrokenEngine, RunningServer
 
 WAIT_S = 60
 SCHEMA = {
@@ -46,7 +46,9 @@ def server(embedded_model):
         model, embedded_model[1], batch_size=4, max_seq_len=256, policy="mixed"
     )
     settings = ServerSettings("test-model")
-    running = RunningServer(create_app(engine, settings, tiny_llm_ref.make_sampler))
+    running = RunningServer(
+        create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+    )
     yield running
     running.stop()
 
@@ -277,7 +279,7 @@ def test_a_constraint_stuck_mid_answer_is_the_clients_400_not_a_500():
     field, and any other failure stays a 500."""
     from types import SimpleNamespace
 
-    from tiny_llm_serve.app import generation_error
+    from tiny_llm_serve.constraints import generation_error
 
     stuck = SimpleNamespace(
         error="sampling token 2 failed: UnsatisfiableConstraint: no token of the "
@@ -296,6 +298,35 @@ def test_a_constraint_stuck_mid_answer_is_the_clients_400_not_a_500():
     )
     assert generation_error(broken, "guided_regex").status == 500
     assert generation_error(stuck, None).status == 500
+
+
+def test_a_package_without_structured_outputs_gets_a_501(tokenizer):
+    """A learner's package before week 3 day 5: its start_constraint raises
+    NotImplementedError, and the request is refused with that day's message before
+    it reaches the engine."""
+
+    def unwritten(constraint, tokenizer, vocab_size):
+        raise NotImplementedError("Week 3 Day 5: start_constraint")
+
+    factory = ConstraintFactory(tiny_llm_ref.Regex, tiny_llm_ref.Choice, unwritten)
+    engine = BrokenEngine(tokenizer, tokenizer.vocab_size)
+    settings = ServerSettings("test-model")
+    running = RunningServer(
+        create_app(engine, settings, tiny_llm_ref.make_sampler, factory)
+    )
+    try:
+        body = {"messages": [{"role": "user", "content": "Hi"}], "guided_regex": "a+"}
+        response = httpx.post(
+            f"{running.url}/v1/chat/completions", json=body, timeout=WAIT_S
+        )
+    finally:
+        running.stop()
+    assert response.status_code == 501, response.text
+    error = response.json()["error"]
+    assert (error["param"], error["code"]) == ("guided_regex", "not_implemented")
+    assert "Week 3 Day 5" in error["message"], error["message"]
+    assert "leave guided_regex out" in error["message"], error["message"]
+    assert engine.added == []
 
 
 def test_schema_true_means_any_json_value(client):

@@ -214,7 +214,13 @@ def main() -> None:
     args = parse_args()  # before the slow imports: a bad option fails at once
     import tiny_llm_base  # noqa: F401  (before mlx.core: loads the fast BLAS)
 
-    from tiny_llm_serve import ServerSettings, create_app, listen_socket, serve
+    from tiny_llm_serve import (
+        ConstraintFactory,
+        ServerSettings,
+        create_app,
+        listen_socket,
+        serve,
+    )
 
     unwind_on_interrupt()  # the imports are done
 
@@ -281,7 +287,10 @@ def main() -> None:
                 flush=True,
             )
 
-    app = create_app(engine, settings, make_sampler, EngineLog(write).update)
+    constraints = ConstraintFactory.of(package)
+    app = create_app(
+        engine, settings, make_sampler, constraints, EngineLog(write).update
+    )
     if ranks.sharded:
         stop_other_ranks_with(app.state.engine_loop, engine)
         watch_ranks(app.state.engine_loop, engine)

@@ -80,7 +80,7 @@ class EngineLoop:
         self.engine = engine
         self.metrics = metrics
         self.on_step = on_step
-        self.lock = threading.Lock()  # streams and unstarted: submit vs deliver
+        self.lock = threading.Lock()  # streams and unstarted: submit vs record
         self.streams: dict[int, Stream] = {}
         self.unstarted: set[int] = set()
         self.wakeup = threading.Event()
@@ -151,20 +151,24 @@ class EngineLoop:
                 self.fail_all(f"the engine failed: {type(error).__name__}: {error}")
                 continue
             now = time.perf_counter()
-            self.record_step(
-                snapshot, now
-            )  # before a client can see this step's tokens
+            # Record the finishes, then publish the step, then hand out its
+            # tokens: a client that sees its tokens sees this step's /engine, and
+            # one that sees /engine idle sees every finish counted in /metrics.
             with self.lock:
-                for output in outputs:
-                    self.deliver(output, now)
+                received = [(self.record(output, now), output) for output in outputs]
+            self.record_step(snapshot, now)
+            for stream, output in received:
+                if stream is not None:
+                    stream.put(output)
             if self.on_step is not None:
                 self.on_step(snapshot)
 
-    def deliver(self, output, now: float) -> None:
-        """Queue one RequestOutput on its stream and record its latencies."""
+    def record(self, output, now: float) -> Stream | None:
+        """Record one RequestOutput's latencies (and its finish); its stream, to
+        put it on, or None when nobody waits for it."""
         stream = self.streams.get(output.request_id)
         if stream is None:
-            return
+            return None
         m = self.metrics
         if output.tokens:
             self.unstarted.discard(output.request_id)
@@ -183,7 +187,7 @@ class EngineLoop:
             del self.streams[output.request_id]
             self.unstarted.discard(output.request_id)
             self.record_finish(stream, output, now)
-        stream.put(output)
+        return stream
 
     def record_finish(self, stream: Stream, output, now: float) -> None:
         m, result = self.metrics, output.result

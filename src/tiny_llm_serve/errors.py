@@ -2,10 +2,13 @@
 
 Every refusal the server makes is an ApiError with a 4xx (or 503) status and a
 message that says what to fix; the app turns it into that body. Nothing a client
-sends may become a 500 or a stack trace.
+sends may become a 500 or a stack trace. `short` and `json_type` write a client's
+value into such a message the way the client wrote it.
 """
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 
 class ApiError(Exception):
@@ -50,3 +53,45 @@ class ApiError(Exception):
 def invalid(message: str, param: str | None, code: str = "invalid_value") -> ApiError:
     """A 400 for a request field that is missing, of the wrong type or out of range."""
     return ApiError(400, message, param=param, code=code)
+
+
+def internal_message(error: Exception) -> str:
+    return f"internal error: {type(error).__name__}: {error}"
+
+
+def short(value, limit: int = 40) -> str:
+    """A client's value for a message, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} chars)"
+
+
+def json_type(value) -> str:
+    """The JSON name of a decoded value's type, as a client wrote it."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+    names.update({list: "an array", dict: "an object", type(None): "null"})
+    return names.get(type(value), type(value).__name__)
+
+
+# The app's handlers: every refusal, and Starlette's own 404 and 405, in that shape.
+
+
+async def answer_api_error(request: Request, error: ApiError) -> JSONResponse:
+    """An ApiError's response, counted in request_rejected_total unless the
+    server's own fault."""
+    rejected = request.app.state.server.metrics.request_rejected
+    if error.kind == "server_busy":
+        rejected.labels("busy").inc()
+    elif error.status < 500:
+        rejected.labels("bad_request").inc()
+    return error.response()
+
+
+async def answer_http_error(request: Request, error: HTTPException) -> JSONResponse:
+    """Starlette's refusals (no such path, a method the path does not take)."""
+    kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+    message = {
+        404: f"no endpoint {request.url.path}: see /v1/chat/completions, "
+        "/v1/completions, /v1/models, /health, /metrics",
+        405: f"{request.method} is not allowed on {request.url.path}",
+    }.get(error.status_code, str(error.detail))
+    return ApiError(error.status_code, message, kind).response()

@@ -1,0 +1,218 @@
+"""A checked request on the engine: admitted, handed over, and its answer read.
+
+`start_generation` refuses a request naming another model, or arriving while the
+engine has failed or too many wait (503); then, on a worker thread (tokenizing
+never runs on the event loop), it builds the prompt's token ids, checks them
+against the context, makes the sampler and the constraint, and hands the request
+to the engine. The Generation it returns yields the answer's pieces as they come;
+a watcher aborts the request when the client disconnects, so its slot is free
+after the engine's next step. Nothing here knows an API's response format: each
+route module writes the pieces in its own (routes/openai_generation.py).
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from tiny_llm_base import PromptSpec
+from tiny_llm_base.prompts import chat_token_ids
+
+from .constraints import checked_constraint, generation_error
+from .engine_loop import EngineFailure, Stream, finish_reason
+from .errors import ApiError, invalid, short
+from .request import GenerationRequest
+from .state import ServerState
+
+
+@dataclass
+class Ending:
+    """How a request ended: OpenAI's finish_reason, the tokens its client got (up
+    to the one that completed a stop string) and those its prompt found cached."""
+
+    reason: str
+    completion_tokens: int
+    cached_tokens: int
+
+
+class Generation:
+    """One request handed to the engine. pieces() yields (text, None) for each
+    piece of the answer, then ("", Ending); a failed request raises ApiError (500;
+    503 when the server is stopping; 400 for a constraint stuck mid-answer).
+    close() must follow: it stops the disconnect watcher and aborts the request
+    unless the engine is done with it."""
+
+    def __init__(
+        self, server: ServerState, stream: Stream, prompt_tokens: int, watcher
+    ):
+        self.server = server
+        self.stream = stream
+        self.prompt_tokens = prompt_tokens
+        self.watcher = watcher
+        self.done = False  # the engine finished or failed the request
+
+    async def pieces(self) -> AsyncIterator[tuple[str, Ending | None]]:
+        stream, loop = self.stream, self.server.loop
+        stops = stream.stops
+        received = 0  # tokens up to the one that completed a stop string
+        while True:
+            output = await stream.queue.get()
+            if isinstance(output, EngineFailure):
+                self.done = True
+                raise ApiError(output.status, output.message, "server_error")
+            if not stream.stopped_by_string:
+                received += len(output.tokens)
+            text = output.text
+            if output.finish_reason in ("length", "max_seq_len"):
+                # Cut inside a character: its first bytes alone decode to U+FFFD.
+                text = text.rstrip("\ufffd")
+            piece = stops.feed(text)
+            if stops.stopped and not stream.stopped_by_string:
+                stream.stopped_by_string = True
+                loop.abort(stream.request_id)
+            if output.finish_reason is not None:
+                piece += stops.flush()
+            if piece:
+                yield piece, None
+            if output.finish_reason is None:
+                continue
+            self.done = True
+            if output.finish_reason == "error":
+                raise generation_error(output.result, stream.constraint_param)
+            reason = finish_reason(output.finish_reason, stream.stopped_by_string)
+            result = output.result
+            tokens = received if stream.stopped_by_string else len(result.tokens)
+            yield "", Ending(reason, tokens, result.cached_tokens)
+            return
+
+    def close(self) -> None:
+        self.watcher.cancel()
+        if not self.done:  # the client went away, or the answer failed on our side
+            self.server.loop.abort(self.stream.request_id)
+
+
+async def start_generation(
+    http_request: Request, request: GenerationRequest, server: ServerState
+) -> Generation:
+    """Admit `request` and hand it to the engine (see the module's docstring)."""
+    settings, loop = server.settings, server.loop
+    if request.model not in (None, settings.model_name):
+        raise ApiError(
+            404,
+            f"the model {request.model!r} is not served here: use "
+            f"{settings.model_name!r} (GET /v1/models lists it)",
+            param="model",
+            code="model_not_found",
+        )
+    if loop.failure is not None:
+        raise ApiError(503, f"{loop.failure}; restart the server", "server_error")
+    if loop.waiting + server.admitting >= settings.max_waiting:
+        raise ApiError(
+            503,
+            f"the server is busy: {settings.max_waiting} requests are waiting "
+            f"for the engine; retry after {settings.retry_after_s} s",
+            "server_busy",
+            code="server_busy",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
+    stream = Stream(asyncio.get_running_loop(), request.stop)
+    server.admitting += 1
+    try:
+        prompt_tokens = await run_in_threadpool(submit, server, request, stream)
+    finally:
+        server.admitting -= 1
+    watcher = asyncio.create_task(abort_on_disconnect(http_request, server, stream))
+    return Generation(server, stream, prompt_tokens, watcher)
+
+
+def submit(server: ServerState, request: GenerationRequest, stream: Stream) -> int:
+    """On a worker thread: the prompt's token ids, checked against the context,
+    handed to the engine; returns the prompt's length."""
+    engine = server.engine
+    ids = prompt_ids(engine, request)
+    limit = engine.config.max_seq_len
+    if request.max_tokens is None and len(ids) >= limit:
+        raise context_error(
+            request,
+            f"the prompt has {len(ids)} tokens, and this server's context is "
+            f"{limit} tokens: shorten the prompt",
+        )
+    if request.max_tokens is not None and len(ids) + request.max_tokens > limit:
+        raise context_error(
+            request,
+            f"the prompt has {len(ids)} tokens and max_tokens is "
+            f"{short(request.max_tokens)}: "
+            f"{short(len(ids) + request.max_tokens)} tokens, more "
+            f"than this server's context of {limit} tokens; shorten the prompt or "
+            "lower max_tokens",
+        )
+    sampler = None
+    if not request.is_greedy:
+        try:
+            sampler = server.make_sampler(
+                request.temperature, request.top_p, request.top_k
+            )
+        except NotImplementedError as error:
+            raise ApiError(
+                501,
+                f"sampling with temperature > 0 is not written yet ({error}): "
+                "send temperature 0 for greedy answers",
+                param="temperature",
+                code="not_implemented",
+            ) from None
+    spec = PromptSpec(
+        ids,
+        max_tokens=request.max_tokens or limit - len(ids),
+        sampler=sampler,
+        priority=request.priority,
+        constraint=checked_constraint(engine, server.constraints, request.constraint),
+    )
+    stream.constraint_param = request.constraint and request.constraint.param
+    server.loop.submit(spec, stream)
+    return len(ids)
+
+
+def prompt_ids(engine, request: GenerationRequest) -> list[int]:
+    """Chat: the messages through the model's chat template, the assistant's turn
+    opened. Completion: the text tokenized as it is, or the ids as given."""
+    tokenizer = engine.tokenizer
+    if request.messages is not None:
+        try:
+            ids = chat_token_ids(tokenizer, request.messages)
+        except Exception as error:  # the template's own checks (jinja raises)
+            raise invalid(
+                f"the model's chat template refused these messages: {error}",
+                "messages",
+            ) from None
+        return list(ids)
+    if isinstance(request.prompt, str):
+        ids = tokenizer.encode(request.prompt)
+        if not ids:
+            raise invalid("prompt has no tokens: give text to continue", "prompt")
+        return list(ids)
+    vocab = engine.model.vocab_size
+    for position, token in enumerate(request.prompt):
+        if token >= vocab:
+            raise invalid(
+                f"prompt[{position}] is {short(token)}, outside the model's vocabulary "
+                f"[0, {vocab}): send ids the model's tokenizer made",
+                "prompt",
+            )
+    return request.prompt
+
+
+def context_error(request: GenerationRequest, message: str) -> ApiError:
+    param = "messages" if request.endpoint == "chat" else "prompt"
+    return invalid(message, param, code="context_length_exceeded")
+
+
+async def abort_on_disconnect(
+    http_request: Request, server: ServerState, stream: Stream
+) -> None:
+    while True:
+        message = await http_request.receive()
+        if message["type"] == "http.disconnect":
+            server.loop.abort(stream.request_id)
+            return

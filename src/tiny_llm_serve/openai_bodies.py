@@ -1,0 +1,313 @@
+"""The OpenAI API's request bodies as pydantic models, each turning itself into a
+GenerationRequest.
+
+`/v1/chat/completions` takes ChatCompletionBody (messages of role and text content,
+through the model's chat template); `/v1/completions` CompletionBody (one prompt,
+text or token ids, without a template). Both share GenerationBody's fields: n,
+stream, stream_options, the answer's length, sampling, stop, priority and the
+structured-output options. Fields the server cannot honour are refused by name
+(unhonoured.py); validation.py turns any refusal into the 400 the client reads.
+
+Extension: `priority` ("interactive" or "batch") picks the engine's queue. Chat
+requests are interactive and completions batch unless the body says otherwise.
+"""
+
+from abc import abstractmethod
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, PlainValidator, TypeAdapter, model_validator
+
+from .errors import json_type, short
+from .request import GenerationRequest
+from .structured_options import StructuredOutputFields
+from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, Unhonoured
+from .validation import (
+    OptionsObject,
+    RequestModel,
+    Refusal,
+    Text,
+    Unsupported,
+    expect,
+    is_int,
+    number_in,
+    required,
+    valid_text,
+)
+
+ROLES = ("system", "developer", "user", "assistant")
+PRIORITIES = ("interactive", "batch")
+MAX_STOP_STRINGS = 4
+MAX_TEMPERATURE = 2.0
+PROMPT_FORMS = (
+    'a string ("Once upon a time"), a list of token ids ([1, 2, 3]), or a list '
+    "holding one of them"
+)
+
+
+def one_choice(n) -> int | None:
+    if n is not None and (not is_int(n) or n != 1):
+        raise Refusal(
+            f"must be 1, got {short(n)}: this server returns one choice per request; "
+            "send n requests instead"
+        )
+    return n
+
+
+def at_least_one(value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise Refusal(f"must be at least 1, got {value}")
+    return value
+
+
+def top_k_limit(top_k: int | None) -> int | None:
+    """None for no limit (0 and -1 say so too)."""
+    if top_k is not None and top_k < -1:
+        raise Refusal(f"must be at least 1 (or -1 for no limit), got {top_k}")
+    return top_k if top_k is not None and top_k >= 1 else None
+
+
+def stop_strings(stop) -> list[str]:
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise Refusal(
+            f"must be a string or a list of strings, got {json_type(stop)}",
+            "invalid_type",
+        )
+    if len(stops) > MAX_STOP_STRINGS:
+        raise Refusal(f"has {len(stops)} strings: send at most {MAX_STOP_STRINGS}")
+    if any(s == "" for s in stops):
+        raise Refusal("holds an empty string: every stop string needs text")
+    return [valid_text(s) for s in stops]
+
+
+def known_priority(priority) -> str | None:
+    if priority is not None and priority not in PRIORITIES:
+        raise Refusal(
+            f'is {short(priority)}: use "interactive" (chat, served first) or "batch"'
+        )
+    return priority
+
+
+def no_other_option(value) -> None:
+    raise Unsupported("only include_usage is supported; leave the others out")
+
+
+class StreamOptions(OptionsObject):
+    """stream_options: include_usage, the one option served."""
+
+    __pydantic_extra__: dict[str, Annotated[Any, AfterValidator(no_other_option)]]
+
+    include_usage: Annotated[bool, expect("true or false")] = False
+
+
+class GenerationBody(StructuredOutputFields):
+    """The fields both endpoints share. A subclass names its endpoint, its default
+    priority and the fields it refuses (`unhonoured`), and gives its prompt."""
+
+    endpoint: ClassVar[str]
+    default_priority: ClassVar[str]
+    unhonoured: ClassVar[tuple[Unhonoured, ...]]
+
+    model: Annotated[str | None, expect("a string (see GET /v1/models)")] = None
+    n: Annotated[int | None, PlainValidator(one_choice)] = None
+    stream: Annotated[bool | None, expect("true or false")] = None
+    stream_options: Annotated[
+        StreamOptions | None, expect('an object like {"include_usage": true}')
+    ] = None
+    max_tokens: Annotated[
+        int | None, expect("an integer"), AfterValidator(at_least_one)
+    ] = None
+    temperature: Annotated[float, number_in(0.0, MAX_TEMPERATURE, 1.0)] = None
+    top_p: Annotated[float, number_in(0.0, 1.0, 1.0, open_low=True)] = None
+    top_k: Annotated[int | None, expect("an integer"), AfterValidator(top_k_limit)] = (
+        None
+    )
+    stop: Annotated[list[str], PlainValidator(stop_strings)] = None
+    priority: Annotated[str | None, PlainValidator(known_priority)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def nothing_unhonoured(cls, body):
+        if isinstance(body, dict):
+            for field in cls.unhonoured:
+                field.check(body)
+        return body
+
+    @model_validator(mode="after")
+    def consistent(self) -> "GenerationBody":
+        if self.stream_options is not None and not self.stream:
+            raise Refusal('needs "stream": true', field="stream_options")
+        constraint = self.constraint_request()
+        if self.stop and constraint is not None:
+            # A stop string would cut an answer its constraint promises whole (a
+            # JSON object at its first ","), and return the invalid prefix.
+            raise Refusal(
+                f"cannot be combined with {constraint.param}: a stop string would "
+                "cut the answer the constraint promises whole; leave stop out (the "
+                "constraint already decides where the answer ends)",
+                field="stop",
+            )
+        return self
+
+    def answer_limit(self) -> int | None:
+        return self.max_tokens
+
+    @abstractmethod
+    def prompt_fields(self) -> dict:
+        """The GenerationRequest's prompt: {"messages": ...} or {"prompt": ...}."""
+
+    def generation_request(self) -> GenerationRequest:
+        return GenerationRequest(
+            self.endpoint,
+            self.model,
+            **self.prompt_fields(),
+            stream=bool(self.stream),
+            include_usage=self.stream_options is not None
+            and self.stream_options.include_usage,
+            max_tokens=self.answer_limit(),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            stop=self.stop,
+            priority=self.priority or self.default_priority,
+            constraint=self.constraint_request(),
+        )
+
+
+def known_role(role) -> str:
+    """A message's role; "developer" is OpenAI's newer name for "system"."""
+    if role not in ROLES:
+        tools = " (this server runs no tools)" if role in ("tool", "function") else ""
+        raise Refusal(f"is {role!r}: use one of {', '.join(ROLES)}{tools}")
+    return "system" if role == "developer" else role
+
+
+class TextPart(RequestModel):
+    """One part of a message's content: {"type": "text", "text": "..."}."""
+
+    text: Annotated[Text, expect("a string")] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def a_text_part(cls, part):
+        if not (isinstance(part, dict) and part.get("type") == "text"):
+            raise Refusal(
+                'must be a text part {"type": "text", "text": "..."}: this model '
+                "reads text only"
+            )
+        return part
+
+
+TEXT_PARTS = TypeAdapter(list[TextPart])
+
+
+def message_text(content) -> str:
+    """A message's text: a string, or a list of text parts joined."""
+    if isinstance(content, str):
+        return valid_text(content)
+    if isinstance(content, list):
+        return "".join(part.text for part in TEXT_PARTS.validate_python(content))
+    raise Refusal(
+        f'must be a string or a list of {{"type": "text"}} parts, got '
+        f"{json_type(content)}",
+        "invalid_type",
+    )
+
+
+class Message(RequestModel):
+    """One chat message: a role and its text."""
+
+    role: Annotated[str, PlainValidator(known_role)] = None
+    content: Annotated[str, PlainValidator(message_text)] = None
+
+
+def messages_given(messages: list[Message]) -> list[Message]:
+    if not messages:
+        raise Refusal(
+            'is empty: send at least one message, such as {"role": "user", '
+            '"content": "Hi"}'
+        )
+    return messages
+
+
+class ChatCompletionBody(GenerationBody):
+    """A /v1/chat/completions body. max_completion_tokens is OpenAI's newer name
+    for max_tokens and wins when both are given."""
+
+    endpoint = "chat"
+    default_priority = "interactive"
+    unhonoured = CHAT_ONLY + NOT_YET
+
+    messages: Annotated[
+        list[Annotated[Message, expect("an object with role and content")]],
+        expect("a list of {role, content} objects"),
+        AfterValidator(messages_given),
+        required('a list such as [{"role": "user", "content": "Hi"}]'),
+    ] = None
+    max_completion_tokens: Annotated[
+        int | None, expect("an integer"), AfterValidator(at_least_one)
+    ] = None
+
+    def answer_limit(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+    def prompt_fields(self) -> dict:
+        return {"messages": [m.model_dump() for m in self.messages]}
+
+
+def one_prompt(prompt) -> str | list[int]:
+    """One prompt: a string, token ids, or a list holding exactly one of them."""
+    if prompt is None:
+        raise Refusal(
+            'is required: a string such as "Once upon a time", or token ids',
+            "missing_required_parameter",
+        )
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(p, (str, list)) for p in prompt)
+    ):
+        if len(prompt) > 1:
+            raise Refusal(f"holds {len(prompt)} prompts: send one prompt per request")
+        prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, list) and any(isinstance(p, (str, list)) for p in prompt):
+            raise Refusal(
+                f"must be a string or a list of token ids, got {json_type(prompt)} "
+                f"holding {json_type(prompt[0])}: prompt takes {PROMPT_FORMS}",
+                "invalid_type",
+                at="[0]",
+            )
+    if isinstance(prompt, str):
+        if not prompt:
+            raise Refusal("is empty: give the model text to continue")
+        return valid_text(prompt)
+    if isinstance(prompt, list):
+        if not prompt:
+            raise Refusal("is an empty list: give text or token ids")
+        for position, token in enumerate(prompt):
+            if not is_int(token) or token < 0:
+                raise Refusal(
+                    f"is {short(token)}: token ids are ints >= 0; prompt takes "
+                    f"{PROMPT_FORMS}",
+                    "invalid_type",
+                    at=f"[{position}]",
+                )
+        return list(prompt)
+    raise Refusal(f"must be {PROMPT_FORMS}, got {json_type(prompt)}", "invalid_type")
+
+
+class CompletionBody(GenerationBody):
+    """A /v1/completions body: one prompt, used without a chat template."""
+
+    endpoint = "completion"
+    default_priority = "batch"
+    unhonoured = COMPLETION_ONLY + NOT_YET
+
+    prompt: Annotated[str | list[int], PlainValidator(one_prompt)] = None
+
+    def prompt_fields(self) -> dict:
+        return {"prompt": self.prompt}

@@ -1,0 +1,104 @@
+"""The objects the OpenAI generation routes answer with: whole responses, stream
+chunks (server-sent events) and usage, as OpenAI's API documents them."""
+
+import json
+import time
+import uuid
+
+from .request import GenerationRequest
+
+
+def new_id(endpoint: str) -> str:
+    prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def response_object(
+    request: GenerationRequest,
+    response_id: str,
+    model: str,
+    text: str,
+    finish_reason: str,
+    usage_: dict,
+) -> dict:
+    """The whole (non-streamed) answer."""
+    if request.endpoint == "chat":
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        kind = "chat.completion"
+    else:
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+        }
+        kind = "text_completion"
+    return {
+        "id": response_id,
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage_,
+    }
+
+
+def chunk_object(
+    request: GenerationRequest,
+    response_id: str,
+    model: str,
+    text: str | None,
+    finish_reason: str | None = None,
+    usage_: dict | None = None,
+    first: bool = False,
+) -> dict:
+    """One streamed chunk. text None: a chunk with no choices (the usage chunk)."""
+    if text is None:
+        choices = []
+    elif request.endpoint == "chat":
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        if finish_reason is not None and not text:
+            delta = {}
+        choices = [
+            {
+                "index": 0,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+        ]
+    else:
+        choices = [
+            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        ]
+    chunk = {
+        "id": response_id,
+        "object": "chat.completion.chunk"
+        if request.endpoint == "chat"
+        else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+    }
+    if usage_ is not None:
+        chunk["usage"] = usage_
+    return chunk
+
+
+def sse(payload: dict) -> str:
+    """One server-sent event carrying `payload` as compact JSON."""
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"

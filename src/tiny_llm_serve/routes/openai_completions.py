@@ -1,0 +1,100 @@
+"""POST /v1/chat/completions and /v1/completions: OpenAI's generation endpoints.
+
+The body is read and checked by its model (openai_bodies.py, through json_body),
+handed to the engine (generation.py), and the answer written as OpenAI's response
+object, or, with `stream: true`, as server-sent events of its chunks ending with
+`data: [DONE]`.
+"""
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import ApiError, internal_message
+from ..generation import Generation, start_generation
+from ..json_body import json_body
+from ..openai_bodies import ChatCompletionBody, CompletionBody
+from ..openai_objects import chunk_object, new_id, response_object, sse, usage
+from ..request import GenerationRequest
+from ..state import Server, ServerState
+
+logger = logging.getLogger("tiny_llm_serve")
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(
+    http_request: Request,
+    server: Server,
+    body: Annotated[ChatCompletionBody, Depends(json_body(ChatCompletionBody))],
+) -> Response:
+    return await answer(http_request, body.generation_request(), server)
+
+
+@router.post("/v1/completions")
+async def completions(
+    http_request: Request,
+    server: Server,
+    body: Annotated[CompletionBody, Depends(json_body(CompletionBody))],
+) -> Response:
+    return await answer(http_request, body.generation_request(), server)
+
+
+async def answer(
+    http_request: Request, request: GenerationRequest, server: ServerState
+) -> Response:
+    generation = await start_generation(http_request, request, server)
+    response_id = new_id(request.endpoint)
+    model = server.settings.model_name
+    if request.stream:
+        return StreamingResponse(
+            events(request, generation, response_id, model),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    text, ending = "", None
+    try:
+        async for piece, end in generation.pieces():
+            text += piece
+            ending = end
+    finally:
+        generation.close()
+    counts = usage(
+        generation.prompt_tokens, ending.completion_tokens, ending.cached_tokens
+    )
+    return JSONResponse(
+        response_object(request, response_id, model, text, ending.reason, counts)
+    )
+
+
+async def events(
+    request: GenerationRequest, generation: Generation, response_id: str, model: str
+) -> AsyncIterator[str]:
+    """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`.
+    With stream_options.include_usage, usage comes once, on a last chunk with no
+    choices, as OpenAI sends it. A failure is an error event, then [DONE]."""
+    try:
+        if request.endpoint == "chat":
+            yield sse(chunk_object(request, response_id, model, "", first=True))
+        async for piece, end in generation.pieces():
+            if end is None:
+                yield sse(chunk_object(request, response_id, model, piece))
+                continue
+            yield sse(chunk_object(request, response_id, model, "", end.reason))
+            if request.include_usage:
+                counts = usage(
+                    generation.prompt_tokens, end.completion_tokens, end.cached_tokens
+                )
+                yield sse(chunk_object(request, response_id, model, None, None, counts))
+    except ApiError as error:
+        yield sse(error.body())
+    except Exception as error:  # a bug: the client still gets an ending
+        logger.exception("a stream failed")
+        yield sse(ApiError(500, internal_message(error), "server_error").body())
+    finally:
+        generation.close()
+    yield "data: [DONE]\n\n"

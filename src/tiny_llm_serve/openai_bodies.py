@@ -16,6 +16,7 @@ from abc import abstractmethod
 from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, PlainValidator, TypeAdapter, model_validator
+from tiny_llm_base import PRIORITIES
 
 from .errors import json_type, short
 from .request import GenerationRequest
@@ -35,7 +36,6 @@ from .validation import (
 )
 
 ROLES = ("system", "developer", "user", "assistant")
-PRIORITIES = ("interactive", "batch")
 MAX_STOP_STRINGS = 4
 MAX_TEMPERATURE = 2.0
 PROMPT_FORMS = (

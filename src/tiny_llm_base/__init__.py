@@ -19,6 +19,7 @@ from .prompts import (
     sampled_token_id,
 )
 from .structured import (
+    Grammar,
     GrammarState,
     JsonObject,
     JsonSchema,

@@ -133,6 +133,36 @@ class JsonObject(JsonSchema):
         return "JsonObject()"
 
 
+@dataclass(frozen=True)
+class Grammar:
+    """A request option: the answer must match `lark`, a grammar in llguidance's
+    Lark dialect (rules, terminals as regexes, `%json {schema}` for a JSON value, lazy
+    rules that end at a delimiter). Week 4 day 2's tool calls are one."""
+
+    lark: str
+
+    def grammar(self) -> str:
+        """The llguidance grammar of this Lark text."""
+        try:
+            return llguidance.grammar_from("lark", self.lark)
+        except Exception as error:  # llguidance's own syntax check
+            raise ValueError(f"invalid grammar: {error}") from None
+
+    def check(self) -> None:
+        """ValueError saying what is wrong when the grammar cannot be compiled."""
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
+            self.grammar()
+        )
+        if is_error:
+            reasons = "; ".join(explain(message) for message in messages)
+            raise ValueError(f"invalid grammar: {reasons}")
+
+    def start(self, tokenizer, vocab_size: int) -> "GrammarState":
+        """This request's state at the start of its answer (see GrammarState)."""
+        self.check()
+        return GrammarState(self.grammar(), tokenizer, vocab_size)
+
+
 # One llguidance tokenizer per tokenizer and size (building one takes ~0.25 s).
 _tokenizers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -185,7 +215,7 @@ class GrammarState:
     def __init__(self, grammar: str, tokenizer, vocab_size: int):
         self.vocab_size = vocab_size
         self.tokenizer = guidance_tokenizer(tokenizer, vocab_size)
-        self.matcher = llguidance.LLMatcher(self.tokenizer, grammar)
+        self.matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
         self.bitmask = allocate_token_bitmask(1, self.tokenizer.vocab_size)
         self._allowed: GrammarTokens | None = None
         if self.matcher.is_error():

@@ -5,6 +5,7 @@ from tiny_llm_base import (
     BatchResults,
     EngineConfig,
     GenerationResult,
+    Grammar,
     GrammarState,
     JsonObject,
     JsonSchema,
@@ -90,4 +91,13 @@ from .tensor_parallel import (
     ShardedQwen2Model,
     input_columns,
     output_rows,
+)
+from .tool_calls import (
+    ToolCall,
+    call_of,
+    call_schema,
+    check_tools,
+    parse_tool_calls,
+    tool_constraint,
+    tool_grammar,
 )

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from tiny_llm_base import GrammarState, JsonSchema, UnsatisfiableConstraint
+from tiny_llm_base import Grammar, GrammarState, JsonSchema, UnsatisfiableConstraint
 
 from .automaton import Dfa, compile_choices, compile_regex
 from .token_index import StateCache, StateTokens, TokenIndex, check_spellable
@@ -299,22 +299,22 @@ def start_constraint(
 
     constraint: Regex or Choice. The DFA and its token index are compiled once per
     tokenizer and constraint and shared by every request that uses them. A
-    JsonSchema or JsonObject (tiny_llm_base: llguidance's masks behind the same
-    interface) starts itself: constraint.start(tokenizer, vocab_size). TypeError for
-    another kind of constraint, naming the kinds ("constraint must be
-    Regex(pattern), Choice(options), JsonSchema(schema), JsonObject() or None") and
-    the type given; ValueError for a bad pattern or schema, an empty choice list, or
+    JsonSchema, JsonObject or Grammar (tiny_llm_base: llguidance's masks behind the
+    same interface) starts itself: constraint.start(tokenizer, vocab_size).
+    TypeError for another kind of constraint, naming the kinds ("constraint must be
+    Regex(pattern), Choice(options), JsonSchema(schema), JsonObject(),
+    Grammar(lark) or None") and the type given; ValueError for a bad pattern or schema, an empty choice list, or
     a constraint that no token can start.
     """
-    # Week 3 Day 5: start_constraint: a JsonSchema (JsonObject too) returns
+    # Week 3 Day 5: start_constraint: a JsonSchema (JsonObject too) or a Grammar returns
     # constraint.start(tokenizer, vocab_size); TypeError unless Regex or Choice; the
     # vocabulary's index for it; a ConstraintState whose allowed() is checked now
-    if isinstance(constraint, JsonSchema):  # a library's masks, same interface
+    if isinstance(constraint, (JsonSchema, Grammar)):  # a library's masks
         return constraint.start(tokenizer, vocab_size)
     if not isinstance(constraint, (Regex, Choice)):
         raise TypeError(
             "constraint must be Regex(pattern), Choice(options), JsonSchema(schema), "
-            f"JsonObject() or None, got {type(constraint).__name__}"
+            f"JsonObject(), Grammar(lark) or None, got {type(constraint).__name__}"
         )
     index = vocabulary_of(tokenizer, vocab_size).index(constraint)
     state = ConstraintState(index)

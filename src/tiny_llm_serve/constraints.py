@@ -3,7 +3,9 @@
 The engine recognises constraints by its package's classes (tiny_llm_ref.Regex is
 not tiny_llm.Regex), so the server builds them with that package's: the caller
 passes a ConstraintFactory to create_app, as it passes the package's make_sampler.
-JSON constraints (JsonSchema, JsonObject) are the shared tiny_llm_base's.
+JSON constraints (JsonSchema, JsonObject) are the shared tiny_llm_base's. Tool
+calls (week 4 day 2) are the package's too: its tool_constraint makes the grammar
+and its parse_tool_calls reads the calls back out of the answer.
 """
 
 from collections.abc import Callable
@@ -22,16 +24,26 @@ class ConstraintFactory:
     """A package's constraint kinds. regex(pattern) and choice(options) build its
     Regex and Choice; start(constraint, tokenizer, vocab_size) is its
     start_constraint, raising ValueError or TypeError for a constraint that cannot
-    be met, NotImplementedError while week 3 day 5 is not written."""
+    be met, NotImplementedError while week 3 day 5 is not written.
+    tools(tools, tool_choice, parallel_tool_calls) builds the tool-call constraint
+    and parse_tool_calls(text) -> (content, calls) reads an answer (week 4 day 2)."""
 
     regex: Callable[[str], Any]
     choice: Callable[[list[str]], Any]
     start: Callable[[Any, Any, int], Any]
+    tools: Callable[[list, Any, bool], Any]
+    parse_tool_calls: Callable[[str], tuple[str, list]]
 
     @classmethod
     def of(cls, package: ModuleType) -> "ConstraintFactory":
         """The factory of a course package (tiny_llm_ref, tiny_llm)."""
-        return cls(package.Regex, package.Choice, package.start_constraint)
+        return cls(
+            package.Regex,
+            package.Choice,
+            package.start_constraint,
+            package.tool_constraint,
+            package.parse_tool_calls,
+        )
 
 
 def checked_constraint(
@@ -51,16 +63,18 @@ def checked_constraint(
             made = JsonObject()
         elif constraint.kind == "regex":
             made = factory.regex(constraint.value)
+        elif constraint.kind == "tools":
+            made = factory.tools(*constraint.value)
         else:
             made = factory.choice(constraint.value)
         factory.start(made, engine.tokenizer, engine.model.vocab_size)
     except (TypeError, ValueError) as error:
         raise invalid(str(error), constraint.param) from None
     except NotImplementedError as error:
+        what = "tool calls" if constraint.kind == "tools" else "structured outputs"
         raise ApiError(
             501,
-            f"structured outputs are not written yet ({error}): leave "
-            f"{constraint.param} out",
+            f"{what} are not written yet ({error}): leave {constraint.param} out",
             param=constraint.param,
             code="not_implemented",
         ) from None

@@ -18,7 +18,7 @@ from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from tiny_llm_base import PromptSpec
-from tiny_llm_base.prompts import chat_token_ids
+from tiny_llm_base.tool_prompts import tool_chat_token_ids
 
 from .constraints import checked_constraint, generation_error
 from .engine_loop import EngineFailure, Stream, finish_reason
@@ -180,7 +180,7 @@ def prompt_ids(engine, request: GenerationRequest) -> list[int]:
     tokenizer = engine.tokenizer
     if request.messages is not None:
         try:
-            ids = chat_token_ids(tokenizer, request.messages)
+            ids = tool_chat_token_ids(tokenizer, request.messages, request.tools)
         except Exception as error:  # the template's own checks (jinja raises)
             raise invalid(
                 f"the model's chat template refused these messages: {error}",

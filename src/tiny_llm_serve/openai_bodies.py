@@ -20,7 +20,9 @@ from tiny_llm_base import PRIORITIES
 
 from .errors import json_type, short
 from .request import GenerationRequest
+from .request import ConstraintRequest
 from .structured_options import StructuredOutputFields
+from .tool_options import ToolCallMessage, ToolFields
 from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, Unhonoured
 from .validation import (
     OptionsObject,
@@ -35,7 +37,7 @@ from .validation import (
     valid_text,
 )
 
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_STOP_STRINGS = 4
 MAX_TEMPERATURE = 2.0
 PROMPT_FORMS = (
@@ -179,8 +181,10 @@ class GenerationBody(StructuredOutputFields):
 def known_role(role) -> str:
     """A message's role; "developer" is OpenAI's newer name for "system"."""
     if role not in ROLES:
-        tools = " (this server runs no tools)" if role in ("tool", "function") else ""
-        raise Refusal(f"is {role!r}: use one of {', '.join(ROLES)}{tools}")
+        legacy = (
+            " (a function result is a tool message now)" if role == "function" else ""
+        )
+        raise Refusal(f"is {role!r}: use one of {', '.join(ROLES)}{legacy}")
     return "system" if role == "developer" else role
 
 
@@ -216,11 +220,38 @@ def message_text(content) -> str:
     )
 
 
+def optional_text(content) -> str | None:
+    return None if content is None else message_text(content)
+
+
 class Message(RequestModel):
-    """One chat message: a role and its text."""
+    """One chat message: a role and its text; an assistant's message may carry the
+    calls it made instead of (or beside) text, and a tool message answers one call
+    (tool_call_id)."""
 
     role: Annotated[str, PlainValidator(known_role)] = None
-    content: Annotated[str, PlainValidator(message_text)] = None
+    content: Annotated[str | None, PlainValidator(optional_text)] = None
+    tool_calls: Annotated[
+        list[ToolCallMessage] | None, expect("a list of tool calls")
+    ] = None
+    tool_call_id: Annotated[str | None, expect("a string")] = None
+
+    @model_validator(mode="after")
+    def complete(self) -> "Message":
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise Refusal(
+                "is required: the message's text (an assistant message may give "
+                "tool_calls instead)",
+                "missing_required_parameter",
+                field="content",
+            )
+        if self.role == "tool" and self.tool_call_id is None:
+            raise Refusal(
+                "is required in a tool message: the id of the call it answers",
+                "missing_required_parameter",
+                field="tool_call_id",
+            )
+        return self
 
 
 def messages_given(messages: list[Message]) -> list[Message]:
@@ -232,9 +263,11 @@ def messages_given(messages: list[Message]) -> list[Message]:
     return messages
 
 
-class ChatCompletionBody(GenerationBody):
+class ChatCompletionBody(ToolFields, GenerationBody):
     """A /v1/chat/completions body. max_completion_tokens is OpenAI's newer name
-    for max_tokens and wins when both are given."""
+    for max_tokens and wins when both are given. With tools, the answer is
+    constrained to text and calls that parse (tool_choice), like a structured-output
+    option, so it is one of them for the one-option and stop checks."""
 
     endpoint = "chat"
     default_priority = "interactive"
@@ -256,7 +289,24 @@ class ChatCompletionBody(GenerationBody):
         return self.max_tokens
 
     def prompt_fields(self) -> dict:
-        return {"messages": [m.model_dump() for m in self.messages]}
+        return {
+            "messages": [m.model_dump(exclude_none=True) for m in self.messages],
+            "tools": self.tools_offered(),
+        }
+
+    def constraint_requests(self) -> list[ConstraintRequest]:
+        found = super().constraint_requests()
+        if self.tools:
+            parallel = self.parallel_tool_calls is not False
+            choice = self.tool_choice or "auto"
+            value = (self.tools, choice, parallel)
+            found.append(ConstraintRequest("tools", value, "tools"))
+        return found
+
+    @model_validator(mode="after")
+    def tools_consistent(self) -> "ChatCompletionBody":
+        self.check_tool_choice()
+        return self
 
 
 def one_prompt(prompt) -> str | list[int]:

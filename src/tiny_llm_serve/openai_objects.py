@@ -29,12 +29,17 @@ def response_object(
     text: str,
     finish_reason: str,
     usage_: dict,
+    tool_calls: list[dict] | None = None,
 ) -> dict:
-    """The whole (non-streamed) answer."""
+    """The whole (non-streamed) answer; with tool_calls, the chat message carries
+    them (text may then be None)."""
     if request.endpoint == "chat":
+        message = {"role": "assistant", "content": text}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": message,
             "logprobs": None,
             "finish_reason": finish_reason,
         }
@@ -65,14 +70,18 @@ def chunk_object(
     finish_reason: str | None = None,
     usage_: dict | None = None,
     first: bool = False,
+    tool_calls: list[dict] | None = None,
 ) -> dict:
-    """One streamed chunk. text None: a chunk with no choices (the usage chunk)."""
+    """One streamed chunk. text None: a chunk with no choices (the usage chunk).
+    tool_calls: whole calls as deltas (each with its index), no content."""
     if text is None:
         choices = []
     elif request.endpoint == "chat":
         delta = {"role": "assistant", "content": text} if first else {"content": text}
         if finish_reason is not None and not text:
             delta = {}
+        if tool_calls:
+            delta = {"tool_calls": tool_calls}
         choices = [
             {
                 "index": 0,

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class ConstraintRequest:
     """A structured-output option as the body gave it. kind: "json_schema" (value a
-    schema object), "json_object" (value None), "regex" (a pattern) or "choice" (a
-    list of strings); param: the field to name in an error."""
+    schema object), "json_object" (value None), "regex" (a pattern), "choice" (a
+    list of strings) or "tools" (value (tools, tool_choice, parallel_tool_calls):
+    week 4 day 2's tool-call grammar); param: the field to name in an error."""
 
     kind: str
     value: object
@@ -26,6 +27,8 @@ class GenerationRequest:
     as the chat template takes them) and `prompt` (completion: text, or token ids
     used as they are) is set.
 
+    tools: OpenAI's function tools offered to the model (chat), rendered by the chat
+    template; the answer's calls are parsed out of its text.
     max_tokens None: until the context is full. top_k None: no limit. stop: strings
     that end the answer where they first appear (not included in it). priority:
     the engine's queue, "interactive" or "batch".
@@ -35,6 +38,7 @@ class GenerationRequest:
     model: str | None
     messages: list[dict] | None = None
     prompt: str | list[int] | None = None
+    tools: list[dict] | None = None
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None

@@ -116,11 +116,10 @@ NOT_YET = (
 # add_special_tokens: vLLM's defaults, which this server follows (the chat template
 # places the special tokens; a completion's text is encoded with them).
 CHAT_ONLY = (
-    *(
-        Unhonoured(name, (None, []), "tools are not supported by this server")
-        for name in ("tools", "functions")
+    Unhonoured("functions", (None, []), "functions is OpenAI's old name: send tools"),
+    Unhonoured(
+        "function_call", (None,), "function_call is OpenAI's old name: send tool_choice"
     ),
-    Unhonoured("tool_choice", (None,), "tools are not supported by this server"),
     Unhonoured("logprobs", (None, False), "log-probabilities are not returned"),
     Unhonoured("top_logprobs", (None, 0), "log-probabilities are not returned"),
     not_yet(

@@ -20,6 +20,7 @@ from ..openai_bodies import ChatCompletionBody, CompletionBody
 from ..openai_objects import chunk_object, new_id, response_object, sse, usage
 from ..request import GenerationRequest
 from ..state import Server, ServerState
+from ..tool_answers import CallSplitter, finish_reason, whole_message
 
 logger = logging.getLogger("tiny_llm_serve")
 
@@ -52,7 +53,7 @@ async def answer(
     model = server.settings.model_name
     if request.stream:
         return StreamingResponse(
-            events(request, generation, response_id, model),
+            events(request, generation, response_id, model, server),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -66,25 +67,48 @@ async def answer(
     counts = usage(
         generation.prompt_tokens, ending.completion_tokens, ending.cached_tokens
     )
+    calls = []
+    if request.tools:
+        text, calls = whole_message(text, server.constraints.parse_tool_calls)
+    reason = finish_reason(ending.reason, bool(calls))
     return JSONResponse(
-        response_object(request, response_id, model, text, ending.reason, counts)
+        response_object(request, response_id, model, text, reason, counts, calls)
     )
 
 
 async def events(
-    request: GenerationRequest, generation: Generation, response_id: str, model: str
+    request: GenerationRequest,
+    generation: Generation,
+    response_id: str,
+    model: str,
+    server: ServerState,
 ) -> AsyncIterator[str]:
     """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`.
     With stream_options.include_usage, usage comes once, on a last chunk with no
-    choices, as OpenAI sends it. A failure is an error event, then [DONE]."""
+    choices, as OpenAI sends it. With tools, each call comes whole as a tool-call
+    delta and the last chunk's finish_reason is "tool_calls". A failure is an error
+    event, then [DONE]."""
+    splitter = CallSplitter(server.constraints.parse_tool_calls)
+    called = False
     try:
         if request.endpoint == "chat":
             yield sse(chunk_object(request, response_id, model, "", first=True))
         async for piece, end in generation.pieces():
-            if end is None:
+            calls = []
+            if request.tools:
+                piece, calls = splitter.feed(piece)
+                piece += splitter.flush() if end is not None else ""
+            if piece:
                 yield sse(chunk_object(request, response_id, model, piece))
+            if calls:
+                called = True
+                yield sse(
+                    chunk_object(request, response_id, model, "", tool_calls=calls)
+                )
+            if end is None:
                 continue
-            yield sse(chunk_object(request, response_id, model, "", end.reason))
+            reason = finish_reason(end.reason, called)
+            yield sse(chunk_object(request, response_id, model, "", reason))
             if request.include_usage:
                 counts = usage(
                     generation.prompt_tokens, end.completion_tokens, end.cached_tokens

@@ -1,0 +1,180 @@
+"""Tool calls (week 4 day 2): a call is text in the model's call format, so day 5's
+mask can make every call parse and validate by construction.
+
+A chat model trained for tools (Qwen2.5's Hermes format, which this course uses for
+every model) answers a call as a tagged JSON object:
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+A server that parses that text after the fact fails whenever the model errs: a
+misspelled name, a missing argument, an unclosed brace. Here the tools become a
+grammar (tool_grammar) and the answer is sampled under its mask (tiny_llm_base's
+Grammar: llguidance runs a Lark grammar with JSON Schemas inside), so:
+
+    tool_choice "auto"      any text, and wherever the model writes "<tool_call>",
+                            a call that validates, then "</tool_call>"
+    "required" / a name     only calls (to that function), one or more
+    "none"                  any text that never opens a call
+
+parse_tool_calls then splits an answer into its text and its calls.
+"""
+
+import json
+from dataclasses import dataclass
+
+from tiny_llm_base import Grammar, JsonSchema
+from tiny_llm_base.tool_prompts import CLOSE, OPEN
+
+# Compact JSON inside a call, as the course's JSON Schema answers are.
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+NO_PARAMETERS = {"type": "object", "properties": {}}
+# Calls in one answer at most: a small model that may call again after each call
+# (parallel_tool_calls) can repeat the same call until max_tokens; a bound ends it.
+MAX_CALLS = 8
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model made: the function's name and its arguments (a dict)."""
+
+    name: str
+    arguments: dict
+
+
+def check_tools(tools) -> list[dict]:
+    """OpenAI's `tools` list -> the functions, each {"name", "parameters"} (a
+    function without parameters takes NO_PARAMETERS). ValueError, naming the place
+    (`tools[1].function.name`), for anything else: not a non-empty list, a tool whose
+    type is not "function", a name that is not 1-64 letters, digits, "_" or "-", a
+    name given twice, or parameters that are not a JSON Schema object the
+    structured-output library compiles."""
+    if not isinstance(tools, list) or not tools:
+        raise ValueError("tools must be a non-empty list of function tools")
+    functions, names = [], set()
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            raise ValueError(f'{where}: each tool must be {{"type": "function", ...}}')
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise ValueError(f"{where}.function must be an object with a name")
+        name = function.get("name")
+        if not (
+            isinstance(name, str)
+            and 1 <= len(name) <= 64
+            and all(c.isascii() and (c.isalnum() or c in "_-") for c in name)
+        ):
+            raise ValueError(
+                f"{where}.function.name must be 1-64 letters, digits, '_' or '-', "
+                f"got {name!r}"
+            )
+        if name in names:
+            raise ValueError(f"{where}.function.name {name!r} is given twice")
+        names.add(name)
+        parameters = function.get("parameters", NO_PARAMETERS)
+        if not isinstance(parameters, dict) or parameters.get("type", "object") != (
+            "object"
+        ):
+            raise ValueError(
+                f"{where}.function.parameters must be a JSON Schema of an object"
+            )
+        try:
+            JsonSchema(parameters).check()
+        except ValueError as error:
+            raise ValueError(f"{where}.function.parameters: {error}") from None
+        functions.append({"name": name, "parameters": parameters})
+    return functions
+
+
+def call_schema(functions: list[dict]) -> dict:
+    """The JSON Schema of ONE call to any of `functions` (check_tools' output): an
+    object with exactly the keys "name" (that function's name, a const) and
+    "arguments" (its parameters), one anyOf branch per function, and llguidance's
+    compact JSON style ("x-guidance": JSON_STYLE).
+
+    A parameters schema's `$ref`s are relative to ITS root ("#/$defs/point", "#"),
+    and inside the call's schema its root is no longer the document's. So each
+    function's parameters go to the call schema's $defs under the function's name
+    (arguments: {"$ref": "#/$defs/NAME"}), their own $defs (or definitions) beside
+    them as "NAME-DEF", and every $ref inside rewritten to match (rooted_refs).
+    """
+    raise NotImplementedError(
+        "Week 4 Day 2: call_schema: per function, its parameters (and their $defs) "
+        'moved to the call schema\'s $defs with rooted_refs; an anyOf branch {"type": '
+        '"object", "properties": {"name": {"const": NAME}, "arguments": {"$ref": '
+        '...}}, both required, no other property}; "x-guidance": JSON_STYLE'
+    )
+
+
+def rooted_refs(schema, name: str):
+    """`schema` (any JSON value) with every $ref of function `name`'s parameters
+    moved under the call schema's $defs: "#" -> "#/$defs/NAME", "#/$defs/X" (or
+    "#/definitions/X") -> "#/$defs/NAME-X"; other values copied as they are."""
+    raise NotImplementedError(
+        'Week 4 Day 2: rooted_refs: walk dicts and lists; rewrite each "$ref" string'
+    )
+
+
+def tool_grammar(
+    functions: list[dict], tool_choice="auto", parallel_tool_calls: bool = True
+) -> str:
+    """The Lark grammar (llguidance's dialect) of an answer under `tool_choice`:
+
+    "auto": any text; each OPEN the model writes starts a call: "\n", one call's
+        JSON (call_schema, `%json {...}`), "\n" CLOSE; any text may follow. At most
+        one call without parallel_tool_calls, MAX_CALLS with it.
+    "required", or {"type": "function", "function": {"name": N}} (only N's
+        schema): the answer is calls only, OPEN "\n" JSON "\n" CLOSE: one without
+        parallel_tool_calls, 1 to MAX_CALLS joined by "\n" with it.
+    "none": any text that never contains OPEN.
+
+    The text before a call must end where OPEN begins: a lazy rule
+    (`head[lazy]: TEXT "<tool_call>"`) matches as little text as it can, so the
+    call's grammar takes over at the first OPEN. ValueError for a tool_choice that
+    is none of these, or one naming no function in `functions`.
+    """
+    raise NotImplementedError(
+        "Week 4 Day 2: tool_grammar: the docstring's three grammars (the chapter's "
+        '"The grammar of a call"); for a named function, call_schema of that function'
+        " alone"
+    )
+
+
+def tool_constraint(
+    tools, tool_choice="auto", parallel_tool_calls: bool = True
+) -> Grammar:
+    """The request's constraint for `tools` (OpenAI's list) under tool_choice:
+    Grammar(tool_grammar(check_tools(tools), ...)), compiled once here so a bad tool
+    set is a ValueError before any compute."""
+    grammar = Grammar(
+        tool_grammar(check_tools(tools), tool_choice, parallel_tool_calls)
+    )
+    grammar.check()
+    return grammar
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
+    """An answer -> (its text outside the calls, stripped; the calls in order).
+
+    A call is OPEN, a JSON object with a string "name" and an object "arguments"
+    (call_of), then CLOSE, with any whitespace around the JSON. A block that is not
+    such a call stays in the text as it was, which is how an unconstrained answer's
+    broken call shows up: bad JSON, missing keys, or an OPEN never closed (another
+    OPEN comes first, or none: the scan goes on from that next OPEN).
+    """
+    raise NotImplementedError(
+        "Week 4 Day 2: parse_tool_calls: scan from OPEN to OPEN; a block that closes "
+        "before the next OPEN and whose body call_of reads is a call; everything else"
+        " is text"
+    )
+
+
+def call_of(body: str) -> ToolCall | None:
+    """The text between OPEN and CLOSE -> its ToolCall, or None when it is not a JSON
+    object with exactly a str "name" and a dict "arguments"."""
+    raise NotImplementedError(
+        "Week 4 Day 2: call_of: json.loads (None on a JSONDecodeError), then the "
+        "docstring's checks"
+    )

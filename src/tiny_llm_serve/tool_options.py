@@ -1,0 +1,88 @@
+"""The chat body's tool fields (OpenAI's function calling): `tools`, `tool_choice`,
+`parallel_tool_calls`, and the messages that carry earlier calls and their results.
+
+The tools' schemas are checked where the grammar is made (the package's
+tool_constraint, through the constraint factory), so a schema the structured-output
+library cannot compile is a 400 naming `tools`; here only the shapes are checked.
+"""
+
+from typing import Annotated, Any
+
+from pydantic import PlainValidator
+
+from .validation import Refusal, RequestModel, expect
+
+TOOL_CHOICES = ("auto", "required", "none")
+
+
+def tool_list(tools) -> list[dict] | None:
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not tools:
+        raise Refusal(
+            'must be a non-empty list of {"type": "function", "function": {...}} '
+            "tools (leave tools out to offer none)"
+        )
+    for i, tool in enumerate(tools):
+        if not (isinstance(tool, dict) and tool.get("type") == "function"):
+            raise Refusal(
+                'must be {"type": "function", "function": {"name": ..., '
+                '"parameters": {...}}}: only function tools are supported',
+                at=f"tools[{i}]",
+            )
+    return tools
+
+
+def tool_choice_value(choice) -> Any:
+    if choice is None or choice in TOOL_CHOICES:
+        return choice
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance((choice.get("function") or {}).get("name"), str)
+    ):
+        return choice
+    raise Refusal(
+        'must be "auto", "required", "none" or {"type": "function", "function": '
+        '{"name": ...}}'
+    )
+
+
+class FunctionCall(RequestModel):
+    """An earlier call's function: its name and its arguments as JSON text."""
+
+    name: Annotated[str, expect("a string")] = None
+    arguments: Annotated[str, expect("a string of JSON")] = "{}"
+
+
+class ToolCallMessage(RequestModel):
+    """One call in an assistant message's tool_calls."""
+
+    id: Annotated[str, expect("a string")] = None
+    type: Annotated[str, expect('"function"')] = "function"
+    function: Annotated[FunctionCall, expect("an object with name and arguments")] = (
+        None
+    )
+
+
+class ToolFields(RequestModel):
+    """The tool fields of a chat body."""
+
+    tools: Annotated[list[dict] | None, PlainValidator(tool_list)] = None
+    tool_choice: Annotated[Any, PlainValidator(tool_choice_value)] = None
+    parallel_tool_calls: Annotated[bool | None, expect("true or false")] = None
+
+    def tools_offered(self) -> list[dict] | None:
+        """The tools the model is told about: none under tool_choice "none"."""
+        return None if self.tool_choice == "none" else self.tools
+
+    def check_tool_choice(self) -> None:
+        if (
+            self.tool_choice is not None
+            and not self.tools
+            and self.tool_choice != ("none")
+        ):
+            raise Refusal(
+                "needs tools: give the functions the model may call in tools",
+                field="tool_choice",
+            )

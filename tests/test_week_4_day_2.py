@@ -1,0 +1,299 @@
+"""Week 4 Day 2: tool calls on the constraint mask (tool_calls.py).
+
+The oracle for what a call may be is the jsonschema package (an independent
+validator): the grammar accepts a call's text exactly when jsonschema accepts its
+JSON against the call schema, on hand-made tools and on random arguments. Under the
+grammar, a random model's calls for the 31 tool sets of the suite
+(scripts/bench/benchlib/tool_sets.py) all parse and validate; the embedded model,
+asked through its chat template, calls the named function with valid arguments.
+"""
+
+import json
+
+import jsonschema
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scripts.bench.benchlib.tool_sets import CALL_MAX_TOKENS, TOOL_SETS
+from tiny_llm_base import PromptSpec, UnsatisfiableConstraint
+from tiny_llm_base.tool_prompts import tool_chat_token_ids
+
+from .helpers import token_ids
+from .random_models import random_model
+from .solution import tiny
+
+VOCAB = 49152  # the embedded tokenizer's
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+}
+DEFS = {
+    "type": "function",
+    "function": {
+        "name": "segment",
+        "parameters": {
+            "$defs": {
+                "pt": {
+                    "type": "object",
+                    "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                    "required": ["x", "y"],
+                    "additionalProperties": False,
+                }
+            },
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}},
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+}
+TOOLS = [WEATHER, ADD, DEFS]
+
+
+def call_text(name: str, arguments) -> str:
+    """A call as a model writes it: compact JSON, characters as they are (the
+    grammar's strings take "é", not the escape "\\u00e9")."""
+    call = {"name": name, "arguments": arguments}
+    body = json.dumps(call, separators=(",", ":"), ensure_ascii=False)
+    return f"<tool_call>\n{body}\n</tool_call>"
+
+
+def accepts(tokenizer, tools, text: str, choice="auto", parallel=True) -> bool:
+    """Does the grammar of `tools` under `choice` accept `text` as a whole answer?"""
+    state = tiny.tool_constraint(tools, choice, parallel).start(tokenizer, VOCAB)
+    try:
+        for token in tokenizer.encode(text, add_special_tokens=False):
+            state.advance(token)
+    except UnsatisfiableConstraint:
+        return False
+    return state.is_accepting
+
+
+def schema_valid(tools, name: str, arguments) -> bool:
+    schema = tiny.call_schema(tiny.check_tools(tools))
+    return jsonschema.Draft202012Validator(schema).is_valid(
+        {"name": name, "arguments": arguments}
+    )
+
+
+CASES = [
+    ("get_weather", {"city": "Paris"}),
+    ("get_weather", {"city": "Oslo", "days": 3, "unit": "celsius"}),
+    ("get_weather", {"city": "Oslo", "days": 9}),
+    ("get_weather", {"city": "Oslo", "unit": "kelvin"}),
+    ("get_weather", {"town": "Paris"}),
+    ("get_weather", {"city": "Paris", "extra": 1}),
+    ("get_weather", {}),
+    ("add", {"a": 1, "b": -2}),
+    ("add", {"a": 1}),
+    ("add", {"a": 1.5, "b": 2}),
+    ("segment", {"a": {"x": 1, "y": 2}, "b": {"x": 0, "y": 0}}),
+    ("segment", {"a": {"x": 1}, "b": {"x": 0, "y": 0}}),
+    ("mul", {"a": 1, "b": 2}),
+]
+
+
+@pytest.mark.parametrize("name, arguments", CASES)
+def test_a_call_is_accepted_exactly_when_its_schema_validates(
+    tokenizer, name, arguments
+):
+    text = call_text(name, arguments)
+    assert accepts(tokenizer, TOOLS, text, "required") == schema_valid(
+        TOOLS, name, arguments
+    ), text
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["city", "days", "unit", "town"]),
+        st.one_of(
+            st.text("abcXYZ é", max_size=14),
+            st.integers(-2, 9),
+            st.sampled_from(["celsius", "fahrenheit", "kelvin"]),
+            st.booleans(),
+        ),
+        max_size=4,
+    )
+)
+def test_random_arguments_agree_with_jsonschema(tokenizer, arguments):
+    text = call_text("get_weather", arguments)
+    assert accepts(tokenizer, TOOLS, text, "required") == schema_valid(
+        TOOLS, "get_weather", arguments
+    ), text
+
+
+def test_tool_choice_decides_what_the_answer_may_be(tokenizer):
+    call = call_text("add", {"a": 1, "b": 2})
+    other = call_text("get_weather", {"city": "Rome"})
+    text = "Let me add them."
+    # auto: text, text then a call, calls then text; never a call that fails
+    assert accepts(tokenizer, TOOLS, text)
+    assert accepts(tokenizer, TOOLS, f"{text}{call}")
+    assert accepts(tokenizer, TOOLS, f"{call}\n{other} done")
+    assert not accepts(tokenizer, TOOLS, f"{text}{call_text('add', {'a': 1})}")
+    # required: calls only
+    assert accepts(tokenizer, TOOLS, f"{call}\n{other}", "required")
+    assert not accepts(tokenizer, TOOLS, text, "required")
+    assert not accepts(tokenizer, TOOLS, f"{text}{call}", "required")
+    # a named function: only its calls
+    named = {"type": "function", "function": {"name": "add"}}
+    assert accepts(tokenizer, TOOLS, call, named)
+    assert not accepts(tokenizer, TOOLS, other, named)
+    # none: never a call
+    assert accepts(tokenizer, TOOLS, text, "none")
+    assert not accepts(tokenizer, TOOLS, f"{text}{call}", "none")
+    assert not accepts(tokenizer, TOOLS, f"{text} <tool_call> is a tag", "none")
+    # one call without parallel_tool_calls, at most MAX_CALLS with it
+    assert not accepts(tokenizer, TOOLS, f"{call}\n{other}", "required", False)
+    assert accepts(tokenizer, TOOLS, call, "required", False)
+    most = tiny.tool_calls.MAX_CALLS
+    assert accepts(tokenizer, TOOLS, "\n".join([call] * most), "required")
+    assert not accepts(tokenizer, TOOLS, "\n".join([call] * (most + 1)), "required")
+
+
+def test_a_bad_tool_choice_or_tool_set_says_what_is_wrong():
+    with pytest.raises(ValueError, match="names no function"):
+        tiny.tool_constraint(TOOLS, {"type": "function", "function": {"name": "mul"}})
+    with pytest.raises(ValueError, match="tool_choice must be"):
+        tiny.tool_constraint(TOOLS, "always")
+    bad = [
+        ([], "non-empty list"),
+        ([{"type": "retrieval"}], r"tools\[0\]"),
+        ([{"type": "function", "function": {"name": "a b"}}], "letters, digits"),
+        ([ADD, ADD], "given twice"),
+        (
+            [{"type": "function", "function": {"name": "f", "parameters": []}}],
+            "JSON Schema of an object",
+        ),
+        (
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {"type": "object", "not": {"type": "null"}},
+                    },
+                }
+            ],
+            r"tools\[0\]\.function\.parameters",
+        ),
+    ]
+    for tools, message in bad:
+        with pytest.raises(ValueError, match=message):
+            tiny.check_tools(tools)
+
+
+pieces = st.text("ab <>/\n{}", max_size=12).filter(lambda t: "<tool_call>" not in t)
+calls = st.tuples(
+    st.sampled_from(["f", "get_x"]),
+    st.dictionaries(st.sampled_from("xyz"), st.integers(-5, 5), max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(pieces, calls), max_size=4), pieces)
+def test_parse_tool_calls_splits_text_and_calls(parts, tail):
+    text = "".join(piece + call_text(*call) for piece, call in parts) + tail
+    content, found = tiny.parse_tool_calls(text)
+    assert [(c.name, c.arguments) for c in found] == [call for _, call in parts]
+    assert content == ("".join(piece for piece, _ in parts) + tail).strip()
+
+
+def test_a_block_that_is_not_a_call_stays_in_the_text():
+    broken = '<tool_call>\n{"name": "f", "arguments": {"x": 1}\n</tool_call>'
+    keyless = '<tool_call>\n{"function": "f"}\n</tool_call>'
+    unclosed = '<tool_call>\n{"name": "f", "arguments": {}}'
+    good = call_text("g", {"y": 2})
+    for block in (broken, keyless, unclosed):
+        content, found = tiny.parse_tool_calls(f"a {block} {good} b")
+        assert [(c.name, c.arguments) for c in found] == [("g", {"y": 2})]
+        assert block in content
+
+
+@pytest.fixture(scope="module")
+def wide_model():
+    """A small random Qwen2 model over the embedded tokenizer's whole vocabulary:
+    unconstrained, its output is garbage."""
+    mlx_model = random_model("qwen2", 32, 2, 1, 48, 1, VOCAB, True, seed=12)
+    return tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
+
+
+def test_a_random_model_calls_every_tool_set_validly(wide_model, tokenizer):
+    """Sampled at temperature 1, one call each ("required", no parallel calls):
+    every answer is exactly one call that names a function of its set and whose
+    arguments validate against that function's parameters."""
+    rng = np.random.default_rng(5)
+    specs = [
+        PromptSpec(
+            token_ids(rng, VOCAB, 3 + i % 5),
+            constraint=tiny.tool_constraint(tools, "required", False),
+        )
+        for i, tools in enumerate(TOOL_SETS)
+    ]
+    results = tiny.batch_generate(
+        wide_model,
+        tokenizer,
+        specs,
+        batch_size=16,
+        max_tokens=CALL_MAX_TOKENS,
+        sampler=tiny.make_sampler(1.0),
+        policy="mixed",
+    )
+    for tools, result in zip(TOOL_SETS, results):
+        assert result.error is None and result.finish_reason == "stop", result
+        content, [call] = tiny.parse_tool_calls(result.text)
+        assert content == ""
+        [function] = [
+            t["function"] for t in tools if t["function"]["name"] == call.name
+        ]
+        jsonschema.validate(call.arguments, function["parameters"])
+
+
+def test_the_embedded_model_calls_the_named_function(embedded_model, tokenizer):
+    """Through the chat template (the tools described in the system message, as
+    the embedded model's template has no tool support), greedy."""
+    mlx_model, _ = embedded_model
+    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    ids = tool_chat_token_ids(tokenizer, messages, TOOLS)
+    assert "get_weather" in tokenizer.decode(ids)
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    [result] = tiny.batch_generate(
+        model,
+        tokenizer,
+        [PromptSpec(ids, constraint=tiny.tool_constraint(TOOLS, named, False))],
+        max_tokens=64,
+    )
+    assert result.finish_reason == "stop", result.text
+    _, [call] = tiny.parse_tool_calls(result.text)
+    assert call.name == "get_weather"
+    jsonschema.validate(call.arguments, WEATHER["function"]["parameters"])

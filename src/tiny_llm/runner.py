@@ -135,8 +135,9 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     constraint, nothing). Accepts the verified tokens (verified_tokens over the
     log-probabilities) one by one (advance 1, then accept), stopping when one
     finishes the request (EOS, max_tokens, max_seq_len), so the request ends at the
-    right token; then record_verification. Returns the drafts accepted (tokens taken
-    - 1). Whatever fails fails this request alone: request.fail with a message that
+    right token; then record_verification. Returns the drafts accepted: tokens taken
+    - 1, the last token taken counted as the model's own even when it was a draft
+    that ended the request (drafts [a, EOS] both verified: 1). Whatever fails fails this request alone: request.fail with a message that
     carries the exception's type and text (f"verifying drafts failed: {name}:
     {error}"), so the client sees why, and 0 is returned."""
     raise NotImplementedError(

@@ -137,8 +137,10 @@ def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     """Each decoding request's drafts for this step: {request: draft tokens}.
 
     For each request in `rows` that may_draft: at most num_speculative_tokens, at
-    most the budget left (tokens; math.inf: no limit), and few enough that its bonus token stays
-    within max_tokens and every position within max_seq_len; propose_drafts; then
+    most the budget left (tokens; math.inf: no limit, and min() of an int and inf is
+    the int), and few enough that its bonus token stays within max_tokens
+    (max_tokens - 1 - generated; no bound when max_tokens is None) and every
+    position within max_seq_len (max_seq_len - 1 - offset); propose_drafts; then
     cut to the room the KV manager gives beside its decode token
     (kv.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
 

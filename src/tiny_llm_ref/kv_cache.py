@@ -261,7 +261,9 @@ class BatchingKvCache(TinyKvCache):
 class BatchRowView(TinyKvCache):
     """One row of a BatchingKvCache, seen as a single sequence's cache from `offset`
     on: keys/values [1, H, L, D] go to row `slot` at offset .. offset + L - 1, and
-    the row's keys up to there come back, with the chunk mask."""
+    the row's keys up to there come back, with the chunk mask. It reads the batch
+    cache's storage when it writes, not when it is made: the decode part of the same
+    step may have replaced that storage in between."""
 
     def __init__(self, batch: BatchingKvCache, slot: int, offset: int) -> None:
         # Week 3 Day 4: BatchRowView: keep the batch cache, the slot and the offset

@@ -9,6 +9,7 @@ code's rules, named in a comment above each function. Into book/src/images (--ou
 - concept-draft-verification.png: prompt-lookup drafts checked in one forward (day 4).
 - concept-dfa-token-index.png: a regex's DFA and one state's token index (day 5).
 - concept-tensor-parallel.png: one block over 2 ranks, two all_sums (week 4 day 1).
+- concept-tool-calls.png: an answer's grammar under tool_choice (week 4 day 2).
 """
 
 import argparse
@@ -394,8 +395,88 @@ def tensor_parallel(out: Path) -> Path:
     return s.save(out, "concept-tensor-parallel.png")
 
 
+# tool_calls.py: tool_grammar: "auto" lets any text through until "<tool_call>",
+# then the call's JSON under call_schema (the name a const per function, arguments
+# that function's parameters), then "</tool_call>"; "required" and a named function
+# allow calls only; "none" any text that never opens a call. parse_tool_calls reads
+# the calls back.
+def tool_calls(out: Path) -> Path:
+    s = Sketch(
+        9, 6.2, "Tool calls: the answer's grammar, a call constrained as it is written"
+    )
+    s.text(
+        0.3,
+        5.55,
+        'tool_choice "auto": one answer, piece by piece',
+        size=TEXT,
+        weight="bold",
+    )
+    pieces = [  # x, width, text, colour, what the mask allows there
+        (0.25, 1.35, "Let me check.", GREY, "any text\n(lazy: ends at\nthe first tag)"),
+        (1.7, 1.15, "<tool_call>\\n", BLUE, "the tag the\nmodel wrote"),
+        (
+            2.95,
+            1.95,
+            '{"name":"get_weather",',
+            ORANGE,
+            "a name of tools,\nnothing else",
+        ),
+        (
+            5.0,
+            2.25,
+            '"arguments":{"city":"Paris"}}',
+            ORANGE,
+            "its parameters'\nJSON Schema",
+        ),
+        (7.35, 1.05, "\\n</tool_call>", BLUE, "forced: closes\nthe call"),
+        (8.45, 0.45, "EOS", GREY, "or\nmore"),
+    ]
+    for x, w, text, color, allowed in pieces:
+        s.box(x, 4.55, w, 0.55, text, color, size=8.5)
+        s.note(x + 0.05, 4.4, allowed, size=9)
+    s.text(
+        0.3,
+        3.05,
+        "the grammar (llguidance's Lark), per tool_choice",
+        size=TEXT,
+        weight="bold",
+    )
+    rules = [
+        (
+            '"auto"',
+            'start: call{0,8} TEXT     call: head "\\n" %json {call schema} "\\n</tool_call>"',
+            GREEN,
+        ),
+        ("", 'head[lazy]: TEXT "<tool_call>"     TEXT: /(?s:.*)/', GREEN),
+        (
+            '"required" / named',
+            'start: call ("\\n" call){0,7}   (named: the call schema of that function only)',
+            PURPLE,
+        ),
+        (
+            '"none"',
+            "start: TEXT, TEXT: any text & ~(any text containing <tool_call>)",
+            RED,
+        ),
+    ]
+    for i, (choice, rule, color) in enumerate(rules):
+        y = 2.55 - i * 0.5
+        s.text(0.3, y, choice, color, size=TEXT, weight="bold")
+        s.text(2.0, y, rule, size=9.5, family="monospace")
+    s.note(
+        0.3,
+        0.75,
+        "call schema = anyOf over the tools: {name: const NAME, arguments: "
+        "\\$ref #/\\$defs/NAME},",
+        "each function's parameters (and its own \\$defs) moved under the call "
+        "schema's \\$defs",
+        size=9,
+    )
+    return s.save(out, "concept-tool-calls.png")
+
+
 FIGURES = [mixed_step, block_table, prefix_cache, draft_verification]
-FIGURES += [dfa_token_index, tensor_parallel]
+FIGURES += [dfa_token_index, tensor_parallel, tool_calls]
 
 
 def main() -> None:

@@ -202,8 +202,6 @@ def main() -> int:
         runs = [median_run(repeats[config.label]) for config in args.configs]
         console.print(render.table(title, runs))
         met = dominance_goals(case, runs) + memory_goals(case, runs)
-        for goal in met:
-            console.print(f"  {goal.line()}", markup=False)
         cases[case] = {"workload": title, "runs": runs}
         goals += met
         report.append(render.markdown(title, runs, met))

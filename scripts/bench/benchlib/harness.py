@@ -1,8 +1,8 @@
 """What every benchmark does around its experiment, written once: its options, the
 machine it ran on, the model it loads, its goals and its JSON record.
 
-    bench = Bench(__doc__, quick=True, out="bench-results/x.json")
-    bench.parser.add_argument("--repeats", ...)   # the benchmark's own options
+    bench = Bench(__doc__, quick=True, out="bench-results/x.json", repeats=(3, "..."))
+    bench.parser.add_argument("--cases", ...)     # the benchmark's own options
     args = bench.parse()                          # --solution chosen: course.X
     console = bench.start()                       # the machine line, load before
     models = bench.models()                       # the embedded model, each form
@@ -227,11 +227,11 @@ class Bench:
             "--out",
             "--json",
             type=Path,
-            default=None if out is None else Path(out),
             help=f"write the record as JSON here (default: {out or 'not written'}"
             + (", -quick before .json with --quick)" if quick and out else ")"),
         )
         add_option(self.parser)
+        self.out = None if out is None else Path(out)
 
     def parse(self) -> argparse.Namespace:
         """The options, --solution's package chosen (course.X); a quick run's
@@ -240,10 +240,9 @@ class Bench:
         use(self.args)
         if "repeats" in self.args:
             require_at_least(self.args, 1, "--repeats")
-        out = self.args.out
-        default = self.parser.get_default("out")
-        if getattr(self.args, "quick", False) and default and out == default:
-            self.args.out = out.with_stem(out.stem + "-quick")
+        if self.args.out is None and self.out is not None:
+            quick = getattr(self.args, "quick", False)
+            self.args.out = self.out.with_stem(self.out.stem + "-quick" * quick)
         return self.args
 
     def start(self) -> Console:
@@ -279,7 +278,8 @@ class Bench:
             self.console.print(goal.line(), markup=False)
         wrote = [str(path) for path in wrote]
         if self.args.out:
-            command = shlex.join([Path(sys.argv[0]).stem, *sys.argv[1:]])
+            module = f"scripts.bench.{Path(sys.argv[0]).stem}"
+            command = shlex.join(["python", "-m", module, *sys.argv[1:]])
             write_json(
                 self.args.out,
                 dict(

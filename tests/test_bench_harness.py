@@ -5,6 +5,7 @@ holds the machine, the load average before and after, the command and every goal
 interleaved runs give every job one run a round; run_to_end returns every result
 in the order the requests were added, whatever order they finish in."""
 
+import io
 import json
 import os
 import sys
@@ -13,6 +14,7 @@ from types import SimpleNamespace
 
 import mlx.core as mx
 import pytest
+from rich.console import Console
 
 from scripts.bench.benchlib.harness import (
     Bench,
@@ -119,6 +121,13 @@ def test_interleaved_runs_every_job_once_a_round():
     runs = interleaved({"a": lambda: job("a"), "b": lambda: job("b")}, 3)
     assert calls == ["a", "b"] * 3
     assert runs == {"a": [1, 3, 5], "b": [2, 4, 6]}
+
+
+def test_interleaved_names_any_job_on_its_status_line():
+    console = Console(file=io.StringIO())
+    jobs = {False: lambda: 0, True: lambda: 1, ("prefill 8", "tiny"): lambda: 2}
+    runs = interleaved(jobs, 2, console=console)
+    assert runs == {False: [0, 0], True: [1, 1], ("prefill 8", "tiny"): [2, 2]}
 
 
 def test_interleaved_stops_repeating_a_job_past_its_budget():

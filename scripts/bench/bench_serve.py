@@ -132,7 +132,11 @@ def soak(args, console) -> tuple[dict, list[Goal]]:
         server_errors=server_errors,
         aborted_by_server=aborted,
     )
-    n, errors = summary["requests"], summary["errors"]
+    n, errors, examples = (
+        summary["requests"],
+        summary["errors"],
+        summary["error_examples"],
+    )
     mib = f"{summary['memory_before_mb']:.0f} -> {summary['memory_after_mb']:.0f} MiB"
     change = abs(summary["memory_change"])
     running, waiting = summary["running_after"], summary["waiting_after"]
@@ -148,7 +152,7 @@ def soak(args, console) -> tuple[dict, list[Goal]]:
             "soak: failed requests / requests",
             errors / n,
             0,
-            f"{errors} of {n}: {summary['error_examples']}",
+            f"{errors} of {n}" + (f": {examples}" if examples else ""),
         ),
         at_most("soak: requests left running or waiting", busy, 0, left),
         at_most(

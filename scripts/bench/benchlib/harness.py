@@ -150,11 +150,11 @@ def interleaved(
         for name, job in jobs.items():
             if spent[name] > budget_s:
                 continue
-            label = name if isinstance(name, str) else ", ".join(map(str, name))
             start = time.perf_counter()
             if console is None:
                 results[name].append(job())
             else:
+                label = ", ".join(map(str, name)) if isinstance(name, tuple) else name
                 with console.status(f"round {round_number}/{repeats}: {label}"):
                     results[name].append(job())
             spent[name] += time.perf_counter() - start

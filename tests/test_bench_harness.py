@@ -55,6 +55,8 @@ def test_a_missed_goal_says_what_limited_it():
     )
     assert identical("tokens", 3, 4).line().endswith("; limited by 3 of 4 the same")
     assert at_least("hit", 0.95, 0.9, "19 of 20").line().endswith("; 19 of 20")
+    # A value that rounds to its bound shows the digits that decide it.
+    assert "0.8979 (at least 0.9)" in at_least("speed", 0.89791, 0.9, "x").line()
 
 
 def run_bench(monkeypatch, argv: list[str], goals, **options):

@@ -54,7 +54,10 @@ class Goal:
         return self.value <= self.bound if self.at_most else self.value >= self.bound
 
     def line(self) -> str:
-        value = "-" if self.value is None else f"{self.value:.2f}"
+        digits = (
+            4 if self.value is not None and round(self.value, 2) == self.bound else 2
+        )
+        value = "-" if self.value is None else f"{self.value:.{digits}f}"
         bound = f"{'at most' if self.at_most else 'at least'} {self.bound:g}"
         why = f"; {'' if self.met else 'limited by '}{self.why}" if self.why else ""
         return f"{'met' if self.met else 'MISSED'}: {self.name}: {value} ({bound}){why}"

@@ -7,6 +7,10 @@ Ours is the Engine of the package --solution chose (course.py), under policy
 "alternate" or "mixed"; the peer is mlx-lm's BatchGenerator on the same float32
 weights. EOS is masked out of the greedy sampler, so both do exactly the same work:
 max_tokens for every request.
+
+The loops every benchmark drives an Engine with live here once: run_to_end (add,
+step until nothing is left) and drive (hand each request over when it arrives, abort
+at the time limit); mlx_lm_cached is mlx-lm alone with its server's prompt cache.
 """
 
 import os

@@ -28,10 +28,6 @@ with numpy (see read_bandwidth).
 """
 
 import argparse
-import json
-import os
-import platform
-import statistics
 import time
 
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
@@ -42,18 +38,16 @@ import numpy as np
 from mlx import nn
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
-from rich.console import Console
-from rich.table import Table
 
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench, interleaved, medians
+from scripts.bench.benchlib.render import grid
 from scripts.commands.cli import (
     context_length,
     fail,
-    option_parser,
     require_at_least,
     require_positive,
 )
-from tiny_llm_base.fast_blas import STATUS
 from tiny_llm_base.mlx_lm_reference import float32_copy
 
 DECODE_PROMPT_TOKENS = 16
@@ -134,26 +128,8 @@ def time_decode(runner, prompt: mx.array, tokens: int) -> float:
     return tokens / (time.perf_counter() - start)
 
 
-def measure(console, runners, jobs, repeats: int, budget_s: float) -> dict:
-    """jobs: measure name -> fn(runner) -> tokens/s. Returns name -> contender -> runs."""
-    runs = {name: {contender: [] for contender in runners} for name in jobs}
-    spent = {name: dict.fromkeys(runners, 0.0) for name in jobs}
-    for round_number in range(repeats):
-        for name, job in jobs.items():
-            for contender, runner in runners.items():
-                if round_number > 0 and spent[name][contender] > budget_s:
-                    continue
-                status = f"round {round_number + 1}/{repeats}: {name}, {contender}"
-                with console.status(status):
-                    start = time.perf_counter()
-                    runs[name][contender].append(job(runner))
-                    spent[name][contender] += time.perf_counter() - start
-    return runs
-
-
-def parse_args() -> argparse.Namespace:
-    parser = option_parser(__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+def parse_args(bench: Bench) -> argparse.Namespace:
+    parser = bench.parser
     parser.add_argument("--prompt-lengths", type=int, nargs="+", default=[128, 1024])
     parser.add_argument("--decode-tokens", type=int, default=64)
     parser.add_argument(
@@ -162,11 +138,8 @@ def parse_args() -> argparse.Namespace:
         default=30.0,
         help="stop repeating a contender's measure after this many seconds",
     )
-    parser.add_argument("--out", help="also write the measurements as JSON here")
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
-    require_at_least(args, 1, "--repeats", "--prompt-lengths", "--decode-tokens")
+    args = bench.parse()
+    require_at_least(args, 1, "--prompt-lengths", "--decode-tokens")
     require_positive(args, "--budget-s")
     return args
 
@@ -188,25 +161,14 @@ def check_context(args: argparse.Namespace, context: int) -> None:
         )
 
 
-def main() -> None:
-    args = parse_args()
-    console = Console()
-    blas = (
-        f"OpenBLAS ({STATUS.library})"
-        if STATUS.active
-        else (STATUS.hint or "platform BLAS")
-    )
-    load_before = os.getloadavg()
-    console.print(
-        f"mlx {mx.__version__} on {mx.default_device()}, {platform.machine()}, "
-        f"{os.cpu_count()} CPUs; {blas}; load average {load_before[0]:.1f}"
-    )
-
-    with console.status("loading the embedded model"):
-        quantized, _ = course.load_model()
+def main() -> int:
+    bench = Bench(__doc__, repeats=(5, "interleaved rounds of every measure"))
+    args = parse_args(bench)
+    console = bench.start()
+    quantized = bench.models().mlx_model
     check_context(args, context_length(quantized))
-    with console.status("loading it again for a float32 copy"):
-        float32 = float32_copy(course.load_model()[0])
+    with console.status("a float32 copy"):
+        float32 = float32_copy(quantized)
     runners = {
         "tiny fast": TinyRunner(
             course.Qwen2ModelWeek2(quantized, weights="float32", use_fast_kernels=True)
@@ -230,71 +192,45 @@ def main() -> None:
     jobs[f"decode {args.decode_tokens}"] = lambda runner: time_decode(
         runner, decode_prompt, args.decode_tokens
     )
-    runs = measure(console, runners, jobs, args.repeats, args.budget_s)
+    flat = {
+        (name, contender): lambda job=job, runner=runner: job(runner)
+        for name, job in jobs.items()
+        for contender, runner in runners.items()
+    }
+    done = interleaved(flat, args.repeats, args.budget_s, console)
+    runs = {name: {c: done[name, c] for c in runners} for name in jobs}
 
     with console.status("measuring memory bandwidth"):
         bandwidth = read_bandwidth()
     bytes_per_token = weight_bytes_per_token(float32)
     roofline = bandwidth / bytes_per_token
-    load_after = os.getloadavg()
 
-    medians = {
-        name: {c: statistics.median(r) for c, r in by_contender.items()}
-        for name, by_contender in runs.items()
-    }
-    table = Table(title="tokens/s: median of interleaved runs (number of runs)")
-    table.add_column("measure")
-    for contender in runners:
-        table.add_column(contender, justify="right")
-    table.add_column("fast / f32", justify="right")
-    table.add_column("fast / q4", justify="right")
-    for name, by_contender in medians.items():
-        cells = [f"{by_contender[c]:.1f} ({len(runs[name][c])})" for c in runners]
-        ours = by_contender["tiny fast"]
-        table.add_row(
+    median = {name: medians(by_contender) for name, by_contender in runs.items()}
+    rows = [
+        [
             name,
-            *cells,
-            f"{ours / by_contender['mlx-lm f32']:.2f}x",
-            f"{ours / by_contender['mlx-lm q4']:.2f}x",
-        )
-    console.print(table)
-    decode = medians[f"decode {args.decode_tokens}"]
+            *(f"{by[c]:.1f} ({len(runs[name][c])})" for c in runners),
+            f"{by['tiny fast'] / by['mlx-lm f32']:.2f}x",
+            f"{by['tiny fast'] / by['mlx-lm q4']:.2f}x",
+        ]
+        for name, by in median.items()
+    ]
+    title = "tokens/s: median of interleaved runs (number of runs)"
+    console.print(grid(title, ["measure", *runners, "fast / f32", "fast / q4"], rows))
+    decode = median[f"decode {args.decode_tokens}"]
     console.print(
         f"decode roofline: {bandwidth / 1e9:.1f} GB/s read bandwidth / "
         f"{bytes_per_token / 1e6:.0f} MB of float32 weights per token = "
         f"{roofline:.1f} tokens/s; "
         + ", ".join(f"{c} reaches {decode[c] / roofline:.0%}" for c in runners)
     )
-    console.print(
-        f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after: "
-        "a busy machine makes every figure noisy"
-    )
-
-    if args.out:
-        meta = {
-            "mlx": mx.__version__,
-            "device": str(mx.default_device()),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "blas": blas,
-            "load_average": {"before": load_before, "after": load_after},
-        }
-        roofline_info = {
-            "read_bandwidth_bytes_per_s": bandwidth,
-            "weight_bytes_per_token": bytes_per_token,
-            "decode_tokens_per_s": roofline,
-        }
-        with open(args.out, "w") as f:
-            json.dump(
-                {
-                    "meta": meta,
-                    "roofline": roofline_info,
-                    "tokens_per_s": runs,
-                    "median_tokens_per_s": medians,
-                },
-                f,
-                indent=2,
-            )
+    roofline_info = {
+        "read_bandwidth_bytes_per_s": bandwidth,
+        "weight_bytes_per_token": bytes_per_token,
+        "decode_tokens_per_s": roofline,
+    }
+    record = dict(roofline=roofline_info, tokens_per_s=runs, median_tokens_per_s=median)
+    return bench.finish(record)
 
 
 if __name__ == "__main__":

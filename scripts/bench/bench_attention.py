@@ -22,30 +22,33 @@ process, side by side:
    0 to leave it out), each prefilled in 128-token chunks and then decoded greedily,
    before and after: the tokens must be equal, and the largest difference of the
    prompt's last logits is shown.
-Nothing is asserted; --out writes the numbers as JSON.
+Goals: the speed-up of 2, the tokens unchanged. --out writes the numbers as JSON.
 """
 
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
-import json
 import math
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
 import mlx.core as mx
-from rich.console import Console
-from rich.table import Table
 
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import (
+    Bench,
+    at_least,
+    identical,
+    interleaved,
+    medians,
+    timed,
+)
+from scripts.bench.benchlib.render import grid
 from scripts.bench.benchlib.workloads import long_prompt
-from scripts.bench.prompt_texts import SHORT_QUESTIONS
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
-from scripts.commands.cli import fail, option_parser, require_at_least
-from tiny_llm_base.fast_blas import STATUS
+from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
+from scripts.commands.cli import fail, require_at_least
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
 CHUNK = 128
@@ -114,13 +117,7 @@ OWN_PARTS = {
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
     """Median milliseconds of `repeats` evaluated calls, after one warm-up."""
-    mx.eval(fn())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        mx.eval(fn())
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return 1e3 * statistics.median(timed(fn, repeats))
 
 
 def random_layer_cache(model, position: int):
@@ -238,24 +235,37 @@ def layer_parts(model, position: int) -> dict[str, Callable[[], object]]:
     }
 
 
+def before_and_after(step: Callable[[], object], reset, repeats: int) -> dict:
+    """ms of step() on each path, interleaved `repeats` rounds after one that warms up
+    (and grows the caches); reset() after every step forgets what it wrote."""
+
+    def on(path) -> float:
+        with path():
+            start = time.perf_counter()
+            mx.eval(step())
+            elapsed = (time.perf_counter() - start) * 1e3
+        reset()
+        return elapsed
+
+    runs = interleaved(
+        {name: lambda p=path: on(p) for name, path in PATHS.items()}, repeats + 1
+    )
+    return {name: times[1:] for name, times in runs.items()}
+
+
 def step_ms(model, position: int, repeats: int) -> dict[str, float]:
     """The whole CHUNK-token step at `position`, before and after, interleaved."""
     cache = filled_cache(model, position)
     tokens = mx.random.randint(0, model.vocab_size, (1, CHUNK))
-    times = {name: [] for name in PATHS}
-    for round_ in range(repeats + 1):
-        for name, path in PATHS.items():
-            with path():
-                start = time.perf_counter()
-                mx.eval(model(tokens, position, cache, last_position_only=True))
-                elapsed = (time.perf_counter() - start) * 1e3
-            rewind(cache, position)
-            if round_:  # the first round warms up (and grows the caches)
-                times[name].append(elapsed)
-    return {name: statistics.median(t) for name, t in times.items()}
+    runs = before_and_after(
+        lambda: model(tokens, position, cache, last_position_only=True),
+        lambda: rewind(cache, position),
+        repeats,
+    )
+    return medians(runs)
 
 
-def breakdown(model, positions: list[int], repeats: int, console: Console) -> dict:
+def breakdown(model, positions: list[int], repeats: int, console) -> dict:
     """{position: {part: ms per step}}: the layer's parts times the layers, the
     head's one row, the measured steps and what the parts leave out."""
     layers = model.num_layers
@@ -293,15 +303,8 @@ def breakdown(model, positions: list[int], repeats: int, console: Console) -> di
     return results
 
 
-def breakdown_table(results: dict) -> Table:
+def breakdown_table(results: dict):
     positions = list(results)
-    table = Table(
-        title=f"ms per {CHUNK}-token chunk step at each position (a layer's part "
-        f"timed alone x layers; median of --repeats)"
-    )
-    table.add_column("part")
-    for position in positions:
-        table.add_column(f"at {position}", justify="right")
     names = list(results[positions[0]])
     order = [n for n in names if not n.startswith(("before:", "after:", "  "))]
     order += [n for n in names if n.startswith("before:") and "step" not in n]
@@ -309,10 +312,16 @@ def breakdown_table(results: dict) -> Table:
     order += [n for n in names if n.startswith("after:") and "step" not in n]
     order += [n for n in names if n.startswith("  ") and n not in order]
     order += [n for n in names if "step" in n and n not in order]
+    rows = []
     for name in order:
-        cells = [f"{results[p][name]:.0f}" for p in positions]
-        table.add_row(name, *cells, end_section=name.startswith("  p^T"))
-    return table
+        rows.append([name, *(f"{results[p][name]:.0f}" for p in positions)])
+        if name.startswith("  p^T"):
+            rows.append(None)
+    title = (
+        f"ms per {CHUNK}-token chunk step at each position (a layer's part timed "
+        "alone x layers; median of --repeats)"
+    )
+    return grid(title, ["part", *(f"at {p}" for p in positions)], rows)
 
 
 def mixed_step_goal(model, decode_rows: int, repeats: int) -> dict:
@@ -330,36 +339,28 @@ def mixed_step_goal(model, decode_rows: int, repeats: int) -> dict:
         batch_cache.append(layer_cache)
     tokens = mx.random.randint(0, model.vocab_size, (CHUNK,)).tolist()
     decode_tokens = list(range(1, decode_rows + 1))
-    times = {name: [] for name in PATHS}
-    for round_ in range(repeats + 1):
-        for name, path in PATHS.items():
-            chunk = course.PrefillChunk(tokens, GOAL_POSITION, chunk_cache, 1)
-            with path():
-                start = time.perf_counter()
-                decode_logits, chunk_logits = course.mixed_forward(
-                    model,
-                    decode_tokens,
-                    decode_offsets,
-                    batch_cache if decode_rows else None,
-                    [chunk],
-                )
-                mx.eval(decode_logits, chunk_logits)
-                elapsed = (time.perf_counter() - start) * 1e3
-            rewind(chunk_cache, GOAL_POSITION)
-            for layer_cache in batch_cache:
-                layer_cache.offsets[:decode_rows] = decode_offsets
-            if round_:
-                times[name].append(elapsed)
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    speedup = medians["before"] / medians["after"]
-    return {
-        "decode_rows": decode_rows,
-        "position": GOAL_POSITION,
-        "ms": medians,
-        "runs_ms": times,
-        "speedup": speedup,
-        "met": speedup >= GOAL_SPEEDUP,
-    }
+
+    def step():
+        chunk = course.PrefillChunk(tokens, GOAL_POSITION, chunk_cache, 1)
+        batch = batch_cache if decode_rows else None
+        return course.mixed_forward(
+            model, decode_tokens, decode_offsets, batch, [chunk]
+        )
+
+    def reset():
+        rewind(chunk_cache, GOAL_POSITION)
+        for layer_cache in batch_cache:
+            layer_cache.offsets[:decode_rows] = decode_offsets
+
+    times = before_and_after(step, reset, repeats)
+    ms = medians(times)
+    return dict(
+        decode_rows=decode_rows,
+        position=GOAL_POSITION,
+        ms=ms,
+        runs_ms=times,
+        speedup=ms["before"] / ms["after"],
+    )
 
 
 def greedy(model, prompt: list[int]) -> tuple[list[int], mx.array]:
@@ -379,7 +380,7 @@ def greedy(model, prompt: list[int]) -> tuple[list[int], mx.array]:
     return tokens, last
 
 
-def tokens_check(model, tokenizer, long_tokens: int, console: Console) -> list[dict]:
+def tokens_check(model, tokenizer, long_tokens: int, console) -> list[dict]:
     prompts = [chat_ids(tokenizer, q) for q in SHORT_QUESTIONS[:3]]
     if long_tokens:
         prompts.append(long_prompt(tokenizer, long_tokens, seed=0))
@@ -403,88 +404,63 @@ def tokens_check(model, tokenizer, long_tokens: int, console: Console) -> list[d
     return rows
 
 
-def main() -> None:
-    parser = option_parser(__doc__.splitlines()[0])
+def main() -> int:
+    bench = Bench(__doc__, repeats=(3, "timed runs of each part and step"))
+    parser = bench.parser
     parser.add_argument(
         "--positions", type=int, nargs="+", default=[0, 1000, 2000, 4000, 8000]
     )
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--decode-rows", type=int, default=4)
     parser.add_argument("--long-prompt", type=int, default=2000)
-    parser.add_argument("--out", help="also write the measurements as JSON here")
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
-    require_at_least(args, 1, "--repeats")
+    args = bench.parse()
     require_at_least(args, 0, "--positions", "--decode-rows", "--long-prompt")
-
-    mlx_model, tokenizer = course.load_model()
-    context = mlx_model.args.max_position_embeddings
+    console = bench.start()
+    models = bench.models()
+    context = models.mlx_model.args.max_position_embeddings
     for position in [*args.positions, GOAL_POSITION, args.long_prompt]:
         if position + CHUNK + DECODE_TOKENS > context:
             fail(
                 f"position {position} leaves no room for a {CHUNK}-token chunk in the "
                 f"model's context of {context} positions"
             )
-    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
-    console = Console()
-    if not console.is_terminal:  # keep the tables whole when piped to a file
-        console = Console(width=120)
-    blas = f"OpenBLAS ({STATUS.library})" if STATUS.active else "platform BLAS"
-    load = os.getloadavg()[0]
-    console.print(
-        f"mlx {mx.__version__} on {mx.default_device()}, {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, load average {load:.1f}; {blas}"
-    )
+    model = models.float32
 
     results = breakdown(model, args.positions, args.repeats, console)
     console.print(breakdown_table(results))
 
     with console.status("the goal: mixed steps before and after"):
         goal = mixed_step_goal(model, args.decode_rows, max(args.repeats, 3))
-    verdict = "met" if goal["met"] else "missed"
-    console.print(
-        f"goal: a mixed step with {goal['decode_rows']} decode rows and a {CHUNK}-token "
-        f"chunk at position {GOAL_POSITION}: before {goal['ms']['before']:.0f} ms, "
-        f"after {goal['ms']['after']:.0f} ms (medians of "
-        f"{len(goal['runs_ms']['after'])}), {goal['speedup']:.2f}x faster: "
-        f"[bold]{verdict}[/bold] (at least {GOAL_SPEEDUP:.0f}x)"
-    )
-
-    tokens = tokens_check(model, tokenizer, args.long_prompt, console)
-    table = Table(title=f"greedy tokens, before and after ({DECODE_TOKENS} a prompt)")
-    for column in ("prompt tokens", "same tokens", "max |logit diff| (prompt end)"):
-        table.add_column(column, justify="right")
-    for row in tokens:
-        table.add_row(
+    tokens = tokens_check(model, models.tokenizer, args.long_prompt, console)
+    rows = [
+        [
             str(row["prompt_tokens"]),
             "yes" if row["same"] else f"no: {row['before']} vs {row['after']}",
             f"{row['max_logit_difference']:.1e}",
-        )
-    console.print(table)
-    same = all(row["same"] for row in tokens)
-    console.print(f"tokens: [bold]{'unchanged' if same else 'CHANGED'}[/bold]")
-
-    if args.out:
-        meta = {
-            "mlx": mx.__version__,
-            "device": str(mx.default_device()),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "blas": blas,
-            "load_average": load,
-        }
-        with open(args.out, "w") as f:
-            json.dump(
-                {
-                    "meta": meta,
-                    "breakdown_ms": {str(p): parts for p, parts in results.items()},
-                    "goal": goal,
-                    "tokens": tokens,
-                },
-                f,
-                indent=2,
-            )
+        ]
+        for row in tokens
+    ]
+    columns = ["prompt tokens", "same tokens", "max |logit diff| (prompt end)"]
+    title = f"greedy tokens, before and after ({DECODE_TOKENS} a prompt)"
+    console.print(grid(title, columns, rows))
+    goals = [
+        at_least(
+            f"a mixed step with {goal['decode_rows']} decode rows and a {CHUNK}-token "
+            f"chunk at position {GOAL_POSITION}: ms before / after",
+            goal["speedup"],
+            GOAL_SPEEDUP,
+            f"before {goal['ms']['before']:.0f} ms, after {goal['ms']['after']:.0f} ms "
+            f"(medians of {len(goal['runs_ms']['after'])})",
+        ),
+        identical(
+            "greedy tokens unchanged", sum(r["same"] for r in tokens), len(tokens)
+        ),
+    ]
+    record = dict(
+        breakdown_ms={str(p): parts for p, parts in results.items()},
+        goal=goal,
+        tokens=tokens,
+    )
+    return bench.finish(record, goals)
 
 
 if __name__ == "__main__":

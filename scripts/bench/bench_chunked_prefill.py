@@ -22,10 +22,10 @@ greedy sampler, so every engine does the same work.
 Reports, per case and configuration: TTFT and inter-token latency p50/p99, the
 longest stall, throughput, peak memory; then the goals: for each mlx-lm
 configuration, is one of ours at least 10% better on both the longest stall and the
-total time, and is our unchunked peak memory no higher than mlx-lm's. Writes the
-JSON (--out), a Markdown report beside it, and PNGs (--images-prefix + pareto.png,
-metrics.png, timeline.png): the timeline shows one case's two configurations, lane
-per request, from the engine's ForwardRecords. Nothing is asserted.
+total time, and is our unchunked peak memory no higher than mlx-lm's (a missed
+one: exit status 1). Writes the JSON (--out), a Markdown report beside it, and PNGs
+(--images-prefix + pareto.png, metrics.png, timeline.png): the timeline shows one
+case's two configurations, lane per request, from the engine's ForwardRecords.
 
 --repeats N runs N rounds, each configuration once a round, and keeps each one's
 median run by total time: a busy spell of the machine slows one run of each.
@@ -36,27 +36,20 @@ import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 # isort: split
 import argparse
 import gc
-import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import mlx.core as mx
-from rich.console import Console
 
-from tiny_llm_base.fast_blas import STATUS
-from tiny_llm_base import load_model
-from tiny_llm_base.mlx_lm_reference import float32_copy, greedy_without
-
-from scripts.bench.benchlib import render
+from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench
 from scripts.bench.benchlib.measure import (
     Run,
-    dominance_goal,
-    goal_lines,
+    dominance_goals,
     median_run,
-    memory_goal,
+    memory_goals,
 )
 from scripts.bench.benchlib.runners import (
     BATCH_SIZE,
@@ -66,12 +59,9 @@ from scripts.bench.benchlib.runners import (
     run_ours,
 )
 from scripts.bench.benchlib.workloads import CASE_TITLES, WORKLOADS, warmup_workload
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.commands.cli import (
     fail,
     newest_policy,
-    option_parser,
-    require_at_least,
     require_positive,
 )
 
@@ -88,26 +78,18 @@ QUICK_CONFIGS = (
 )
 
 
-def parse_args() -> argparse.Namespace:
-    parser = option_parser(__doc__.splitlines()[0])
+def parse_args(bench: Bench) -> argparse.Namespace:
+    parser = bench.parser
     parser.add_argument("--cases", default="a,b,c", help="any of a, b, c")
     parser.add_argument(
         "--configs",
         help=f"default: {DEFAULT_CONFIGS}; with --quick: {QUICK_CONFIGS}",
-    )
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="rounds over every configuration; each keeps its median run",
     )
     parser.add_argument(
         "--time-limit",
         type=float,
         help="seconds before a run aborts what is left (default 240, quick 60)",
     )
-    parser.add_argument("--out", default="bench-results/chunked_prefill.json")
     parser.add_argument(
         "--images-prefix",
         help="PNG paths start with this (default: beside --out, named after it)",
@@ -117,10 +99,8 @@ def parse_args() -> argparse.Namespace:
         help="CASE:CONFIG,CONFIG: the two runs the timeline picture shows (default: "
         f"{DEFAULT_TIMELINE}; {WEEK2_TIMELINE} for a package without week 3)",
     )
-    add_option(parser)
-    args = parser.parse_args()
-    package = use(args)
-    require_at_least(args, 1, "--repeats")
+    args = bench.parse()
+    package = course.package
     require_positive(args, "--time-limit")
     args.cases = [c.strip() for c in args.cases.split(",")]
     unknown = [c for c in args.cases if c not in WORKLOADS]
@@ -164,33 +144,24 @@ def parse_timeline(text: str) -> tuple[str, list[str]]:
         fail(f"--timeline: {error}")
 
 
-def machine_load() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return f"load average {os.getloadavg()}"
-
-
 def fresh() -> None:
     gc.collect()
     mx.clear_cache()
 
 
-def main() -> None:
-    args = parse_args()
-    console = Console()
-    if not console.is_terminal:  # keep tables whole when piped to a file
-        console = Console(width=170)
-    blas = f"OpenBLAS ({STATUS.library})" if STATUS.active else STATUS.hint
-    load_at_start = machine_load()
-    console.print(
-        f"mlx {mx.__version__} on {mx.default_device()}, {platform.machine()}, "
-        f"{os.cpu_count()} CPUs; {blas}\n{load_at_start}"
+def main() -> int:
+    bench = Bench(
+        __doc__,
+        quick=True,
+        out="bench-results/chunked_prefill.json",
+        repeats=(1, "rounds over every configuration; each keeps its median run"),
     )
-    mlx_model, tokenizer = load_model()
-    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
-    peer = float32_copy(mlx_model)
-    sampler = greedy_without(tokenizer.eos_token_ids, mlx_model.args.vocab_size)
+    args = parse_args(bench)
+    console = bench.start()
+    models = bench.models()
+    model, peer, tokenizer, sampler = (
+        models.float32, models.peer, models.tokenizer, models.no_eos
+    )  # fmt: skip
 
     def run(workload, config: Config) -> Run:
         fresh()
@@ -208,7 +179,7 @@ def main() -> None:
         if (config.engine, config.policy) in kinds:
             run(warmup, config)
 
-    cases, goals, report = {}, {}, []
+    cases, goals, report = {}, [], []
     for case in args.cases:
         workload = WORKLOADS[case](tokenizer, args.quick)
         title = f"case {CASE_TITLES[case]}: {workload.describe()}"
@@ -226,64 +197,46 @@ def main() -> None:
                 console.print(
                     f"  round {round_number}, {config.label}: {done.total_s:.1f} s, "
                     f"stall {done.longest_stall_s:.2f} s "
-                    f"(load {done.load_average[0]:.1f})",
-                    highlight=False,
+                    f"(load {done.load_average[0]:.1f})"
                 )
         runs = [median_run(repeats[config.label]) for config in args.configs]
         console.print(render.table(title, runs))
-        dominance, memory = dominance_goal(runs), memory_goal(runs)
-        lines = goal_lines(dominance, memory)
-        for line in lines:
-            console.print(f"  goal: {line}", highlight=False)
-        cases[case] = {"workload": workload, "runs": runs, "title": title}
-        goals[case] = {"dominance": dominance, "memory": memory}
-        report.append(render.markdown(title, runs, lines))
-    load_at_end = machine_load()
-    console.print(load_at_end)
+        met = dominance_goals(case, runs) + memory_goals(case, runs)
+        cases[case] = {"workload": title, "runs": runs}
+        goals += met
+        report.append(render.markdown(title, runs, met))
 
-    out = Path(args.out)
+    out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "command": " ".join(["pdm run bench-chunked-prefill", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "mlx": mx.__version__,
-        "device": str(mx.default_device()),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "blas": blas,
-        "uptime_at_start": load_at_start,
-        "uptime_at_end": load_at_end,
-        "quick": args.quick,
-        "repeats": args.repeats,
-        "time_limit_s": args.time_limit,
-    }
-    for info in cases.values():
-        info["workload"] = info["title"]
-    render.write_json(out, meta, cases, goals)
     out.with_suffix(".md").write_text(
-        f"`{meta['command']}`: {meta['date']}, {load_at_start} -> {load_at_end}\n\n"
-        + "\n".join(report)
+        f"`{' '.join(['pdm run bench-chunked-prefill', *sys.argv[1:]])}`: "
+        f"{time.strftime('%Y-%m-%d %H:%M')}\n\n" + "\n".join(report)
     )
     prefix = args.images_prefix or str(out.with_suffix("")) + "-"
     Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-    images = [Path(prefix + "pareto.png"), Path(prefix + "metrics.png")]
+    images = [out.with_suffix(".md"), Path(prefix + "pareto.png")]
+    images.append(Path(prefix + "metrics.png"))
     titles = {CASE_TITLES[c]: info["runs"] for c, info in cases.items()}
-    render.plot_pareto(titles, images[0])
-    render.plot_metrics(titles, images[1])
+    plots.plot_pareto(titles, images[1])
+    plots.plot_metrics(titles, images[2])
     timeline_case, timeline_configs = args.timeline
     runs = {r.config: r for r in cases.get(timeline_case, {}).get("runs", [])}
     if all(c in runs for c in timeline_configs):
         images.append(Path(prefix + "timeline.png"))
         short = WORKLOADS[timeline_case](tokenizer, args.quick).short
         panels = [(c, runs[c]) for c in timeline_configs]
-        render.plot_timeline(panels, short, images[-1])
+        plots.plot_timeline(panels, short, images[-1])
     else:
         console.print(
             f"no timeline: case {timeline_case} did not run all of {timeline_configs}"
         )
-    console.print(
-        f"wrote {out}, {out.with_suffix('.md')}, " + ", ".join(map(str, images))
+    record = dict(
+        quick=args.quick,
+        repeats=args.repeats,
+        time_limit_s=args.time_limit,
+        cases=cases,
     )
+    return bench.finish(record, goals, images)
 
 
 if __name__ == "__main__":

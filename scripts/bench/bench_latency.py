@@ -18,44 +18,34 @@ Goals: its TTFT at most 1.2x on an idle engine; the batch tokens unchanged.
 
 --set KEY=VALUE (repeatable) changes an engine setting of "defaults", which the sweep
 and part 2 start from; --set NAME:KEY=VALUE one of row NAME. Writes the tables, JSON
-(--json) and the trace's timeline (book/src/images/week3-latency-timeline.png;
---quick: beside the JSON).
+(--out, default bench-results/latency[-quick].json) and the trace's timeline
+(book/src/images/week3-latency-timeline.png; --quick: beside the JSON).
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
-import argparse
 import dataclasses
 import functools
 import itertools
 import json
-import os
 import statistics
-import sys
-import time
 from itertools import pairwise
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
-from scripts.bench.benchlib import render
+from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench, Goal, at_most, identical
 from scripts.bench.benchlib.measure import percentile
-from scripts.bench.benchlib.runners import Arrivals
+from scripts.bench.benchlib.runners import drive, run_to_end
 from scripts.bench.benchlib.workloads import Workload, long_prompt, warmup_workload
-from scripts.bench.prompt_texts import SHORT_QUESTIONS
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
-from scripts.commands.cli import (
-    MIXED_STEP_DEFAULTS,
-    fail,
-    option_parser,
-    require_positive,
-)
-from tiny_llm_base import EngineConfig, PromptSpec, load_model
-from tiny_llm_base.mlx_lm_reference import chat_ids, greedy_without
+from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
+from scripts.commands.cli import MIXED_STEP_DEFAULTS, fail, require_positive
+from tiny_llm_base import EngineConfig, PromptSpec
+from tiny_llm_base.mlx_lm_reference import chat_ids
 
 IMAGE = (
     Path(__file__).resolve().parents[2] / "book/src/images/week3-latency-timeline.png"
@@ -167,9 +157,8 @@ def parse_sets(items: list[str]) -> dict[str, dict]:
     return overrides
 
 
-def parse_args() -> argparse.Namespace:
-    parser = option_parser(__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller: a smoke run")
+def parse_args(bench: Bench):
+    parser = bench.parser
     parser.add_argument("--sweep", action="store_true", help="also run SWEEP's grid")
     parser.add_argument(
         "--set",
@@ -181,16 +170,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--rate", type=float, help="short requests a second (full 0.25, quick 1)"
     )
-    parser.add_argument("--json", help="default: bench-results/latency[-quick].json")
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
+    args = bench.parse()
     require_positive(args, "--rate")
     args.sizes = QUICK if args.quick else FULL
     if args.rate is not None:
         args.sizes = dataclasses.replace(args.sizes, rate=args.rate)
-    quick = "-quick" if args.quick else ""
-    args.json = Path(args.json or f"bench-results/latency{quick}.json")
     overrides = parse_sets(args.set)
     args.settings = {
         name: {**DEFAULTS, **changes, **overrides[name]}
@@ -239,10 +223,10 @@ def describe(workload: Workload, sizes: Sizes) -> str:
 
 
 def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> dict:
-    """A fresh Engine through the trace: before each step it gets every request whose
-    arrival time has passed (it sleeps while idle); at time_limit_s the rest is
-    aborted. Per request, its times in seconds from the start (arrival: when it was
-    due; prefill_start: its first chunk; tokens: each token's), and the counts."""
+    """A fresh Engine through the trace (drive: each request interactive, handed
+    over when due). Per request, its times in seconds from the start (arrival: when
+    it was due; prefill_start: its first chunk; tokens: each token's), and the
+    counts."""
     forwards = []
     engine = course.Engine(
         model,
@@ -251,36 +235,11 @@ def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> di
         sampler=sampler,
         on_forward=lambda r: forwards.append(r.end - r.start),
     )
-    index_of, results = {}, [None] * len(workload.prompts)
-    start = time.perf_counter()
-    arrivals = Arrivals(workload, start)
-    while arrivals.left or engine.has_unfinished():
-        now = time.perf_counter()
-        late = now - start > time_limit_s
-        if late:
-            for request_id in index_of:
-                engine.abort(request_id)
-        else:
-            idle = not engine.has_unfinished()
-            for i in arrivals.due(engine.steps_done, now, idle):
-                spec = PromptSpec(
-                    workload.prompts[i],
-                    max_tokens=workload.max_tokens[i],
-                    priority="interactive",
-                )
-                index_of[engine.add_request(spec)] = i
-        if not engine.has_unfinished():
-            arrivals.wait(now)
-            continue
-        for output in engine.step():
-            if output.result is not None:
-                results[index_of[output.request_id]] = output.result
-        if late:
-            break
-    total = time.perf_counter() - start
+    run = drive(engine, workload, time_limit_s, priority="interactive")
+    total = run.end - run.start
 
     def since(t: float | None) -> float | None:
-        return None if t is None else t - start
+        return None if t is None else t - run.start
 
     requests = [
         dict(
@@ -289,7 +248,7 @@ def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> di
             prefill_start=since(result and result.metrics.prefill_start),
             tokens=[since(t) for t in result.metrics.token_times] if result else [],
         )
-        for arrival, result, short in zip(arrivals.times, results, workload.short)
+        for arrival, result, short in zip(run.arrivals, run.results, workload.short)
     ]
     return dict(
         requests=requests,
@@ -349,16 +308,13 @@ def priority_part(model, tokenizer, sampler, settings: dict, sizes: Sizes) -> di
         """specs to the end; `then` added once all of them decode. The results in
         the order added, and the engine's preemptions."""
         engine = course.Engine(model, tokenizer, sampler=sampler, **settings)
-        ids = [engine.add_request(spec) for spec in specs]
+        for spec in specs:
+            engine.add_request(spec)
         while then and len(engine.planner.decoding()) < len(specs):
             engine.step()
-        ids += [engine.add_request(then)] if then else []
-        results = {}
-        while engine.has_unfinished():
-            for output in engine.step():
-                if output.result is not None:
-                    results[output.request_id] = output.result
-        return [results[i] for i in ids], engine.metrics.preemptions
+        if then:
+            engine.add_request(then)
+        return run_to_end(engine), engine.metrics.preemptions
 
     idle = [
         run([interactive])[0][0].metrics.time_to_first_token
@@ -375,7 +331,8 @@ def priority_part(model, tokenizer, sampler, settings: dict, sizes: Sizes) -> di
         busy_ttft_s=statistics.median(busy_ttft),
         busy_ttfts_s=busy_ttft,
         ratio=statistics.median(busy_ttft) / statistics.median(idle),
-        tokens_unchanged=all([r.tokens for r in res[:-1]] == alone for res, _ in busy),
+        batch_runs=len(busy),
+        unchanged=sum([r.tokens for r in res[:-1]] == alone for res, _ in busy),
         preemptions=[p for _, p in busy],
     )
 
@@ -407,98 +364,66 @@ COLUMNS = {  # header -> the cell, from a row's numbers (latency); TTFT, ITL: sh
 }
 
 
-def trace_table(title: str, rows: dict[str, dict], first: str = "setting") -> Table:
-    table = Table(title=title)
-    table.add_column(first)
-    for column in COLUMNS:
-        table.add_column(column, justify="right")
-    for label, n in rows.items():
-        table.add_row(label, *(cell(n) for cell in COLUMNS.values()))
-    return table
+def trace_table(title: str, rows: dict[str, dict], first: str = "setting"):
+    cells = [
+        [label, *(cell(n) for cell in COLUMNS.values())] for label, n in rows.items()
+    ]
+    return render.grid(title, [first, *COLUMNS], cells)
 
 
-def plot_timelines(panels: dict[str, dict], path: Path) -> None:
-    """One panel per setting, one line per request in arrival order: grey while it
-    waits, orange while its prompt is prefilled (first chunk -> first token), blue
-    while it decodes; the long request's line is thick."""
-    plt = render.pyplot()
-    figure, axes = plt.subplots(
-        len(panels), 1, figsize=(13, 2.4 * len(panels)), sharex=True, squeeze=False
-    )
-    for ax, (title, outcome) in zip(axes[:, 0], panels.items()):
-        done = [r for r in outcome["requests"] if r["tokens"]]
-        for lane, r in enumerate(sorted(done, key=lambda r: r["arrival"])):
-            first, last = r["tokens"][0], r["tokens"][-1]
-            started = r["prefill_start"] or first
-            for x0, x1, color in (
-                (r["arrival"], started, "0.75"),
-                (started, first, "tab:orange"),
-                (first, last, "tab:blue"),
-            ):
-                width = 1.0 if r["short"] else 4.0
-                ax.plot(
-                    [x0, x1], [lane] * 2, color=color, lw=width, solid_capstyle="butt"
-                )
-        n = latency(outcome)
-        long = f", long finish {s1(n['long_finish_s'])} s" if n["long_finish_s"] else ""
-        text = f"{title}: short TTFT p99 {ms(n['short_ttft_p99_s'])} ms{long}"
-        ax.set_title(text, fontsize=9, loc="left")
-        ax.set_ylim(len(done), -1)
-        ax.set_ylabel("request", fontsize=8)
-        ax.grid(alpha=0.3, axis="x")
-    axes[-1, 0].set_xlabel(
-        "seconds since the trace started (grey: waiting; orange: prefilling; blue: "
-        "decoding; thick: the long prompt)"
-    )
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+def lane_title(label: str, outcome: dict) -> str:
+    n = latency(outcome)
+    long = f", long finish {s1(n['long_finish_s'])} s" if n["long_finish_s"] else ""
+    return f"{label}: short TTFT p99 {ms(n['short_ttft_p99_s'])} ms{long}"
 
 
-def goals_of(rows: dict[str, dict], priority: dict) -> list[dict]:
-    """Each goal met or missed: a ratio at most its bound; the tokens unchanged."""
+def goals_of(rows: dict[str, dict], priority: dict) -> list[Goal]:
+    """Each ratio at most its bound, with the two figures behind it; the batch
+    requests' tokens unchanged."""
 
     def ratio(key: str, a: str, b: str) -> float | None:
         x, y = rows[a][key], rows[b][key]
         return None if x is None or y is None else x / y
 
-    bounded = (
-        (
+    def both(key: str, a: str, b: str) -> str:
+        return (
+            f"{SETTINGS[a][0]} {s1(rows[a][key])} s vs {SETTINGS[b][0]} "
+            f"{s1(rows[b][key])} s"
+        )
+
+    p = priority
+    busy = (
+        f"{ms(p['busy_ttft_s'])} ms beside the batch vs {ms(p['idle_ttft_s'])} ms idle"
+    )
+    return [
+        at_most(
             "short TTFT p99, defaults / stream alone",
             ratio("short_ttft_p99_s", "defaults", "stream"),
             2.0,
+            both("short_ttft_p99_s", "defaults", "stream"),
         ),
-        (
+        at_most(
             "long request's finish, defaults / first come, first served",
             ratio("long_finish_s", "defaults", "fcfs"),
             1.2,
+            both("long_finish_s", "defaults", "fcfs"),
         ),
-        ("interactive TTFT beside full batch slots / idle", priority["ratio"], 1.2),
-    )
-    same = priority["tokens_unchanged"]
-    return [
-        dict(
-            goal=f"{text} (at most {most:g}x)", value=v, met=v is not None and v <= most
-        )
-        for text, v, most in bounded
-    ] + [dict(goal="batch tokens unchanged", value="yes" if same else "no", met=same)]
+        at_most(
+            "interactive TTFT beside full batch slots / idle", p["ratio"], 1.2, busy
+        ),
+        identical("batch tokens unchanged", p["unchanged"], p["batch_runs"]),
+    ]
 
 
 def main() -> int:
-    args = parse_args()
+    bench = Bench(__doc__, quick=True, out="bench-results/latency.json")
+    args = parse_args(bench)
     sizes = args.sizes
-    console = Console() if sys.stdout.isatty() else Console(width=170)
-    mlx_model, tokenizer = load_model()
-    model = course.Qwen2ModelWeek2(
-        mlx_model, use_fast_kernels=True
-    )  # as main and serve
-    sampler = greedy_without(tokenizer.eos_token_ids, model.vocab_size)
+    console = bench.start()
+    models = bench.models()
+    model, tokenizer, sampler = models.served, models.tokenizer, models.no_eos
     workloads = {flag: trace(tokenizer, sizes, flag) for flag in (False, True)}
-    console.print(
-        f"trace: {describe(workloads[True], sizes)}; mlx {mx.__version__} on "
-        f"{mx.default_device()}, {os.cpu_count()} CPUs",
-        highlight=False,
-    )
+    console.print(f"trace: {describe(workloads[True], sizes)}")
 
     trace_run = functools.partial(run_trace, model, tokenizer, sampler)
 
@@ -507,7 +432,7 @@ def main() -> int:
         with console.status(label):
             workload = workloads[with_long]
             outcome = trace_run(settings, workload, sizes.time_limit_s)
-        console.print(f"  {label}: {outcome['total_s']:.1f} s", highlight=False)
+        console.print(f"  {label}: {outcome['total_s']:.1f} s")
         return outcome
 
     warmup = warmup_workload(tokenizer)
@@ -538,25 +463,13 @@ def main() -> int:
         f"{p['interactive_prompt_tokens']} prompt tokens arrives: TTFT "
         f"{ms(p['busy_ttft_s'])} ms (runs: {', '.join(map(ms, p['busy_ttfts_s']))}; "
         f"preemptions: {', '.join(map(str, p['preemptions']))}), idle "
-        f"{ms(p['idle_ttft_s'])} ms",
-        highlight=False,
+        f"{ms(p['idle_ttft_s'])} ms"
     )
-    goals = goals_of(rows, priority)
-    for g in goals:
-        value = f"{g['value']:.2f}" if isinstance(g["value"], float) else g["value"]
-        verdict = "met   " if g["met"] else "missed"
-        console.print(f"{verdict} {g['goal']}: {value}", highlight=False)
-
-    image = (
-        args.json.with_name(args.json.stem + "-timeline.png") if args.quick else IMAGE
-    )
-    for folder in (args.json.parent, image.parent):
-        folder.mkdir(parents=True, exist_ok=True)
-    plot_timelines({SETTINGS[n][0]: o for n, o in outcomes.items()}, image)
+    image = args.out.with_name(args.out.stem + "-timeline.png") if args.quick else IMAGE
+    image.parent.mkdir(parents=True, exist_ok=True)
+    panels = {lane_title(SETTINGS[n][0], o): o["requests"] for n, o in outcomes.items()}
+    plots.plot_request_lanes(panels, image)
     record = dict(
-        command=" ".join(["pdm run bench-latency", *sys.argv[1:]]),
-        date=time.strftime("%Y-%m-%d %H:%M"),
-        device=f"{mx.default_device()}, {os.cpu_count()} CPUs",
         sizes=dataclasses.asdict(sizes),
         trace=describe(workloads[True], sizes),
         settings={SETTINGS[n][0]: s for n, s in args.settings.items()},
@@ -564,11 +477,8 @@ def main() -> int:
         requests={SETTINGS[n][0]: o["requests"] for n, o in outcomes.items()},
         sweep=sweep,
         priority=priority,
-        goals=goals,
     )
-    args.json.write_text(json.dumps(record, indent=2))
-    console.print(f"wrote {args.json} and {image}", highlight=False)
-    return 0
+    return bench.finish(record, goals_of(rows, priority), [image])
 
 
 if __name__ == "__main__":

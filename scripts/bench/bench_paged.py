@@ -17,28 +17,34 @@ Four parts, each on the embedded model, same weights and workload for every runn
   prefix caching (and without, for scale) beside mlx-lm's LRUPromptCache. Goals: at
   least 90% of the reusable prompt tokens from the cache, turn 10's time to first
   token within 1.3x turn 2's (each the median of the replays).
-Writes a table per part, JSON (--json) and plots (book/src/images/week3-02-*.png).
+Writes a table per part, JSON (--out) and plots (book/src/images/week3-02-*.png).
 """
 
-import json
-import os
+import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
+
+# isort: split
 import statistics
 import time
 from pathlib import Path
 
-import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 import mlx.core as mx
 from mlx_lm.server import LRUPromptCache
-from rich.console import Console
-from rich.table import Table
 
-from scripts.bench.bench_prefix_cache import Result, chat, mlx_lm_one
+from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import (
+    Bench,
+    at_least,
+    at_most,
+    identical,
+    interleaved,
+    medians,
+)
+from scripts.bench.benchlib.runners import mlx_lm_cached, run_to_end
+from scripts.bench.benchlib.workloads import chat, replay_chat
 from scripts.bench.loadlib.workload import make_workload
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
-from scripts.commands.cli import option_parser
-from tiny_llm_base import PromptSpec, load_model
+from tiny_llm_base import PromptSpec
 from tiny_llm_base.memory import kv_bytes_per_token
-from tiny_llm_base.mlx_lm_reference import float32_copy, greedy_without
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "book" / "src" / "images"
@@ -54,19 +60,6 @@ CHAT_TURNS = [
     "Are any lighthouses still staffed?",
     "Give me one sentence to remember them by.",
 ]
-
-
-def run_to_end(engine, specs: list[PromptSpec], on_step=None) -> list:
-    """Every spec through the engine; results in the order added."""
-    ids = [engine.add_request(spec) for spec in specs]
-    results = {}
-    while engine.has_unfinished():
-        for output in engine.step():
-            if output.result is not None:
-                results[output.request_id] = output.result
-        if on_step is not None:
-            on_step(engine)
-    return [results[i] for i in ids]
 
 
 # --- step: a mixed step's time against the pool's size ----------------------------
@@ -121,24 +114,28 @@ def long_prompt(tokenizer, tokens: int) -> list[int]:
 def step_part(model, tokenizer, sampler, repeats: int) -> dict:
     runners = {"dense": ("dense", None), "paged, 256 blocks": ("paged", 256)}
     runners["paged, 4,096 blocks"] = ("paged", 4096)
-    seconds = {name: [] for name in runners}
-    for _ in range(repeats):  # interleaved, so drift hits every runner alike
-        for name, (kv_cache, blocks) in runners.items():
-            seconds[name].append(
-                step_seconds(model, tokenizer, sampler, kv_cache, blocks)
-            )
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
-    big, small = medians["paged, 4,096 blocks"], medians["paged, 256 blocks"]
+    jobs = {
+        name: lambda c=kv_cache, b=blocks: step_seconds(model, tokenizer, sampler, c, b)
+        for name, (kv_cache, blocks) in runners.items()
+    }
+    seconds = medians(interleaved(jobs, repeats))
+    big, small = seconds["paged, 4,096 blocks"], seconds["paged, 256 blocks"]
+    dense = seconds["dense"]
+    big_ms, small_ms, dense_ms = (f"{1000 * t:.0f} ms" for t in (big, small, dense))
     return dict(
-        seconds=medians,
+        seconds=seconds,
         goals=[
-            goal(
-                "paged step at 4,096 blocks within 10% of 256 blocks", big / small, 1.1
-            ),
-            goal(
-                "paged step at 4,096 blocks within 10% of dense",
-                big / medians["dense"],
+            at_most(
+                "paged step, 4,096 blocks / 256 blocks",
+                big / small,
                 1.1,
+                f"{big_ms} at 4,096 blocks vs {small_ms} at 256",
+            ),
+            at_most(
+                "paged step, 4,096 blocks / dense",
+                big / dense,
+                1.1,
+                f"{big_ms} at 4,096 blocks vs {dense_ms} dense",
             ),
         ],
     )
@@ -163,10 +160,8 @@ def peak_memory_run(model, tokenizer, specs, **settings) -> tuple[int, list]:
     mx.clear_cache()
     mx.reset_peak_memory()
     start = mx.get_active_memory()
-    engine = course.Engine(model, tokenizer, **settings)
-    results = run_to_end(engine, specs)
+    results = run_to_end(course.Engine(model, tokenizer, **settings), specs)
     peak = mx.get_peak_memory() - start
-    del engine
     mx.clear_cache()
     return peak, [r.tokens for r in results]
 
@@ -180,13 +175,14 @@ def soak_part(model, tokenizer, count: int) -> dict:
     paged, paged_tokens = peak_memory_run(
         model, tokenizer, specs, kv_cache="paged", **shared
     )
-    same = dense_tokens == paged_tokens
+    same = sum(a == b for a, b in zip(dense_tokens, paged_tokens))
+    why = f"paged {paged / 2**20:,.0f} MiB vs dense {dense / 2**20:,.0f} MiB"
     return dict(
         requests=count,
         peak_bytes={"dense": dense, "paged": paged},
         goals=[
-            goal("soak: paged peak memory no higher than dense", paged / dense, 1.0),
-            dict(goal="soak: the same tokens dense and paged", value=same, met=same),
+            at_most("soak: peak memory, paged / dense", paged / dense, 1.0, why),
+            identical("soak: the same tokens dense and paged", same, len(specs)),
         ],
     )
 
@@ -220,7 +216,7 @@ def budget_part(model, tokenizer, sampler, short_count: int) -> dict:
         results = run_to_end(
             engine,
             specs,
-            lambda e, seen=decoding: seen.append(len(e.planner.decoding())),
+            lambda e, _, __, seen=decoding: seen.append(len(e.planner.decoding())),
         )
         runs[name] = dict(
             batch_size=batch_size,
@@ -230,19 +226,24 @@ def budget_part(model, tokenizer, sampler, short_count: int) -> dict:
             preemptions=engine.metrics.preemptions,
             tokens=[r.tokens for r in results],
         )
-    ratio = runs["paged"]["most_decoding"] / runs["dense"]["most_decoding"]
-    same = runs["paged"]["tokens"] == runs["dense"]["tokens"]
+    paged, dense = runs["paged"], runs["dense"]
+    same = sum(a == b for a, b in zip(paged["tokens"], dense["tokens"]))
+    why = (
+        f"paged {paged['most_decoding']} at once ({paged['preemptions']} "
+        f"preemptions) vs dense {dense['most_decoding']}"
+    )
     return dict(
         budget_bytes=budget,
         budget_tokens=4 * max_seq_len,
         runs=runs,
         goals=[
-            dict(
-                goal="budget: paged decodes at least 2x the requests at once",
-                value=ratio,
-                met=ratio >= 2,
+            at_least(
+                "budget: requests decoding at once, paged / dense",
+                paged["most_decoding"] / dense["most_decoding"],
+                2,
+                why,
             ),
-            dict(goal="budget: the same tokens dense and paged", value=same, met=same),
+            identical("budget: the same tokens dense and paged", same, len(specs)),
         ],
     )
 
@@ -260,11 +261,30 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     )
 
 
+def chat_turns(tokenizer, answer) -> dict:
+    """One replay of CHAT_TURNS; answer(prompt) -> (tokens, text, TTFT, tokens found
+    cached). Per turn: those, and the reusable tokens: the prompt's common prefix
+    with everything the previous turn computed (its prompt and all but its last
+    generated token), never the prompt's last token (always computed)."""
+    turns = dict(ttft=[], cached=[], reusable=[], tokens=[])
+    computed = []
+
+    def turn(prompt: list[int]) -> str:
+        nonlocal computed
+        tokens, text, ttft, cached = answer(prompt)
+        turns["ttft"].append(ttft)
+        turns["cached"].append(cached)
+        turns["reusable"].append(min(common_prefix(prompt, computed), len(prompt) - 1))
+        turns["tokens"].append(tokens)
+        computed = prompt + tokens[:-1]
+        return text
+
+    replay_chat(tokenizer, CHAT_TURNS, turn)
+    return turns
+
+
 def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
-    """One replay through a paged Engine. Per turn: TTFT, tokens found cached, and the
-    reusable tokens: the prompt's common prefix with everything the previous turn
-    computed (its prompt and all but its last generated token), never the prompt's
-    last token (always computed)."""
+    """One replay through a paged Engine."""
     engine = course.Engine(
         model,
         tokenizer,
@@ -275,40 +295,20 @@ def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
         kv_cache="paged",
         prefix_caching=caching,
     )
-    messages, computed = [], []
-    turns = dict(ttft=[], cached=[], reusable=[], tokens=[])
-    for question in CHAT_TURNS:
-        messages.append({"role": "user", "content": question})
-        prompt = chat(tokenizer, messages)
-        [result] = run_to_end(engine, [PromptSpec(prompt, max_tokens=max_tokens)])
-        turns["ttft"].append(result.metrics.time_to_first_token)
-        turns["cached"].append(result.metrics.cached_tokens)
-        turns["reusable"].append(min(common_prefix(prompt, computed), len(prompt) - 1))
-        turns["tokens"].append(result.tokens)
-        computed = prompt + result.tokens[:-1]
-        messages.append({"role": "assistant", "content": result.text})
-    return turns
+
+    def answer(prompt: list[int]):
+        [r] = run_to_end(engine, [PromptSpec(prompt, max_tokens=max_tokens)])
+        return r.tokens, r.text, r.metrics.time_to_first_token, r.metrics.cached_tokens
+
+    return chat_turns(tokenizer, answer)
 
 
-def chat_mlx_lm(mlx_model, tokenizer, max_tokens: int) -> dict:
+def chat_mlx_lm(peer, tokenizer, max_tokens: int) -> dict:
     """The same replay through mlx-lm's generate_step and its server's LRUPromptCache."""
-    lru, result = LRUPromptCache(), Result("mlx-lm")
-    messages, computed = [], []
-    turns = dict(ttft=[], cached=[], reusable=[], tokens=[])
-    eos = set(tokenizer.eos_token_ids)
-    for question in CHAT_TURNS:
-        messages.append({"role": "user", "content": question})
-        prompt = chat(tokenizer, messages)
-        before = result.cached_tokens
-        tokens = mlx_lm_one(mlx_model, prompt, max_tokens, lru, result)
-        turns["ttft"].append(result.ttft[-1])
-        turns["cached"].append(result.cached_tokens - before)
-        turns["reusable"].append(min(common_prefix(prompt, computed), len(prompt) - 1))
-        turns["tokens"].append(tokens)
-        computed = prompt + tokens[:-1]
-        text = tokenizer.decode([t for t in tokens if t not in eos])
-        messages.append({"role": "assistant", "content": text})
-    return turns
+    lru = LRUPromptCache()
+    return chat_turns(
+        tokenizer, lambda p: mlx_lm_cached(peer, tokenizer, lru, p, max_tokens)
+    )
 
 
 def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dict:
@@ -337,25 +337,25 @@ def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dic
             turn10_over_turn2=ttft[-1] / ttft[1],
             tokens=first["tokens"],
         )
-    ours = summary["ours, caching on"]
-    same = ours["tokens"] == summary["ours, caching off"]["tokens"]
+    ours, off = summary["ours, caching on"], summary["ours, caching off"]
+    same = sum(a == b for a, b in zip(ours["tokens"], off["tokens"]))
+    cached, reusable = sum(ours["cached"][1:]), sum(ours["reusable"][1:])
+    first, last = (f"{1000 * ours['ttft'][t]:.0f} ms" for t in (1, -1))
+    ttft = f"turn 2 {first}, turn 10 {last}"
     return dict(
         turns=summary,
         goals=[
-            dict(
-                goal="chat: at least 90% of reusable prompt tokens cached (turns 2-10)",
-                value=ours["hit"],
-                met=ours["hit"] >= 0.9,
+            at_least(
+                "chat: reusable prompt tokens found cached, turns 2-10",
+                ours["hit"],
+                0.9,
+                f"{cached} of {reusable} tokens",
             ),
-            goal(
-                "chat: turn 10's TTFT within 1.3x turn 2's",
-                ours["turn10_over_turn2"],
-                1.3,
+            at_most(
+                "chat: TTFT turn 10 / turn 2", ours["turn10_over_turn2"], 1.3, ttft
             ),
-            dict(
-                goal="chat: the same tokens with caching on and off",
-                value=same,
-                met=same,
+            identical(
+                "chat: the same tokens with caching on and off", same, len(CHAT_TURNS)
             ),
         ],
     )
@@ -364,158 +364,73 @@ def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dic
 # --- report -------------------------------------------------------------------------
 
 
-def goal(text: str, value: float, at_most: float) -> dict:
-    return dict(goal=f"{text} (at most {at_most:g})", value=value, met=value <= at_most)
-
-
-def tables(console: Console, step: dict, soak: dict, budget: dict, chats: dict) -> None:
-    out = Table(title="step: 4 decodes + a 32-token chunk, one mixed step")
-    out.add_column("runner")
-    out.add_column("median step", justify="right")
-    for name, seconds in step["seconds"].items():
-        out.add_row(name, f"{1000 * seconds:.0f} ms")
-    console.print(out)
-    out = Table(title=f"soak: {soak['requests']} requests at batch 4, max_seq_len 4096")
-    out.add_column("runner")
-    out.add_column("peak MLX memory above the start", justify="right")
-    for name, peak in soak["peak_bytes"].items():
-        out.add_row(name, f"{peak / 2**20:,.0f} MiB")
-    console.print(out)
-    out = Table(
-        title=f"budget: {budget['budget_bytes'] / 2**20:,.0f} MiB = "
+def tables(console, step: dict, soak: dict, budget: dict, chats: dict) -> None:
+    title = "step: 4 decodes + a 32-token chunk, one mixed step"
+    rows = [[name, f"{1000 * sec:.0f} ms"] for name, sec in step["seconds"].items()]
+    console.print(render.grid(title, ["runner", "median step"], rows))
+    title = f"soak: {soak['requests']} requests at batch 4, max_seq_len 4096"
+    rows = [
+        [name, f"{peak / 2**20:,.0f} MiB"] for name, peak in soak["peak_bytes"].items()
+    ]
+    console.print(
+        render.grid(title, ["runner", "peak MLX memory above the start"], rows)
+    )
+    title = (
+        f"budget: {budget['budget_bytes'] / 2**20:,.0f} MiB = "
         f"{budget['budget_tokens']:,} tokens, 2 long + short prompts"
     )
-    for column in (
-        "runner",
-        "batch_size",
-        "most decoding at once",
-        "preemptions",
-        "total",
-    ):
-        out.add_column(column, justify="left" if column == "runner" else "right")
-    for name, run in budget["runs"].items():
-        out.add_row(
-            name,
-            str(run["batch_size"]),
-            str(run["most_decoding"]),
-            str(run["preemptions"]),
-            f"{run['seconds']:.1f} s",
-        )
-    console.print(out)
-    out = Table(title="chat: a 10-turn replay (TTFT: median of the replays)")
-    for column in (
-        "runner",
-        "hit (turns 2-10)",
-        "TTFT turn 2",
-        "TTFT turn 10",
-        "10 / 2",
-    ):
-        out.add_column(column, justify="left" if column == "runner" else "right")
-    for name, run in chats["turns"].items():
-        out.add_row(
-            name,
-            f"{100 * run['hit']:.0f}%",
-            f"{1000 * run['ttft'][1]:.0f} ms",
-            f"{1000 * run['ttft'][-1]:.0f} ms",
-            f"{run['turn10_over_turn2']:.2f}",
-        )
-    console.print(out)
-
-
-def plot(step: dict, soak: dict, budget: dict, chats: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
-    names = list(step["seconds"])
-    axes[0].bar(range(len(names)), [1000 * step["seconds"][n] for n in names])
-    axes[0].set_xticks(
-        range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=8
-    )
-    axes[0].set_ylabel("ms")
-    axes[0].set_title("one mixed step (4 decodes + 32 tokens)", fontsize=10)
-    peaks = soak["peak_bytes"]
-    axes[1].bar(range(len(peaks)), [v / 2**20 for v in peaks.values()])
-    axes[1].set_xticks(range(len(peaks)), list(peaks))
-    axes[1].set_ylabel("MiB")
-    axes[1].set_title("soak: peak MLX memory above the start", fontsize=10)
-    for name, run in budget["runs"].items():
-        axes[2].plot(run["decoding"], label=f"{name} (batch_size {run['batch_size']})")
-    axes[2].set_xlabel("step")
-    axes[2].set_ylabel("requests decoding")
-    axes[2].set_title(
-        f"same KV budget: {budget['budget_tokens']:,} tokens", fontsize=10
-    )
-    axes[2].legend(fontsize=8)
-    for name, run in chats["turns"].items():
-        axes[3].plot(
-            range(1, len(run["ttft"]) + 1),
-            [1000 * t for t in run["ttft"]],
-            marker="o",
-            label=name,
-        )
-    axes[3].set_xlabel("turn")
-    axes[3].set_ylabel("TTFT (ms)")
-    axes[3].set_title("10-turn chat, resent whole each turn", fontsize=10)
-    axes[3].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    columns = ["runner", "batch_size", "most decoding at once", "preemptions", "total"]
+    rows = [
+        [
+            name, str(run["batch_size"]), str(run["most_decoding"]),
+            str(run["preemptions"]), f"{run['seconds']:.1f} s",
+        ]
+        for name, run in budget["runs"].items()
+    ]  # fmt: skip
+    console.print(render.grid(title, columns, rows))
+    title = "chat: a 10-turn replay (TTFT: median of the replays)"
+    columns = ["runner", "hit (turns 2-10)", "TTFT turn 2", "TTFT turn 10", "10 / 2"]
+    rows = [
+        [
+            name, f"{100 * run['hit']:.0f}%", f"{1000 * run['ttft'][1]:.0f} ms",
+            f"{1000 * run['ttft'][-1]:.0f} ms", f"{run['turn10_over_turn2']:.2f}",
+        ]
+        for name, run in chats["turns"].items()
+    ]  # fmt: skip
+    console.print(render.grid(title, columns, rows))
 
 
 def main() -> int:
-    parser = option_parser(__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller workloads")
-    parser.add_argument("--json", default="bench-results/paged.json")
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
-    console = Console(width=150)
-    mlx_model, tokenizer = load_model()
-    served = course.Qwen2ModelWeek2(
-        mlx_model, use_fast_kernels=True
-    )  # as main and serve
-    exact = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
-    reference = float32_copy(mlx_model)
-    sampler = greedy_without(tokenizer.eos_token_ids, served.vocab_size)
+    bench = Bench(__doc__, quick=True, out="bench-results/paged.json")
+    args = bench.parse()
+    console = bench.start()
+    models = bench.models()
+    served, exact, tokenizer = models.served, models.float32, models.tokenizer
+    sampler = models.no_eos
     step = step_part(served, tokenizer, sampler, 1 if args.quick else 3)
     soak = soak_part(served, tokenizer, 12 if args.quick else 32)
     budget = budget_part(served, tokenizer, sampler, 10 if args.quick else 14)
-    chats = chat_part(exact, reference, tokenizer, 1 if args.quick else 3, 32)
+    chats = chat_part(exact, models.peer, tokenizer, 1 if args.quick else 3, 32)
     tables(console, step, soak, budget, chats)
-    met = step["goals"] + soak["goals"] + budget["goals"] + chats["goals"]
-    for g in met:
-        value = g["value"]
-        shown = f"{value:.2f}" if isinstance(value, float) else str(value)
-        console.print(f"{'MET   ' if g['met'] else 'MISSED'} {g['goal']}: {shown}")
-    suffix = "-quick" if args.quick else ""
+    goals = [g for part in (step, soak, budget, chats) for g in part.pop("goals")]
     IMAGES.mkdir(parents=True, exist_ok=True)
-    image = IMAGES / f"week3-02-paged{suffix}.png"
-    plot(step, soak, budget, chats, image)
+    image = IMAGES / f"week3-02-paged{'-quick' if args.quick else ''}.png"
+    plots.plot_paged(step, soak, budget, chats, image)
+    runs = {
+        k: {x: y for x, y in v.items() if x != "tokens"}
+        for k, v in budget["runs"].items()
+    }
     record = dict(
-        meta=dict(
-            quick=args.quick, cpus=os.cpu_count(), device=str(mx.default_device())
-        ),
+        quick=args.quick,
         step=step,
         soak=soak,
-        budget={
-            **budget,
-            "runs": {
-                k: {x: y for x, y in v.items() if x != "tokens"}
-                for k, v in budget["runs"].items()
-            },
-        },
+        budget={**budget, "runs": runs},
         chat={
             name: {k: v for k, v in run.items() if k != "tokens"}
             for name, run in chats["turns"].items()
         },
-        goals=met,
     )
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(record, indent=2, default=str))
-    console.print(f"wrote {args.json} and {image.relative_to(ROOT)}")
-    return 0 if all(g["met"] for g in met) else 1
+    return bench.finish(record, goals, [image.relative_to(ROOT)])
 
 
 if __name__ == "__main__":

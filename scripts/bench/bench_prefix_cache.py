@@ -14,24 +14,21 @@ off; the issue's goals met or missed. Table on the terminal, JSON and a plot in
 book/src/images/.
 """
 
-import json
-import os
+import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
+
+# isort: split
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
-import mlx.core as mx
-from mlx_lm.generate import generate_step
-from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.server import LRUPromptCache
-from rich.console import Console
-from rich.table import Table
 
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
-from scripts.commands.cli import option_parser
-from tiny_llm_base import PromptSpec, load_model
-from tiny_llm_base.mlx_lm_reference import float32_copy
+from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
+from scripts.bench.benchlib.runners import mlx_lm_cached, run_to_end
+from scripts.bench.benchlib.workloads import chat, replay_chat
+from tiny_llm_base import PromptSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "book/src/images"
@@ -86,6 +83,22 @@ class Result:
         ordered = sorted(self.ttft)
         return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
+    def add(self, prompt, tokens, text, ttft: float, cached: int) -> None:
+        """One request of mlx-lm's (mlx_lm_cached) counted."""
+        self.ttft.append(ttft)
+        self.tokens.append(tokens)
+        self.prompt_tokens += len(prompt)
+        self.computed_tokens += len(prompt) - cached
+        self.cached_tokens += cached
+
+    def record(self) -> dict:
+        return dict(
+            asdict(self),
+            hit_rate=self.hit_rate,
+            ttft_p50=self.percentile(50),
+            ttft_p99=self.percentile(99),
+        )
+
 
 def system_prompt(tokens: int, tokenizer) -> str:
     """Numbered notes until the text is about `tokens` tokens long."""
@@ -97,10 +110,6 @@ def system_prompt(tokens: int, tokenizer) -> str:
             f"{(7 * i) % 88 + 2} percent after {(i % 11) + 1} quiet weeks."
         )
     return "\n".join(notes)
-
-
-def chat(tokenizer, messages: list[dict]) -> list[int]:
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
 def run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching) -> Result:
@@ -118,18 +127,14 @@ def run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching) -> Resu
         prefix_caching=caching,
     )
     start = time.perf_counter()
-    ids = [
-        engine.add_request(PromptSpec(p, max_tokens=max_tokens, arrival_step=a))
+    specs = [
+        PromptSpec(p, max_tokens=max_tokens, arrival_step=a)
         for p, a in zip(prompts, arrivals)
     ]
-    results = {}
-    while engine.has_unfinished():
-        for output in engine.step():
-            if output.result is not None:
-                results[output.request_id] = output.result
+    results = run_to_end(engine, specs)
     return summarize(
         f"ours, caching {'on' if caching else 'off'}",
-        [results[i] for i in ids],
+        results,
         engine.metrics,
         time.perf_counter() - start,
     )
@@ -162,16 +167,14 @@ def run_chat_engine(model, tokenizer, turns, max_tokens, caching) -> Result:
         block_size=BLOCK_SIZE,
         prefix_caching=caching,
     )
-    messages, results = [], []
+    results = []
+
+    def answer(prompt: list[int]) -> str:
+        results.extend(run_to_end(engine, [PromptSpec(prompt, max_tokens=max_tokens)]))
+        return results[-1].text
+
     start = time.perf_counter()
-    for question in turns:
-        messages.append({"role": "user", "content": question})
-        engine.add_request(PromptSpec(chat(tokenizer, messages), max_tokens=max_tokens))
-        while engine.has_unfinished():
-            for output in engine.step():
-                if output.result is not None:
-                    results.append(output.result)
-        messages.append({"role": "assistant", "content": results[-1].text})
+    replay_chat(tokenizer, turns, answer)
     return summarize(
         f"ours, caching {'on' if caching else 'off'}",
         results,
@@ -180,156 +183,81 @@ def run_chat_engine(model, tokenizer, turns, max_tokens, caching) -> Result:
     )
 
 
-def mlx_lm_one(mlx_model, prompt, max_tokens, lru: LRUPromptCache, result: Result):
-    """One request on mlx-lm alone, starting from the LRU cache's nearest entry."""
-    start = time.perf_counter()
-    cache, rest = lru.fetch_nearest_cache("model", prompt)
-    if cache is None:
-        cache = make_prompt_cache(mlx_model)
-    tokens, first = [], None
-    for token, _ in generate_step(
-        mx.array(rest), mlx_model, max_tokens=max_tokens, prompt_cache=cache
-    ):
-        first = first or time.perf_counter()
-        tokens.append(token)
-    result.ttft.append(first - start)
-    result.tokens.append(tokens)
-    result.prompt_tokens += len(prompt)
-    result.computed_tokens += len(rest)
-    result.cached_tokens += len(prompt) - len(rest)
-    held = cache[0].offset
-    lru.insert_cache("model", (prompt + tokens)[:held], cache)
-    return tokens
-
-
-def run_mlx_lm(mlx_model, prompts, max_tokens) -> Result:
+def run_mlx_lm(peer, tokenizer, prompts, max_tokens) -> Result:
     result, lru = Result("mlx-lm, LRUPromptCache"), LRUPromptCache()
     start = time.perf_counter()
     for prompt in prompts:
-        mlx_lm_one(mlx_model, prompt, max_tokens, lru, result)
+        result.add(prompt, *mlx_lm_cached(peer, tokenizer, lru, prompt, max_tokens))
     result.seconds = time.perf_counter() - start
     return result
 
 
-def run_chat_mlx_lm(mlx_model, tokenizer, turns, max_tokens) -> Result:
+def run_chat_mlx_lm(peer, tokenizer, turns, max_tokens) -> Result:
     result, lru = Result("mlx-lm, LRUPromptCache"), LRUPromptCache()
-    messages = []
+
+    def answer(prompt: list[int]) -> str:
+        reply = mlx_lm_cached(peer, tokenizer, lru, prompt, max_tokens)
+        result.add(prompt, *reply)
+        return reply[1]
+
     start = time.perf_counter()
-    for question in turns:
-        messages.append({"role": "user", "content": question})
-        tokens = mlx_lm_one(
-            mlx_model, chat(tokenizer, messages), max_tokens, lru, result
-        )
-        eos = set(tokenizer.eos_token_ids)
-        text = tokenizer.decode([t for t in tokens if t not in eos])
-        messages.append({"role": "assistant", "content": text})
+    replay_chat(tokenizer, turns, answer)
     result.seconds = time.perf_counter() - start
     return result
 
 
-def goals(a: list[Result], shareable: int) -> list[dict]:
+def goals(a: list[Result], shareable: int) -> list:
     off, on = a[0], a[1]
-    ratio = off.percentile(50) / on.percentile(50)
-    hit = on.cached_tokens / shareable
-    memory = on.peak_kv_tokens / on.dense_kv_tokens
+    same = sum(x == y for x, y in zip(on.tokens, off.tokens))
     return [
-        dict(
-            goal="TTFT p50 at least 5x lower with caching (a)",
-            value=ratio,
-            met=ratio >= 5,
+        at_least(
+            "TTFT p50, caching off / on (a)",
+            off.percentile(50) / on.percentile(50),
+            5,
+            f"{on.percentile(50):.2f} s with caching vs {off.percentile(50):.2f} s",
         ),
-        dict(
-            goal="hit rate at least 90% of the shareable tokens (a)",
-            value=hit,
-            met=hit >= 0.9,
+        at_least(
+            "hit rate: cached / shareable tokens (a)",
+            on.cached_tokens / shareable,
+            0.9,
+            f"{on.cached_tokens} of {shareable} tokens",
         ),
-        dict(
-            goal="peak KV memory at most half the dense preallocation (a)",
-            value=memory,
-            met=memory <= 0.5,
+        at_most(
+            "peak KV memory / the dense preallocation (a)",
+            on.peak_kv_tokens / on.dense_kv_tokens,
+            0.5,
+            f"{on.peak_kv_tokens} of {on.dense_kv_tokens} positions",
         ),
-        dict(
-            goal="output tokens identical with caching on and off (a)",
-            value=on.tokens == off.tokens,
-            met=on.tokens == off.tokens,
+        identical(
+            "output tokens identical with caching on and off (a)", same, len(on.tokens)
         ),
     ]
 
 
-def table(title: str, results: list[Result]) -> Table:
-    out = Table(title=title)
-    for column in (
-        "runner",
-        "TTFT p50",
-        "TTFT p99",
-        "prompt tokens",
-        "computed",
-        "hit rate",
-        "peak KV / dense",
-        "total",
-    ):
-        out.add_column(column, justify="left" if column == "runner" else "right")
-    for r in results:
-        memory = (
-            f"{r.peak_kv_tokens} / {r.dense_kv_tokens} positions"
-            if r.peak_kv_tokens is not None
-            else "-"
-        )
-        out.add_row(
-            r.runner,
-            f"{r.percentile(50):.2f} s",
-            f"{r.percentile(99):.2f} s",
-            str(r.prompt_tokens),
-            str(r.computed_tokens),
-            f"{100 * r.hit_rate:.0f}%",
-            memory,
+def table(title: str, results: list[Result]):
+    columns = [
+        "runner", "TTFT p50", "TTFT p99", "prompt tokens", "computed", "hit rate",
+        "peak KV / dense", "total",
+    ]  # fmt: skip
+    rows = [
+        [
+            r.runner, f"{r.percentile(50):.2f} s", f"{r.percentile(99):.2f} s",
+            str(r.prompt_tokens), str(r.computed_tokens), f"{100 * r.hit_rate:.0f}%",
+            "-" if r.peak_kv_tokens is None
+            else f"{r.peak_kv_tokens} / {r.dense_kv_tokens} positions",
             f"{r.seconds:.1f} s",
-        )
-    return out
-
-
-def plot(cases: dict[str, list[Result]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, (name, results) in zip(axes, cases.items()):
-        labels = [r.runner.replace(", ", "\n") for r in results]
-        p50 = [r.percentile(50) for r in results]
-        p99 = [r.percentile(99) for r in results]
-        x = range(len(results))
-        ax.bar([i - 0.2 for i in x], p50, 0.4, label="TTFT p50")
-        ax.bar([i + 0.2 for i in x], p99, 0.4, label="TTFT p99")
-        ax.set_xticks(list(x), labels, fontsize=8)
-        ax.set_yscale("log")
-        ax.set_ylabel("seconds (log)")
-        ax.set_title(name, fontsize=10)
-        for i, r in enumerate(results):
-            ax.annotate(
-                f"hit {100 * r.hit_rate:.0f}%",
-                (i, max(p50[i], p99[i])),
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+        ]
+        for r in results
+    ]  # fmt: skip
+    return render.grid(title, columns, rows)
 
 
 def main() -> int:
-    parser = option_parser(__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", default="bench-results/prefix_cache.json")
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
-    console = Console(width=150)
-    mlx_model, tokenizer = load_model()
-    reference = float32_copy(mlx_model)
-    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    bench = Bench(__doc__, quick=True, out="bench-results/prefix_cache.json")
+    args = bench.parse()
+    console = bench.start()
+    models = bench.models()
+    model, reference, tokenizer = models.float32, models.peer, models.tokenizer
     system_tokens, requests, max_tokens = (600, 8, 6) if args.quick else (1500, 16, 8)
     system = system_prompt(system_tokens, tokenizer)
     prompts = [
@@ -352,14 +280,13 @@ def main() -> int:
         run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching)
         for caching in (False, True)
     ]
-    case_a.append(run_mlx_lm(reference, prompts, max_tokens))
+    case_a.append(run_mlx_lm(reference, tokenizer, prompts, max_tokens))
     turns = CHAT_TURNS
     case_b = [
         run_chat_engine(model, tokenizer, turns, 24, caching)
         for caching in (False, True)
     ]
     case_b.append(run_chat_mlx_lm(reference, tokenizer, turns, 24))
-    met = goals(case_a, shareable)
     console.print(
         table(
             f"a: {requests} requests, {len(prompts[0])}-token prompts sharing {shared}",
@@ -367,50 +294,19 @@ def main() -> int:
         )
     )
     console.print(table(f"b: a {len(turns)}-turn chat, resent whole each turn", case_b))
-    for goal in met:
-        value = goal["value"]
-        shown = f"{value:.2f}" if isinstance(value, float) else str(value)
-        console.print(f"{'MET ' if goal['met'] else 'MISSED'} {goal['goal']}: {shown}")
-    suffix = "-quick" if args.quick else ""
     IMAGES.mkdir(parents=True, exist_ok=True)
-    image = IMAGES / f"week3-03-prefix-cache{suffix}.png"
-    plot({"a: shared system prompt": case_a, "b: multi-turn chat": case_b}, image)
-    record = {
-        "meta": {
-            "quick": args.quick,
-            "batch_size": BATCH_SIZE,
-            "block_size": BLOCK_SIZE,
-            "cpus": os.cpu_count(),
-            "device": str(mx.default_device()),
-            "shared_tokens": shared,
-            "shareable_tokens": shareable,
-        },
-        "cases": {
-            "a": [
-                dict(
-                    asdict(r),
-                    hit_rate=r.hit_rate,
-                    ttft_p50=r.percentile(50),
-                    ttft_p99=r.percentile(99),
-                )
-                for r in case_a
-            ],
-            "b": [
-                dict(
-                    asdict(r),
-                    hit_rate=r.hit_rate,
-                    ttft_p50=r.percentile(50),
-                    ttft_p99=r.percentile(99),
-                )
-                for r in case_b
-            ],
-        },
-        "goals": met,
-    }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(record, indent=2, default=str))
-    console.print(f"wrote {args.json} and {image.relative_to(ROOT)}")
-    return 0 if all(g["met"] for g in met) else 1
+    image = IMAGES / f"week3-03-prefix-cache{'-quick' if args.quick else ''}.png"
+    cases = {"a: shared system prompt": case_a, "b: multi-turn chat": case_b}
+    plots.plot_prefix_cache(cases, image)
+    record = dict(
+        quick=args.quick,
+        batch_size=BATCH_SIZE,
+        block_size=BLOCK_SIZE,
+        shared_tokens=shared,
+        shareable_tokens=shareable,
+        cases={"a": case_a, "b": case_b},
+    )
+    return bench.finish(record, goals(case_a, shareable), [image.relative_to(ROOT)])
 
 
 if __name__ == "__main__":

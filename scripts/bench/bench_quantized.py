@@ -18,21 +18,14 @@ step (M=1) or one 128-token prefill (M=128) of the embedded model: 30 layers of 
 v, o, gate, up, down, and the tied 49152-row head. Attention itself is not included.
 """
 
-import json
-import os
-import platform
-import time
-
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
 import mlx.core as mx
-from rich.console import Console
-from rich.table import Table
 
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
-from scripts.commands.cli import option_parser, require_at_least
-from tiny_llm_base.fast_blas import STATUS
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench, timed
+from scripts.bench.benchlib.render import grid
 
 GROUP_SIZE = 32
 BITS = 4
@@ -72,22 +65,13 @@ def matmul_for(fmt: str, m: int, n: int, k: int):
     return lambda: course.quantized_matmul(scales, biases, GROUP_SIZE, BITS, x, packed)
 
 
-def time_ms(fn, repeats: int, budget_s: float = 2.0) -> float:
+def time_ms(fn, repeats: int) -> float:
     """Best milliseconds per call after one warm-up (the least disturbed by other
-    work on the machine); fewer repeats for slow calls."""
-    mx.eval(fn())
-    times = []
-    started = time.perf_counter()
-    while len(times) < repeats and (
-        len(times) < 2 or time.perf_counter() - started < budget_s
-    ):
-        start = time.perf_counter()
-        mx.eval(fn())
-        times.append((time.perf_counter() - start) * 1e3)
-    return min(times)
+    work on the machine); fewer repeats for slow calls (2 s of timing)."""
+    return 1e3 * min(timed(fn, repeats, budget_s=2.0))
 
 
-def measure(repeats: int, console: Console) -> dict[tuple[int, str, str], float]:
+def measure(repeats: int, console) -> dict[tuple[int, str, str], float]:
     """{(M, layer, format): ms} for every shape and format (decode-only ones at M=1)."""
     ms = {}
     for m in ROWS:
@@ -105,22 +89,17 @@ def measure(repeats: int, console: Console) -> dict[tuple[int, str, str], float]
     return ms
 
 
-def render(ms: dict[tuple[int, str, str], float]) -> Table:
-    table = Table(
-        title="ms per matmul x[M, K] @ w[N, K].T (best of --repeats; fastest in bold)"
-    )
-    for column in ("M", "layer", "N x K", *FORMATS):
-        table.add_column(column, justify="left" if column == "layer" else "right")
+def render(ms: dict[tuple[int, str, str], float]):
+    rows = []
     for m in ROWS:
         for layer in (*SHAPES, "all matmuls"):
             row = {fmt: ms[m, layer, fmt] for fmt in FORMATS if (m, layer, fmt) in ms}
-            fastest = min(row.values())
-            cells = [cell(row.get(fmt), fastest) for fmt in FORMATS]
+            cells = [cell(row.get(fmt), min(row.values())) for fmt in FORMATS]
             size = "{}x{}".format(*SHAPES[layer][0]) if layer in SHAPES else ""
-            table.add_row(
-                str(m), layer, size, *cells, end_section=layer == "all matmuls"
-            )
-    return table
+            rows.append([str(m), layer, size, *cells])
+        rows.append(None)
+    title = "ms per matmul x[M, K] @ w[N, K].T (best of --repeats; fastest in bold)"
+    return grid(title, ["M", "layer", "N x K", *FORMATS], rows[:-1])
 
 
 def cell(ms: float | None, fastest: float) -> str:
@@ -129,43 +108,17 @@ def cell(ms: float | None, fastest: float) -> str:
     return f"[bold]{ms:.2f}[/bold]" if ms == fastest else f"{ms:.2f}"
 
 
-def main() -> None:
-    parser = option_parser(__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", help="also write the measurements as JSON here")
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
-    require_at_least(args, 1, "--repeats")
-
-    console = Console()
-    if not console.is_terminal:  # keep the table whole when piped to a file
-        console = Console(width=120)
-    blas = (
-        f"OpenBLAS ({STATUS.library})"
-        if STATUS.active
-        else (STATUS.hint or "platform BLAS")
-    )
-    console.print(
-        f"mlx {mx.__version__} on {mx.default_device()}, {platform.machine()}, "
-        f"{os.cpu_count()} CPUs; {blas}"
-    )
+def main() -> int:
+    bench = Bench(__doc__, repeats=(5, "timed calls of each matmul, the best kept"))
+    args = bench.parse()
+    console = bench.start()
     ms = measure(args.repeats, console)
     console.print(render(ms))
-    if args.out:
-        meta = {
-            "mlx": mx.__version__,
-            "device": str(mx.default_device()),
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "blas": blas,
-        }
-        results = [
-            {"m": m, "layer": layer, "format": fmt, "ms": value}
-            for (m, layer, fmt), value in ms.items()
-        ]
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=2)
+    results = [
+        {"m": m, "layer": layer, "format": fmt, "ms": value}
+        for (m, layer, fmt), value in ms.items()
+    ]
+    return bench.finish(dict(results=results))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ was decoding. "In steps" counts the same speed-up in each run's own plain decode
 steps (speedup_in_steps), which a load that changes between runs cannot move. Goals: input-grounded at least 1.6x without speculation at batch 1 and
 1.3x at batch 4; open-ended chat at least 0.97x; the greedy tokens identical. Also
 the cost of feeding k tokens in one forward against 1, at ~400 tokens of context
-(the chapter's table behind DRAFT_TOKEN_COST). Writes the table, the JSON (--json)
+(the chapter's table behind DRAFT_TOKEN_COST). Writes the table, the JSON (--out)
 and the accepted length per step (book/src/images/week3-speculative-accepted.png;
 --quick: beside the JSON).
 """
@@ -26,19 +26,16 @@ and the accepted length per step (book/src/images/week3-speculative-accepted.png
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
-import json
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import mlx.core as mx
-from rich.console import Console
-from rich.table import Table
 
-from scripts.bench.benchlib import render
-from scripts.bench.benchlib.measure import Run, decode_tps, ratio_goal
+from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench, at_least, identical, interleaved
+from scripts.bench.benchlib.measure import Run, decode_tps
 from scripts.bench.benchlib.runners import Config, run_mlx_lm_alone, run_ours
 from scripts.bench.benchlib.workloads import (
     chat_workload,
@@ -46,15 +43,8 @@ from scripts.bench.benchlib.workloads import (
     long_prompt,
     warmup_workload,
 )
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
-from scripts.commands.cli import (
-    fail,
-    option_parser,
-    require_at_least,
-    require_positive,
-)
-from tiny_llm_base import EngineConfig, greedy, load_model
-from tiny_llm_base.mlx_lm_reference import float32_copy
+from scripts.commands.cli import fail, require_positive
+from tiny_llm_base import EngineConfig, greedy
 
 IMAGE = (
     Path(__file__).resolve().parents[2]
@@ -134,29 +124,30 @@ def run_workload(model, peer, tokenizer, workload, batch: int, repeats: int, lim
     (without and with in turn, so a busy spell of the machine hits both alike; the
     fastest kept), then mlx-lm alone (as many times, the fastest kept)."""
     mixed = Config("ours", "mixed", 128)  # the Engine's default prefill_step
+
+    def ours(size: int, speculative: str | None) -> Run:
+        mx.clear_cache()
+        run = run_ours(
+            model, tokenizer, workload, mixed, greedy, limit_s, size,
+            speculative=speculative,
+        )  # fmt: skip
+        run.config = f"ours b{size} {speculative or 'off'}"
+        return run
+
+    def mlx_lm() -> Run:
+        mx.clear_cache()
+        eos = tokenizer.eos_token_ids
+        return run_mlx_lm_alone(peer, eos, workload, "mlx-lm b1", limit_s)
+
     runs = {}
     for size, key in ((1, "1"), (batch, "B")):
-        for _ in range(repeats):
-            for speculative in (None, "ngram"):
-                mx.clear_cache()
-                run = run_ours(
-                    model, tokenizer, workload, mixed, greedy, limit_s, size,
-                    speculative=speculative,
-                )  # fmt: skip
-                run.config = f"ours b{size} {speculative or 'off'}"
-                name = f"{key} {speculative or 'off'}"
-                runs[name] = fastest(runs.get(name), run)
-    for _ in range(repeats):
-        mx.clear_cache()
-        run = run_mlx_lm_alone(
-            peer, tokenizer.eos_token_ids, workload, "mlx-lm b1", limit_s
-        )
-        runs["mlx-lm"] = fastest(runs.get("mlx-lm"), run)
-    return runs
-
-
-def fastest(kept: Run | None, run: Run) -> Run:
-    return run if kept is None or decode_tps(run) > decode_tps(kept) else kept
+        jobs = {
+            f"{key} {speculative or 'off'}": lambda s=speculative, b=size: ours(b, s)
+            for speculative in (None, "ngram")
+        }
+        runs |= interleaved(jobs, repeats)
+    runs |= interleaved({"mlx-lm": mlx_lm}, repeats)
+    return {name: max(tries, key=decode_tps) for name, tries in runs.items()}
 
 
 def rows_of(runs: dict[str, Run]) -> dict[str, dict]:
@@ -196,27 +187,16 @@ def speedup_in_steps(ngram: dict, off: dict) -> float:
     return off["decode_steps"] / (plain + ngram["drafting_steps"] * weight)
 
 
-def table(title: str, rows: dict[str, dict]) -> Table:
-    out = Table(title=title)
-    columns = (
-        "run",
-        "tokens",
-        "total s",
-        "decode tok/s",
-        "vs off",
-        "in steps",
-        "accepted len",
-        "acceptance",
-        "drafting steps",
-        "verify / plain ms",
-        "same tokens",
-        "same as mlx-lm",
-    )
-    for column in columns:
-        out.add_column(column, justify="left" if column == "run" else "right")
+def table(title: str, rows: dict[str, dict]):
+    columns = [
+        "run", "tokens", "total s", "decode tok/s", "vs off", "in steps",
+        "accepted len", "acceptance", "drafting steps", "verify / plain ms",
+        "same tokens", "same as mlx-lm",
+    ]  # fmt: skip
+    cells = []
     for key, r in rows.items():
         drafted = r["verifications"] > 0
-        out.add_row(
+        cells.append([
             r["config"],
             str(r["generated"]),
             f"{r['total_s']:.1f}",
@@ -229,33 +209,32 @@ def table(title: str, rows: dict[str, dict]) -> Table:
             f"{r['verify_ms']:.0f} / {r['plain_ms']:.0f}".replace("nan", "-"),
             f"{r['same_tokens']}/{r['requests']}",
             f"{r['same_as_mlx_lm']}/{r['requests']}",
-            end_section=key.endswith("ngram"),
-        )
-    return out
+        ])  # fmt: skip
+        if key.endswith("ngram"):
+            cells.append(None)
+    return render.grid(title, columns, cells)
 
 
-def cost_table(cost: dict) -> Table:
-    out = Table(title=f"one forward feeding k tokens at {CONTEXT} tokens of context")
-    for column in ("k", "ms", "x one token", "extra per token", "runs"):
-        out.add_column(column, justify="right")
-    for k, c in cost.items():
-        extra = (c["ratio"] - 1) / (k - 1) if k > 1 else 0.0
-        out.add_row(
-            str(k),
-            f"{c['ms']:.0f}",
-            f"{c['ratio']:.2f}x",
-            f"{extra:.3f}",
-            str(c["runs"]),
-        )
-    return out
+def cost_table(cost: dict):
+    rows = [
+        [
+            str(k), f"{c['ms']:.0f}", f"{c['ratio']:.2f}x",
+            f"{(c['ratio'] - 1) / (k - 1) if k > 1 else 0.0:.3f}", str(c["runs"]),
+        ]
+        for k, c in cost.items()
+    ]  # fmt: skip
+    title = f"one forward feeding k tokens at {CONTEXT} tokens of context"
+    return render.grid(
+        title, ["k", "ms", "x one token", "extra per token", "runs"], rows
+    )
 
 
-def goals_of(results: dict[str, dict], batch: int) -> list[dict]:
+def goals_of(results: dict[str, dict], batch: int) -> list:
     goals = []
     for name, key, least in GOALS:
         r = results[name][f"{key} ngram"]
         size = 1 if key == "1" else batch
-        limit = (
+        why = (
             f"accepted length {r['mean_accepted_length']:.2f}, "
             f"{r['speedup_in_steps']:.2f}x counted in each run's own plain steps, "
             f"{100 * r['acceptance_rate']:.0f}% of drafts kept, drafts in "
@@ -263,71 +242,43 @@ def goals_of(results: dict[str, dict], batch: int) -> list[dict]:
             f"verifying step {r['verify_ms']:.0f} ms vs "
             f"{results[name][f'{key} off']['plain_ms']:.0f} ms plain"
         )
-        goals.append(
-            ratio_goal(
-                f"{name}, batch {size}: decode tok/s with / without",
-                r["speedup"],
-                least,
-                limit,
-            )
-        )
-    same = all(
-        r["same_tokens"] == r["requests"]
-        for rows in results.values()
-        for k, r in rows.items()
-        if k.endswith("ngram")
-    )
-    goals.append(dict(goal="greedy tokens identical", value=same, met=same, limit=""))
-    return goals
+        name = f"{name}, batch {size}: decode tok/s with / without"
+        goals.append(at_least(name, r["speedup"], least, why))
+    drafted = [r for rows in results.values() for k, r in rows.items() if "ngram" in k]
+    same = sum(r["same_tokens"] for r in drafted)
+    return goals + [
+        identical("greedy tokens identical", same, sum(r["requests"] for r in drafted))
+    ]
 
 
 def main() -> int:
-    parser = option_parser(__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument(
-        "--json", type=Path, default=Path("bench-results/speculative.json")
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=None,
-        help="runs of each configuration, the fastest kept (default: 2; --quick: 1)",
-    )
-    parser.add_argument(
+    bench = Bench(
+        __doc__,
+        quick=True,
+        out="bench-results/speculative.json",
+        repeats=(None, "runs of each configuration, the fastest kept (default: 2; "
+                 "--quick: 1)"),
+    )  # fmt: skip
+    bench.parser.add_argument(
         "--time-limit",
         type=float,
         default=900.0,
         help="seconds one run may take before it is cut",
     )
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
-    require_at_least(args, 1, "--repeats")
+    args = bench.parse()
     require_positive(args, "--time-limit")
-    console = Console() if sys.stdout.isatty() else Console(width=170)
+    console = bench.start()
     requests, max_tokens, batch = SIZES[args.quick]
     repeats = args.repeats or (1 if args.quick else 2)
-    mlx_model, tokenizer = load_model()
-    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
-    peer = float32_copy(mlx_model)
+    models = bench.models()
+    model, peer, tokenizer = models.float32, models.peer, models.tokenizer
     console.print(
-        f"mlx {mx.__version__} on {mx.default_device()}, {os.cpu_count()} CPUs; "
         f"{requests} requests a workload, max_tokens {max_tokens}, batch 1 and "
-        f"{batch}, the fastest of {repeats} runs; load {os.getloadavg()[0]:.2f}",
-        highlight=False,
+        f"{batch}, the fastest of {repeats} runs"
     )
-    warm = warmup_workload(tokenizer)
+    warm, mixed = warmup_workload(tokenizer), Config("ours", "mixed", 128)
     for speculative in (None, "ngram"):  # every code path compiled once
-        run_ours(
-            model,
-            tokenizer,
-            warm,
-            Config("ours", "mixed", 128),
-            greedy,
-            60,
-            2,
-            speculative=speculative,
-        )
+        run_ours(model, tokenizer, warm, mixed, greedy, 60, 2, speculative=speculative)
     run_mlx_lm_alone(peer, tokenizer.eos_token_ids, warm, "warm", 60)
     with console.status("k tokens in one forward"):
         cost = feed_cost(model, tokenizer, 5 if args.quick else 15, 120)
@@ -351,28 +302,16 @@ def main() -> int:
             )
         results[name] = rows_of(runs[name])
         console.print(table(f"{name}: {workload.describe()}", results[name]))
-    goals = goals_of(results, batch)
-    for g in goals:
-        value = f"{g['value']:.2f}x" if isinstance(g["value"], float) else g["value"]
-        limit = f" ({g['limit']})" if g["limit"] else ""
-        verdict = "MET   " if g["met"] else "MISSED"
-        console.print(f"{verdict} {g['goal']}: {value}{limit}", highlight=False)
-    console.print(NOT_RUN, highlight=False)
-    image = (
-        args.json.with_name(args.json.stem + "-accepted.png") if args.quick else IMAGE
-    )
-    for folder in (args.json.parent, image.parent):
-        folder.mkdir(parents=True, exist_ok=True)
+    console.print(NOT_RUN)
+    image = args.out.with_name(args.out.stem + "-accepted.png") if args.quick else IMAGE
+    image.parent.mkdir(parents=True, exist_ok=True)
     panels = {
         f"{name}, batch {1 if key == '1' else batch}": runs[name][f"{key} ngram"]
         for name in runs
         for key in ("1", "B")
     }
-    render.plot_accepted_lengths(panels, 1 + K, image)
+    plots.plot_accepted_lengths(panels, 1 + K, image)
     record = dict(
-        command=" ".join(["pdm run bench-speculative", *sys.argv[1:]]),
-        date=time.strftime("%Y-%m-%d %H:%M"),
-        device=f"{mx.default_device()}, {os.cpu_count()} CPUs",
         sizes=dict(
             requests=requests, max_tokens=max_tokens, batch=batch, repeats=repeats
         ),
@@ -380,15 +319,10 @@ def main() -> int:
         feed_cost=cost,
         workloads={name: w.describe() for name, w in workloads.items()},
         results=results,
-        runs={
-            name: {k: r.record() for k, r in rs.items()} for name, rs in runs.items()
-        },
-        goals=goals,
+        runs=runs,
         not_run=NOT_RUN,
     )
-    args.json.write_text(json.dumps(record, indent=2))
-    console.print(f"wrote {args.json} and {image}", highlight=False)
-    return 0 if all(g["met"] for g in goals) else 1
+    return bench.finish(record, goals_of(results, batch), [image])
 
 
 if __name__ == "__main__":

@@ -35,33 +35,24 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
 import json
-import os
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import jsonschema
 import mlx.core as mx
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from scripts.bench.bench_serve import Server, float32_folder, free_port
-from scripts.bench.benchlib.measure import ratio_goal
+from scripts.bench.benchlib import servers
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench, at_least, identical, interleaved
+from scripts.bench.benchlib.render import grid
+from scripts.bench.benchlib.runners import run_to_end
 from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
-from scripts.commands.cli import option_parser
-from tiny_llm_base import JsonSchema, PromptSpec, load_model
-from tiny_llm_base.embedded_model import ensure_embedded_model
+from tiny_llm_base import JsonSchema, PromptSpec
 from tiny_llm_base.structured import guidance_tokenizer
 
-PEER = (
-    "import sys, tiny_llm_base; from mlx_lm.server import main; "
-    "sys.argv = ['mlx_lm.server'] + sys.argv[1:]; main()"
-)
 BATCH = 8
 TOKENS = 48  # per request in the overhead runs
 STORY = {
@@ -154,34 +145,16 @@ def ask_all(url: str, suite: list, constrained: bool) -> list[dict]:
 
 def validity(suite: list, peer: bool) -> dict:
     """Our server and (peer) mlx_lm.server on the suite."""
-    folder = float32_folder(ensure_embedded_model()) if peer else None
-    servers = {
-        "tiny-llm": lambda port: Server(
-            "tiny-llm",
-            [
-                *(sys.executable, "-m", "scripts.commands.serve"),
-                *("--port", str(port), "--batch-size", str(BATCH)),
-                *("--solution", course.solution),
-            ],
-            port,
-            "/health",
+    starts = {
+        "tiny-llm": lambda port: servers.ours(
+            port, course.solution, "--batch-size", str(BATCH)
         )
     }
     if peer:
-        servers["mlx_lm.server"] = lambda port: Server(
-            "mlx_lm.server",
-            [
-                *(sys.executable, "-c", PEER, "--model", str(folder)),
-                *("--port", str(port)),
-                *("--host", "127.0.0.1", "--decode-concurrency", str(BATCH)),
-                *("--prompt-concurrency", str(BATCH)),
-            ],
-            port,
-            "/v1/models",
-        )
+        starts["mlx_lm.server"] = lambda port: servers.peer(port, BATCH, float32=True)
     out = {}
-    for name, start in servers.items():
-        server = start(free_port())
+    for name, start in starts.items():
+        server = start(servers.free_port())
         try:
             began = time.perf_counter()
             answers = ask_all(server.url, suite, constrained=True)
@@ -191,21 +164,10 @@ def validity(suite: list, peer: bool) -> dict:
     return out
 
 
-def eos_banned_greedy(tokenizer, vocab_size: int):
-    """Greedy with EOS never chosen: every request of a timing run makes all its
-    tokens, so every step has all BATCH rows, constrained or not."""
-    ban = mx.zeros((vocab_size,))
-    ban[list(tokenizer.eos_token_ids)] = -mx.inf
-
-    def sample(logprobs: mx.array) -> mx.array:
-        return mx.argmax(logprobs + ban, axis=-1)
-
-    return sample
-
-
-def timed_batch(model, tokenizer, constraint, tokens: int) -> float:
+def timed_batch(model, tokenizer, sampler, constraint, tokens: int) -> float:
     """The median step of 8 decode rows (every request past its first token, each
-    accepting one), in ms per output token."""
+    accepting one), in ms per output token. sampler: greedy with EOS never chosen,
+    so every step has all BATCH rows, constrained or not."""
     prompts = [
         tokenizer.apply_chat_template(
             [{"role": "user", "content": f"Write a long story about {t}."}],
@@ -213,25 +175,22 @@ def timed_batch(model, tokenizer, constraint, tokens: int) -> float:
         )
         for t in (TOPICS * 2)[:BATCH]
     ]
-    sampler = eos_banned_greedy(tokenizer, model.vocab_size)
     engine = course.Engine(
         model, tokenizer, batch_size=BATCH, policy="mixed", sampler=sampler
     )
-    for prompt in prompts:
-        engine.add_request(PromptSpec(prompt, max_tokens=tokens, constraint=constraint))
+    specs = [PromptSpec(p, max_tokens=tokens, constraint=constraint) for p in prompts]
     started, steps = set(), []
-    while engine.has_unfinished():
-        before = time.perf_counter()
-        outputs = engine.step()
-        seconds = time.perf_counter() - before
-        counts = [len(o.tokens) for o in outputs]
-        if len(started) == BATCH and counts == [1] * BATCH:
+
+    def step(engine, outputs, seconds: float) -> None:
+        if len(started) == BATCH and [len(o.tokens) for o in outputs] == [1] * BATCH:
             steps.append(seconds)
-        started |= {o.request_id for o in outputs if o.tokens}
+        started.update(o.request_id for o in outputs if o.tokens)
+
+    run_to_end(engine, specs, step)
     return 1000 * statistics.median(steps) / BATCH
 
 
-def overhead(model, tokenizer, tokens: int, repeats: int) -> dict:
+def overhead(model, tokenizer, sampler, tokens: int, repeats: int) -> dict:
     """Fastest of `repeats` runs of each kind, the kinds taken in turn."""
     kinds = {
         "unconstrained": None,
@@ -239,13 +198,15 @@ def overhead(model, tokenizer, tokens: int, repeats: int) -> dict:
         "regex (course)": course.Regex(PERMISSIVE),
     }
     for constraint in kinds.values():  # warm: the regex's states, the kernels
-        timed_batch(model, tokenizer, constraint, 4)
-    best = {}
-    for _ in range(repeats):
-        for kind, constraint in kinds.items():
-            ms = timed_batch(model, tokenizer, constraint, tokens)
-            best[kind] = min(best.get(kind, ms), ms)
-    return best
+        timed_batch(model, tokenizer, sampler, constraint, 4)
+    runs = interleaved(
+        {
+            kind: lambda c=constraint: timed_batch(model, tokenizer, sampler, c, tokens)
+            for kind, constraint in kinds.items()
+        },
+        repeats,
+    )
+    return {kind: min(ms) for kind, ms in runs.items()}
 
 
 def cold_states(tokenizer, vocab_size: int) -> dict:
@@ -295,21 +256,19 @@ def jump_forward(model, tokenizer, repeats: int) -> dict:
         specs = [
             PromptSpec(p, max_tokens=MAX_TOKENS, constraint=constraint) for p in prompts
         ]
-        runs = {}
-        for _ in range(repeats):
-            for jump in (False, True):
-                start = time.perf_counter()
-                results = course.batch_generate(
-                    model,
-                    tokenizer,
-                    specs,
-                    batch_size=BATCH_JUMP,
-                    policy="mixed",
-                    jump_forward=jump,
-                )
-                seconds = time.perf_counter() - start
-                if jump not in runs or seconds < runs[jump][0]:
-                    runs[jump] = (seconds, results)
+
+        def run(jump: bool, specs=specs) -> tuple[float, list]:
+            start = time.perf_counter()
+            results = course.batch_generate(
+                model, tokenizer, specs, batch_size=BATCH_JUMP, policy="mixed",
+                jump_forward=jump,
+            )  # fmt: skip
+            return time.perf_counter() - start, results
+
+        runs = interleaved(
+            {False: lambda: run(False), True: lambda: run(True)}, repeats
+        )
+        runs = {jump: min(r, key=lambda run: run[0]) for jump, r in runs.items()}
         (plain_s, plain), (jump_s, jumped) = runs[False], runs[True]
         out[kind] = dict(
             plain_s=plain_s,
@@ -326,108 +285,98 @@ def jump_forward(model, tokenizer, repeats: int) -> dict:
 
 
 def main() -> int:
-    parser = option_parser(__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--no-peer", action="store_true", help="skip mlx_lm.server")
-    parser.add_argument(
-        "--json", type=Path, default=Path("bench-results/structured.json")
+    bench = Bench(__doc__, quick=True, out="bench-results/structured.json")
+    bench.parser.add_argument(
+        "--no-peer", action="store_true", help="skip mlx_lm.server"
     )
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
-    console = Console()
+    args = bench.parse()
+    console = bench.start()
     suite = SUITE[::4] + SUITE[1:2] if args.quick else SUITE
-    mlx_model, tokenizer = load_model()
-    model = course.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    models = bench.models()
+    model, tokenizer = models.float32, models.tokenizer
     vocab_size = model.vocab_size
-    console.print(
-        f"embedded model, float32, vocabulary {vocab_size}; load average "
-        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
-        highlight=False,
-    )
+    console.print(f"embedded model, float32, vocabulary {vocab_size}")
 
     cold = cold_states(tokenizer, vocab_size)
-    table = Table(title="first use of a state (course TokenIndex) vs warm")
-    for column in ("pattern", "allowed tokens", "cold ms", "warm ms"):
-        table.add_column(column, justify="left" if column == "pattern" else "right")
-    for pattern, row in cold["patterns"].items():
-        table.add_row(
+    rows = [
+        [
             escape(pattern),
-            str(row["allowed"]),
-            f"{row['cold_ms']:.0f}",
-            f"{row['warm_ms']:.3f}",
-        )
-    console.print(table)
+            str(r["allowed"]),
+            f"{r['cold_ms']:.0f}",
+            f"{r['warm_ms']:.3f}",
+        ]
+        for pattern, r in cold["patterns"].items()
+    ]
+    columns = ["pattern", "allowed tokens", "cold ms", "warm ms"]
+    console.print(
+        grid("first use of a state (course TokenIndex) vs warm", columns, rows)
+    )
     console.print(
         f"course vocabulary built once in {cold['vocabulary_s']:.2f} s, llguidance's "
         f"tokenizer in {cold['llguidance_tokenizer_s']:.2f} s; then a schema compiled "
-        f"and its first mask: {cold['llguidance_start_ms']:.1f} ms",
-        highlight=False,
+        f"and its first mask: {cold['llguidance_start_ms']:.1f} ms"
     )
 
     tokens, repeats = (24, 1) if args.quick else (TOKENS, 3)
-    ms = overhead(model, tokenizer, tokens, repeats)
-    table = Table(title=f"batch {BATCH}, {tokens} tokens each: time per output token")
-    table.add_column("kind")
-    table.add_column("ms/token", justify="right")
-    table.add_column("vs unconstrained", justify="right")
-    for kind, value in ms.items():
-        table.add_row(kind, f"{value:.1f}", f"{value / ms['unconstrained']:.2f}x")
-    console.print(table)
+    ms = overhead(model, tokenizer, models.no_eos, tokens, repeats)
+    rows = [
+        [kind, f"{value:.1f}", f"{value / ms['unconstrained']:.2f}x"]
+        for kind, value in ms.items()
+    ]
+    title = f"batch {BATCH}, {tokens} tokens each: time per output token"
+    console.print(grid(title, ["kind", "ms/token", "vs unconstrained"], rows))
 
     jumps = jump_forward(model, tokenizer, repeats=1 if args.quick else 2)
-    table = Table(
-        title=f"jump-forward: {JUMP_REQUESTS} customer records, batch {BATCH_JUMP}"
-    )
-    for column in ("kind", "without s", "with s", "speed-up", "accepted", "same"):
-        table.add_column(column, justify="left" if column == "kind" else "right")
-    for kind, r in jumps.items():
-        table.add_row(
-            kind,
-            f"{r['plain_s']:.1f}",
-            f"{r['jump_s']:.1f}",
-            f"{r['speedup']:.2f}x",
-            f"{r['accepted']}/{r['drafts']}",
-            f"{r['same_tokens']}/{r['requests']}",
-        )
-    console.print(table)
+    columns = ["kind", "without s", "with s", "speed-up", "accepted", "same"]
+    rows = [
+        [
+            kind, f"{r['plain_s']:.1f}", f"{r['jump_s']:.1f}", f"{r['speedup']:.2f}x",
+            f"{r['accepted']}/{r['drafts']}", f"{r['same_tokens']}/{r['requests']}",
+        ]
+        for kind, r in jumps.items()
+    ]  # fmt: skip
+    title = f"jump-forward: {JUMP_REQUESTS} customer records, batch {BATCH_JUMP}"
+    console.print(grid(title, columns, rows))
 
     valid = validity(suite, peer=not args.no_peer)
-    table = Table(title=f"{len(suite)} schemas, response_format json_schema, greedy")
-    for column in ("server", "valid", "lenient", "seconds"):
-        table.add_column(column, justify="left" if column == "server" else "right")
-    rates = {}
+    rates, rows = {}, []
     for name, run in valid.items():
         answers = run["answers"]
         rates[name] = sum(a.get("valid", False) for a in answers) / len(answers)
         lenient = sum(a.get("lenient", False) for a in answers) / len(answers)
-        table.add_row(
-            name, f"{rates[name]:.0%}", f"{lenient:.0%}", f"{run['seconds']:.0f}"
+        rows.append(
+            [name, f"{rates[name]:.0%}", f"{lenient:.0%}", f"{run['seconds']:.0f}"]
         )
-    console.print(table)
+    title = f"{len(suite)} schemas, response_format json_schema, greedy"
+    console.print(grid(title, ["server", "valid", "lenient", "seconds"], rows))
 
+    ours = valid["tiny-llm"]["answers"]
+    invalid = [a["name"] for a in ours if not a.get("valid", False)]
+    peer = (
+        f"mlx_lm.server: {rates['mlx_lm.server']:.0%}"
+        if "mlx_lm.server" in rates
+        else "peer not run"
+    )
     goals = [
-        dict(
-            goal="every answer valid on the schema suite (ours)",
-            value=rates["tiny-llm"],
-            met=rates["tiny-llm"] == 1.0,
-            limit=(
-                f"mlx_lm.server: {rates['mlx_lm.server']:.0%}"
-                if "mlx_lm.server" in rates
-                else "peer not run"
-            ),
+        at_least(
+            "answers valid on the schema suite (ours)",
+            rates["tiny-llm"],
+            1.0,
+            f"invalid: {', '.join(invalid) or 'none'}; {peer}",
         )
     ]
     for kind in ("JSON schema", "regex (course)"):
-        goal = ratio_goal(
-            f"{kind}: unconstrained time per token / constrained, batch {BATCH}",
-            ms["unconstrained"] / ms[kind],
-            0.9,
+        goals.append(
+            at_least(
+                f"{kind}: unconstrained time per token / constrained, batch {BATCH}",
+                ms["unconstrained"] / ms[kind],
+                0.9,
+                f"{ms[kind]:.1f} ms vs {ms['unconstrained']:.1f} ms a token",
+            )
         )
-        goals.append(goal)
     for kind, r in jumps.items():
         goals.append(
-            ratio_goal(
+            at_least(
                 f"jump-forward, {kind}, long fixed keys: seconds without / with",
                 r["speedup"],
                 1.3,
@@ -435,29 +384,18 @@ def main() -> int:
                 f"{r['tokens']} tokens",
             )
         )
-        same = r["same_tokens"] == r["requests"]
         goals.append(
-            dict(
-                goal=f"jump-forward, {kind}: tokens identical",
-                value=f"{r['same_tokens']} of {r['requests']}",
-                met=same,
-                limit="",
+            identical(
+                f"jump-forward, {kind}: tokens identical",
+                r["same_tokens"],
+                r["requests"],
             )
         )
-    for g in goals:
-        mark = "[green]met[/]" if g["met"] else "[red]missed[/]"
-        value = f"{g['value']:.2f}" if isinstance(g["value"], float) else g["value"]
-        limit = f" ({g['limit']})" if g["limit"] else ""
-        console.print(f"{mark} {g['goal']}: {value}{limit}", highlight=False)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     record = dict(
-        meta=dict(
-            quick=args.quick,
-            batch=BATCH,
-            tokens=tokens,
-            load=os.getloadavg(),
-            peak_memory_mb=mx.get_peak_memory() / 2**20,
-        ),
+        quick=args.quick,
+        batch=BATCH,
+        tokens=tokens,
+        peak_memory_mb=mx.get_peak_memory() / 2**20,
         cold_states=cold,
         ms_per_token=ms,
         validity={
@@ -465,11 +403,8 @@ def main() -> int:
             for name, run in valid.items()
         },
         jump_forward=jumps,
-        goals=goals,
     )
-    args.json.write_text(json.dumps(record, indent=2))
-    console.print(f"wrote {args.json}", highlight=False)
-    return 0
+    return bench.finish(record, goals)
 
 
 if __name__ == "__main__":

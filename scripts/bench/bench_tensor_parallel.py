@@ -9,11 +9,12 @@ and reports from rank 0:
   of it the all_sums alone would take.
 
     pdm run bench-tensor-parallel                 # 1, 2 and 3 ranks
-    pdm run bench-tensor-parallel --ranks 2 --repeats 50 --json tp.json
+    pdm run bench-tensor-parallel --ranks 2 --repeats 50 --out tp.json
 """
 
-import tiny_llm_base  # noqa: F401, I001  (first: fast BLAS)
+import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
+# isort: split
 import argparse
 import json
 import os
@@ -27,7 +28,9 @@ from statistics import median
 
 import mlx.core as mx
 
-from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench, timed
+from scripts.commands.cli import fail
 from tiny_llm_base import load_model
 
 TOKENS = [1, 16, 128]
@@ -38,14 +41,7 @@ LAUNCH_TIMEOUT = 300
 def all_sum_seconds(group, shape: tuple[int, ...], repeats: int) -> float:
     """Median seconds of one all_sum of a float32 array of `shape`, evaluated."""
     x = mx.ones(shape)
-    for _ in range(3):
-        mx.eval(mx.distributed.all_sum(x, group=group))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        mx.eval(mx.distributed.all_sum(x, group=group))
-        times.append(time.perf_counter() - start)
-    return median(times)
+    return median(timed(lambda: mx.distributed.all_sum(x, group=group), repeats, 3))
 
 
 def decode_step_seconds(model, repeats: int) -> float:
@@ -110,9 +106,9 @@ def launch(ranks: int, repeats: int, solution: str) -> dict:
             output, _ = process.communicate(timeout=LAUNCH_TIMEOUT)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
-            sys.exit(f"{ranks} ranks ran past {LAUNCH_TIMEOUT} s")
+            fail(f"{ranks} ranks ran past {LAUNCH_TIMEOUT} s", status=1)
         if not out.exists():
-            sys.exit(f"{ranks} ranks failed:\n{output[-3000:]}")
+            fail(f"{ranks} ranks failed:\n{output[-3000:]}", status=1)
         return json.loads(out.read_text())
 
 
@@ -141,31 +137,25 @@ def report(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> int:
+    bench = Bench(__doc__, repeats=(20, "timed all_sums and decode steps"))
+    parser = bench.parser
     parser.add_argument("--ranks", default="1,2,3", help="rank counts, e.g. 2,3")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json-out", help=argparse.SUPPRESS)
-    add_option(parser)
-    args = parser.parse_args()
-    use(args)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
+    args = bench.parse()
     if args.worker:
-        worker(args)
-        return
+        return worker(args)
     try:
         counts = [int(n) for n in args.ranks.split(",")]
     except ValueError:
-        parser.error(f"--ranks takes counts such as 2,3, not {args.ranks!r}")
+        fail(f"--ranks takes counts such as 2,3, not {args.ranks!r}")
     if any(not 1 <= n <= 9 for n in counts):
-        parser.error("--ranks: each count between 1 and 9 (the model has 9 heads)")
+        fail("--ranks: each count between 1 and 9 (the model has 9 heads)")
+    console = bench.start()
     results = [launch(n, args.repeats, args.solution) for n in counts]
-    print(report(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    console.print(report(results), markup=False)
+    return bench.finish(dict(results=results))
 
 
 if __name__ == "__main__":

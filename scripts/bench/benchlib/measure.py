@@ -12,6 +12,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from .harness import Goal, at_most
 from .workloads import Workload
 
 MARGIN = 0.10  # "at least 10% better": a ratio of 0.90 or less
@@ -123,15 +124,12 @@ def median_run(runs: list[Run]) -> Run:
     return sorted(runs, key=lambda r: r.total_s)[len(runs) // 2]
 
 
-def dominance_goal(runs: list[Run]) -> list[dict]:
+def dominance_goals(case: str, runs: list[Run]) -> list[Goal]:
     """For each mlx-lm configuration: is some configuration of ours at least 10%
-    better on both the longest stall and the total time?
-
-    Each verdict names the best of ours (the one whose worse ratio is smallest) and,
-    when missed, which of the two ratios is above 0.90.
-    """
+    better on both the longest stall and the total time? The best of ours is the
+    one whose worse ratio is smallest; a miss names the ratio above 0.90."""
     ours = [r for r in runs if r.engine == "ours"]
-    verdicts = []
+    goals = []
     for peer in (r for r in runs if r.engine == "mlx-lm"):
         ratios = [
             (r, r.longest_stall_s / peer.longest_stall_s, r.total_s / peer.total_s)
@@ -140,63 +138,33 @@ def dominance_goal(runs: list[Run]) -> list[dict]:
         if not ratios:
             continue
         best, stall, total = min(ratios, key=lambda x: max(x[1], x[2]))
-        limited_by = [
-            name
-            for name, ratio in (("longest stall", stall), ("total time", total))
-            if ratio > 1 - MARGIN
-        ]
-        verdicts.append(
-            {
-                "peer": peer.config,
-                "met": not limited_by,
-                "best": best.config,
-                "stall_ratio": stall,
-                "total_ratio": total,
-                "limited_by": limited_by,
-                "peer_stall_s": peer.longest_stall_s,
-                "peer_total_s": peer.total_s,
-            }
+        both = (("longest stall", stall), ("total time", total))
+        over = [f"the {name}" for name, r in both if r > 1 - MARGIN]
+        name = (
+            f"{case}: vs {peer.config} (stall {peer.longest_stall_s:.2f} s, total "
+            f"{peer.total_s:.1f} s), best of ours {best.config}, its worse ratio"
         )
-    return verdicts
+        why = f"{stall:.2f}x the stall, {total:.2f}x the total time"
+        why = f"{' and '.join(over)} ({why})" if over else why
+        goals.append(at_most(name, max(stall, total), 1 - MARGIN, why))
+    return goals
 
 
-def memory_goal(runs: list[Run]) -> list[dict]:
+def memory_goals(case: str, runs: list[Run]) -> list[Goal]:
     """Each unchunked configuration of ours against mlx-lm's unchunked peak memory."""
     peer = next((r for r in runs if r.config == "mlx-lm none"), None)
     if peer is None:
         return []
     return [
-        {
-            "ours": r.config,
-            "met": r.peak_memory_mb <= peer.peak_memory_mb,
-            "ours_mb": r.peak_memory_mb,
-            "peer_mb": peer.peak_memory_mb,
-        }
+        at_most(
+            f"{case}: unchunked peak memory, {r.config} / mlx-lm none",
+            r.peak_memory_mb / peer.peak_memory_mb,
+            1.0,
+            f"{r.peak_memory_mb:.0f} MB vs {peer.peak_memory_mb:.0f} MB",
+        )
         for r in runs
         if r.engine == "ours" and r.config in ("alternate none", "mixed none")
     ]
-
-
-def goal_lines(dominance: list[dict], memory: list[dict]) -> list[str]:
-    """The verdicts in words, one line each."""
-    lines = []
-    for v in dominance:
-        verdict = "met" if v["met"] else "missed"
-        why = (
-            "" if v["met"] else f"; limited by the {' and the '.join(v['limited_by'])}"
-        )
-        lines.append(
-            f"vs {v['peer']} (stall {v['peer_stall_s']:.2f} s, total "
-            f"{v['peer_total_s']:.1f} s): {verdict}: best of ours {v['best']} at "
-            f"{v['stall_ratio']:.2f}x the stall and {v['total_ratio']:.2f}x the total "
-            f"time (goal <= {1 - MARGIN:.2f}x both){why}"
-        )
-    for m in memory:
-        lines.append(
-            f"unchunked peak memory, {m['ours']} {m['ours_mb']:.0f} MB vs mlx-lm none "
-            f"{m['peer_mb']:.0f} MB: {'met' if m['met'] else 'missed'}"
-        )
-    return lines
 
 
 def decode_seconds(run: Run) -> float:
@@ -218,13 +186,3 @@ def decode_tps(run: Run) -> float:
     tokens = sum(max(0, r["tokens"] - 1) for r in run.requests)
     seconds = decode_seconds(run)
     return tokens / seconds if seconds else float("nan")
-
-
-def ratio_goal(goal: str, value: float, least: float, limit: str = "") -> dict:
-    """A goal that a ratio be at least `least`; `limit` says what holds it back."""
-    return dict(
-        goal=f"{goal} (at least {least:g}x)",
-        value=value,
-        met=value >= least,
-        limit=limit,
-    )

@@ -7,6 +7,10 @@ Ours is the Engine of the package --solution chose (course.py), under policy
 "alternate" or "mixed"; the peer is mlx-lm's BatchGenerator on the same float32
 weights. EOS is masked out of the greedy sampler, so both do exactly the same work:
 max_tokens for every request.
+
+The loops every benchmark drives an Engine with live here once: run_to_end (add,
+step until nothing is left) and drive (hand each request over when it arrives, abort
+at the time limit); mlx_lm_cached is mlx-lm alone with its server's prompt cache.
 """
 
 import os
@@ -15,6 +19,8 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, generate_step
+from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.server import LRUPromptCache
 
 from scripts.bench.benchlib.course import course
 from tiny_llm_base import PromptSpec
@@ -116,6 +122,68 @@ class Arrivals:
             time.sleep(max(0.0, next_time - now))
 
 
+def run_to_end(engine, specs=(), on_step=None) -> list:
+    """The specs added, the engine stepped until nothing is left; returns the results
+    of every request that finished, in the order added (request ids count up).
+    on_step(engine, outputs, seconds) after each step (it may add requests)."""
+    for spec in specs:
+        engine.add_request(spec)
+    results = {}
+    while engine.has_unfinished():
+        start = time.perf_counter()
+        outputs = engine.step()
+        seconds = time.perf_counter() - start
+        for output in outputs:
+            if output.result is not None:
+                results[output.request_id] = output.result
+        if on_step is not None:
+            on_step(engine, outputs, seconds)
+    return [results[i] for i in sorted(results)]
+
+
+@dataclass
+class Drive:
+    """What drive() saw: its clock readings, when each request arrived (None: never)
+    and its result (None: cut by the time limit), and the engine's request ids."""
+
+    start: float
+    end: float
+    arrivals: list[float | None]
+    results: list
+    index_of: dict[int, int]
+
+
+def drive(engine, workload: Workload, time_limit_s: float, **spec) -> Drive:
+    """The workload through the engine, each request handed over when it arrives
+    (an idle engine sleeps until the next); past time_limit_s what is left is
+    aborted. spec: more PromptSpec fields (priority="interactive", say)."""
+    index_of: dict[int, int] = {}
+    results = [None] * len(workload.prompts)
+    start = time.perf_counter()
+    arrivals = Arrivals(workload, start)
+    while arrivals.left or engine.has_unfinished():
+        now = time.perf_counter()
+        late = now - start > time_limit_s
+        if late:
+            for request_id in index_of:
+                engine.abort(request_id)
+        else:
+            idle = not engine.has_unfinished()
+            for i in arrivals.due(engine.steps_done, now, idle):
+                prompt, max_tokens = workload.prompts[i], workload.max_tokens[i]
+                request = PromptSpec(prompt, max_tokens=max_tokens, **spec)
+                index_of[engine.add_request(request)] = i
+            if not engine.has_unfinished():
+                arrivals.wait(now)
+                continue
+        for output in engine.step():
+            if output.result is not None:
+                results[index_of[output.request_id]] = output.result
+        if late:
+            break
+    return Drive(start, time.perf_counter(), arrivals.times, results, index_of)
+
+
 def run_ours(
     model,
     tokenizer,
@@ -126,10 +194,9 @@ def run_ours(
     batch_size: int = BATCH_SIZE,
     **settings,
 ) -> Run:
-    """The chosen package's Engine, stepped until every request is done (or aborted
-    at the time limit); ForwardRecords are kept for the timeline. settings: more
-    EngineConfig fields (speculative="ngram", say)."""
-    n = len(workload.prompts)
+    """The chosen package's Engine through the workload (drive); ForwardRecords are
+    kept for the timeline. settings: more EngineConfig fields (speculative="ngram",
+    say)."""
     load = os.getloadavg()[0]
     base = mx.get_active_memory()
     records = []
@@ -145,48 +212,26 @@ def run_ours(
         on_forward=records.append,
         **settings,
     )
-    index_of: dict[int, int] = {}
-    results = [None] * n
-    start = time.perf_counter()
-    arrivals = Arrivals(workload, start)
-    while arrivals.left or engine.has_unfinished():
-        now = time.perf_counter()
-        if now - start > time_limit_s:
-            for request_id in index_of:
-                engine.abort(request_id)
-        else:
-            idle = not engine.has_unfinished()
-            for i in arrivals.due(engine.steps_done, now, idle):
-                spec = PromptSpec(
-                    workload.prompts[i], max_tokens=workload.max_tokens[i]
-                )
-                index_of[engine.add_request(spec)] = i
-            if not engine.has_unfinished():
-                arrivals.wait(now)
-                continue
-        for output in engine.step():
-            if output.result is not None:
-                results[index_of[output.request_id]] = output.result
-        if now - start > time_limit_s:
-            break
-    end = time.perf_counter()
+    run = drive(engine, workload, time_limit_s)
+    index_of = run.index_of
     forwards = [
         {
-            "start": r.start - start,
-            "end": r.end - start,
+            "start": r.start - run.start,
+            "end": r.end - run.start,
             "chunks": [(index_of[i], tokens) for i, tokens in r.chunks],
             "decodes": [index_of[i] for i in r.decodes],
             "drafts": [(index_of[i], fed, kept) for i, fed, kept in r.drafts],
         }
         for r in records
     ]
+    results = run.results
     return summarize(
         config.label,
         "ours",
         workload,
-        start,
-        end,
-        arrivals.times,
+        run.start,
+        run.end,
+        run.arrivals,
         [r.metrics.token_times if r else [] for r in results],
         [r.tokens if r else [] for r in results],
         [r is not None and r.finish_reason in ("stop", "length") for r in results],
@@ -303,3 +348,25 @@ def run_mlx_lm_alone(
         mx.get_peak_memory() - base,
         (load, os.getloadavg()[0]),
     )
+
+
+def mlx_lm_cached(
+    peer, tokenizer, lru: LRUPromptCache, prompt: list[int], max_tokens: int
+) -> tuple[list[int], str, float, int]:
+    """One request on mlx-lm alone (generate_step), from the nearest entry of its
+    server's LRUPromptCache, stored back after it: (tokens, their text without EOS,
+    TTFT in seconds, prompt tokens found cached)."""
+    start = time.perf_counter()
+    cache, rest = lru.fetch_nearest_cache("model", prompt)
+    if cache is None:
+        cache = make_prompt_cache(peer)
+    tokens, first = [], None
+    for token, _ in generate_step(
+        mx.array(rest), peer, max_tokens=max_tokens, prompt_cache=cache
+    ):
+        first = first or time.perf_counter()
+        tokens.append(token)
+    lru.insert_cache("model", (prompt + tokens)[: cache[0].offset], cache)
+    eos = set(tokenizer.eos_token_ids)
+    text = tokenizer.decode([t for t in tokens if t not in eos])
+    return tokens, text, first - start, len(prompt) - len(rest)

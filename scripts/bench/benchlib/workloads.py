@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scripts.bench.prompt_texts import (
+from scripts.bench.benchlib.prompt_texts import (
     CODE_SNIPPETS,
     GROUNDED_TASKS,
     NOTE_TOPICS,
@@ -55,6 +55,22 @@ class Workload:
             f"{len(self.prompts)} requests ({len(longs)} long: {longs} tokens), "
             f"{self.prompt_tokens} prompt tokens, {arrivals}"
         )
+
+
+def chat(tokenizer, messages: list[dict]) -> list[int]:
+    """The token ids of a conversation, ready for the assistant's answer."""
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
+def replay_chat(tokenizer, questions: list[str], answer) -> None:
+    """A chat replayed: each question a user turn after the conversation so far;
+    answer(the whole conversation's ids) returns the reply's text, the assistant's
+    turn. The prompt is resent whole every turn, as a chat client does."""
+    messages = []
+    for question in questions:
+        messages.append({"role": "user", "content": question})
+        text = answer(chat(tokenizer, messages))
+        messages.append({"role": "assistant", "content": text})
 
 
 def long_prompt(tokenizer, tokens: int, seed: int) -> list[int]:

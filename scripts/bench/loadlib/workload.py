@@ -5,7 +5,7 @@ client after a few chunks."""
 from dataclasses import dataclass
 
 import numpy as np
-from scripts.bench.prompt_texts import NOTE_TOPICS, SHORT_QUESTIONS
+from scripts.bench.benchlib.prompt_texts import NOTE_TOPICS, SHORT_QUESTIONS
 
 
 @dataclass

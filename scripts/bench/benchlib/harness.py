@@ -1,0 +1,299 @@
+"""What every benchmark does around its experiment, written once: its options, the
+machine it ran on, the model it loads, its goals and its JSON record.
+
+    bench = Bench(__doc__, quick=True, out="bench-results/x.json", repeats=(3, "..."))
+    bench.parser.add_argument("--cases", ...)     # the benchmark's own options
+    args = bench.parse()                          # --solution chosen: course.X
+    console = bench.start()                       # the machine line, load before
+    models = bench.models()                       # the embedded model, each form
+    ...                                           # the experiment
+    return bench.finish(record, goals)            # goals, JSON, the exit status
+
+A goal is a named ratio with a bound; a missed one says what limited it and makes
+the exit status 1. Imports MLX only inside functions (a script imports
+tiny_llm_base first).
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from rich.console import Console
+
+from scripts.commands.cli import option_parser, require_at_least
+
+from .course import add_option, course, use
+
+
+@dataclass
+class Goal:
+    """`value` at most or at least `bound` (a ratio; None: never measured, missed).
+    why: the figures behind the value; a missed goal says it as what limited it."""
+
+    name: str
+    value: float | None
+    bound: float
+    why: str
+    at_most: bool = False
+
+    @property
+    def met(self) -> bool:
+        if self.value is None or math.isnan(self.value):
+            return False
+        return self.value <= self.bound if self.at_most else self.value >= self.bound
+
+    def line(self) -> str:
+        digits = (
+            4 if self.value is not None and round(self.value, 2) == self.bound else 2
+        )
+        value = "-" if self.value is None else f"{self.value:.{digits}f}"
+        bound = f"{'at most' if self.at_most else 'at least'} {self.bound:g}"
+        why = f"; {'' if self.met else 'limited by '}{self.why}" if self.why else ""
+        return f"{'met' if self.met else 'MISSED'}: {self.name}: {value} ({bound}){why}"
+
+    def record(self) -> dict:
+        return {**dataclasses.asdict(self), "met": self.met}
+
+
+def at_most(name: str, value: float | None, bound: float, why: str) -> Goal:
+    return Goal(name, value, bound, why, at_most=True)
+
+
+def at_least(name: str, value: float | None, bound: float, why: str) -> Goal:
+    return Goal(name, value, bound, why)
+
+
+def identical(name: str, same: int, of: int) -> Goal:
+    """Every one of `of` outputs the same: the share that is, at least 1."""
+    why = f"{same} of {of} the same" if of else "nothing compared"
+    return Goal(name, same / of if of else None, 1.0, why)
+
+
+def machine() -> dict:
+    """The CPU, its cores, MLX and its device, the BLAS and the load average now."""
+    import mlx.core as mx
+
+    from tiny_llm_base.fast_blas import STATUS
+
+    cpu = platform.processor() or platform.machine()
+    if Path("/proc/cpuinfo").exists():
+        names = [
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ]
+        cpu = names[0] if names else cpu
+    return dict(
+        cpu=cpu,
+        machine=platform.machine(),
+        cores=os.cpu_count(),
+        mlx=mx.__version__,
+        device=str(mx.default_device()),
+        blas=f"OpenBLAS ({STATUS.library})"
+        if STATUS.active
+        else (STATUS.hint or "platform BLAS"),
+        load_average=dict(before=os.getloadavg()),
+    )
+
+
+def to_json(value):
+    """json.dumps' default: a record() method, a dataclass, else its text."""
+    if hasattr(value, "record"):
+        return value.record()
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def write_json(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=to_json) + "\n")
+
+
+def timed(
+    fn: Callable[[], object], repeats: int, warmups: int = 1, budget_s: float = math.inf
+) -> list[float]:
+    """Seconds of each of `repeats` calls of fn, its result evaluated, after
+    `warmups` calls; past budget_s of timing, stops once two calls are timed."""
+    import mlx.core as mx
+
+    for _ in range(warmups):
+        mx.eval(fn())
+    times, started = [], time.perf_counter()
+    while len(times) < repeats and (
+        len(times) < 2 or time.perf_counter() - started < budget_s
+    ):
+        start = time.perf_counter()
+        mx.eval(fn())
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def interleaved(
+    jobs: dict, repeats: int, budget_s: float = math.inf, console=None
+) -> dict:
+    """{name: [each round's result]}: every round runs every job once, in turn, so
+    that a busy spell of the machine slows one run of each, not every run of one.
+    A job whose runs took more than budget_s stops repeating; console: a status
+    line naming the round and the job."""
+    results = {name: [] for name in jobs}
+    spent = dict.fromkeys(jobs, 0.0)
+    for round_number in range(1, repeats + 1):
+        for name, job in jobs.items():
+            if spent[name] > budget_s:
+                continue
+            start = time.perf_counter()
+            if console is None:
+                results[name].append(job())
+            else:
+                label = ", ".join(map(str, name)) if isinstance(name, tuple) else name
+                with console.status(f"round {round_number}/{repeats}: {label}"):
+                    results[name].append(job())
+            spent[name] += time.perf_counter() - start
+    return results
+
+
+def medians(runs: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(values) for name, values in runs.items()}
+
+
+@dataclass
+class Models:
+    """The embedded model as mlx-lm loads it, and each form a benchmark runs, each
+    built on first use."""
+
+    mlx_model: object
+    tokenizer: object
+
+    @cached_property
+    def float32(self):
+        """Ours in float32 on the fast path: the same weights as the peer."""
+        return course.Qwen2ModelWeek2(
+            self.mlx_model, weights="float32", use_fast_kernels=True
+        )
+
+    @cached_property
+    def served(self):
+        """Ours as main and serve run it (the weights' own format)."""
+        return course.Qwen2ModelWeek2(self.mlx_model, use_fast_kernels=True)
+
+    @cached_property
+    def peer(self):
+        """mlx-lm's model holding the float32 weights ours computes with."""
+        from tiny_llm_base.mlx_lm_reference import float32_copy
+
+        return float32_copy(self.mlx_model)
+
+    @cached_property
+    def no_eos(self):
+        """Greedy, EOS never picked: every request runs to max_tokens."""
+        from tiny_llm_base.mlx_lm_reference import greedy_without
+
+        vocab = self.mlx_model.args.vocab_size
+        return greedy_without(self.tokenizer.eos_token_ids, vocab)
+
+
+class Bench:
+    """One run of a benchmark: parse, start, (the experiment), finish."""
+
+    def __init__(
+        self,
+        doc: str,
+        *,
+        quick: bool = False,
+        out: str | None = None,
+        repeats: tuple[int | None, str] | None = None,
+    ):
+        """quick: a --quick option; out: --out's default (None: no record unless
+        asked); repeats: a --repeats option, (its default, what it repeats)."""
+        self.parser = option_parser(doc.strip().splitlines()[0])
+        if repeats is not None:
+            self.parser.add_argument(
+                "--repeats", type=int, default=repeats[0], help=repeats[1]
+            )
+        if quick:
+            self.parser.add_argument(
+                "--quick", action="store_true", help="smaller sizes: a smoke run"
+            )
+        self.parser.add_argument(
+            "--out",
+            "--json",
+            type=Path,
+            help=f"write the record as JSON here (default: {out or 'not written'}"
+            + (", -quick before .json with --quick)" if quick and out else ")"),
+        )
+        add_option(self.parser)
+        self.out = None if out is None else Path(out)
+
+    def parse(self) -> argparse.Namespace:
+        """The options, --solution's package chosen (course.X); a quick run's
+        default record is named -quick."""
+        self.args = self.parser.parse_args()
+        use(self.args)
+        if "repeats" in self.args:
+            require_at_least(self.args, 1, "--repeats")
+        if self.args.out is None and self.out is not None:
+            quick = getattr(self.args, "quick", False)
+            self.args.out = self.out.with_stem(self.out.stem + "-quick" * quick)
+        return self.args
+
+    def start(self) -> Console:
+        """The console (tables kept whole when piped) and the machine line."""
+        wide = None if sys.stdout.isatty() else 170
+        self.console = Console(width=wide, highlight=False)
+        self.machine = machine()
+        m = self.machine
+        self.console.print(
+            f"mlx {m['mlx']} on {m['device']}; {m['cpu']} ({m['machine']}), "
+            f"{m['cores']} CPUs; {m['blas']}; load average "
+            f"{m['load_average']['before'][0]:.1f}"
+        )
+        return self.console
+
+    def models(self) -> Models:
+        with self.console.status("loading the embedded model"):
+            return Models(*course.load_model())
+
+    def finish(
+        self, record: dict, goals: Iterable[Goal] = (), wrote: Iterable = ()
+    ) -> int:
+        """The load average after, every goal one line, the JSON record (--out)
+        with the machine, the command and the goals; 1 when a goal was missed."""
+        goals = list(goals)
+        load = self.machine["load_average"]
+        load["after"] = os.getloadavg()
+        self.console.print(
+            f"load average {load['before'][0]:.1f} before, {load['after'][0]:.1f} "
+            "after: a busy machine makes every figure noisy"
+        )
+        for goal in goals:
+            self.console.print(goal.line(), markup=False)
+        wrote = [str(path) for path in wrote]
+        if self.args.out:
+            module = f"scripts.bench.{Path(sys.argv[0]).stem}"
+            command = shlex.join(["python", "-m", module, *sys.argv[1:]])
+            write_json(
+                self.args.out,
+                dict(
+                    command=command,
+                    date=time.strftime("%Y-%m-%d %H:%M"),
+                    machine=self.machine,
+                    **record,
+                    goals=goals,
+                ),
+            )
+            wrote.insert(0, str(self.args.out))
+        if wrote:
+            self.console.print(f"wrote {', '.join(wrote)}")
+        return int(not all(goal.met for goal in goals))

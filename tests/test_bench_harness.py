@@ -1,0 +1,173 @@
+"""The benchmarks' harness (scripts/bench/benchlib/harness.py) without a model: a
+goal is met on its side of the bound and missed otherwise (never measured: missed),
+a missed one says what limited it and makes the exit status 1; the JSON record
+holds the machine, the load average before and after, the command and every goal;
+interleaved runs give every job one run a round; run_to_end returns every result
+in the order the requests were added, whatever order they finish in."""
+
+import io
+import json
+import os
+import sys
+import time
+from types import SimpleNamespace
+
+import mlx.core as mx
+import pytest
+from rich.console import Console
+
+from scripts.bench.benchlib.harness import (
+    Bench,
+    at_least,
+    at_most,
+    identical,
+    interleaved,
+)
+from scripts.bench.benchlib.runners import run_to_end
+
+from .solution import SOLUTION
+
+
+@pytest.mark.parametrize(
+    "goal, met",
+    [
+        (at_most("x", 1.1, 1.2, "why"), True),
+        (at_most("x", 1.2, 1.2, "why"), True),
+        (at_most("x", 1.3, 1.2, "why"), False),
+        (at_least("x", 2.0, 2.0, "why"), True),
+        (at_least("x", 1.9, 2.0, "why"), False),
+        (at_least("x", None, 2.0, "never measured"), False),
+        (at_most("x", float("nan"), 1.0, "no tokens"), False),
+        (identical("x", 4, 4), True),
+        (identical("x", 3, 4), False),
+        (identical("x", 0, 0), False),
+    ],
+)
+def test_a_goal_is_met_on_its_side_of_the_bound(goal, met):
+    assert goal.met is met
+    assert goal.line().startswith("met: " if met else "MISSED: ")
+
+
+def test_a_missed_goal_says_what_limited_it():
+    goal = at_most("TTFT p99, ours / peer", 3.256, 2, "1.2 s vs 0.37 s")
+    assert goal.line() == (
+        "MISSED: TTFT p99, ours / peer: 3.26 (at most 2); limited by 1.2 s vs 0.37 s"
+    )
+    assert identical("tokens", 3, 4).line().endswith("; limited by 3 of 4 the same")
+    assert at_least("hit", 0.95, 0.9, "19 of 20").line().endswith("; 19 of 20")
+    # A value that rounds to its bound shows the digits that decide it.
+    assert "0.8979 (at least 0.9)" in at_least("speed", 0.89791, 0.9, "x").line()
+
+
+def run_bench(monkeypatch, argv: list[str], goals, **options):
+    """A benchmark with no experiment: parse argv, start, finish with `goals`."""
+    monkeypatch.setattr(sys, "argv", ["bench_x.py", "--solution", SOLUTION, *argv])
+    bench = Bench("A benchmark.\n\nWhat it does.", **options)
+    args = bench.parse()
+    bench.start()
+    return args, bench.finish({"figure": 1.5}, goals)
+
+
+def test_finish_writes_the_record_and_exits_1_on_a_missed_goal(
+    tmp_path, monkeypatch, capsys
+):
+    path = tmp_path / "record.json"
+    goals = [at_least("a", 2.5, 2, "x"), at_most("b", 1.4, 1.2, "the stall")]
+    _, status = run_bench(monkeypatch, ["--out", str(path)], goals)
+    assert status == 1
+    assert (
+        "MISSED: b: 1.40 (at most 1.2); limited by the stall" in capsys.readouterr().out
+    )
+    record = json.loads(path.read_text())
+    assert record["figure"] == 1.5
+    assert [(g["name"], g["met"]) for g in record["goals"]] == [
+        ("a", True),
+        ("b", False),
+    ]
+    machine = record["machine"]
+    assert set(machine["load_average"]) == {"before", "after"}
+    assert len(machine["load_average"]["after"]) == 3
+    assert (machine["cores"], machine["mlx"]) == (os.cpu_count(), mx.__version__)
+    assert machine["device"] == str(mx.default_device())
+    assert record["command"].endswith(f"--out {path}")
+
+
+def test_finish_exits_0_when_every_goal_is_met(monkeypatch):
+    assert run_bench(monkeypatch, [], [at_least("a", 2.5, 2, "x")])[1] == 0
+    assert run_bench(monkeypatch, [], [])[1] == 0
+
+
+def test_a_quick_run_names_its_default_record_quick(tmp_path, monkeypatch):
+    default = tmp_path / "x.json"
+    args, _ = run_bench(monkeypatch, ["--quick"], [], quick=True, out=str(default))
+    assert args.out == tmp_path / "x-quick.json" and args.out.exists()
+    argv = ["--quick", "--json", str(default)]  # named: kept as it is
+    args, _ = run_bench(monkeypatch, argv, [], quick=True, out=str(default))
+    assert args.out == default and default.exists()
+
+
+def test_repeats_below_one_are_refused_with_one_line(monkeypatch, capsys):
+    with pytest.raises(SystemExit) as exit:
+        run_bench(monkeypatch, ["--repeats", "0"], [], repeats=(3, "runs"))
+    assert exit.value.code == 2
+    assert "error: --repeats must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_interleaved_runs_every_job_once_a_round():
+    calls = []
+
+    def job(name: str):
+        calls.append(name)
+        return len(calls)
+
+    runs = interleaved({"a": lambda: job("a"), "b": lambda: job("b")}, 3)
+    assert calls == ["a", "b"] * 3
+    assert runs == {"a": [1, 3, 5], "b": [2, 4, 6]}
+
+
+def test_interleaved_names_any_job_on_its_status_line():
+    console = Console(file=io.StringIO())
+    jobs = {False: lambda: 0, True: lambda: 1, ("prefill 8", "tiny"): lambda: 2}
+    runs = interleaved(jobs, 2, console=console)
+    assert runs == {False: [0, 0], True: [1, 1], ("prefill 8", "tiny"): [2, 2]}
+
+
+def test_interleaved_stops_repeating_a_job_past_its_budget():
+    def slow() -> str:
+        time.sleep(0.01)  # at least 10 ms: past the budget once it has run
+        return "slow"
+
+    assert interleaved({"slow": slow}, 3, budget_s=0.005) == {"slow": ["slow"]}
+
+
+class ReversedEngine:
+    """Finishes one request a step, the newest first; request ids count up."""
+
+    def __init__(self):
+        self.waiting: list[int] = []
+        self.next_id = 0
+
+    def add_request(self, spec) -> int:
+        self.waiting.append(self.next_id)
+        self.next_id += 1
+        return self.waiting[-1]
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting)
+
+    def step(self) -> list:
+        done = self.waiting.pop()
+        return [SimpleNamespace(request_id=done, result=f"result {done}")]
+
+
+def test_run_to_end_returns_results_in_the_order_added():
+    engine = ReversedEngine()
+    added = []
+
+    def on_step(engine, outputs, seconds):  # one more request after the first step
+        assert seconds >= 0 and outputs
+        if not added:
+            added.append(engine.add_request("late"))
+
+    results = run_to_end(engine, ["a", "b", "c"], on_step)
+    assert results == ["result 0", "result 1", "result 2", "result 3"]

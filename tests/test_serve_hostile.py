@@ -28,20 +28,19 @@ import tiny_llm_ref
 from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
-from .cli_runs import ServeCli
-from .test_serve import (
+from .cli_runs import ROOT, ServeCli
+from .helpers import free_port
+from .servers import (
     API_KEY,
     CHAT,
     COMPLETIONS,
     HI,
     MAX_SEQ_LEN,
-    ROOT,
     SEA,
     WAIT_S,
     BrokenEngine,
     RunningServer,
     chat_prompt,
-    free_port,
     wait_idle,
 )
 

@@ -22,9 +22,8 @@ import pytest
 import tiny_llm_ref
 from tiny_llm_serve import ServerSettings, create_app
 
-from .test_serve import RunningServer
+from .servers import WAIT_S, RunningServer
 
-WAIT_S = 60
 SCHEMA = {
     "type": "object",
     "properties": {

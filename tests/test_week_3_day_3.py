@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import token_ids
-from .paged_checks import assert_like_mlx_lm, assert_pool_empty, run_engine
+from .helpers import assert_like_mlx_lm, token_ids
+from .paged_checks import assert_pool_empty, run_engine
 from .solution import tiny
 
 

@@ -4,7 +4,7 @@ Two local ranks (ring backend, 127.0.0.1) run each command as a user would start
 and what they print or answer is compared with one rank's: batch-main's table with
 batch-main's on one rank, the server's answer with batch_generate in this process.
 Each launch runs in a session of its own, is bounded in time, and leaves no process
-behind (tests/test_week_4_day_1.py's helpers).
+behind (tests/launches.py).
 
 The model is a small random Qwen2 saved as a model folder with the embedded model's
 tokenizer: 9 query and 3 KV heads like the embedded model (6 and 3 on two ranks,
@@ -31,10 +31,10 @@ from mlx.utils import tree_flatten
 from tiny_llm_base import load_model
 from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
 
-from .helpers import sharpened
+from .helpers import free_port, sharpened
+from .launches import assert_no_rank_left, launch_command
 from .random_models import random_model
 from .solution import SOLUTION, tiny
-from .test_week_4_day_1 import assert_no_rank_left, free_port, launch_command
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds a launch may take (~10 s here).

@@ -58,6 +58,30 @@ def tokenizer(embedded_model):
 
 
 @pytest.fixture(scope="session")
+def embedded_week2_model(embedded_model):
+    """make(fast, weights="float32", package=tiny): the embedded model as that
+    package's Qwen2ModelWeek2, built once a session for each setting ("auto"
+    weights are what they mean on this device). A new one dequantizes every weight
+    at its first forward (about a CPU-second), and a model keeps no state between
+    calls (the KV caches are its callers'), so the tests share them."""
+    from tiny_llm_base.weights import choose_weight_format
+
+    built = {}
+
+    def make(fast: bool, weights: str = "float32", package=tiny):
+        if weights == "auto":
+            weights = choose_weight_format()
+        key = (package.__name__, weights, fast)
+        if key not in built:
+            built[key] = package.Qwen2ModelWeek2(
+                embedded_model[0], weights=weights, use_fast_kernels=fast
+            )
+        return built[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def embedded_float32_reference(embedded_model):
     """mlx-lm's own model with the embedded weights dequantized to float32, once per run.
 

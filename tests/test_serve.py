@@ -58,8 +58,8 @@ QUESTIONS = [
 
 
 @pytest.fixture(scope="module")
-def model(embedded_model):
-    return tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+def model(embedded_week2_model):
+    return embedded_week2_model(True, "auto", tiny_llm_ref)
 
 
 @pytest.fixture(scope="module")

@@ -524,12 +524,14 @@ CUSTOMER_SCHEMA = {
     [tiny.Regex(CUSTOMER_PATTERN), tiny.JsonSchema(CUSTOMER_SCHEMA)],
     ids=["regex", "json-schema"],
 )
-def test_the_embedded_model_jumps_over_fixed_keys(embedded_model, constraint):
+def test_the_embedded_model_jumps_over_fixed_keys(
+    embedded_model, embedded_week2_model, constraint
+):
     """A JSON answer's keys are forced (by the course's automaton, or by llguidance
     for a schema): the embedded model accepts most of them as drafts, and the answer
     is token for token the step-by-step one."""
     _, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
+    model = embedded_week2_model(False)
     spec = PromptSpec(
         prompt_token_ids(tokenizer, "One customer as JSON."),
         max_tokens=40,
@@ -552,12 +554,12 @@ def test_the_embedded_model_jumps_over_fixed_keys(embedded_model, constraint):
 
 
 def test_the_embedded_model_answers_in_shape(
-    embedded_model, embedded_float32_reference
+    embedded_model, embedded_week2_model, embedded_float32_reference
 ):
     """The embedded model, float32: a choice, a number, a small JSON object and an
     unconstrained chat in one batch; the unconstrained answer is mlx-lm's greedy."""
     _, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
+    model = embedded_week2_model(False)
     json_pattern = r'\{"city": "[A-Z][a-z]{1,15}", "population": \d{1,8}\}'
     questions = [
         ("Is water wet? Answer yes or no.", tiny.Choice(["yes", "no"])),

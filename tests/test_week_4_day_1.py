@@ -179,7 +179,7 @@ def ranks(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one_rank(embedded_model):
+def one_rank(embedded_model, embedded_week2_model):
     """The same computations on the unsharded Qwen2ModelWeek2 in this process."""
     arrays = {}
     for seed, mlx_model, fast in worker.random_models():
@@ -187,8 +187,8 @@ def one_rank(embedded_model):
         arrays[f"random{seed}"] = np.array(
             worker.feed(model, worker.random_inputs(model.vocab_size, seed))[0]
         )
-    mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
+    tokenizer = embedded_model[1]
+    model = embedded_week2_model(False)
     arrays["embedded"] = np.array(worker.embedded_logits(model, tokenizer))
     small = tiny.Qwen2ModelWeek2(
         sharpened(random_model(*worker.SIZES[0], seed=0)), "float32", True

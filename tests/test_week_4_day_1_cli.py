@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,6 +30,7 @@ from mlx.utils import tree_flatten
 from tiny_llm_base import load_model
 from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
 
+from .cli_runs import run_in_process
 from .helpers import free_port, sharpened
 from .launches import assert_no_rank_left, launch_command
 from .random_models import random_model
@@ -149,7 +149,8 @@ def test_batch_main_on_two_ranks_prints_one_ranks_table_once(tmp_path, model_fol
     prompts.write_text("\n".join([*PROMPTS, TOO_LONG]) + "\n")
     command = batch_main(model_folder, prompts)
     stdout, stderr = run_to_the_end(launch_command(2, *command), tmp_path / "two")
-    one_out, one_err = run_to_the_end([sys.executable, *command], tmp_path / "one")
+    one = run_in_process(*command, env={"COLUMNS": "200"})  # one rank: no process
+    one_out, one_err = one.stdout, one.stderr
     assert stdout.count("results") == 1, stdout[-3000:] + stderr[-3000:]
     rows = table_rows(stdout)
     assert len(rows) == 3, stdout[-3000:]

@@ -206,12 +206,12 @@ def wait_until_serving(port: int, process: subprocess.Popen, out: Path) -> None:
     pytest.fail(f"no answer on port {port} within {LAUNCH_TIMEOUT} s")
 
 
-def start_two_rank_server(port: int, folder: Path, out: Path) -> subprocess.Popen:
-    """The server under mlx.launch on 2 ranks, answering on `port`."""
-    process = start(
-        launch_command(2, "-m", "scripts.commands.serve", *serve_options(port, folder)),
-        out,
-    )
+def start_two_rank_server(
+    port: int, folder: Path, out: Path, module: str = "scripts.commands.serve"
+) -> subprocess.Popen:
+    """The server (`python -m module`) under mlx.launch on 2 ranks, answering on
+    `port`."""
+    process = start(launch_command(2, "-m", module, *serve_options(port, folder)), out)
     try:
         wait_until_serving(port, process, out)
     except BaseException:
@@ -319,7 +319,8 @@ def rank_pid(session: int, rank: int) -> int | None:
         # mlx.launch sees rank 1 die and stops rank 0: requests get the stop's 503.
         (signal.SIGKILL, "shutting down"),
         # A rank that hangs (stopped): nobody notices but rank 0's watchdog, once
-        # the step's first sum has waited NOTES_TIMEOUT_S.
+        # the step's first sum has waited NOTES_TIMEOUT_S (here shortened to 2 s by
+        # tests/serve_quick_watchdog.py: the test waits for it).
         (signal.SIGSTOP, "a rank stopped answering"),
     ],
     ids=["killed", "hung"],
@@ -331,7 +332,9 @@ def test_a_lost_rank_gets_a_503_and_the_server_exits(
     good on a sum that never returns, leaving a port that answers nothing. The
     waiting request gets a 503 saying why, and the whole launch ends."""
     port = free_port()
-    process = start_two_rank_server(port, model_folder, tmp_path)
+    hangs = sig == signal.SIGSTOP
+    module = "tests.serve_quick_watchdog" if hangs else "scripts.commands.serve"
+    process = start_two_rank_server(port, model_folder, tmp_path, module)
     try:
         zero, one = rank_pid(process.pid, 0), rank_pid(process.pid, 1)
         assert zero is not None and one is not None

@@ -1,7 +1,8 @@
-"""Running a command's `main` inside the test process, for the many checks that a
-bad option or input ends in one `error:` line with its status: a new interpreter per
-case took most of the command tests' time. Each command still has a test that runs
-it in a subprocess, for what only a process shows (the one-line wrapper, Ctrl-C).
+"""Running the commands as the tests do: `main` inside the test process, for the many
+checks that a bad option or input ends in one `error:` line with its status (a new
+interpreter per case took most of the command tests' time); in a subprocess, for what
+only a process shows (the one-line wrapper, Ctrl-C, start-up lines), each command at
+least once; and the server's CLI with its stderr read as it comes.
 """
 
 import importlib.util
@@ -11,41 +12,104 @@ import runpy
 import subprocess
 import sys
 import threading
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_in_process(target: str, *args: str) -> subprocess.CompletedProcess:
+def run_in_subprocess(
+    target: str, *args: str, stdin: str | bytes | None = None, env=None
+) -> subprocess.CompletedProcess:
     """`target` (a module name, or a script such as "main.py" in the repository's
-    root) run as __main__ with `args`, its exit status and output captured, nothing
-    on standard input. Ctrl-C handling is left out: it would take over this
-    process's SIGINT."""
+    root) run to its end in a new interpreter, its output decoded; stdin None is
+    /dev/null, which is not a pipe: a command does not read it. env: variables to
+    set on top of this process's."""
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    command = [target] if target.endswith(".py") else ["-m", target]
+    result = subprocess.run(
+        [sys.executable, *command, *args],
+        cwd=ROOT,
+        input=data,
+        stdin=subprocess.DEVNULL if data is None else None,
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+    result.stdout, result.stderr = result.stdout.decode(), result.stderr.decode()
+    return result
+
+
+def assert_one_line_error(result, status: int, message: str) -> None:
+    """Exit status `status`, no traceback, and one `error:` line, the last one,
+    that holds `message`."""
+    lines = result.stderr.splitlines()
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr
+    assert [line for line in lines if line.startswith("error:")] == [lines[-1]], lines
+    assert lines[-1].startswith("error: ") and message in lines[-1], lines
+
+
+def run_in_process(
+    target: str, *args: str, stdin: str | bytes | None = None, env=None
+) -> subprocess.CompletedProcess:
+    """`target` (a module name, or a script such as "main.py" in the repository's
+    root) run as __main__ with `args`, its exit status and output captured. stdin
+    None is nothing on standard input; text or bytes come through a pipe, as `echo
+    ... |` gives them. env: variables set for the run. Ctrl-C handling is left out:
+    it would take over this process's SIGINT."""
     from scripts.commands import interrupt
 
     if target.endswith(".py"):
         path = str(ROOT / target)
     else:  # by its path: pytest's assertion rewriter claims modules named *_test.py
         path = importlib.util.find_spec(target).origin
-    saved = (sys.argv, sys.stdin, interrupt.exit_on_interrupt,
-             interrupt.unwind_on_interrupt)  # fmt: skip
-    interrupt.exit_on_interrupt = interrupt.unwind_on_interrupt = lambda: None
-    sys.argv = [path, *args]
-    sys.stdin = io.StringIO()  # no file number: read as nothing piped
     out, err = io.StringIO(), io.StringIO()
-    try:
-        with redirect_stderr(err), redirect_stdout(out):
-            runpy.run_path(path, run_name="__main__")
-        status = 0
-    except SystemExit as exit:
-        status = exit.code if isinstance(exit.code, int) else int(bool(exit.code))
-        if isinstance(exit.code, str):  # sys.exit("message") prints it
-            err.write(exit.code + "\n")
-    finally:
-        (sys.argv, sys.stdin, interrupt.exit_on_interrupt,
-         interrupt.unwind_on_interrupt) = saved  # fmt: skip
-    return subprocess.CompletedProcess(sys.argv, status, out.getvalue(), err.getvalue())
+    with ExitStack() as stack, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(interrupt, "exit_on_interrupt", lambda: None)
+        patch.setattr(interrupt, "unwind_on_interrupt", lambda: None)
+        patch.setattr(sys, "argv", [path, *args])
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        if stdin is None:  # no file number: read as nothing piped
+            patch.setattr(sys, "stdin", io.StringIO())
+        else:
+            patch.setattr(sys, "stdin", stack.enter_context(piped(stdin)))
+        try:
+            with redirect_stderr(err), redirect_stdout(out):
+                runpy.run_path(path, run_name="__main__")
+            status = 0
+        except SystemExit as exit:
+            status = exit.code if isinstance(exit.code, int) else int(bool(exit.code))
+            if isinstance(exit.code, str):  # sys.exit("message") prints it
+                err.write(exit.code + "\n")
+    return subprocess.CompletedProcess(
+        [target, *args], status, out.getvalue(), err.getvalue()
+    )
+
+
+@contextmanager
+def piped(data: str | bytes) -> Iterator[io.TextIOWrapper]:
+    """The reading end of a pipe that carries `data` and then ends, as a text
+    file like sys.stdin; a thread writes, so data may exceed the pipe's buffer."""
+    data = data.encode() if isinstance(data, str) else data
+    read_end, write_end = os.pipe()
+
+    def write() -> None:
+        try:
+            with open(write_end, "wb") as writer:
+                writer.write(data)
+        except BrokenPipeError:  # the command left without reading it all
+            pass
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    with open(read_end, encoding="utf-8") as reader:
+        yield reader
+    writer.join(timeout=10)
 
 
 class ServeCli:

@@ -1,7 +1,9 @@
-from .solution import tiny  # noqa: F401, I001  (first: the fast BLAS must load before mlx)
+from .solution import SOLUTION, tiny  # noqa: F401, I001  (first: the fast BLAS must load before mlx)
 
 import mlx.core as mx
 import pytest
+
+from .later_days import checked_day, later_days_stubbed
 
 
 @pytest.fixture(scope="session")
@@ -37,10 +39,46 @@ def seeded():
     mx.random.seed(0)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def only_earlier_days(request):
+    """In the reference run, a day of later_days.CHECKED_DAYS runs its tests with
+    every function the skeleton labels later made to raise."""
+    day = checked_day(request.module.__name__)
+    if SOLUTION != "ref" or day is None:
+        yield
+        return
+    with later_days_stubbed(*day):
+        yield
+
+
 @pytest.fixture(scope="session")
 def tokenizer(embedded_model):
     """The embedded tokenizer: it detokenizes the small ids of random models too."""
     return embedded_model[1]
+
+
+@pytest.fixture(scope="session")
+def embedded_week2_model(embedded_model):
+    """make(fast, weights="float32", package=tiny): the embedded model as that
+    package's Qwen2ModelWeek2, built once a session for each setting ("auto"
+    weights are what they mean on this device). A new one dequantizes every weight
+    at its first forward (about a CPU-second), and a model keeps no state between
+    calls (the KV caches are its callers'), so the tests share them."""
+    from tiny_llm_base.weights import choose_weight_format
+
+    built = {}
+
+    def make(fast: bool, weights: str = "float32", package=tiny):
+        if weights == "auto":
+            weights = choose_weight_format()
+        key = (package.__name__, weights, fast)
+        if key not in built:
+            built[key] = package.Qwen2ModelWeek2(
+                embedded_model[0], weights=weights, use_fast_kernels=fast
+            )
+        return built[key]
+
+    return make
 
 
 @pytest.fixture(scope="session")

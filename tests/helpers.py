@@ -1,9 +1,12 @@
-"""What the test files share: closeness of arrays, random models made to decide
-clearly, and generated tokens compared with mlx-lm's.
+"""What the test files share: closeness of arrays, NumPy oracles of attention, random
+models made to decide clearly, generated tokens compared with mlx-lm's, and a free
+port.
 
 The mlx-lm side (the float32 reference model, chat prompts, greedy generation alone)
 lives in tiny_llm_base.mlx_lm_reference, which the benchmarks use too.
 """
+
+import socket
 
 import mlx.core as mx
 import numpy as np
@@ -59,6 +62,44 @@ def assert_close(
     assert_within(actual, expected, tol, rtol=tol, same_dtype=True)
 
 
+def random_qkv(batch, q_heads, kv_heads, L, S, dim, dtype):
+    """Normal queries [batch, q_heads, L, dim], keys and values [batch, kv_heads, S,
+    dim], in dtype."""
+    q = mx.random.normal((batch, q_heads, L, dim)).astype(dtype)
+    k = mx.random.normal((batch, kv_heads, S, dim)).astype(dtype)
+    v = mx.random.normal((batch, kv_heads, S, dim)).astype(dtype)
+    return q, k, v
+
+
+def numpy_chunk_mask(L: int, S: int) -> np.ndarray:
+    """[L, S] float32: queries at absolute positions S - L .. S - 1; query i sees
+    key j (0) iff j <= S - L + i, else -inf."""
+    query_pos = np.arange(L)[:, None] + (S - L)
+    key_pos = np.arange(S)[None, :]
+    return np.where(key_pos <= query_pos, 0.0, -np.inf).astype(np.float32)
+
+
+def numpy_attention(query, key, value, scale: float, mask=None) -> np.ndarray:
+    """softmax(q k^T * scale + mask) v in float64, key/value heads repeated per
+    query head. mask: None; "causal" (numpy_chunk_mask); a boolean mx array, True
+    where a query sees a key; or additive, mx or NumPy."""
+    q, k, v = (as_float32(x).astype(np.float64) for x in (query, key, value))
+    L, S = q.shape[2], k.shape[2]
+    n_repeats = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, n_repeats, axis=1), np.repeat(v, n_repeats, axis=1)
+    scores = q @ k.swapaxes(-1, -2) * scale
+    if isinstance(mask, str):
+        scores = scores + numpy_chunk_mask(L, S)
+    elif isinstance(mask, mx.array) and mask.dtype == mx.bool_:
+        scores = np.where(np.array(mask), scores, -np.inf)
+    elif isinstance(mask, mx.array):
+        scores = scores + as_float32(mask).astype(np.float64)
+    elif mask is not None:
+        scores = scores + np.asarray(mask, dtype=np.float64)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return weights / weights.sum(axis=-1, keepdims=True) @ v
+
+
 def sharpened(model: nn.Module) -> nn.Module:
     """Norm weights of 2 instead of ~0.1: logits spread by ~10, so greedy tokens
     vary with the context and rarely tie, and a wrong mask or offset shows."""
@@ -97,6 +138,23 @@ def assert_same_tokens(actual, expected, gaps, what):
             return
 
 
+def assert_like_mlx_lm(
+    results,
+    mlx_model,
+    prompts,
+    max_tokens: int,
+    tokenizer,
+    banned=(),
+    finish_reasons=("stop", "length"),
+) -> None:
+    """Each result's tokens are mlx-lm's greedy tokens for its prompt alone, and it
+    finished for one of finish_reasons."""
+    expected = expected_tokens(mlx_model, prompts, max_tokens, tokenizer, banned)
+    for i, (result, (tokens, gaps)) in enumerate(zip(results, expected)):
+        assert result.finish_reason in finish_reasons, (i, result.error)
+        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
+
+
 def run_engine(engine, specs, after_step=None, max_steps: int = 3000) -> list:
     """Add every spec, step until all finish (calling after_step(engine) after each
     step, when given), and return their GenerationResults in spec order."""
@@ -112,3 +170,23 @@ def run_engine(engine, specs, after_step=None, max_steps: int = 3000) -> list:
             after_step(engine)
     assert not engine.has_unfinished(), f"not done after {max_steps} steps"
     return [results[i] for i in ids]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kv_bytes_a_token(model) -> int:
+    """Keys and values of one token over all layers, from the config of a
+    Qwen2ModelWeek2 (`model.args`, as mlx-lm read it): 2 (keys, values) x KV heads
+    x head_dim x layers x the bytes of a number the model computes in (its
+    embedding's dtype)."""
+    args = model.args
+    head_dim = getattr(args, "head_dim", None) or (
+        args.hidden_size // args.num_attention_heads
+    )
+    element = model.embedding.weight.dtype.size
+    return 2 * args.num_key_value_heads * head_dim * args.num_hidden_layers * element

@@ -9,7 +9,6 @@ BlockTable) and `slots`.
 from collections import Counter
 
 from . import helpers
-from .helpers import assert_same_tokens, expected_tokens
 
 
 def check_pool(engine) -> None:
@@ -53,11 +52,3 @@ def run_engine(engine, specs, check=check_pool, max_steps: int = 3000) -> list:
     """helpers.run_engine with check() after every step: the pool's rules by
     default."""
     return helpers.run_engine(engine, specs, check, max_steps)
-
-
-def assert_like_mlx_lm(results, mlx_model, prompts, max_tokens, tokenizer, banned=()):
-    """Each result's tokens are mlx-lm's greedy tokens for its prompt alone."""
-    expected = expected_tokens(mlx_model, prompts, max_tokens, tokenizer, banned)
-    for i, (result, (tokens, gaps)) in enumerate(zip(results, expected)):
-        assert result.finish_reason in ("stop", "length"), (i, result.error)
-        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")

@@ -35,10 +35,12 @@ import json  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
+from mlx_lm.utils import load_tokenizer  # noqa: E402
 
 from tests.helpers import sharpened  # noqa: E402
 from tests.random_models import random_model  # noqa: E402
 from tiny_llm_base import load_model  # noqa: E402
+from tiny_llm_base.embedded_model import ensure_embedded_model  # noqa: E402
 
 # The random models: (architecture, hidden, heads, kv_heads, intermediate, layers,
 # vocab, tied). Query/KV heads 6/2, 4/4, 3/1 and 10/5 split evenly over some rank
@@ -123,6 +125,14 @@ def generations(model, tokenizer) -> dict[str, list[list[int]]]:
     return generated
 
 
+def embedded_tokenizer():
+    """The embedded model's tokenizer as load_model gives it (EOS ids from its
+    config.json), without loading the weights (~1.5 s a rank)."""
+    folder = ensure_embedded_model()
+    config = json.loads((folder / "config.json").read_text())
+    return load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
+
+
 def check(out: Path, group) -> None:
     arrays, facts = {}, {"size": group.size(), "kv_heads": {}}
     start = time.perf_counter()
@@ -132,10 +142,12 @@ def check(out: Path, group) -> None:
         arrays[f"random{seed}"] = np.array(logits)
         facts["kv_heads"][f"random{seed}"] = cache[0].keys.shape[1]
     facts["random_seconds"] = time.perf_counter() - start
-    mlx_model, tokenizer = load_model()
     if group.size() in EMBEDDED_RANKS:
+        mlx_model, tokenizer = load_model()
         model = tiny.ShardedQwen2Model(mlx_model, group, weights="float32")
         arrays["embedded"] = np.array(embedded_logits(model, tokenizer))
+    else:
+        tokenizer = embedded_tokenizer()
     small = tiny.ShardedQwen2Model(
         sharpened(random_model(*SIZES[0], seed=0)), group, "float32", True
     )

@@ -2,10 +2,10 @@
 skeleton's course functions fail loudly with NotImplementedError naming the day.
 
 The API checks run against either package. The checks of the untouched skeleton
-(every function raises NotImplementedError naming its day, and a day's tests need
-nothing labelled later) run only in the reference run, `pdm run test-refsol`: in a
-learner's run the skeleton is their work in progress, and a function they have
-written is no failure.
+(every function raises NotImplementedError naming its day) run only in the
+reference run, `pdm run test-refsol`: in a learner's run the skeleton is their work
+in progress, and a function they have written is no failure. That a day's tests need
+nothing labelled later is checked by those tests themselves (tests/later_days.py).
 """
 
 import ast
@@ -21,13 +21,10 @@ import pytest
 import tiny_llm
 import tiny_llm_ref
 
+from .later_days import UNTOUCHED_SKELETON, later_days_stubbed, skeleton_modules
 from .solution import SOLUTION
 
 ROOT = Path(__file__).resolve().parents[1]
-UNTOUCHED_SKELETON = (
-    "checks the untouched course skeleton src/tiny_llm, as shipped, not your work: "
-    "runs in the reference run (pdm run test-refsol)"
-)
 skeleton_check = pytest.mark.skipif(SOLUTION != "ref", reason=UNTOUCHED_SKELETON)
 
 
@@ -89,100 +86,15 @@ def test_nothing_outside_the_reference_imports_its_submodules():
     assert offenders == [], f"import tiny_llm_ref's public names instead: {offenders}"
 
 
-def skeleton_modules() -> list[Path]:
-    return sorted(
-        p for p in (ROOT / "src/tiny_llm").glob("*.py") if p.name != "__init__.py"
-    )
-
-
-DAY_LABEL = re.compile(r"Week (\d+) Day (\d+)")
-
-
-def labelled_day(function: ast.FunctionDef) -> tuple[int, int] | None:
-    """(week, day) that a skeleton function's NotImplementedError names, if any."""
-    for node in ast.walk(function):
-        if isinstance(node, ast.Raise) and node.exc is not None:
-            match = DAY_LABEL.search(ast.unparse(node.exc))
-            if match:
-                return int(match[1]), int(match[2])
-    return None
-
-
-def stub_later_days(week: int, day: int) -> list[str]:
-    """Make every reference function that the skeleton labels later than (week, day)
-    raise instead, as in a learner's package finished up to that day; returns their
-    names. Run in a subprocess: it breaks the reference for the rest of the process."""
-
-    def stub(name: str):
-        def unwritten(*args, **kwargs):
-            raise NotImplementedError(f"{name} is labelled after Week {week} Day {day}")
-
-        return unwritten
-
-    stubbed = []
-    for path in skeleton_modules():
-        module = getattr(tiny_llm_ref, path.stem)
-        for node in ast.parse(path.read_text()).body:
-            functions = [(module, node)] if isinstance(node, ast.FunctionDef) else []
-            if isinstance(node, ast.ClassDef):
-                owner = getattr(module, node.name)
-                functions = [
-                    (owner, item)
-                    for item in node.body
-                    if isinstance(item, ast.FunctionDef)
-                ]
-            for owner, function in functions:
-                label = labelled_day(function)
-                if label is None or label <= (week, day):
-                    continue
-                name = f"{path.stem}.{function.name}"
-                replacement = stub(name)
-                if any(ast.unparse(d) == "property" for d in function.decorator_list):
-                    replacement = property(replacement)
-                setattr(owner, function.name, replacement)
-                if owner is module and hasattr(tiny_llm_ref, function.name):
-                    setattr(tiny_llm_ref, function.name, replacement)
-                stubbed.append(name)
-    return stubbed
-
-
 @skeleton_check
-@pytest.mark.parametrize("week, day", [(2, 6), (3, 1), (3, 2)])
-def test_a_days_tests_need_nothing_the_skeleton_labels_later(week, day):
-    """Day 6's tests pass on the reference with every function the skeleton labels
-    Day 7 or later made to raise: a learner who has done day 6 passes them. (Day 6
-    is checked because its scheduler is where day 7's work is easiest to need;
-    week 3 day 1 because its engine tests reach for the paged cache (a learner's
-    walk found one that did); week 3 day 2 because its paged cache is where day 3's
-    prefix caching is.)"""
-    files = [
-        str(p.relative_to(ROOT))
-        for pattern in (
-            f"test_week_{week}_day_{day}.py",
-            f"test_week_{week}_day_{day}_*.py",
-        )
-        for p in sorted((ROOT / "tests").glob(pattern))
-    ]
-    code = (
-        "import sys, pytest\n"
-        "from tests.test_api import stub_later_days\n"
-        f"assert stub_later_days({week}, {day})\n"
-        f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *{files!r}]))\n"
-    )
-    env = dict(os.environ, TINY_LLM_SOLUTION="ref")
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, (
-        f"Week {week} Day {day}'s tests need a function the skeleton labels later: "
-        "label it with the day that first needs it "
-        f"(this {UNTOUCHED_SKELETON})\n{result.stdout[-3000:]}{result.stderr[-2000:]}"
-    )
+def test_a_day_runs_with_what_the_skeleton_labels_later_raising():
+    """The stubs later_days puts in place for a day's tests (week 3 day 1 here):
+    week 3 day 2's BlockPool raises, naming both days, and is itself again after."""
+    with later_days_stubbed(3, 1) as stubbed:
+        assert "block_pool.__init__" in stubbed
+        with pytest.raises(NotImplementedError, match="labels Week 3 Day 2"):
+            tiny_llm_ref.BlockPool(4, 2)
+    assert tiny_llm_ref.BlockPool(4, 2).available == 4
 
 
 @skeleton_check

@@ -1,6 +1,11 @@
 """main.py and batch-main.py as a user runs them: each bad input gets one line on
 stderr and an exit status (2: bad input, 1: a model that cannot be loaded or a request
-that failed, 130: Ctrl-C), never a traceback."""
+that failed, 130: Ctrl-C), never a traceback.
+
+Most checks run the script's main in this process, piped input through a real pipe
+(tests/cli_runs.py); what only a process shows runs in one: the one-line wrapper
+(each script's first bad input), a piped prompt answered, Ctrl-C, the slow-BLAS
+note, the first run's conversion."""
 
 import json
 import os
@@ -17,30 +22,13 @@ import tiny_llm_ref
 from scripts.commands import cli
 from scripts.commands.interrupt import READY_LINE, READY_VARIABLE
 
-from .cli_runs import run_in_process
+from .cli_runs import assert_one_line_error, run_in_process, run_in_subprocess
 from tiny_llm_base import fast_blas
 from tiny_llm_base import embedded_model as store
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 8192  # the embedded SmolLM2's max_position_embeddings (its GGUF metadata)
 DEFAULT_PROMPT = "Give me three tips for a good night's sleep."
-
-
-def run(script: str, *args: str, stdin: str | bytes | None = None, env=None):
-    """Run a CLI to the end, its output decoded; stdin None is /dev/null, which is
-    not a pipe: main does not read it."""
-    data = stdin.encode() if isinstance(stdin, str) else stdin
-    result = subprocess.run(
-        [sys.executable, script, *args],
-        cwd=ROOT,
-        input=data,
-        stdin=subprocess.DEVNULL if data is None else None,
-        capture_output=True,
-        env={**os.environ, **(env or {})},
-        timeout=300,
-    )
-    result.stdout, result.stderr = result.stdout.decode(), result.stderr.decode()
-    return result
 
 
 def stderr_lines(result) -> list[str]:
@@ -50,14 +38,6 @@ def stderr_lines(result) -> list[str]:
 def slow_blas_is_reported() -> bool:
     """Linux computing on the CPU: where MLX's bundled BLAS would do the matmuls."""
     return fast_blas.needs_openblas() and fast_blas.computes_on_cpu()
-
-
-def assert_one_line_error(result, status: int, message: str) -> None:
-    lines = stderr_lines(result)
-    assert result.returncode == status, result.stderr
-    assert "Traceback" not in result.stderr
-    assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
-    assert lines[-1].startswith("error: ") and message in lines[-1], lines
 
 
 @pytest.fixture(scope="module")
@@ -236,12 +216,8 @@ MAIN_BAD_INPUT = {
 def test_main_refuses_bad_input_with_one_line(case, damaged_models, embedded_model):
     args, stdin, status, message = MAIN_BAD_INPUT[case]
     args = [arg.format(damaged=damaged_models) for arg in args]
-    in_subprocess = stdin is not None or case == next(iter(MAIN_BAD_INPUT))
-    result = (
-        run("main.py", *args, stdin=stdin)
-        if in_subprocess
-        else run_in_process("main.py", *args)
-    )
+    runner = run_in_subprocess if case == next(iter(MAIN_BAD_INPUT)) else run_in_process
+    result = runner("main.py", *args, stdin=stdin)
     if "{needed}" in message:  # the default prompt's tokens, counted here
         _, tokenizer = embedded_model
         turn = {"role": "user", "content": DEFAULT_PROMPT}
@@ -347,7 +323,11 @@ def test_batch_main_refuses_bad_input_with_one_line(
     )
     args, status, message = BATCH_MAIN_BAD_INPUT[case]
     names = {"damaged": damaged_models, "tmp": tmp_path, "per_token": kv_bytes_a_token}
-    runner = run if case == next(iter(BATCH_MAIN_BAD_INPUT)) else run_in_process
+    runner = (
+        run_in_subprocess
+        if case == next(iter(BATCH_MAIN_BAD_INPUT))
+        else run_in_process
+    )
     result = runner("batch-main.py", *[arg.format(**names) for arg in args])
     assert_one_line_error(result, status, message.format(**names))
 
@@ -372,7 +352,7 @@ def test_batch_main_says_how_many_tokens_its_kv_memory_holds(
 ):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Hi!\nWhat is 2 plus 2?\n")
-    result = run(
+    result = run_in_process(
         "batch-main.py",
         "--prompts-file",
         str(prompts),
@@ -401,7 +381,7 @@ def test_batch_main_says_a_dense_cache_holds_batch_size_x_max_seq_len(
 ):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Hi!\n")
-    result = run(
+    result = run_in_process(
         "batch-main.py",
         "--prompts-file",
         str(prompts),
@@ -424,7 +404,7 @@ def test_batch_main_says_a_dense_cache_holds_batch_size_x_max_seq_len(
 
 
 def test_main_answers_a_piped_prompt_through_the_fast_week2_model():
-    result = run(
+    result = run_in_subprocess(
         "main.py", "--max-tokens", "8", stdin="What is the capital of France?\n"
     )
     assert result.returncode == 0, result.stderr
@@ -435,7 +415,7 @@ def test_main_answers_a_piped_prompt_through_the_fast_week2_model():
 
 
 def test_main_reads_the_prompt_from_stdin_with_prompt_dash():
-    result = run(
+    result = run_in_process(
         "main.py",
         "--prompt",
         "-",
@@ -448,7 +428,7 @@ def test_main_reads_the_prompt_from_stdin_with_prompt_dash():
 
 
 def test_main_prefers_prompt_over_piped_input():
-    result = run(
+    result = run_in_process(
         "main.py",
         "--prompt",
         "What is the capital of France?",
@@ -463,7 +443,7 @@ def test_main_prefers_prompt_over_piped_input():
 def test_batch_main_clamps_max_seq_len_to_the_context(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Hi!\n")
-    result = run(
+    result = run_in_process(
         "batch-main.py",
         "--prompts-file",
         str(prompts),
@@ -482,7 +462,7 @@ def test_batch_main_clamps_max_seq_len_to_the_context(tmp_path):
 def test_batch_main_fails_when_a_request_fails_and_prints_its_whole_error(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Hi!\n" + "word " * 60 + "\n")
-    result = run(
+    result = run_in_process(
         "batch-main.py",
         "--prompts-file",
         str(prompts),
@@ -550,7 +530,9 @@ def test_ctrl_c_during_the_first_conversion_leaves_a_folder_the_next_run_repairs
     assert status == 130 and stderr.splitlines()[-1].endswith("interrupted")
     assert "Traceback" not in stderr
     assert not store.folder_is_intact(tmp_path / store.MODEL_DIR_NAME)
-    result = run("main.py", "--max-tokens", "1", env={"TINY_LLM_MODELS": str(tmp_path)})
+    result = run_in_process(
+        "main.py", "--max-tokens", "1", env={"TINY_LLM_MODELS": str(tmp_path)}
+    )
     assert result.returncode == 0, result.stderr
     assert store.folder_is_intact(tmp_path / store.MODEL_DIR_NAME)
     assert not (tmp_path / (store.MODEL_DIR_NAME + ".partial")).exists()
@@ -583,7 +565,9 @@ def test_importing_mlx_first_warns_in_one_line_that_blas_is_slow():
 
 
 def test_main_says_in_one_line_when_blas_is_slow():
-    result = run("main.py", "--max-tokens", "9000", env={"TINY_LLM_FAST_BLAS": "0"})
+    result = run_in_subprocess(
+        "main.py", "--max-tokens", "9000", env={"TINY_LLM_FAST_BLAS": "0"}
+    )
     lines = stderr_lines(result)
     if not slow_blas_is_reported():
         assert not lines[0].startswith("note:")
@@ -686,7 +670,7 @@ def test_learner_runs_the_newest_kv_cache_it_has_built(
 
 
 def test_main_help_describes_the_sampling_options():
-    result = run("main.py", "--help")
+    result = run_in_process("main.py", "--help")
     assert result.returncode == 0, result.stderr
     # Each option's block: its line and the indented lines after it, up to the next.
     blocks = {}
@@ -707,13 +691,15 @@ def test_main_help_describes_the_sampling_options():
 
 
 def test_main_answers_the_default_question_on_topic():
-    result = run("main.py", "--max-tokens", "40")
+    result = run_in_process("main.py", "--max-tokens", "16")
     assert result.returncode == 0, result.stderr
     assert "sleep" in result.stdout.lower()
 
 
 def test_first_run_in_a_pipe_says_what_it_is_doing_in_plain_lines(tmp_path):
-    result = run("main.py", "--max-tokens", "1", env={"TINY_LLM_MODELS": str(tmp_path)})
+    result = run_in_subprocess(
+        "main.py", "--max-tokens", "1", env={"TINY_LLM_MODELS": str(tmp_path)}
+    )
     assert result.returncode == 0, result.stderr
     folder = tmp_path / store.MODEL_DIR_NAME
     lines = stderr_lines(result)

@@ -3,36 +3,16 @@ model or benchmark work, in one `error:` line on stderr naming the option, with 
 status 2 and no traceback; `book --build --dest` never deletes what it did not write."""
 
 import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .cli_runs import run_in_process
+from .cli_runs import assert_one_line_error, run_in_process
+from .cli_runs import run_in_subprocess as run
+from .helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 8192  # the embedded SmolLM2's max_position_embeddings
-
-
-def run(module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def assert_one_line_error(result, message: str) -> None:
-    lines = result.stderr.splitlines()
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    assert [line for line in lines if line.startswith("error:")] == [lines[-1]], lines
-    assert lines[-1].startswith("error: ") and message in lines[-1], lines
 
 
 BENCH = "scripts.bench.bench"
@@ -237,32 +217,33 @@ IN_A_SUBPROCESS = {
 def test_scripts_refuse_bad_options_with_one_line(case):
     module, args, message = BAD_OPTIONS[case]
     runner = run if case in IN_A_SUBPROCESS else run_in_process
-    assert_one_line_error(runner(module, *args), message)
+    assert_one_line_error(runner(module, *args), 2, message)
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (
-            ["--policy", "mixed", "--token-budget", "5"],
-            "error: --token-budget must be at least 9, got 5",
-        ),
-        (
-            ["--kv-cache", "paged", "--max-seq-len", "512", "--kv-memory", "1MiB"],
-            "error: --kv-memory 1.0 MiB holds 16 tokens at ",
-        ),
-        (
-            ["--kv-cache", "dense", "--max-seq-len", "512", "--kv-memory", "1MiB"],
-            "error: a dense cache of --batch-size 8 x --max-seq-len 512 needs ",
-        ),
-    ],
-)
+ENGINE_REFUSALS = [
+    (
+        ["--policy", "mixed", "--token-budget", "5"],
+        "error: --token-budget must be at least 9, got 5",
+    ),
+    (
+        ["--kv-cache", "paged", "--max-seq-len", "512", "--kv-memory", "1MiB"],
+        "error: --kv-memory 1.0 MiB holds 16 tokens at ",
+    ),
+    (
+        ["--kv-cache", "dense", "--max-seq-len", "512", "--kv-memory", "1MiB"],
+        "error: a dense cache of --batch-size 8 x --max-seq-len 512 needs ",
+    ),
+]
+
+
+@pytest.mark.parametrize("args, message", ENGINE_REFUSALS)
 def test_serve_names_the_option_when_the_engine_refuses_a_setting(args, message):
-    with socket.socket() as probe:  # a free port: the server may bind before it
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    result = run(SERVE, "--port", port, *args)
-    assert_one_line_error(result, message)
+    """The engine's refusal, after the model loaded: in a new interpreter for the
+    first setting, in this process for the others."""
+    runner = run if args == ENGINE_REFUSALS[0][0] else run_in_process
+    # A free port: the server may bind before it.
+    result = runner(SERVE, "--port", str(free_port()), *args)
+    assert_one_line_error(result, 2, message)
     if "--kv-memory 1.0 MiB" in message:  # the engine's advice, in option names
         assert (
             "one request of --max-seq-len=512 needs 32 blocks of 16: pass "
@@ -277,6 +258,7 @@ def test_book_build_refuses_a_folder_it_did_not_write(tmp_path):
     result = run(BOOK, "--build", "--dest", str(mine.parent))
     assert_one_line_error(
         result,
+        2,
         f"--dest {mine.parent} is not empty and holds no book written by",
     )
     assert mine.read_text() == "keep me"
@@ -287,7 +269,7 @@ def test_book_build_refuses_a_file_as_its_folder(tmp_path):
     file = tmp_path / "book.html"
     file.write_text("keep me")
     result = run(BOOK, "--build", "--dest", str(file))
-    assert_one_line_error(result, f"--dest {file} is a file, not a folder")
+    assert_one_line_error(result, 2, f"--dest {file} is a file, not a folder")
     assert file.read_text() == "keep me"
 
 

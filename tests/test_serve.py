@@ -16,11 +16,8 @@ requests with the engine's error, and /health says so.
 """
 
 import asyncio
-import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -29,21 +26,30 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import tiny_llm_ref
-import uvicorn
-from tiny_llm_base import EngineConfig, PromptSpec
-from tiny_llm_serve import ConstraintFactory, ServerSettings, create_app
+from tiny_llm_base import PromptSpec
+from tiny_llm_serve import ServerSettings, create_app
 
 from .cli_runs import ServeCli
+from .helpers import free_port, kv_bytes_a_token
+from .servers import (
+    API_KEY,
+    CHAT,
+    COMPLETIONS,
+    HI,
+    MAX_SEQ_LEN,
+    REF_CONSTRAINTS,
+    SEA,
+    WAIT_S,
+    BrokenEngine,
+    RunningServer,
+    chat_prompt,
+    wait_idle,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-API_KEY = "test-key"
 MODEL = "test-model"
-MAX_SEQ_LEN = 512
 MAX_BODY_BYTES = 64 * 1024
 BATCH_SIZE = 8
-WAIT_S = 60  # the longest any one wait may take
-# The reference's constraint kinds, passed to create_app beside its make_sampler.
-REF_CONSTRAINTS = ConstraintFactory.of(tiny_llm_ref)
 QUESTIONS = [
     "What is the capital of France?",
     "Name three primary colors.",
@@ -52,39 +58,9 @@ QUESTIONS = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RunningServer:
-    """uvicorn serving `app` in a thread; stop() ends it."""
-
-    def __init__(self, app):
-        self.app = app
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + WAIT_S
-        while not self.server.started:
-            assert self.thread.is_alive(), "the server thread died while starting"
-            assert time.monotonic() < deadline, "the server did not start in time"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=WAIT_S)
-
-
 @pytest.fixture(scope="module")
-def model(embedded_model):
-    return tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+def model(embedded_week2_model):
+    return embedded_week2_model(True, "auto", tiny_llm_ref)
 
 
 @pytest.fixture(scope="module")
@@ -124,15 +100,9 @@ def http(server):
         yield c
 
 
-def chat_prompt(tokenizer, question: str) -> list[int]:
-    messages = [{"role": "user", "content": question}]
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
-
-
-SEA = "Write one sentence about the sea."
 RAW = "The three largest cities in Europe are"
 MAX_TOKENS = 8  # for QUESTIONS
-SEA_TOKENS = 24
+SEA_TOKENS = 8  # enough words: the stop string is the third one
 
 
 @pytest.fixture(scope="module")
@@ -150,17 +120,6 @@ def want(model, tokenizer) -> dict[str, object]:
 
 def openai_reason(result) -> str:
     return {"stop": "stop", "length": "length"}[result.finish_reason]
-
-
-def wait_idle(http) -> dict:
-    """The engine status once nothing runs or waits (bounded)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        status = http.get("/engine").json()
-        if status["running"] == 0 and status["waiting"] == 0:
-            return status
-        assert time.monotonic() < deadline, f"the engine did not go idle: {status}"
-        time.sleep(0.05)
 
 
 def scrape(http) -> dict[str, float]:
@@ -426,9 +385,6 @@ def long_text(tokens_at_least: int) -> str:
     return "word " * tokens_at_least
 
 
-CHAT = "/v1/chat/completions"
-COMPLETIONS = "/v1/completions"
-HI = [{"role": "user", "content": "Hi"}]
 # (name, method, path, body (a dict, or raw bytes), status, param the error names)
 BAD_INPUTS = [
     ("malformed JSON", "POST", CHAT, b'{"messages": [', 400, None),
@@ -769,30 +725,6 @@ def test_models_health_and_chat_page(client, http):
 # An engine whose step raises: its requests fail with the engine's error.
 
 
-class BrokenEngine:
-    """The Engine's interface as the server uses it, with a step that raises."""
-
-    config = EngineConfig(batch_size=2, max_seq_len=64, policy="alternate")
-
-    def __init__(self, tokenizer, vocab_size):
-        self.tokenizer = tokenizer
-        self.model = type("Model", (), {"vocab_size": vocab_size})()
-        self.added = []
-
-    def add_request(self, spec: PromptSpec) -> int:
-        self.added.append(spec)
-        return len(self.added) - 1
-
-    def abort(self, request_id: int) -> None:
-        pass
-
-    def has_unfinished(self) -> bool:
-        return bool(self.added)
-
-    def step(self):
-        raise NotImplementedError("Week 2 Day 6: Engine.step")
-
-
 def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
     engine = BrokenEngine(tokenizer, model.vocab_size)
     app = create_app(
@@ -848,18 +780,6 @@ def test_serve_refuses_bad_options_with_one_line(arguments, complaint):
 
 
 # The KV budget: how many tokens fit, said at start-up and in /metrics.
-
-
-def kv_bytes_a_token(model) -> int:
-    """Keys and values of one token over all layers, from the embedded model's
-    config: 2 (keys, values) x KV heads x head_dim x layers x the bytes of a number
-    the model computes in (its embedding's dtype)."""
-    args = model.args  # the embedded model's config.json, as mlx-lm read it
-    head_dim = getattr(args, "head_dim", None) or (
-        args.hidden_size // args.num_attention_heads
-    )
-    element = model.embedding.weight.dtype.size
-    return 2 * args.num_key_value_heads * head_dim * args.num_hidden_layers * element
 
 
 def test_serve_says_and_reports_how_many_tokens_its_kv_memory_holds(model):

@@ -5,18 +5,16 @@ API key (`open_server`), one with (`keyed`). Raw sockets send what no client
 library would: a body shorter than its Content-Length, a hang-up mid-body, a second
 request on a connection after a 500. The CLI itself (`python -m
 scripts.commands.serve`) is started for what only a process shows: the start-up
-lines, a port already in use, and SIGTERM with a stream open.
+lines, and SIGTERM or Ctrl-C with a stream open; a port already in use runs its main
+in this process.
 """
 
 import base64
 import json
 import logging
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -28,21 +26,20 @@ import tiny_llm_ref
 from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
-from .cli_runs import ServeCli
-from .test_serve import (
+from .cli_runs import ServeCli, run_in_process
+from .helpers import free_port
+from .servers import (
     API_KEY,
     CHAT,
     COMPLETIONS,
     HI,
     MAX_SEQ_LEN,
     REF_CONSTRAINTS,
-    ROOT,
     SEA,
     WAIT_S,
     BrokenEngine,
     RunningServer,
     chat_prompt,
-    free_port,
     wait_idle,
 )
 
@@ -64,8 +61,8 @@ def small_engine(model, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def model(embedded_model, tokenizer):
-    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+def model(embedded_week2_model, tokenizer):
+    model = embedded_week2_model(True, "auto", tiny_llm_ref)
     # Run it once here: MLX cannot evaluate on the engine thread the arrays this
     # thread left lazy ("There is no Stream(cpu, 0) in current thread").
     tiny_llm_ref.batch_generate(model, tokenizer, [PromptSpec([1, 2, 3], 1)])
@@ -174,8 +171,8 @@ def test_usage_counts_the_tokens_up_to_the_stop_string(open_server, model, token
     """Whole and streamed, identical greedy requests count the same tokens: those
     up to the one that completed the stop string, none generated after it."""
     stop = "s"
-    (full,) = tiny_llm_ref.batch_generate(
-        model, tokenizer, [PromptSpec(chat_prompt(tokenizer, SEA), 24)]
+    (full,) = tiny_llm_ref.batch_generate(  # the stop comes in the first tokens
+        model, tokenizer, [PromptSpec(chat_prompt(tokenizer, SEA), 8)]
     )
     assert stop in full.text, full.text
     want = next(
@@ -461,27 +458,14 @@ def serve_options(port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def serve_command(port: int) -> list[str]:
-    return [sys.executable, "-m", "scripts.commands.serve", *serve_options(port)]
-
-
-def cli_env() -> dict:
-    return {k: v for k, v in os.environ.items() if k != "TINY_LLM_API_KEY"}
-
-
 def test_a_port_in_use_is_one_error_line_and_status_1():
+    """In this process (the one-line wrapper is the subprocess tests' to show):
+    the model loads and the engine is built before the port is found taken."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            serve_command(port),
-            cwd=ROOT,
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=WAIT_S * 3,
-        )
+        result = run_in_process("scripts.commands.serve", *serve_options(port))
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1, result.stderr
     assert not any(line.startswith("serving") for line in lines), result.stderr

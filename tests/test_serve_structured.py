@@ -10,6 +10,7 @@ what is wrong; a constrained request beside a plain one leaves the plain one its
 greedy answer.
 """
 
+import dataclasses
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -20,11 +21,10 @@ import openai
 import pytest
 
 import tiny_llm_ref
-from tiny_llm_serve import ConstraintFactory, ServerSettings, create_app
+from tiny_llm_serve import ServerSettings, create_app
 
-from .test_serve import REF_CONSTRAINTS, BrokenEngine, RunningServer
+from .servers import REF_CONSTRAINTS, WAIT_S, BrokenEngine, RunningServer
 
-WAIT_S = 60
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -37,8 +37,8 @@ SCHEMA = {
 
 
 @pytest.fixture(scope="module")
-def server(embedded_model):
-    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+def server(embedded_model, embedded_week2_model):
+    model = embedded_week2_model(True, "auto", tiny_llm_ref)
     # One run here first: the model's lazily built arrays are evaluated on this
     # thread, not first on the engine's (MLX streams belong to a thread).
     tiny_llm_ref.batch_generate(model, embedded_model[1], [[1, 2, 3]], max_tokens=2)
@@ -85,27 +85,28 @@ def test_response_format_json_schema_gives_a_valid_answer(client):
 
 
 def test_json_object_and_vllm_options_match(client):
-    answer = ask(
-        client, "Is the sky blue?", extra_body={"guided_choice": ["yes", "no"]}
-    )
-    assert answer.message.content in ("yes", "no")
+    """Asked at once, so that the engine steps them together."""
     pattern = r"\d{4}-\d{2}-\d{2}"
-    answer = ask(client, "A date, please.", extra_body={"guided_regex": pattern})
-    assert re.fullmatch(pattern, answer.message.content)
-    answer = ask(
-        client, "Give me JSON.", extra_body={"structured_outputs": {"json": SCHEMA}}
-    )
-    jsonschema.validate(json.loads(answer.message.content), SCHEMA)
-    answer = ask(
-        client,
-        "A fruit.",
-        extra_body={"structured_outputs": {"choice": ["apple", "pear"]}},
-    )
-    assert answer.message.content in ("apple", "pear")
-    answer = ask(client, "A person.", response_format={"type": "json_object"})
-    assert answer.message.content.startswith("{")
-    if answer.finish_reason == "stop":
-        assert isinstance(json.loads(answer.message.content), dict)
+    questions = [
+        ("Is the sky blue?", {"extra_body": {"guided_choice": ["yes", "no"]}}),
+        ("A date, please.", {"extra_body": {"guided_regex": pattern}}),
+        ("Give me JSON.", {"extra_body": {"structured_outputs": {"json": SCHEMA}}}),
+        (
+            "A fruit.",
+            {"extra_body": {"structured_outputs": {"choice": ["apple", "pear"]}}},
+        ),
+        ("A person.", {"response_format": {"type": "json_object"}}),
+    ]
+    with ThreadPoolExecutor(len(questions)) as pool:
+        futures = [pool.submit(ask, client, q, **options) for q, options in questions]
+        choice, date, person, fruit, anything = [f.result() for f in futures]
+    assert choice.message.content in ("yes", "no")
+    assert re.fullmatch(pattern, date.message.content)
+    jsonschema.validate(json.loads(person.message.content), SCHEMA)
+    assert fruit.message.content in ("apple", "pear")
+    assert anything.message.content.startswith("{")
+    if anything.finish_reason == "stop":
+        assert isinstance(json.loads(anything.message.content), dict)
 
 
 def test_a_constraint_that_cannot_finish_ends_with_length(client):
@@ -308,7 +309,7 @@ def test_a_package_without_structured_outputs_gets_a_501(tokenizer):
     def unwritten(constraint, tokenizer, vocab_size):
         raise NotImplementedError("Week 3 Day 5: start_constraint")
 
-    factory = ConstraintFactory(tiny_llm_ref.Regex, tiny_llm_ref.Choice, unwritten)
+    factory = dataclasses.replace(REF_CONSTRAINTS, start=unwritten)
     engine = BrokenEngine(tokenizer, tokenizer.vocab_size)
     settings = ServerSettings("test-model")
     running = RunningServer(

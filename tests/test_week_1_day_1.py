@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from mlx import nn
 
-from .helpers import assert_close
+from .helpers import assert_close, random_qkv
 from .solution import tiny
 
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
@@ -44,25 +44,19 @@ def test_silu(dtype):
     assert_close(tiny.silu(x), nn.silu(x), dtype)
 
 
-def random_qkv(batch, heads, length, source_length, dim, dtype):
-    q = mx.random.normal((batch, heads, length, dim)).astype(dtype)
-    k = mx.random.normal((batch, heads, source_length, dim)).astype(dtype)
-    v = mx.random.normal((batch, heads, source_length, dim)).astype(dtype)
-    return q, k, v
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1, 8), (2, 3, 5, 7, 16), (3, 2, 9, 9, 12)])
 def test_attention_simple(dtype, shape):
-    q, k, v = random_qkv(*shape, dtype)
-    scale = 1.0 / np.sqrt(shape[-1])
+    batch, heads, L, S, dim = shape
+    q, k, v = random_qkv(batch, heads, heads, L, S, dim, dtype)
+    scale = 1.0 / np.sqrt(dim)
     expected = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
     assert_close(tiny.scaled_dot_product_attention_simple(q, k, v), expected, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_simple_with_scale_and_mask(dtype):
-    q, k, v = random_qkv(2, 3, 4, 6, 8, dtype)
+    q, k, v = random_qkv(2, 3, 3, 4, 6, 8, dtype)
     mask = mx.random.normal((2, 3, 4, 6)).astype(dtype)
     expected = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.7, mask=mask)
     actual = tiny.scaled_dot_product_attention_simple(q, k, v, scale=0.7, mask=mask)

@@ -8,20 +8,10 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from .helpers import assert_close
+from .helpers import assert_close, numpy_chunk_mask, random_qkv
 from .solution import tiny
 
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
-
-
-def numpy_chunk_mask(L: int, S: int) -> np.ndarray:
-    """Queries at absolute positions S - L .. S - 1; query i sees key j iff j <= S - L + i."""
-    mask = np.zeros((L, S), dtype=np.float32)
-    for i in range(L):
-        for j in range(S):
-            if j > S - L + i:
-                mask[i, j] = -np.inf
-    return mask
 
 
 @pytest.mark.parametrize("L, S", [(1, 1), (4, 4), (3, 7), (1, 9), (5, 12)])
@@ -42,13 +32,6 @@ def test_causal_mask_square_is_lower_triangular():
 
 def test_causal_mask_single_query_masks_nothing():
     np.testing.assert_array_equal(np.array(tiny.causal_mask(1, 10, mx.float32)), 0)
-
-
-def random_qkv(batch, q_heads, kv_heads, L, S, dim, dtype):
-    q = mx.random.normal((batch, q_heads, L, dim)).astype(dtype)
-    k = mx.random.normal((batch, kv_heads, S, dim)).astype(dtype)
-    v = mx.random.normal((batch, kv_heads, S, dim)).astype(dtype)
-    return q, k, v
 
 
 # (batch, query heads, key/value heads, L, S, head dim)

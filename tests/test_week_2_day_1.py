@@ -240,10 +240,10 @@ def test_last_position_only_gives_mlx_lm_last_logits(fast, lengths):
 
 
 @pytest.fixture(scope="module")
-def embedded_week2(embedded_model):
-    """(Qwen2ModelWeek2 with float32 weights, mlx-lm model, tokenizer), built once."""
+def embedded_week2(embedded_model, embedded_week2_model):
+    """(Qwen2ModelWeek2 with float32 weights, mlx-lm model, tokenizer)."""
     mlx_model, tokenizer = embedded_model
-    return tiny.Qwen2ModelWeek2(mlx_model, weights="float32"), mlx_model, tokenizer
+    return embedded_week2_model(False), mlx_model, tokenizer
 
 
 def test_embedded_model_prefill_then_decode_matches_mlx_lm(embedded_week2):
@@ -263,12 +263,12 @@ def test_embedded_model_prefill_then_decode_matches_mlx_lm(embedded_week2):
 
 @pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
 def test_embedded_model_last_position_only_matches_mlx_lm_float32(
-    embedded_week2, embedded_float32_reference, fast
+    embedded_week2, embedded_week2_model, embedded_float32_reference, fast
 ):
     """On the same float32 weights as mlx-lm's model: a prompt prefilled in two
     chunks, each giving only its last position's logits."""
-    _, mlx_model, tokenizer = embedded_week2
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=fast)
+    _, _, tokenizer = embedded_week2
+    model = embedded_week2_model(fast)
     ids = tokenizer.encode(
         "The capital of France is Paris, and the capital of Italy is"
     )

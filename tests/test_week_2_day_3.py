@@ -106,16 +106,16 @@ def embedded_inputs(embedded_model):
 
 
 @pytest.mark.parametrize("weights", ["float32", "quantized"])
-def test_embedded_model_fast_kernels_match_mlx_lm(embedded_inputs, weights):
+def test_embedded_model_fast_kernels_match_mlx_lm(
+    embedded_inputs, embedded_week2_model, weights
+):
     """weights="quantized" multiplies by the packed 4-bit weights: with
     quantized_matmul by hand, mx.quantized_matmul on the fast path."""
     mlx_model, inputs, expected = embedded_inputs
     lengths = [inputs.shape[1] - 3, 1, 1, 1]
     results = {}
     for use_fast_kernels in (False, True):
-        model = tiny.Qwen2ModelWeek2(
-            mlx_model, weights=weights, use_fast_kernels=use_fast_kernels
-        )
+        model = embedded_week2_model(use_fast_kernels, weights)
         results[use_fast_kernels] = feed(model, inputs, lengths)
         assert_close(results[use_fast_kernels], expected, EMBEDDED_LOGIT_ATOL)
     assert_close(results[True], results[False], FAST_VS_SLOW_ATOL)

@@ -14,7 +14,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from .helpers import assert_within
+from .helpers import assert_within, numpy_attention
 from .solution import tiny
 
 # Float32 attention outputs (values ~N(0, 1)) against float64. The keys are scaled
@@ -31,26 +31,6 @@ SMALLEST_NORMAL = 2.0**-126
 
 def kernels():
     return tiny.cpu_kernels
-
-
-def numpy_attention(q, k, v, scale, mask) -> np.ndarray:
-    """softmax(q k^T scale + mask) v in float64, key/value heads repeated."""
-    q, k, v = (np.array(a.astype(mx.float32)).astype(np.float64) for a in (q, k, v))
-    _, H_q, L, _ = q.shape
-    S = k.shape[2]
-    n_repeats = H_q // k.shape[1]
-    k, v = np.repeat(k, n_repeats, axis=1), np.repeat(v, n_repeats, axis=1)
-    scores = q @ k.swapaxes(-1, -2) * scale
-    if isinstance(mask, str):
-        visible = np.arange(S)[None, :] <= np.arange(S - L, S)[:, None]
-        scores = np.where(visible, scores, -np.inf)
-    elif mask is not None and mask.dtype == mx.bool_:
-        scores = np.where(np.array(mask), scores, -np.inf)
-    elif mask is not None:
-        scores = scores + np.array(mask.astype(mx.float32)).astype(np.float64)
-    scores -= scores.max(axis=-1, keepdims=True)
-    weights = np.exp(scores)
-    return (weights / weights.sum(axis=-1, keepdims=True)) @ v
 
 
 def inputs(B, H_q, H, L, S, D, dtype=mx.float32, seed=0):

@@ -6,7 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from .helpers import assert_within
+from .helpers import assert_within, numpy_attention, numpy_chunk_mask, random_qkv
 from .solution import tiny
 
 # Against float64 numpy on the same (rounded) inputs, flash attention only rounds its
@@ -26,40 +26,11 @@ SHAPES = [
 ]
 
 
-def numpy_attention(query, key, value, scale, mask=None):
-    """softmax(q k^T * scale + mask) v in float64, with K/V repeated per query head."""
-    q, k, v = (
-        np.array(x.astype(mx.float32), dtype=np.float64) for x in (query, key, value)
-    )
-    n_repeats = q.shape[1] // k.shape[1]
-    k = np.repeat(k, n_repeats, axis=1)
-    v = np.repeat(v, n_repeats, axis=1)
-    scores = q @ k.swapaxes(-1, -2) * scale
-    if mask is not None:
-        scores = scores + mask
-    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return weights / weights.sum(axis=-1, keepdims=True) @ v
-
-
-def numpy_chunk_mask(L, S):
-    """0 where key j <= (S - L) + query i, -inf elsewhere."""
-    query_pos = np.arange(L)[:, None] + (S - L)
-    key_pos = np.arange(S)[None, :]
-    return np.where(key_pos <= query_pos, 0.0, -np.inf)
-
-
 def numpy_random_mask(shape, rng):
     """Additive mask with ~30% -inf entries; key 0 is always kept, so no row is empty."""
     mask = np.where(rng.random(shape) < 0.3, -np.inf, rng.normal(size=shape))
     mask[..., 0] = 0.0
     return mask
-
-
-def random_qkv(B, H_q, H, L, S, D, dtype):
-    query = mx.random.normal((B, H_q, L, D)).astype(dtype)
-    key = mx.random.normal((B, H, S, D)).astype(dtype)
-    value = mx.random.normal((B, H, S, D)).astype(dtype)
-    return query, key, value
 
 
 def assert_close(actual, expected, tolerance):

@@ -134,12 +134,10 @@ def test_batch_matches_each_prompt_alone(reference, fast):
 
 
 @pytest.fixture(scope="module")
-def embedded_float32(embedded_model, embedded_float32_reference):
+def embedded_float32(embedded_model, embedded_week2_model, embedded_float32_reference):
     """(reference, model, tokenizer): mlx-lm's model on the embedded weights
     dequantized to float32, and Qwen2ModelWeek2 dequantizing them itself."""
-    mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
-    return embedded_float32_reference, model, tokenizer
+    return embedded_float32_reference, embedded_week2_model(False), embedded_model[1]
 
 
 def test_embedded_model_batch_matches_each_prompt_alone(embedded_float32):

@@ -60,10 +60,10 @@ def always(token: int, seen: list[mx.array] | None = None):
 
 
 @pytest.fixture(scope="module")
-def embedded_run(embedded_model, embedded_float32_reference):
+def embedded_run(embedded_model, embedded_week2_model, embedded_float32_reference):
     """Our batch run and mlx-lm's answers, one prompt at a time, on the same weights."""
-    mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
+    tokenizer = embedded_model[1]
+    model = embedded_week2_model(False)
     snapshots = []
     results = tiny.batch_generate(
         model,

@@ -234,10 +234,10 @@ def test_chunked_prefill_tokens_do_not_depend_on_chunk_or_batch_size(
 
 
 @pytest.fixture(scope="module")
-def embedded_setup(embedded_model, embedded_float32_reference):
+def embedded_setup(embedded_model, embedded_week2_model, embedded_float32_reference):
     """The float32 tiny model, and mlx-lm's greedy tokens on a float32 copy."""
-    mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    tokenizer = embedded_model[1]
+    model = embedded_week2_model(True)
     prompts = [chat_ids(tokenizer, p) for p in EMBEDDED_PROMPTS]
     assert len(prompts[1]) >= 140
     expected = expected_tokens(embedded_float32_reference, prompts, 6, tokenizer)

@@ -106,8 +106,9 @@ def run_separately(model, step: Step):
     return decode_logits, chunk_logits, batch, caches
 
 
-def assert_same_step(model, step: Step, atol: float) -> None:
-    """Logits and every cache after the mixed step equal the separate forwards'."""
+def assert_same_step(model, step: Step, atol: float) -> tuple:
+    """Logits and every cache after the mixed step equal the separate forwards';
+    returns the mixed step's run (run_mixed), for assert_matches_mlx_lm."""
     mixed = run_mixed(model, step)
     separate = run_separately(model, step)
     decode_logits, chunk_logits, batch, caches = mixed
@@ -147,11 +148,13 @@ def assert_same_step(model, step: Step, atol: float) -> None:
                         atol,
                         f"batch layer {layer} slot {slot} {name}",
                     )
+    return mixed
 
 
-def assert_matches_mlx_lm(mlx_model, model, step: Step, atol: float) -> None:
-    """Each sampled row against mlx-lm's last logits for that sequence alone."""
-    decode_logits, chunk_logits, _, _ = run_mixed(model, step)
+def assert_matches_mlx_lm(mlx_model, mixed: tuple, step: Step, atol: float) -> None:
+    """Each sampled row of the mixed step's run (run_mixed) against mlx-lm's last
+    logits for that sequence alone."""
+    decode_logits, chunk_logits, _, _ = mixed
     for slot, tokens in step.decoding.items():
         sequence = mx.array([tokens + [step.decode_tokens[slot]]])
         expected = mlx_model(sequence)[0, -1]
@@ -239,8 +242,8 @@ def test_split_parts_and_join_parts(B, lengths):
 def test_mixed_step_equals_the_separate_forwards(reference, fast):
     model = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=fast)
     step = busy_step(reference.args.vocab_size)
-    assert_same_step(model, step, SAME_FLOAT32_ATOL["random"])
-    assert_matches_mlx_lm(reference, model, step, MLX_LM_ATOL["random"])
+    mixed = assert_same_step(model, step, SAME_FLOAT32_ATOL["random"])
+    assert_matches_mlx_lm(reference, mixed, step, MLX_LM_ATOL["random"])
 
 
 @FAST
@@ -250,8 +253,8 @@ def test_decodes_only_and_chunks_only(reference, fast):
     decodes_only = Step(busy.slots, busy.decoding, busy.decode_tokens)
     chunks_only = Step(0, {}, [], busy.chunks)
     for step in (decodes_only, chunks_only):
-        assert_same_step(model, step, SAME_FLOAT32_ATOL["random"])
-        assert_matches_mlx_lm(reference, model, step, MLX_LM_ATOL["random"])
+        mixed = assert_same_step(model, step, SAME_FLOAT32_ATOL["random"])
+        assert_matches_mlx_lm(reference, mixed, step, MLX_LM_ATOL["random"])
 
 
 @FAST
@@ -267,8 +270,8 @@ def test_a_long_chunk_beside_decodes(fast):
         [5, 6],
         [(tokens(21, vocab, 3), tokens(150, vocab, 4), 1)],
     )
-    assert_same_step(model, step, SAME_FLOAT32_ATOL["random"])
-    assert_matches_mlx_lm(reference, model, step, MLX_LM_ATOL["random"])
+    mixed = assert_same_step(model, step, SAME_FLOAT32_ATOL["random"])
+    assert_matches_mlx_lm(reference, mixed, step, MLX_LM_ATOL["random"])
 
 
 def test_one_forward_and_logits_only_where_sampled(reference):
@@ -434,13 +437,12 @@ def embedded_step(embedded_model):
 
 @FAST
 def test_embedded_model_mixed_step_float32(
-    embedded_model, embedded_float32_reference, embedded_step, fast
+    embedded_week2_model, embedded_float32_reference, embedded_step, fast
 ):
-    mlx_model, _ = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=fast)
-    assert_same_step(model, embedded_step, SAME_FLOAT32_ATOL["embedded"])
+    model = embedded_week2_model(fast)
+    mixed = assert_same_step(model, embedded_step, SAME_FLOAT32_ATOL["embedded"])
     assert_matches_mlx_lm(
-        embedded_float32_reference, model, embedded_step, MLX_LM_ATOL["embedded"]
+        embedded_float32_reference, mixed, embedded_step, MLX_LM_ATOL["embedded"]
     )
 
 

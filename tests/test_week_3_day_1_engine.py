@@ -308,11 +308,11 @@ def streamed_text(tokenizer, tokens: list[int]) -> str:
 
 
 @pytest.fixture(scope="module")
-def embedded_case(embedded_model, embedded_float32_reference):
+def embedded_case(embedded_model, embedded_week2_model, embedded_float32_reference):
     """The float32 tiny model, prompts of 4 to 29 tokens, and mlx-lm's tokens for
     each alone on the same float32 weights."""
     mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    model = embedded_week2_model(True)
     prompts = [tokenizer.encode(text) for text in EMBEDDED_TEXTS]
     expected = expected_tokens(embedded_float32_reference, prompts, 4, tokenizer)
     return model, tokenizer, prompts, expected

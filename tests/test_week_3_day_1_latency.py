@@ -184,13 +184,13 @@ def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):
 
 
 def test_preempted_batch_requests_finish_with_their_tokens_on_the_embedded_model(
-    embedded_model, embedded_float32_reference
+    embedded_model, embedded_week2_model, embedded_float32_reference
 ):
     """The embedded model, float32, dense (day 1 needs no later day): four batch
     requests decoding in four slots, two interactive ones arriving; every request's
     tokens equal mlx-lm's alone."""
     mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    model = embedded_week2_model(True)
     texts = ["Name a planet.", "What is 2 + 2?", "Say hi.", "Count to five."]
     specs = [
         tiny.PromptSpec(tokenizer.encode(t), max_tokens=10, priority="batch")

@@ -14,6 +14,7 @@ import pytest
 from tiny_llm_base.mlx_lm_reference import greedy_without
 
 from .helpers import (
+    assert_like_mlx_lm,
     assert_same_tokens,
     expected_tokens,
     run_engine,
@@ -23,18 +24,13 @@ from .helpers import (
 from .random_models import random_model
 from .solution import tiny
 
+LENGTH = ("length",)  # every request here runs to max_tokens
+
 
 @pytest.fixture(scope="module")
 def pair():
     mlx_model = sharpened(random_model("qwen2", 96, 6, 2, 160, 2, 211, False, seed=5))
     return mlx_model, tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
-
-
-def assert_tokens(results, mlx_model, prompts, max_tokens, tokenizer, banned):
-    expected = expected_tokens(mlx_model, prompts, max_tokens, tokenizer, banned)
-    for i, (result, (tokens, gaps)) in enumerate(zip(results, expected)):
-        assert result.finish_reason == "length", result.error
-        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
 
 
 def test_no_more_requests_prefill_than_there_will_be_slots(pair, tokenizer, no_eos):
@@ -58,7 +54,7 @@ def test_no_more_requests_prefill_than_there_will_be_slots(pair, tokenizer, no_e
         assert occupied + len(started) <= engine.config.batch_size
 
     results = run_engine(engine, prompts, check_slots, max_steps=500)
-    assert_tokens(results, mlx_model, prompts, 3, tokenizer, banned)
+    assert_like_mlx_lm(results, mlx_model, prompts, 3, tokenizer, banned, LENGTH)
 
 
 def test_a_step_feeds_at_most_token_budget_rows(pair, tokenizer, monkeypatch):
@@ -139,7 +135,7 @@ def test_an_adaptive_chunker_is_asked_once_a_mixed_step(pair, tokenizer, no_eos)
     assert len(chunker.recorded) == len(with_chunks)
     assert chunker.asked == len(with_chunks)
     assert all(tokens <= 3 for f in forwards for _, tokens in f.chunks)
-    assert_tokens(results, mlx_model, prompts, 4, tokenizer, banned)
+    assert_like_mlx_lm(results, mlx_model, prompts, 4, tokenizer, banned, LENGTH)
 
 
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
@@ -167,7 +163,7 @@ def test_a_policys_bad_chunk_size_fails_its_request_alone(
     )
     first, failed, last = run_engine(engine, [good[0], bad, good[1]], max_steps=500)
     assert failed.finish_reason == "error" and "chunk size" in failed.error
-    assert_tokens([first, last], mlx_model, good, 3, tokenizer, banned)
+    assert_like_mlx_lm([first, last], mlx_model, good, 3, tokenizer, banned, LENGTH)
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import token_ids
-from .paged_checks import assert_like_mlx_lm, assert_pool_empty, check_pool, run_engine
+from .helpers import assert_like_mlx_lm, token_ids
+from .paged_checks import assert_pool_empty, check_pool, run_engine
 from .solution import tiny
 
 BLOCK_SIZES = [1, 3, 16]
@@ -404,9 +404,11 @@ def test_peak_counts_blocks_given_back_in_the_same_step(
     assert_pool_empty(engine)
 
 
-def test_embedded_model_on_the_paged_cache(embedded_model, embedded_float32_reference):
-    mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+def test_embedded_model_on_the_paged_cache(
+    embedded_model, embedded_week2_model, embedded_float32_reference
+):
+    tokenizer = embedded_model[1]
+    model = embedded_week2_model(True)
     texts = ["The capital of France is", "Red, green and", "One, two, three,"]
     prompts = [tokenizer.encode(text) for text in texts]
     engine = paged_engine(

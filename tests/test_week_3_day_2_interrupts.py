@@ -103,8 +103,8 @@ def test_an_interrupt_between_staging_and_reading_leaves_nothing_staged(
     and before they were read: the step still drops what was staged (written later,
     it could land on blocks that changed hands), and the next requests get mlx-lm's
     tokens."""
-    from .helpers import token_ids
-    from .paged_checks import assert_like_mlx_lm, run_engine
+    from .helpers import assert_like_mlx_lm, token_ids
+    from .paged_checks import run_engine
 
     mlx_model, model = pair
     sampler, banned = no_eos

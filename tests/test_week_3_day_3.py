@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import token_ids
-from .paged_checks import assert_like_mlx_lm, assert_pool_empty, run_engine
+from .helpers import assert_like_mlx_lm, token_ids
+from .paged_checks import assert_pool_empty, run_engine
 from .solution import tiny
 
 
@@ -343,12 +343,12 @@ def test_eviction_and_preemption_with_caching_change_no_token(
 
 
 def test_embedded_model_chat_turns_reuse_the_conversation(
-    embedded_model, embedded_float32_reference
+    embedded_model, embedded_week2_model, embedded_float32_reference
 ):
     """A two-turn chat resent whole: the second turn's prompt starts with the first,
     its prefill starts after their shared full blocks, and both match mlx-lm."""
-    mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    tokenizer = embedded_model[1]
+    model = embedded_week2_model(True)
     messages = [{"role": "user", "content": "Name a fruit."}]
     first = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
     engine = tiny.Engine(

@@ -338,12 +338,12 @@ def test_rows_hold_exactly_the_accepted_tokens(pair, tokenizer, kv_cache):
 
 
 def test_the_embedded_model_quotes_faster_with_the_same_tokens(
-    embedded_model, embedded_float32_reference
+    embedded_model, embedded_week2_model, embedded_float32_reference
 ):
     """A request to repeat a passage: mlx-lm's greedy tokens, most drafts accepted,
     fewer steps than tokens."""
     _, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
+    model = embedded_week2_model(False)
     passage = (
         "The lighthouse keeper climbed the spiral stairs every evening at dusk, "
         "trimmed the wick, polished the great lens and wrote the weather in his log."

@@ -524,12 +524,14 @@ CUSTOMER_SCHEMA = {
     [tiny.Regex(CUSTOMER_PATTERN), tiny.JsonSchema(CUSTOMER_SCHEMA)],
     ids=["regex", "json-schema"],
 )
-def test_the_embedded_model_jumps_over_fixed_keys(embedded_model, constraint):
+def test_the_embedded_model_jumps_over_fixed_keys(
+    embedded_model, embedded_week2_model, constraint
+):
     """A JSON answer's keys are forced (by the course's automaton, or by llguidance
     for a schema): the embedded model accepts most of them as drafts, and the answer
     is token for token the step-by-step one."""
     _, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
+    model = embedded_week2_model(False)
     spec = PromptSpec(
         prompt_token_ids(tokenizer, "One customer as JSON."),
         max_tokens=40,
@@ -552,12 +554,12 @@ def test_the_embedded_model_jumps_over_fixed_keys(embedded_model, constraint):
 
 
 def test_the_embedded_model_answers_in_shape(
-    embedded_model, embedded_float32_reference
+    embedded_model, embedded_week2_model, embedded_float32_reference
 ):
     """The embedded model, float32: a choice, a number, a small JSON object and an
     unconstrained chat in one batch; the unconstrained answer is mlx-lm's greedy."""
     _, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(embedded_model[0], weights="float32")
+    model = embedded_week2_model(False)
     json_pattern = r'\{"city": "[A-Z][a-z]{1,15}", "population": \d{1,8}\}'
     questions = [
         ("Is water wet? Answer yes or no.", tiny.Choice(["yes", "no"])),
@@ -609,10 +611,10 @@ def test_a_constraint_the_vocabulary_cannot_spell_is_refused_at_the_start(
 def test_the_token_index_keeps_at_most_its_byte_budget(tokenizer):
     """Every built state of a vocabulary's token indexes lives in one StateCache of
     at most MAX_CACHED_STATE_BYTES (given): a server sees constraints without end,
-    and a permissive state maps nearly every token. Walked through 16 states of a
+    and a permissive state maps nearly every token. Walked through 8 states of a
     pattern that allows almost anything, with a 6 MiB budget, the Python memory
-    held afterwards stays within the budget (unbounded: ~2.5 MB a state), and an
-    evicted state is rebuilt the same."""
+    held afterwards stays within the budget and 4 MiB (unbounded: ~2.5 MB a state,
+    20 MB), and an evicted state is rebuilt the same."""
     import tracemalloc
 
     token_index = __import__(tiny.__name__ + ".token_index", fromlist=["StateCache"])
@@ -626,7 +628,7 @@ def test_the_token_index_keeps_at_most_its_byte_budget(tokenizer):
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         state = 0
-        for _ in range(16):
+        for _ in range(8):
             state = index.allowed(state).next_state[tokenizer.encode("a")[-1]]
         held = tracemalloc.get_traced_memory()[0] - before
         tracemalloc.stop()

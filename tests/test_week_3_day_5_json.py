@@ -173,9 +173,9 @@ def test_schema_text_and_dict_are_the_same_constraint():
 EMBEDDED = ["person", "weather", "order", "enum field"]
 
 
-def test_the_embedded_model_answers_validly(embedded_model, tokenizer):
+def test_the_embedded_model_answers_validly(embedded_week2_model, tokenizer):
     """The embedded model, greedy, asked in words: valid JSON for each schema."""
-    model = tiny.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    model = embedded_week2_model(True, "auto")
     chosen = [entry for entry in SUITE if entry[0] in EMBEDDED]
     specs = [
         PromptSpec(

@@ -15,9 +15,7 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,11 +25,11 @@ import pytest
 
 from . import tensor_parallel_worker as worker
 from .helpers import assert_within, sharpened
+from .launches import assert_no_rank_left, launch_command
 from .random_models import random_model
 from .solution import SOLUTION, tiny
 
 WORKER = Path(worker.__file__)
-LAUNCH = Path(sys.executable).with_name("mlx.launch")
 # Seconds one launch may take (startup, 4 random models, the embedded model, three
 # engine runs) before it and its ranks are killed.
 LAUNCH_TIMEOUT = 150
@@ -141,26 +139,6 @@ def test_one_rank_is_the_unsharded_model():
 # --- Real ranks --------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch_command(ranks: int, *command: str) -> list[str]:
-    """mlx.launch running `command` (a script and its arguments) on `ranks` local
-    ranks: ring backend, 127.0.0.1, a free starting port."""
-    return [
-        str(LAUNCH),
-        "--hosts", "127.0.0.1",
-        "-n", str(ranks),
-        "--backend", "ring",
-        "--starting-port", str(free_port()),
-        "--python", sys.executable,
-        *command,
-    ]  # fmt: skip
-
-
 def launch(ranks: int, out: Path, mode: str) -> str:
     """Run the worker on `ranks` local ranks (ring backend, 127.0.0.1); its output.
 
@@ -185,19 +163,6 @@ def launch(ranks: int, out: Path, mode: str) -> str:
     return output
 
 
-def assert_no_rank_left(session: int) -> None:
-    """Every process of the launcher's session has exited (killed after 5 s)."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(session, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(session, signal.SIGKILL)
-    pytest.fail("a rank outlived its launcher (killed now)")
-
-
 @pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
 def ranks(request, tmp_path_factory):
     """(size, [(arrays, facts) per rank]) of one launch of the worker."""
@@ -214,7 +179,7 @@ def ranks(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def one_rank(embedded_model):
+def one_rank(embedded_model, embedded_week2_model):
     """The same computations on the unsharded Qwen2ModelWeek2 in this process."""
     arrays = {}
     for seed, mlx_model, fast in worker.random_models():
@@ -222,8 +187,8 @@ def one_rank(embedded_model):
         arrays[f"random{seed}"] = np.array(
             worker.feed(model, worker.random_inputs(model.vocab_size, seed))[0]
         )
-    mlx_model, tokenizer = embedded_model
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
+    tokenizer = embedded_model[1]
+    model = embedded_week2_model(False)
     arrays["embedded"] = np.array(worker.embedded_logits(model, tokenizer))
     small = tiny.Qwen2ModelWeek2(
         sharpened(random_model(*worker.SIZES[0], seed=0)), "float32", True

@@ -4,7 +4,7 @@ Two local ranks (ring backend, 127.0.0.1) run each command as a user would start
 and what they print or answer is compared with one rank's: batch-main's table with
 batch-main's on one rank, the server's answer with batch_generate in this process.
 Each launch runs in a session of its own, is bounded in time, and leaves no process
-behind (tests/test_week_4_day_1.py's helpers).
+behind (tests/launches.py).
 
 The model is a small random Qwen2 saved as a model folder with the embedded model's
 tokenizer: 9 query and 3 KV heads like the embedded model (6 and 3 on two ranks,
@@ -19,7 +19,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,10 +30,11 @@ from mlx.utils import tree_flatten
 from tiny_llm_base import load_model
 from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
 
-from .helpers import sharpened
+from .cli_runs import run_in_process
+from .helpers import free_port, sharpened
+from .launches import assert_no_rank_left, launch_command
 from .random_models import random_model
 from .solution import SOLUTION, tiny
-from .test_week_4_day_1 import assert_no_rank_left, free_port, launch_command
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds a launch may take (~10 s here).
@@ -149,7 +149,8 @@ def test_batch_main_on_two_ranks_prints_one_ranks_table_once(tmp_path, model_fol
     prompts.write_text("\n".join([*PROMPTS, TOO_LONG]) + "\n")
     command = batch_main(model_folder, prompts)
     stdout, stderr = run_to_the_end(launch_command(2, *command), tmp_path / "two")
-    one_out, one_err = run_to_the_end([sys.executable, *command], tmp_path / "one")
+    one = run_in_process(*command, env={"COLUMNS": "200"})  # one rank: no process
+    one_out, one_err = one.stdout, one.stderr
     assert stdout.count("results") == 1, stdout[-3000:] + stderr[-3000:]
     rows = table_rows(stdout)
     assert len(rows) == 3, stdout[-3000:]
@@ -205,12 +206,12 @@ def wait_until_serving(port: int, process: subprocess.Popen, out: Path) -> None:
     pytest.fail(f"no answer on port {port} within {LAUNCH_TIMEOUT} s")
 
 
-def start_two_rank_server(port: int, folder: Path, out: Path) -> subprocess.Popen:
-    """The server under mlx.launch on 2 ranks, answering on `port`."""
-    process = start(
-        launch_command(2, "-m", "scripts.commands.serve", *serve_options(port, folder)),
-        out,
-    )
+def start_two_rank_server(
+    port: int, folder: Path, out: Path, module: str = "scripts.commands.serve"
+) -> subprocess.Popen:
+    """The server (`python -m module`) under mlx.launch on 2 ranks, answering on
+    `port`."""
+    process = start(launch_command(2, "-m", module, *serve_options(port, folder)), out)
     try:
         wait_until_serving(port, process, out)
     except BaseException:
@@ -318,7 +319,8 @@ def rank_pid(session: int, rank: int) -> int | None:
         # mlx.launch sees rank 1 die and stops rank 0: requests get the stop's 503.
         (signal.SIGKILL, "shutting down"),
         # A rank that hangs (stopped): nobody notices but rank 0's watchdog, once
-        # the step's first sum has waited NOTES_TIMEOUT_S.
+        # the step's first sum has waited NOTES_TIMEOUT_S (here shortened to 2 s by
+        # tests/serve_quick_watchdog.py: the test waits for it).
         (signal.SIGSTOP, "a rank stopped answering"),
     ],
     ids=["killed", "hung"],
@@ -330,7 +332,9 @@ def test_a_lost_rank_gets_a_503_and_the_server_exits(
     good on a sum that never returns, leaving a port that answers nothing. The
     waiting request gets a 503 saying why, and the whole launch ends."""
     port = free_port()
-    process = start_two_rank_server(port, model_folder, tmp_path)
+    hangs = sig == signal.SIGSTOP
+    module = "tests.serve_quick_watchdog" if hangs else "scripts.commands.serve"
+    process = start_two_rank_server(port, model_folder, tmp_path, module)
     try:
         zero, one = rank_pid(process.pid, 0), rank_pid(process.pid, 1)
         assert zero is not None and one is not None

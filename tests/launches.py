@@ -1,0 +1,42 @@
+"""mlx.launch on local ranks, as the week 4 tests start them: the ring backend on
+127.0.0.1 from a free port, each launch in a session of its own so that no rank
+outlives it."""
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .helpers import free_port
+
+LAUNCH = Path(sys.executable).with_name("mlx.launch")
+
+
+def launch_command(ranks: int, *command: str) -> list[str]:
+    """mlx.launch running `command` (a script and its arguments) on `ranks` local
+    ranks: ring backend, 127.0.0.1, a free starting port."""
+    return [
+        str(LAUNCH),
+        "--hosts", "127.0.0.1",
+        "-n", str(ranks),
+        "--backend", "ring",
+        "--starting-port", str(free_port()),
+        "--python", sys.executable,
+        *command,
+    ]  # fmt: skip
+
+
+def assert_no_rank_left(session: int) -> None:
+    """Every process of the launcher's session has exited (killed after 5 s)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(session, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.killpg(session, signal.SIGKILL)
+    pytest.fail("a rank outlived its launcher (killed now)")

@@ -1,0 +1,88 @@
+"""What the server tests (tests/test_serve*.py) share: uvicorn serving an app in a
+thread of the test process, an engine whose step raises, chat prompts as the server
+makes them, and waiting for the engine to go idle (bounded, on its own status)."""
+
+import threading
+import time
+
+import tiny_llm_ref
+import uvicorn
+
+from tiny_llm_base import EngineConfig, PromptSpec
+from tiny_llm_serve import ConstraintFactory
+
+from .helpers import free_port
+
+API_KEY = "test-key"
+MAX_SEQ_LEN = 512
+WAIT_S = 60  # the longest any one wait may take
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+HI = [{"role": "user", "content": "Hi"}]
+# The reference's constraint kinds, passed to create_app beside its make_sampler.
+REF_CONSTRAINTS = ConstraintFactory.of(tiny_llm_ref)
+SEA = "Write one sentence about the sea."  # a greedy answer long enough to cut
+
+
+class RunningServer:
+    """uvicorn serving `app` in a thread; stop() ends it."""
+
+    def __init__(self, app):
+        self.app = app
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + WAIT_S
+        while not self.server.started:
+            assert self.thread.is_alive(), "the server thread died while starting"
+            assert time.monotonic() < deadline, "the server did not start in time"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=WAIT_S)
+
+
+class BrokenEngine:
+    """The Engine's interface as the server uses it, with a step that raises."""
+
+    config = EngineConfig(batch_size=2, max_seq_len=64, policy="alternate")
+
+    def __init__(self, tokenizer, vocab_size):
+        self.tokenizer = tokenizer
+        self.model = type("Model", (), {"vocab_size": vocab_size})()
+        self.added = []
+
+    def add_request(self, spec: PromptSpec) -> int:
+        self.added.append(spec)
+        return len(self.added) - 1
+
+    def abort(self, request_id: int) -> None:
+        pass
+
+    def has_unfinished(self) -> bool:
+        return bool(self.added)
+
+    def step(self):
+        raise NotImplementedError("Week 2 Day 6: Engine.step")
+
+
+def chat_prompt(tokenizer, question: str) -> list[int]:
+    messages = [{"role": "user", "content": question}]
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
+def wait_idle(http) -> dict:
+    """The engine status once nothing runs or waits (bounded)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        status = http.get("/engine").json()
+        if status["running"] == 0 and status["waiting"] == 0:
+            return status
+        assert time.monotonic() < deadline, f"the engine did not go idle: {status}"
+        time.sleep(0.05)

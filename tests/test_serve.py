@@ -410,10 +410,10 @@ BAD_INPUTS = [
         "messages[0].role",
     ),  # fmt: skip
     (
-        "tool role",
+        "function role (OpenAI's old name for tool results)",
         "POST",
         CHAT,
-        {"messages": [{"role": "tool", "content": "1"}]},
+        {"messages": [{"role": "function", "content": "1"}]},
         400,
         "messages[0].role",
     ),  # fmt: skip

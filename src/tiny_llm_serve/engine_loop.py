@@ -13,7 +13,9 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+import mlx.core as mx
 
 from tiny_llm_base import PromptSpec, SchedulerSnapshot
 
@@ -104,6 +106,8 @@ class EngineLoop:
         )
         self.thread = threading.Thread(target=self.run, name="engine", daemon=True)
         self.record_kv(getattr(engine, "metrics", None))  # before the first step
+        model = getattr(getattr(engine, "engine", engine), "model", None)
+        mx.eval(list(arrays_in(model)))  # see arrays_in
 
     def start(self) -> None:
         self.thread.start()
@@ -320,3 +324,25 @@ def kv_budget_tokens(run, config) -> int:
         return run.kv_blocks_total * run.kv_block_size
     dense = getattr(run, "kv_dense_tokens", 0)
     return dense or config.batch_size * config.max_seq_len
+
+
+def arrays_in(value, seen: set[int] | None = None) -> Iterator[mx.array]:
+    """Every MLX array reachable from `value` through attributes, lists, tuples and
+    dicts. A lazy array belongs to the stream of the thread that made it, and the
+    engine thread cannot evaluate it ("There is no Stream(cpu, 0) in current
+    thread"): a model built and never run keeps its weights lazy, so the loop
+    evaluates them on the thread that makes it."""
+    seen = set() if seen is None else seen
+    if id(value) in seen or isinstance(value, (str, bytes, int, float, bool)):
+        return
+    seen.add(id(value))
+    if isinstance(value, mx.array):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from arrays_in(item, seen)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from arrays_in(item, seen)
+    elif hasattr(value, "__dict__"):
+        yield from arrays_in(vars(value), seen)

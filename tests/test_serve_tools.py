@@ -1,0 +1,233 @@
+"""The server's tool calls (week 4 day 2), through the official openai client.
+
+Every call the server returns is checked by the jsonschema package against its
+function's parameters; the stream's tool-call deltas are what the openai client
+assembles; earlier calls and their results are accepted in the history; bad tool
+input is a 400 in OpenAI's error shape naming the field.
+"""
+
+import json
+
+import jsonschema
+import openai
+import pytest
+import tiny_llm_ref
+
+from tiny_llm_serve import ServerSettings, create_app
+
+from .servers import API_KEY, MAX_SEQ_LEN, REF_CONSTRAINTS, WAIT_S, RunningServer
+
+MODEL = "test-model"
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 20},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "minimum": -99, "maximum": 99},
+                "b": {"type": "integer", "minimum": -99, "maximum": 99},
+            },
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+}
+TOOLS = [WEATHER, ADD]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def client(embedded_model):
+    # A model of its own, never run on this thread: its weights are still lazy, and
+    # the engine thread could not evaluate them unless the loop does it first.
+    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    engine = tiny_llm_ref.Engine(
+        model,
+        embedded_model[1],
+        batch_size=4,
+        max_seq_len=MAX_SEQ_LEN,
+        policy="mixed",
+        kv_cache="paged",
+    )
+    settings = ServerSettings(MODEL, api_key=API_KEY)
+    app = create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+    running = RunningServer(app)
+    yield openai.OpenAI(
+        base_url=running.url + "/v1", api_key=API_KEY, max_retries=0, timeout=WAIT_S
+    )
+    running.stop()
+
+
+def assert_valid_call(call) -> None:
+    [tool] = [t for t in TOOLS if t["function"]["name"] == call.function.name]
+    assert call.type == "function" and call.id.startswith("call_")
+    jsonschema.validate(
+        json.loads(call.function.arguments), tool["function"]["parameters"]
+    )
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_required_calls_validate(client, temperature):
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        temperature=temperature,
+        max_tokens=64,
+    )
+    [choice] = response.choices
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    assert_valid_call(call)
+    assert choice.message.content is None
+
+
+def test_a_named_function_is_the_one_called(client):
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Add 2 and 3."}],
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "add"}},
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=64,
+    )
+    [call] = response.choices[0].message.tool_calls
+    assert call.function.name == "add"
+    assert_valid_call(call)
+
+
+def test_a_streamed_call_arrives_whole_as_a_tool_call_delta(client):
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=64,
+        stream=True,
+    )
+    deltas, text, reasons = [], "", []
+    for chunk in stream:
+        for choice in chunk.choices:
+            deltas += choice.delta.tool_calls or []
+            text += choice.delta.content or ""
+            reasons.append(choice.finish_reason)
+    [delta] = deltas
+    assert delta.index == 0
+    assert_valid_call(delta)
+    assert "<tool_call>" not in text and text.strip() == ""
+    assert reasons[-1] == "tool_calls"
+
+
+def test_none_never_calls_and_auto_answers_in_text_or_calls(client):
+    for choice_name in ("none", "auto"):
+        response = client.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=TOOLS,
+            tool_choice=choice_name,
+            temperature=0,
+            max_tokens=24,
+        )
+        message = response.choices[0].message
+        if choice_name == "none":
+            assert message.tool_calls is None
+        for call in message.tool_calls or []:
+            assert_valid_call(call)
+        assert "<tool_call>" not in (message.content or "")
+
+
+def test_a_call_and_its_result_go_back_into_the_conversation(client):
+    first = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=64,
+    )
+    [call] = first.choices[0].message.tool_calls
+    history = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},
+    ]
+    second = client.chat.completions.create(
+        model=MODEL, messages=history, tools=TOOLS, temperature=0, max_tokens=16
+    )
+    assert second.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+BAD = [
+    (
+        {
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "x"}},
+        },
+        "tools",
+        "names no function",
+    ),
+    ({"tool_choice": "required"}, "tool_choice", "needs tools"),
+    ({"tools": [{"type": "retrieval"}]}, "tools", "only function tools"),
+    (
+        {
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {"type": "object", "not": {"type": "null"}},
+                    },
+                }
+            ]
+        },
+        "tools",
+        "tools[0].function.parameters",
+    ),
+    ({"tools": TOOLS, "stop": ["x"]}, "stop", "cannot be combined with tools"),
+    (
+        {"tools": TOOLS, "response_format": {"type": "json_object"}},
+        "tools",
+        "cannot be combined",
+    ),
+    ({"functions": [WEATHER["function"]]}, "functions", "send tools"),
+]
+
+
+@pytest.mark.parametrize("extra, param, message", BAD)
+def test_bad_tool_input_is_a_400_naming_the_field(client, extra, param, message):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=ASK, max_tokens=4, extra_body=extra
+        )
+    error = caught.value.body
+    assert error["param"] == param, error
+    assert message in error["message"], error
+
+
+def test_a_tool_message_needs_the_id_of_its_call(client):
+    history = ASK + [{"role": "tool", "content": "21"}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=history, max_tokens=4)
+    assert "tool_call_id" in caught.value.body["message"]

@@ -204,7 +204,7 @@ def test_swiglu_matches_silu_times_up(name):
     """The fast path's swiglu (silu from fast_exp, and swiglu, which picks it on the
     CPU): gate's dtype kept; extreme gates give their limits (0 far below, the gate
     itself far above), never NaN."""
-    swiglu = getattr(tiny.qwen2_week2, name)
+    swiglu = getattr(tiny.qwen2_ops, name)
     gate = mx.concatenate(
         [mx.random.normal((3, 200), key=mx.random.key(6)) * 6, mx.full((3, 4), 0.0)],
         axis=1,

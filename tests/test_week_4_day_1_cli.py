@@ -316,12 +316,13 @@ def rank_pid(session: int, rank: int) -> int | None:
 @pytest.mark.parametrize(
     "sig, words",
     [
-        # mlx.launch sees rank 1 die and stops rank 0: requests get the stop's 503.
-        (signal.SIGKILL, "shutting down"),
+        # Rank 1 dies: whichever comes first, mlx.launch stopping rank 0 or rank 0's
+        # next step finding the ring broken, the request gets a 503 saying so.
+        (signal.SIGKILL, ("shutting down", "a rank was lost")),
         # A rank that hangs (stopped): nobody notices but rank 0's watchdog, once
         # the step's first sum has waited NOTES_TIMEOUT_S (here shortened to 2 s by
         # tests/serve_quick_watchdog.py: the test waits for it).
-        (signal.SIGSTOP, "a rank stopped answering"),
+        (signal.SIGSTOP, ("a rank stopped answering",)),
     ],
     ids=["killed", "hung"],
 )
@@ -342,7 +343,7 @@ def test_a_lost_rank_gets_a_503_and_the_server_exits(
         question = [{"role": "user", "content": PROMPTS[0]}]
         status, reply = post(port, {"messages": question, "max_tokens": MAX_TOKENS})
         assert status == 503, reply
-        assert words in reply["error"]["message"], reply
+        assert any(w in reply["error"]["message"] for w in words), reply
         deadline = time.monotonic() + 60  # rank 0 ends (a stopped rank 1 stays)
         while Path(f"/proc/{zero}").exists() and process.poll() is None:
             assert time.monotonic() < deadline, "rank 0 is still running"

@@ -268,6 +268,12 @@ class Watchdog:
                 self.on_stuck(what)
 
 
+class RankLost(RuntimeError):
+    """A rank went away: the server cannot serve until it restarts (a 503)."""
+
+    http_status = 503
+
+
 class RankZeroEngine:
     """Rank 0's Engine as the server's EngineLoop sees it.
 
@@ -338,7 +344,13 @@ class RankZeroEngine:
         try:
             if watchdog:
                 watchdog.arm(NOTES_TIMEOUT_S, "the start of a step")
-            self.ranks.broadcast((notes, self.last_digest))
+            try:
+                self.ranks.broadcast((notes, self.last_digest))
+            except RuntimeError as error:  # the ring's connection to a rank broke
+                raise RankLost(
+                    f"a rank was lost ({error}): the ranks cannot compute together "
+                    "any more; restart the server"
+                ) from error
             for note in local:
                 if note[0] == "add":
                     self.engine.add_request(note[1])

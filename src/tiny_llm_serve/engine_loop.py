@@ -152,7 +152,10 @@ class EngineLoop:
                 outputs = self.engine.step()
                 snapshot = self.engine.snapshot()
             except Exception as error:  # the engine itself is broken: say so to all
-                self.fail_all(f"the engine failed: {type(error).__name__}: {error}")
+                status = getattr(error, "http_status", 500)  # its own, if it says
+                if status == 500:
+                    error = f"the engine failed: {type(error).__name__}: {error}"
+                self.fail_all(str(error), status)
                 continue
             now = time.perf_counter()
             # Record the finishes, then publish the step, then hand out its

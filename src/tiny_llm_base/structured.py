@@ -21,6 +21,7 @@ that drops the answer's first space never changes what the grammar sees.
 
 import json
 import weakref
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import llguidance
@@ -82,8 +83,35 @@ class NoConstraint:
         return mx.array(True)
 
 
+class CompiledConstraint(ABC):
+    """A constraint llguidance compiles: a subclass gives grammar(), the llguidance
+    grammar, and `what` it is, for the messages."""
+
+    what = "constraint"
+
+    @abstractmethod
+    def grammar(self) -> str:
+        """The llguidance grammar."""
+
+    def check(self) -> None:
+        """ValueError saying what is wrong when it cannot be compiled (for a schema:
+        not a schema, an unsupported keyword, a $ref to nothing, nothing can
+        match)."""
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
+            self.grammar()
+        )
+        if is_error:
+            reasons = "; ".join(explain(message) for message in messages)
+            raise ValueError(f"invalid {self.what}: {reasons}")
+
+    def start(self, tokenizer, vocab_size: int) -> "GrammarState":
+        """This request's state at the start of its answer (see GrammarState)."""
+        self.check()
+        return GrammarState(self.grammar(), tokenizer, vocab_size)
+
+
 @dataclass(frozen=True)
-class JsonSchema:
+class JsonSchema(CompiledConstraint):
     """A request option: the answer must be JSON that validates against `schema`
     (a dict, or its JSON text; kept as JSON text so the option is hashable).
 
@@ -96,6 +124,7 @@ class JsonSchema:
     """
 
     schema: str
+    what = "JSON schema"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "schema", _schema_text(self.schema))
@@ -105,21 +134,6 @@ class JsonSchema:
         return llguidance.LLMatcher.grammar_from_json_schema(
             self.schema, defaults=JSON_OPTIONS
         )
-
-    def check(self) -> None:
-        """ValueError saying what is wrong when the schema cannot be compiled: not a
-        schema, an unsupported keyword, a $ref to nothing, or nothing can match."""
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
-            self.grammar()
-        )
-        if is_error:
-            reasons = "; ".join(explain(message) for message in messages)
-            raise ValueError(f"invalid JSON schema: {reasons}")
-
-    def start(self, tokenizer, vocab_size: int) -> "GrammarState":
-        """This request's state at the start of its answer (see GrammarState)."""
-        self.check()
-        return GrammarState(self.grammar(), tokenizer, vocab_size)
 
 
 class JsonObject(JsonSchema):
@@ -134,12 +148,13 @@ class JsonObject(JsonSchema):
 
 
 @dataclass(frozen=True)
-class Grammar:
+class Grammar(CompiledConstraint):
     """A request option: the answer must match `lark`, a grammar in llguidance's
     Lark dialect (rules, terminals as regexes, `%json {schema}` for a JSON value, lazy
     rules that end at a delimiter). Week 4 day 2's tool calls are one."""
 
     lark: str
+    what = "grammar"
 
     def grammar(self) -> str:
         """The llguidance grammar of this Lark text."""
@@ -147,20 +162,6 @@ class Grammar:
             return llguidance.grammar_from("lark", self.lark)
         except Exception as error:  # llguidance's own syntax check
             raise ValueError(f"invalid grammar: {error}") from None
-
-    def check(self) -> None:
-        """ValueError saying what is wrong when the grammar cannot be compiled."""
-        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
-            self.grammar()
-        )
-        if is_error:
-            reasons = "; ".join(explain(message) for message in messages)
-            raise ValueError(f"invalid grammar: {reasons}")
-
-    def start(self, tokenizer, vocab_size: int) -> "GrammarState":
-        """This request's state at the start of its answer (see GrammarState)."""
-        self.check()
-        return GrammarState(self.grammar(), tokenizer, vocab_size)
 
 
 # One llguidance tokenizer per tokenizer and size (building one takes ~0.25 s).

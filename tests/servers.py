@@ -4,6 +4,8 @@ makes them, and waiting for the engine to go idle (bounded, on its own status)."
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import tiny_llm_ref
 import uvicorn
@@ -46,6 +48,39 @@ class RunningServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=WAIT_S)
+
+
+class HeldEngine:
+    """An engine whose steps a test can hold: within held_after(n), n more steps
+    run, then step() waits until the block ends. A request is then surely still
+    running when the test looks, however fast or loaded the machine (a readiness
+    gate, not a sleep). Everything else is the engine's."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.gate = threading.Condition()
+        self.steps_left: int | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    def step(self):
+        with self.gate:
+            self.gate.wait_for(lambda: self.steps_left is None or self.steps_left > 0)
+            if self.steps_left is not None:
+                self.steps_left -= 1
+        return self.engine.step()
+
+    @contextmanager
+    def held_after(self, steps: int) -> Iterator[None]:
+        with self.gate:
+            self.steps_left = steps
+        try:
+            yield
+        finally:
+            with self.gate:
+                self.steps_left = None
+                self.gate.notify_all()
 
 
 class BrokenEngine:

@@ -41,6 +41,7 @@ from .servers import (
     SEA,
     WAIT_S,
     BrokenEngine,
+    HeldEngine,
     RunningServer,
     chat_prompt,
     wait_idle,
@@ -78,10 +79,11 @@ def server(model, embedded_model, want):
     settings = ServerSettings(
         MODEL, api_key=API_KEY, max_waiting=64, max_body_bytes=MAX_BODY_BYTES
     )
+    held = HeldEngine(engine)
     running = RunningServer(
-        create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+        create_app(held, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
     )
-    running.settings = settings
+    running.settings, running.engine = settings, held
     yield running
     running.stop()
 
@@ -268,9 +270,10 @@ def test_sixteen_concurrent_streaming_clients(server, want, http):
 
 def test_a_client_that_disconnects_has_its_request_aborted(server, http):
     """The disconnect aborts the request: its slot frees, the abort is counted, and
-    it stops far short of its 400 tokens. (How many steps run between the client's
-    close and the server's reading it depends on the machine's load, so the test
-    bounds the tokens, not the steps.)"""
+    it stops far short of its 400 tokens. The engine is held after 8 steps, so the
+    request is surely still running when the client looks and leaves; how many
+    steps run between the close and the server's reading it depends on the load,
+    so the test bounds the tokens, not the steps."""
     wait_idle(http)
     before = scrape(http)
     body = {
@@ -280,16 +283,17 @@ def test_a_client_that_disconnects_has_its_request_aborted(server, http):
         "temperature": 0,
         "stream": True,
     }
-    with http.stream("POST", "/v1/chat/completions", json=body) as response:
-        assert response.status_code == 200
-        contents = 0
-        for line in response.iter_lines():
-            if '"content":"' in line and '"content":""' not in line:
-                contents += 1
-            if contents == 3:
-                break
-        busy = http.get("/engine").json()
-        assert busy["running"] == 1
+    with server.engine.held_after(8):
+        with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200
+            contents = 0
+            for line in response.iter_lines():
+                if '"content":"' in line and '"content":""' not in line:
+                    contents += 1
+                if contents == 3:
+                    break
+            busy = http.get("/engine").json()
+            assert busy["running"] == 1, busy
     # The connection is closed here: the step after the server sees it aborts it.
     wait_idle(http)
     after = scrape(http)

@@ -38,6 +38,7 @@ from .servers import (
     SEA,
     WAIT_S,
     BrokenEngine,
+    HeldEngine,
     RunningServer,
     chat_prompt,
     wait_idle,
@@ -79,12 +80,11 @@ def open_server(model, tokenizer):
         return tiny_llm_ref.make_sampler(temperature, top_p, top_k)
 
     settings = ServerSettings(OPEN_MODEL)
+    held = HeldEngine(small_engine(model, tokenizer))
     running = RunningServer(
-        create_app(
-            small_engine(model, tokenizer), settings, recording_sampler, REF_CONSTRAINTS
-        )
+        create_app(held, settings, recording_sampler, REF_CONSTRAINTS)
     )
-    running.settings, running.sampled = settings, sampled
+    running.settings, running.sampled, running.engine = settings, sampled, held
     yield running
     running.stop()
 
@@ -92,14 +92,11 @@ def open_server(model, tokenizer):
 @pytest.fixture(scope="module")
 def keyed(model, tokenizer):
     settings = ServerSettings(OPEN_MODEL, api_key=API_KEY)
+    held = HeldEngine(small_engine(model, tokenizer))
     running = RunningServer(
-        create_app(
-            small_engine(model, tokenizer),
-            settings,
-            tiny_llm_ref.make_sampler,
-            REF_CONSTRAINTS,
-        )
+        create_app(held, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
     )
+    running.engine = held
     yield running
     running.stop()
 
@@ -387,28 +384,33 @@ def test_only_json_bodies_start_a_generation(http, content_type):
     assert http.post(CHAT, content=body, headers=charset).status_code == 200
 
 
-def running_slot(base_url: str, headers: dict) -> tuple[dict, str]:
-    """Start a long stream, read three content chunks; the /engine view and the
-    text received so far, while it runs. The stream is closed on return."""
+def running_slot(server, headers: dict) -> tuple[dict, str]:
+    """Once the server is idle, start a long stream with its engine held after 8
+    steps, read three content chunks: the /engine view and the text received so
+    far, while the stream surely runs. The stream is closed on return."""
     body = {"messages": LONG_STORY, "max_tokens": 200, "temperature": 0, "stream": True}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=WAIT_S) as c:
-        with c.stream("POST", CHAT, json=body) as response:
-            text, chunks = "", 0
-            for line in response.iter_lines():
-                found = re.search(r'"content":"([^"]+)"', line)
-                if found:
-                    text, chunks = text + found.group(1), chunks + 1
-                if chunks == 3:
-                    break
-            return c.get("/engine").json(), text
+    with httpx.Client(base_url=server.url, headers=headers, timeout=WAIT_S) as c:
+        wait_idle(c)  # an earlier test's request would be a second slot
+        with server.engine.held_after(8):
+            with c.stream("POST", CHAT, json=body) as response:
+                text, chunks = "", 0
+                for line in response.iter_lines():
+                    found = re.search(r'"content":"([^"]+)"', line)
+                    if found:
+                        text, chunks = text + found.group(1), chunks + 1
+                    if chunks == 3:
+                        break
+                return c.get("/engine").json(), text
 
 
 def test_the_engine_view_shows_no_text_without_a_key(open_server, keyed):
-    status, text = running_slot(open_server.url, {})
-    (slot,) = [s for s in status["slots"] if s is not None]
+    status, text = running_slot(open_server, {})
+    busy = [s for s in status["slots"] if s is not None]
+    assert len(busy) == 1, status
+    (slot,) = busy
     assert "text_tail" not in slot and slot["offset"] > 0 and slot["generated"] >= 3
     assert text.strip() and text.strip()[-8:] not in str(status)
-    status, text = running_slot(keyed.url, {"Authorization": f"Bearer {API_KEY}"})
+    status, text = running_slot(keyed, {"Authorization": f"Bearer {API_KEY}"})
     (slot,) = [s for s in status["slots"] if s is not None]
     assert slot["text_tail"].strip()
 

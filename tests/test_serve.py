@@ -16,6 +16,7 @@ requests with the engine's error, and /health says so.
 """
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -293,7 +294,7 @@ def test_a_client_that_disconnects_has_its_request_aborted(server, http):
                 if contents == 3:
                     break
             busy = http.get("/engine").json()
-            assert busy["running"] == 1, busy
+            assert busy["running"] == 1, json.dumps(busy)
     # The connection is closed here: the step after the server sees it aborts it.
     wait_idle(http)
     after = scrape(http)

@@ -406,7 +406,7 @@ def running_slot(server, headers: dict) -> tuple[dict, str]:
 def test_the_engine_view_shows_no_text_without_a_key(open_server, keyed):
     status, text = running_slot(open_server, {})
     busy = [s for s in status["slots"] if s is not None]
-    assert len(busy) == 1, status
+    assert len(busy) == 1, json.dumps(status)
     (slot,) = busy
     assert "text_tail" not in slot and slot["offset"] > 0 and slot["generated"] >= 3
     assert text.strip() and text.strip()[-8:] not in str(status)

@@ -43,9 +43,15 @@ def exit_on_interrupt() -> None:
     announced = _thread.allocate_lock()
 
     def announce_once() -> None:
+        # os.write, not print: the watcher thread may announce while the main
+        # thread's exit finalizes sys.stderr, and a print there is lost silently.
         if announced.acquire(False):
-            prefix = "\n" if sys.stderr.isatty() else ""
-            print(f"{prefix}interrupted", file=sys.stderr, flush=True)
+            try:
+                prefix = "\n" if sys.stderr.isatty() else ""
+                sys.stderr.flush()  # what the program wrote comes first
+            except (AttributeError, ValueError, OSError):
+                prefix = ""
+            os.write(2, f"{prefix}interrupted\n".encode())
 
     def on_interrupt(signum, frame) -> None:
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)

@@ -9,6 +9,7 @@ format week 4 day 2's grammar constrains.
 """
 
 import json
+import weakref
 
 from .prompts import chat_token_ids
 
@@ -26,9 +27,19 @@ TOOLS_INTRO = (
 )
 
 
+# tokenizer -> whether its template renders tools: probed once, not per request.
+_renders_tools: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def template_renders_tools(tokenizer) -> bool:
     """Does the tokenizer's chat template render `tools` (a probe tool appears in
-    the rendered text)?"""
+    the rendered text)? Asked once per tokenizer."""
+    if tokenizer not in _renders_tools:
+        _renders_tools[tokenizer] = _probe_renders_tools(tokenizer)
+    return _renders_tools[tokenizer]
+
+
+def _probe_renders_tools(tokenizer) -> bool:
     probe = {
         "type": "function",
         "function": {"name": "probe_tool_name_x", "parameters": {"type": "object"}},

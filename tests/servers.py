@@ -2,6 +2,7 @@
 thread of the test process, an engine whose step raises, chat prompts as the server
 makes them, and waiting for the engine to go idle (bounded, on its own status)."""
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -105,6 +106,26 @@ class BrokenEngine:
 
     def step(self):
         raise NotImplementedError("Week 2 Day 6: Engine.step")
+
+
+def content_pieces(lines: Iterator[str], count: int) -> list[str]:
+    """The next `count` non-empty delta contents of a chat stream's `lines` (its
+    response.iter_lines(), which the caller keeps); fails with every line read if
+    the stream ends first. A test that reads part of a stream and then looks at
+    the server must keep that iterator: breaking out of `for line in
+    response.iter_lines()` finalizes the generator, httpx then closes the
+    connection, and the server aborts the request as a disconnect."""
+    pieces, seen = [], []
+    while len(pieces) < count:
+        line = next(lines, None)
+        assert line is not None, "the stream ended early:\n" + "\n".join(seen)
+        seen.append(line)
+        if line.startswith("data: {"):
+            choices = json.loads(line[len("data: ") :]).get("choices") or [{}]
+            content = choices[0].get("delta", {}).get("content")
+            if content:
+                pieces.append(content)
+    return pieces
 
 
 def chat_prompt(tokenizer, question: str) -> list[int]:

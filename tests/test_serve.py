@@ -45,6 +45,7 @@ from .servers import (
     HeldEngine,
     RunningServer,
     chat_prompt,
+    content_pieces,
     wait_idle,
 )
 
@@ -287,12 +288,8 @@ def test_a_client_that_disconnects_has_its_request_aborted(server, http):
     with server.engine.held_after(8):
         with http.stream("POST", "/v1/chat/completions", json=body) as response:
             assert response.status_code == 200
-            contents = 0
-            for line in response.iter_lines():
-                if '"content":"' in line and '"content":""' not in line:
-                    contents += 1
-                if contents == 3:
-                    break
+            lines = response.iter_lines()
+            content_pieces(lines, 3)
             busy = http.get("/engine").json()
             assert busy["running"] == 1, json.dumps(busy)
     # The connection is closed here: the step after the server sees it aborts it.

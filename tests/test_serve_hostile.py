@@ -41,6 +41,7 @@ from .servers import (
     HeldEngine,
     RunningServer,
     chat_prompt,
+    content_pieces,
     wait_idle,
 )
 
@@ -393,13 +394,8 @@ def running_slot(server, headers: dict) -> tuple[dict, str]:
         wait_idle(c)  # an earlier test's request would be a second slot
         with server.engine.held_after(8):
             with c.stream("POST", CHAT, json=body) as response:
-                text, chunks = "", 0
-                for line in response.iter_lines():
-                    found = re.search(r'"content":"([^"]+)"', line)
-                    if found:
-                        text, chunks = text + found.group(1), chunks + 1
-                    if chunks == 3:
-                        break
+                lines = response.iter_lines()
+                text = "".join(content_pieces(lines, 3))
                 return c.get("/engine").json(), text
 
 
@@ -411,7 +407,9 @@ def test_the_engine_view_shows_no_text_without_a_key(open_server, keyed):
     assert "text_tail" not in slot and slot["offset"] > 0 and slot["generated"] >= 3
     assert text.strip() and text.strip()[-8:] not in str(status)
     status, text = running_slot(keyed, {"Authorization": f"Bearer {API_KEY}"})
-    (slot,) = [s for s in status["slots"] if s is not None]
+    busy = [s for s in status["slots"] if s is not None]
+    assert len(busy) == 1, json.dumps(status)
+    (slot,) = busy
     assert slot["text_tail"].strip()
 
 

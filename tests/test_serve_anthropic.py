@@ -25,6 +25,7 @@ from .servers import (
     MAX_SEQ_LEN,
     REF_CONSTRAINTS,
     WAIT_S,
+    BrokenEngine,
     RunningServer,
     chat_prompt,
 )
@@ -56,10 +57,14 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def server(embedded_model):
+def model(embedded_model):
     # A model of its own, never run on this thread: its weights are still lazy, and
     # the engine thread could not evaluate them unless the loop does it first.
-    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    return tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+
+
+@pytest.fixture(scope="module")
+def server(model, embedded_model):
     engine = tiny_llm_ref.Engine(
         model,
         embedded_model[1],
@@ -344,6 +349,31 @@ def test_a_bad_body_is_a_400_in_anthropics_shape(client, change, message):
     assert error["type"] == "error", error
     assert error["error"]["type"] == "invalid_request_error", error
     assert message in error["error"]["message"], error
+
+
+def test_an_engine_that_raises_fails_in_anthropics_shape(tokenizer, model):
+    app = create_app(
+        BrokenEngine(tokenizer, model.vocab_size),
+        ServerSettings(MODEL),
+        tiny_llm_ref.make_sampler,
+        REF_CONSTRAINTS,
+    )
+    running = RunningServer(app)
+    try:
+        broken = anthropic.Anthropic(
+            base_url=running.url, api_key="none", max_retries=0, timeout=WAIT_S
+        )
+        with pytest.raises(anthropic.APIStatusError) as caught:  # mid-stream
+            with broken.messages.stream(model=MODEL, messages=ASK, max_tokens=2) as s:
+                list(s)
+        assert caught.value.body["error"]["type"] == "api_error"
+        assert "Week 2 Day 6" in caught.value.body["error"]["message"]
+        with pytest.raises(anthropic.InternalServerError) as caught:  # then 503
+            broken.messages.create(model=MODEL, messages=ASK, max_tokens=2)
+        assert caught.value.status_code == 503
+        assert "restart" in caught.value.body["error"]["message"]
+    finally:
+        running.stop()
 
 
 def test_an_unknown_model_is_a_404_in_anthropics_shape(client):

@@ -18,7 +18,14 @@ import tiny_llm_ref
 
 from tiny_llm_serve import ServerSettings, create_app
 
-from .servers import API_KEY, MAX_SEQ_LEN, REF_CONSTRAINTS, WAIT_S, RunningServer
+from .servers import (
+    API_KEY,
+    MAX_SEQ_LEN,
+    REF_CONSTRAINTS,
+    WAIT_S,
+    BrokenEngine,
+    RunningServer,
+)
 
 MODEL = "test-model"
 QUESTION = "What is the capital of France?"
@@ -47,10 +54,14 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def client(embedded_model):
+def model(embedded_model):
     # A model of its own, never run on this thread: its weights are still lazy, and
     # the engine thread could not evaluate them unless the loop does it first.
-    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    return tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+
+
+@pytest.fixture(scope="module")
+def client(model, embedded_model):
     engine = tiny_llm_ref.Engine(
         model,
         embedded_model[1],
@@ -330,3 +341,33 @@ def test_what_cannot_be_honoured_is_a_400_naming_the_field(
     assert error["param"] == param, error
     assert message in error["message"], error
     assert error["type"] == "invalid_request_error"
+
+
+def test_an_engine_that_raises_ends_the_stream_with_an_error_event(tokenizer, model):
+    app = create_app(
+        BrokenEngine(tokenizer, model.vocab_size),
+        ServerSettings(MODEL),
+        tiny_llm_ref.make_sampler,
+        REF_CONSTRAINTS,
+    )
+    running = RunningServer(app)
+    try:
+        broken = openai.OpenAI(
+            base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT_S
+        )
+        stream = broken.responses.create(
+            model=MODEL, input=QUESTION, max_output_tokens=2, stream=True
+        )
+        events = list(stream)
+        assert [e.type for e in events] == [
+            "response.created",
+            "response.in_progress",
+            "error",
+        ]
+        assert "Week 2 Day 6" in events[-1].message
+        with pytest.raises(openai.InternalServerError) as caught:  # then 503
+            broken.responses.create(model=MODEL, input=QUESTION, max_output_tokens=2)
+        assert caught.value.status_code == 503
+        assert "restart" in caught.value.body["message"]
+    finally:
+        running.stop()

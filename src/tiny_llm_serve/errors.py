@@ -50,9 +50,12 @@ class ApiError(Exception):
         }
 
     def anthropic_body(self) -> dict:
-        """The Messages API's shape: its error type follows the status."""
+        """The Messages API's shape: its error type follows the status (a busy
+        server's is Anthropic's overloaded_error)."""
         kind = ANTHROPIC_TYPES.get(self.status)
-        if kind is None:
+        if self.kind == "server_busy":
+            kind = "overloaded_error"
+        elif kind is None:
             kind = "api_error" if self.status >= 500 else "invalid_request_error"
         return {"type": "error", "error": {"type": kind, "message": self.message}}
 
@@ -73,7 +76,6 @@ ANTHROPIC_TYPES = {
     404: "not_found_error",
     413: "request_too_large",
     429: "rate_limit_error",
-    503: "overloaded_error",
 }
 
 

@@ -69,7 +69,7 @@ def checked_constraint(
             made = factory.choice(constraint.value)
         factory.start(made, engine.tokenizer, engine.model.vocab_size)
     except (TypeError, ValueError) as error:
-        raise invalid(str(error), constraint.param) from None
+        raise invalid(constraint.worded(str(error)), constraint.param) from None
     except NotImplementedError as error:
         what = "tool calls" if constraint.kind == "tools" else "structured outputs"
         raise ApiError(

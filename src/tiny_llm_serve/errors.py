@@ -1,4 +1,7 @@
-"""Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
+"""Errors in the shape of the API a client called: OpenAI's `{"error":
+{"message", "type", "param", "code"}}` (the chat, completions and Responses
+endpoints and all others), and Anthropic's `{"type": "error", "error": {"type",
+"message"}}` under /v1/messages.
 
 Every refusal the server makes is an ApiError with a 4xx (or 503) status and a
 message that says what to fix; the app turns it into that body. Nothing a client
@@ -46,8 +49,38 @@ class ApiError(Exception):
             }
         }
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def anthropic_body(self) -> dict:
+        """The Messages API's shape: its error type follows the status (a busy
+        server's is Anthropic's overloaded_error)."""
+        kind = ANTHROPIC_TYPES.get(self.status)
+        if self.kind == "server_busy":
+            kind = "overloaded_error"
+        elif kind is None:
+            kind = "api_error" if self.status >= 500 else "invalid_request_error"
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
+
+    def body_for(self, path: str) -> dict:
+        """The body in the shape of the API that `path` belongs to."""
+        return self.anthropic_body() if is_anthropic(path) else self.body()
+
+    def response(self, path: str = "") -> JSONResponse:
+        return JSONResponse(
+            self.body_for(path), status_code=self.status, headers=self.headers
+        )
+
+
+ANTHROPIC_PATHS = ("/v1/messages",)  # and below it: /v1/messages/count_tokens
+ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+}
+
+
+def is_anthropic(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in ANTHROPIC_PATHS)
 
 
 def invalid(message: str, param: str | None, code: str = "invalid_value") -> ApiError:
@@ -83,7 +116,7 @@ async def answer_api_error(request: Request, error: ApiError) -> JSONResponse:
         rejected.labels("busy").inc()
     elif error.status < 500:
         rejected.labels("bad_request").inc()
-    return error.response()
+    return error.response(request.url.path)
 
 
 async def answer_http_error(request: Request, error: HTTPException) -> JSONResponse:
@@ -91,7 +124,8 @@ async def answer_http_error(request: Request, error: HTTPException) -> JSONRespo
     kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
     message = {
         404: f"no endpoint {request.url.path}: see /v1/chat/completions, "
-        "/v1/completions, /v1/models, /health, /metrics",
+        "/v1/completions, /v1/responses, /v1/messages, /v1/models, /health, "
+        "/metrics",
         405: f"{request.method} is not allowed on {request.url.path}",
     }.get(error.status_code, str(error.detail))
-    return ApiError(error.status_code, message, kind).response()
+    return ApiError(error.status_code, message, kind).response(request.url.path)

@@ -7,7 +7,7 @@ against the context, makes the sampler and the constraint, and hands the request
 to the engine. The Generation it returns yields the answer's pieces as they come;
 a watcher aborts the request when the client disconnects, so its slot is free
 after the engine's next step. Nothing here knows an API's response format: each
-route module writes the pieces in its own (routes/openai_generation.py).
+route module writes the pieces in its own (routes/), most through answers.py.
 """
 
 import asyncio
@@ -30,11 +30,13 @@ from .state import ServerState
 @dataclass
 class Ending:
     """How a request ended: OpenAI's finish_reason, the tokens its client got (up
-    to the one that completed a stop string) and those its prompt found cached."""
+    to the one that completed a stop string), those its prompt found cached, and
+    the stop string that ended it (None when none did)."""
 
     reason: str
     completion_tokens: int
     cached_tokens: int
+    stop_string: str | None = None
 
 
 class Generation:
@@ -84,7 +86,8 @@ class Generation:
             reason = finish_reason(output.finish_reason, stream.stopped_by_string)
             result = output.result
             tokens = received if stream.stopped_by_string else len(result.tokens)
-            yield "", Ending(reason, tokens, result.cached_tokens)
+            found = stops.found if stream.stopped_by_string else None
+            yield "", Ending(reason, tokens, result.cached_tokens, found)
             return
 
     def close(self) -> None:
@@ -98,14 +101,7 @@ async def start_generation(
 ) -> Generation:
     """Admit `request` and hand it to the engine (see the module's docstring)."""
     settings, loop = server.settings, server.loop
-    if request.model not in (None, settings.model_name):
-        raise ApiError(
-            404,
-            f"the model {request.model!r} is not served here: use "
-            f"{settings.model_name!r} (GET /v1/models lists it)",
-            param="model",
-            code="model_not_found",
-        )
+    check_model(request, server)
     if loop.failure is not None:
         raise ApiError(503, f"{loop.failure}; restart the server", "server_error")
     if loop.waiting + server.admitting >= settings.max_waiting:
@@ -127,26 +123,40 @@ async def start_generation(
     return Generation(server, stream, prompt_tokens, watcher)
 
 
+def check_model(request: GenerationRequest, server: ServerState) -> None:
+    """A 404 for a request naming a model this server does not have."""
+    name = server.settings.model_name
+    if request.model not in (None, name):
+        raise ApiError(
+            404,
+            f"the model {request.model!r} is not served here: use {name!r} "
+            "(GET /v1/models lists it)",
+            param="model",
+            code="model_not_found",
+        )
+
+
 def submit(server: ServerState, request: GenerationRequest, stream: Stream) -> int:
     """On a worker thread: the prompt's token ids, checked against the context,
     handed to the engine; returns the prompt's length."""
     engine = server.engine
     ids = prompt_ids(engine, request)
     limit = engine.config.max_seq_len
-    if request.max_tokens is None and len(ids) >= limit:
+    room = limit - len(ids)  # what the context leaves for the answer
+    asked = request.max_tokens
+    if room <= 0 and (asked is None or request.fit_to_context):
         raise context_error(
             request,
             f"the prompt has {len(ids)} tokens, and this server's context is "
             f"{limit} tokens: shorten the prompt",
         )
-    if request.max_tokens is not None and len(ids) + request.max_tokens > limit:
+    if asked is not None and asked > room and not request.fit_to_context:
         raise context_error(
             request,
-            f"the prompt has {len(ids)} tokens and max_tokens is "
-            f"{short(request.max_tokens)}: "
-            f"{short(len(ids) + request.max_tokens)} tokens, more "
+            f"the prompt has {len(ids)} tokens and {request.limit_param} is "
+            f"{short(asked)}: {short(len(ids) + asked)} tokens, more "
             f"than this server's context of {limit} tokens; shorten the prompt or "
-            "lower max_tokens",
+            f"lower {request.limit_param}",
         )
     sampler = None
     if not request.is_greedy:
@@ -164,7 +174,7 @@ def submit(server: ServerState, request: GenerationRequest, stream: Stream) -> i
             ) from None
     spec = PromptSpec(
         ids,
-        max_tokens=request.max_tokens or limit - len(ids),
+        max_tokens=min(asked or room, room),
         sampler=sampler,
         priority=request.priority,
         constraint=checked_constraint(engine, server.constraints, request.constraint),
@@ -184,7 +194,7 @@ def prompt_ids(engine, request: GenerationRequest) -> list[int]:
         except Exception as error:  # the template's own checks (jinja raises)
             raise invalid(
                 f"the model's chat template refused these messages: {error}",
-                "messages",
+                request.prompt_param,
             ) from None
         return list(ids)
     if isinstance(request.prompt, str):
@@ -204,8 +214,7 @@ def prompt_ids(engine, request: GenerationRequest) -> list[int]:
 
 
 def context_error(request: GenerationRequest, message: str) -> ApiError:
-    param = "messages" if request.endpoint == "chat" else "prompt"
-    return invalid(message, param, code="context_length_exceeded")
+    return invalid(message, request.prompt_param, code="context_length_exceeded")
 
 
 async def abort_on_disconnect(

@@ -1,5 +1,5 @@
-"""The app's ASGI middleware: a 500 in OpenAI's shape for an unexpected error, and
-the API key.
+"""The app's ASGI middleware: a 500 in the API's error shape for an unexpected
+error, and the API key.
 
 Plain ASGI rather than Starlette's BaseHTTPMiddleware, which would re-stream every
 server-sent event through a memory channel.
@@ -45,13 +45,14 @@ class AnswerUnexpectedErrors:
                 raise
             logger.exception("%s %s failed", scope["method"], scope["path"])
             response = ApiError(500, internal_message(error), "server_error")
-            await response.response()(scope, receive, send)
+            await response.response(scope["path"])(scope, receive, send)
 
 
 class RequireApiKey:
     """Every path but OPEN_PATHS needs the key, else 401. It comes as
-    `Authorization: Bearer KEY`, or as the password of HTTP Basic authentication:
-    a browser opening the chat page asks for it, then sends it with the page's own
+    `Authorization: Bearer KEY` (OpenAI's clients), as `x-api-key: KEY`
+    (Anthropic's), or as the password of HTTP Basic authentication: a browser
+    opening the chat page asks for it, then sends it with the page's own
     requests."""
 
     def __init__(self, app, key: str, metrics: ServerMetrics):
@@ -63,8 +64,12 @@ class RequireApiKey:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(self.presented_key(given), self.key):
+        headers = dict(scope["headers"])
+        presented = (
+            self.presented_key(headers.get(b"authorization", b"")),
+            headers.get(b"x-api-key", b""),
+        )
+        if any(hmac.compare_digest(given, self.key) for given in presented):
             await self.app(scope, receive, send)
             return
         self.metrics.request_rejected.labels("unauthorized").inc()
@@ -74,12 +79,12 @@ class RequireApiKey:
         response = ApiError(
             401,
             "missing or wrong API key: send the header 'Authorization: Bearer "
-            "<key>' with the key the server was started with (--api-key); in a "
-            "browser, give the key as the password",
+            "<key>' (or 'x-api-key: <key>') with the key the server was started "
+            "with (--api-key); in a browser, give the key as the password",
             "authentication_error",
             code="invalid_api_key",
             headers=headers,
-        ).response()
+        ).response(scope["path"])
         await response(scope, receive, send)
 
     @staticmethod

@@ -8,6 +8,21 @@ import uuid
 from .request import GenerationRequest
 
 
+def call_objects(calls: list, first_index: int | None = None) -> list[dict]:
+    """Parsed calls (name, arguments) -> OpenAI's tool_calls entries: an id, type
+    "function", the name and the arguments as JSON text, and, in a stream
+    (first_index given), the call's index."""
+    return [
+        {
+            **({} if first_index is None else {"index": first_index + i}),
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+        }
+        for i, call in enumerate(calls)
+    ]
+
+
 def new_id(endpoint: str) -> str:
     prefix = "chatcmpl" if endpoint == "chat" else "cmpl"
     return f"{prefix}-{uuid.uuid4().hex}"

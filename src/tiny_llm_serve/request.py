@@ -1,9 +1,9 @@
 """What the engine side needs of a request, whichever API's body it came in.
 
-Each API's body model (openai_bodies.py) turns itself into a GenerationRequest once it is
-checked; generation.py runs one on the engine. A new API (another route module)
-only needs its body to say the same: a prompt, the answer's limits, its sampling
-and at most one constraint.
+Each API's body model (openai_bodies.py, responses_bodies.py, anthropic_bodies.py)
+turns itself into a GenerationRequest once it is checked; generation.py runs one on
+the engine. A new API (another route module) only needs its body to say the same:
+a prompt, the answer's limits, its sampling and at most one constraint.
 """
 
 from dataclasses import dataclass, field
@@ -13,28 +13,40 @@ from dataclasses import dataclass, field
 class ConstraintRequest:
     """A structured-output option as the body gave it. kind: "json_schema" (value a
     schema object), "json_object" (value None), "regex" (a pattern), "choice" (a
-    list of strings) or "tools" (value (tools, tool_choice, parallel_tool_calls):
-    week 4 day 2's tool-call grammar); param: the field to name in an error."""
+    list of strings) or "tools" (value (tools, tool_choice, parallel_tool_calls)
+    in the chat's shapes: week 4 day 2's tool-call grammar); param: the field to
+    name in an error. renames: (chat's name, the body's) pairs for the package's
+    messages, which name the chat's fields (tools[0].function.parameters) where
+    another API's body has its own (tools[0].input_schema)."""
 
     kind: str
     value: object
     param: str
+    renames: tuple[tuple[str, str], ...] = ()
+
+    def worded(self, message: str) -> str:
+        """A message about this option in the body's own field names."""
+        for chat_name, own_name in self.renames:
+            message = message.replace(chat_name, own_name)
+        return message
 
 
 @dataclass
 class GenerationRequest:
-    """One checked request. Exactly one of `messages` (chat: role and text content,
-    as the chat template takes them) and `prompt` (completion: text, or token ids
-    used as they are) is set.
+    """One checked request. Exactly one of `messages` (chat and the APIs made into
+    chats: role and text content, as the chat template takes them) and `prompt`
+    (completion: text, or token ids used as they are) is set.
 
     tools: OpenAI's function tools offered to the model (chat), rendered by the chat
     template; the answer's calls are parsed out of its text.
     max_tokens None: until the context is full. top_k None: no limit. stop: strings
     that end the answer where they first appear (not included in it). priority:
-    the engine's queue, "interactive" or "batch".
+    the engine's queue, "interactive" or "batch". fit_to_context: a max_tokens
+    past what the context leaves after the prompt is cut to it (the Messages
+    API's rule) instead of refused.
     """
 
-    endpoint: str  # "chat" or "completion"
+    endpoint: str  # "chat", "completion", "responses" or "messages"
     model: str | None
     messages: list[dict] | None = None
     prompt: str | list[int] | None = None
@@ -48,7 +60,20 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     priority: str = "batch"
     constraint: ConstraintRequest | None = None
+    fit_to_context: bool = False
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def prompt_param(self) -> str:
+        """The body's field holding the prompt, for an error about its length."""
+        return {"completion": "prompt", "responses": "input"}.get(
+            self.endpoint, "messages"
+        )
+
+    @property
+    def limit_param(self) -> str:
+        """The body's field for the answer's length."""
+        return "max_output_tokens" if self.endpoint == "responses" else "max_tokens"

@@ -21,8 +21,9 @@ from .metrics import ServerMetrics
 class ServerSettings:
     """model_name: the one model id served (GET /v1/models); a request naming
     another gets 404. api_key: None, or the key every request but /health must
-    send as `Authorization: Bearer KEY` (or as the password of HTTP Basic
-    authentication, which is how a browser opens the chat page); without one,
+    send as `Authorization: Bearer KEY` or `x-api-key: KEY` (or as the password
+    of HTTP Basic authentication, which is how a browser opens the chat page);
+    without one,
     /engine shows no request text. max_waiting: requests handed to the engine
     without a token yet beyond which new ones get 503 with Retry-After
     (retry_after_s). max_body_bytes: larger bodies get 413. body_timeout_s: a

@@ -6,23 +6,26 @@ class StopStrings:
 
     A stop string may arrive split over several pieces, so the tail that could be
     the start of one is held back until the next piece settles it. Once a stop
-    string appears, the text before it is the last thing returned and `stopped` is
-    set: the request is then aborted and finishes with "stop".
+    string appears, the text before it is the last thing returned, `stopped` is
+    set and `found` is that string (the first to appear): the request is then
+    aborted and finishes with "stop".
     """
 
     def __init__(self, stops: list[str]):
         self.stops = stops
         self.held = ""
         self.stopped = False
+        self.found: str | None = None
 
     def feed(self, text: str) -> str:
         if self.stopped:
             return ""
         self.held += text
-        found = [i for i in (self.held.find(s) for s in self.stops) if i >= 0]
+        found = [(i, s) for s in self.stops if (i := self.held.find(s)) >= 0]
         if found:
+            at, self.found = min(found)
             self.stopped = True
-            ready, self.held = self.held[: min(found)], ""
+            ready, self.held = self.held[:at], ""
             return ready
         keep = self.longest_partial_stop()
         ready = self.held[: len(self.held) - keep]

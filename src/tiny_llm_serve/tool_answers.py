@@ -1,44 +1,27 @@
-"""An answer's tool calls in OpenAI's shapes: message.tool_calls in a whole
-response, tool-call deltas in a stream.
+"""An answer's tool calls, read out of its text: whole, or as a stream goes.
 
-The calls are read out of the answer's text by the package's parse_tool_calls (week
-4 day 2); under the tool-call grammar every call parses. A stream holds back text
-from an opening tag until its call is complete, so a client never sees a call's raw
-text as content, and sends each call whole, as one delta.
+The calls are read by the package's parse_tool_calls (week 4 day 2); under the
+tool-call grammar every call parses. Each is the package's ToolCall (.name, and
+.arguments, a dict); every API writes them in its own shape (OpenAI's
+tool_calls, the Responses API's function_call items, Anthropic's tool_use
+blocks). A stream holds back text from an opening tag until its call is
+complete, so a client never sees a call's raw text as content, and gets each call
+whole.
 """
 
-import json
-import uuid
 from collections.abc import Callable
 
 from tiny_llm_base.tool_prompts import CLOSE, OPEN
 
 
-def call_objects(calls: list, first_index: int = 0) -> list[dict]:
-    """Parsed calls (name, arguments) -> OpenAI's tool_calls entries: an id, type
-    "function", the name and the arguments as JSON text (and, in a stream, the
-    call's index)."""
-    return [
-        {
-            "index": first_index + i,
-            "id": f"call_{uuid.uuid4().hex[:24]}",
-            "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-        }
-        for i, call in enumerate(calls)
-    ]
-
-
-def whole_message(text: str, parse: Callable) -> tuple[str | None, list[dict]]:
-    """A finished answer -> (content, None when there is none; tool_calls). A call
-    the answer opened but never closed (cut at max_tokens) is not content."""
+def split_calls(text: str, parse: Callable) -> tuple[str, list]:
+    """A finished answer -> (its content, its calls). With calls, the content is
+    the text before the first one, stripped ("" when there is none): a call the
+    answer opened but never closed (cut at max_tokens) is not content."""
     content, calls = parse(text)
-    objects = [
-        {k: v for k, v in call.items() if k != "index"} for call in call_objects(calls)
-    ]
-    if not objects:
+    if not calls:
         return text, []
-    return content.partition(OPEN)[0].strip() or None, objects
+    return content.partition(OPEN)[0].strip(), calls
 
 
 def finish_reason(reason: str, called: bool) -> str:
@@ -56,7 +39,7 @@ class CallSplitter:
         self.buffer = ""
         self.calls = 0
 
-    def feed(self, piece: str) -> tuple[str, list[dict]]:
+    def feed(self, piece: str) -> tuple[str, list]:
         self.buffer += piece
         text, calls = "", []
         while (start := self.buffer.find(OPEN)) >= 0:
@@ -67,7 +50,7 @@ class CallSplitter:
             block = self.buffer[start : end + len(CLOSE)]
             _, found = self.parse(block)
             if found:
-                calls += call_objects(found, self.calls + len(calls))
+                calls += found
             else:
                 text += block
             self.buffer = self.buffer[end + len(CLOSE) :]

@@ -11,16 +11,23 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
+from ..answers import answer_parts, event_stream, whole_answer
 from ..errors import ApiError, internal_message
 from ..generation import Generation, start_generation
 from ..json_body import json_body
 from ..openai_bodies import ChatCompletionBody, CompletionBody
-from ..openai_objects import chunk_object, new_id, response_object, sse, usage
+from ..openai_objects import (
+    call_objects,
+    chunk_object,
+    new_id,
+    response_object,
+    sse,
+    usage,
+)
 from ..request import GenerationRequest
 from ..state import Server, ServerState
-from ..tool_answers import CallSplitter, finish_reason, whole_message
 
 logger = logging.getLogger("tiny_llm_serve")
 
@@ -52,27 +59,16 @@ async def answer(
     response_id = new_id(request.endpoint)
     model = server.settings.model_name
     if request.stream:
-        return StreamingResponse(
-            events(request, generation, response_id, model, server),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-    text, ending = "", None
-    try:
-        async for piece, end in generation.pieces():
-            text += piece
-            ending = end
-    finally:
-        generation.close()
+        return event_stream(events(request, generation, response_id, model, server))
+    whole = await whole_answer(generation, request, server.constraints.parse_tool_calls)
+    ending = whole.ending
     counts = usage(
         generation.prompt_tokens, ending.completion_tokens, ending.cached_tokens
     )
-    calls = []
-    if request.tools:
-        text, calls = whole_message(text, server.constraints.parse_tool_calls)
-    reason = finish_reason(ending.reason, bool(calls))
+    text = (whole.text or None) if whole.calls else whole.text
+    calls = call_objects(whole.calls)
     return JSONResponse(
-        response_object(request, response_id, model, text, reason, counts, calls)
+        response_object(request, response_id, model, text, whole.reason, counts, calls)
     )
 
 
@@ -88,27 +84,24 @@ async def events(
     choices, as OpenAI sends it. With tools, each call comes whole as a tool-call
     delta and the last chunk's finish_reason is "tool_calls". A failure is an error
     event, then [DONE]."""
-    splitter = CallSplitter(server.constraints.parse_tool_calls)
-    called = False
+    calls_sent = 0
     try:
         if request.endpoint == "chat":
             yield sse(chunk_object(request, response_id, model, "", first=True))
-        async for piece, end in generation.pieces():
-            calls = []
-            if request.tools:
-                piece, calls = splitter.feed(piece)
-                piece += splitter.flush() if end is not None else ""
-            if piece:
-                yield sse(chunk_object(request, response_id, model, piece))
-            if calls:
-                called = True
+        parts = answer_parts(generation, request, server.constraints.parse_tool_calls)
+        async for part in parts:
+            if part.text:
+                yield sse(chunk_object(request, response_id, model, part.text))
+            if part.calls:
+                calls = call_objects(part.calls, calls_sent)
+                calls_sent += len(calls)
                 yield sse(
                     chunk_object(request, response_id, model, "", tool_calls=calls)
                 )
-            if end is None:
+            if part.ending is None:
                 continue
-            reason = finish_reason(end.reason, called)
-            yield sse(chunk_object(request, response_id, model, "", reason))
+            end = part.ending
+            yield sse(chunk_object(request, response_id, model, "", part.reason))
             if request.include_usage:
                 counts = usage(
                     generation.prompt_tokens, end.completion_tokens, end.cached_tokens

@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 
 from scripts.bench.benchlib.harness import (
+    BOOK_IMAGES,
     Bench,
     at_least,
     at_most,
@@ -104,6 +105,17 @@ def test_a_quick_run_names_its_default_record_quick(tmp_path, monkeypatch):
     argv = ["--quick", "--json", str(default)]  # named: kept as it is
     args, _ = run_bench(monkeypatch, argv, [], quick=True, out=str(default))
     assert args.out == default and default.exists()
+
+
+def test_a_quick_run_draws_beside_its_record_never_in_the_book(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench_x.py", "--quick"])
+    bench = Bench("A benchmark.", quick=True, out=str(tmp_path / "x.json"))
+    bench.parse()
+    assert bench.image("week3-x.png") == tmp_path / "week3-x-quick.png"
+    monkeypatch.setattr(sys, "argv", ["bench_x.py"])
+    bench.parse()
+    assert bench.image("week3-x.png") == BOOK_IMAGES / "week3-x.png"
+    assert BOOK_IMAGES.parent.name == "src" and BOOK_IMAGES.is_dir()
 
 
 def test_repeats_below_one_are_refused_with_one_line(monkeypatch, capsys):

@@ -31,7 +31,6 @@ import itertools
 import json
 import statistics
 from itertools import pairwise
-from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -47,9 +46,6 @@ from scripts.commands.cli import MIXED_STEP_DEFAULTS, fail, require_positive
 from tiny_llm_base import EngineConfig, PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
-IMAGE = (
-    Path(__file__).resolve().parents[2] / "book/src/images/week3-latency-timeline.png"
-)
 
 # What serve runs with unless told otherwise: 8 slots (one kept for interactive
 # requests), 128-token chunks, the paged cache, the model's whole context per request
@@ -465,8 +461,7 @@ def main() -> int:
         f"preemptions: {', '.join(map(str, p['preemptions']))}), idle "
         f"{ms(p['idle_ttft_s'])} ms"
     )
-    image = args.out.with_name(args.out.stem + "-timeline.png") if args.quick else IMAGE
-    image.parent.mkdir(parents=True, exist_ok=True)
+    image = bench.image("week3-latency-timeline.png")
     panels = {lane_title(SETTINGS[n][0], o): o["requests"] for n, o in outcomes.items()}
     plots.plot_request_lanes(panels, image)
     record = dict(

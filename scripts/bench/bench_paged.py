@@ -17,7 +17,8 @@ Four parts, each on the embedded model, same weights and workload for every runn
   prefix caching (and without, for scale) beside mlx-lm's LRUPromptCache. Goals: at
   least 90% of the reusable prompt tokens from the cache, turn 10's time to first
   token within 1.3x turn 2's (each the median of the replays).
-Writes a table per part, JSON (--out) and plots (book/src/images/week3-02-*.png).
+Writes a table per part, JSON (--out) and plots (book/src/images/week3-02-*.png;
+--quick: beside the JSON).
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
@@ -25,7 +26,6 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 # isort: split
 import statistics
 import time
-from pathlib import Path
 
 import mlx.core as mx
 from mlx_lm.server import LRUPromptCache
@@ -46,8 +46,6 @@ from scripts.bench.loadlib.workload import make_workload
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.memory import kv_bytes_per_token
 
-ROOT = Path(__file__).resolve().parents[2]
-IMAGES = ROOT / "book" / "src" / "images"
 CHAT_TURNS = [
     "Tell me about lighthouses.",
     "Why were they painted in stripes?",
@@ -413,8 +411,7 @@ def main() -> int:
     chats = chat_part(exact, models.peer, tokenizer, 1 if args.quick else 3, 32)
     tables(console, step, soak, budget, chats)
     goals = [g for part in (step, soak, budget, chats) for g in part.pop("goals")]
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    image = IMAGES / f"week3-02-paged{'-quick' if args.quick else ''}.png"
+    image = bench.image("week3-02-paged.png")
     plots.plot_paged(step, soak, budget, chats, image)
     runs = {
         k: {x: y for x, y in v.items() if x != "tokens"}
@@ -430,7 +427,7 @@ def main() -> int:
             for name, run in chats["turns"].items()
         },
     )
-    return bench.finish(record, goals, [image.relative_to(ROOT)])
+    return bench.finish(record, goals, [image])
 
 
 if __name__ == "__main__":

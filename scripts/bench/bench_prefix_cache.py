@@ -10,8 +10,8 @@ Each runs on our engine (paged KV cache) with prefix caching on and off, and on
 mlx-lm alone with its server's LRUPromptCache (each request after the previous).
 Reported: TTFT p50/p99, prompt tokens computed, hit rate, peak KV memory against the
 dense preallocation, and whether the output tokens are identical with caching on and
-off; the issue's goals met or missed. Table on the terminal, JSON and a plot in
-book/src/images/.
+off; its goals met or missed. Table on the terminal, JSON and a plot in
+book/src/images/ (--quick: beside the JSON).
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
@@ -19,7 +19,6 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 # isort: split
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from mlx_lm.server import LRUPromptCache
 
@@ -30,8 +29,6 @@ from scripts.bench.benchlib.runners import mlx_lm_cached, run_to_end
 from scripts.bench.benchlib.workloads import chat, replay_chat
 from tiny_llm_base import PromptSpec
 
-ROOT = Path(__file__).resolve().parents[2]
-IMAGES = ROOT / "book/src/images"
 BATCH_SIZE = 4
 BLOCK_SIZE = 16
 QUESTIONS = [
@@ -294,8 +291,7 @@ def main() -> int:
         )
     )
     console.print(table(f"b: a {len(turns)}-turn chat, resent whole each turn", case_b))
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    image = IMAGES / f"week3-03-prefix-cache{'-quick' if args.quick else ''}.png"
+    image = bench.image("week3-03-prefix-cache.png")
     cases = {"a: shared system prompt": case_a, "b: multi-turn chat": case_b}
     plots.plot_prefix_cache(cases, image)
     record = dict(
@@ -306,7 +302,7 @@ def main() -> int:
         shareable_tokens=shareable,
         cases={"a": case_a, "b": case_b},
     )
-    return bench.finish(record, goals(case_a, shareable), [image.relative_to(ROOT)])
+    return bench.finish(record, goals(case_a, shareable), [image])
 
 
 if __name__ == "__main__":

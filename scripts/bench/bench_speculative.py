@@ -28,7 +28,6 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 # isort: split
 import statistics
 import time
-from pathlib import Path
 
 import mlx.core as mx
 
@@ -46,10 +45,6 @@ from scripts.bench.benchlib.workloads import (
 from scripts.commands.cli import fail, require_positive
 from tiny_llm_base import EngineConfig, greedy
 
-IMAGE = (
-    Path(__file__).resolve().parents[2]
-    / "book/src/images/week3-speculative-accepted.png"
-)
 # quick?: requests per workload, max_tokens, the batch size of the shared runs
 SIZES = {False: (8, 128, 4), True: (4, 32, 2)}
 FEED = (1, 2, 4, 5, 8)  # tokens fed in one forward; 5 = a decode token + 4 drafts
@@ -303,8 +298,7 @@ def main() -> int:
         results[name] = rows_of(runs[name])
         console.print(table(f"{name}: {workload.describe()}", results[name]))
     console.print(NOT_RUN)
-    image = args.out.with_name(args.out.stem + "-accepted.png") if args.quick else IMAGE
-    image.parent.mkdir(parents=True, exist_ok=True)
+    image = bench.image("week3-speculative-accepted.png")
     panels = {
         f"{name}, batch {1 if key == '1' else batch}": runs[name][f"{key} ngram"]
         for name in runs

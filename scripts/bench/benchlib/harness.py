@@ -35,6 +35,8 @@ from scripts.commands.cli import option_parser, require_at_least
 
 from .course import add_option, course, use
 
+BOOK_IMAGES = Path(__file__).resolve().parents[3] / "book" / "src" / "images"
+
 
 @dataclass
 class Goal:
@@ -247,6 +249,17 @@ class Bench:
             quick = getattr(self.args, "quick", False)
             self.args.out = self.out.with_stem(self.out.stem + "-quick" * quick)
         return self.args
+
+    def image(self, name: str) -> Path:
+        """Where the figure `name` goes: the book's images for a full run; beside
+        the JSON record for --quick (a smoke run never changes the book)."""
+        if getattr(self.args, "quick", False):
+            folder = (self.args.out or Path("bench-results/x")).parent
+            name = f"{Path(name).stem}-quick{Path(name).suffix}"
+        else:
+            folder = BOOK_IMAGES
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / name
 
     def start(self) -> Console:
         """The console (tables kept whole when piped) and the machine line."""

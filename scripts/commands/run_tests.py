@@ -2,7 +2,10 @@
 
 `pdm run test` checks the learner's package (src/tiny_llm); `pdm run test-refsol`
 checks the reference (src/tiny_llm_ref). The exit status is pytest's, so CI fails
-whenever a test fails.
+whenever a test fails. The whole suite runs its test files in parallel (pytest-xdist,
+a file to a worker, so a module's server or model is built once): one worker per
+core, at most 4 (each holds its own copy of the model); `--workers 1` runs them in
+one process. A day's tests run in one process.
 """
 
 import argparse
@@ -37,11 +40,22 @@ def main() -> int:
     parser.add_argument("--solution", choices=["learner", "ref"], default="learner")
     parser.add_argument("--week", type=int)
     parser.add_argument("--day", type=int)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="test processes for the whole suite (default: one per core, at most 4)",
+    )
     args, pytest_args = parser.parse_known_args()
     if pytest_args[:1] == ["--"]:
         pytest_args = pytest_args[1:]
     os.environ["TINY_LLM_SOLUTION"] = args.solution
-    return pytest.main([*test_files(args.week, args.day), *pytest_args])
+    workers = args.workers
+    if workers is None:
+        workers = 1 if args.week else min(4, os.cpu_count() or 1)
+    if workers < 1:
+        sys.exit(f"error: --workers must be at least 1, got {workers}")
+    parallel = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+    return pytest.main([*test_files(args.week, args.day), *parallel, *pytest_args])
 
 
 if __name__ == "__main__":

@@ -106,6 +106,9 @@ class BrokenEngine:
     def step(self):
         raise NotImplementedError("Week 2 Day 6: Engine.step")
 
+    def close(self) -> None:
+        pass
+
 
 def chat_prompt(tokenizer, question: str) -> list[int]:
     messages = [{"role": "user", "content": question}]

@@ -118,9 +118,11 @@ class KvDiskStore:
                 except FileNotFoundError:  # another process removed it
                     continue
                 found.append((stat.st_mtime_ns, path, stat.st_size))
+        found.sort()
         self.files: OrderedDict[Path, int] = OrderedDict(
-            (path, size) for _, path, size in sorted(found)
+            (path, size) for _, path, size in found
         )
+        self.last_stamp = found[-1][0] if found else 0
         self.names = {
             bytes.fromhex(p.stem) for p in self.files if p.parent == self.folder
         }
@@ -166,6 +168,7 @@ class KvDiskStore:
                 mx.save_safetensors(file, dict(keys=keys, values=values), metadata)
             os.replace(temporary, path)
             self.files[path] = path.stat().st_size
+            self.stamp(path)
         except OSError as error:
             if temporary is not None:
                 Path(temporary).unlink(missing_ok=True)
@@ -238,9 +241,15 @@ class KvDiskStore:
             if path in self.files:
                 self.files.move_to_end(path)
                 try:
-                    os.utime(path)
+                    self.stamp(path)
                 except FileNotFoundError:
                     self.forget(path)
+
+    def stamp(self, path: Path) -> None:
+        """The file's time, later than any other's: the order of use survives the
+        process (file times from the clock alone can tie within a clock tick)."""
+        self.last_stamp = max(time.time_ns(), self.last_stamp + 1)
+        os.utime(path, ns=(self.last_stamp, self.last_stamp))
 
     def keep_budget(self) -> None:
         """Remove the least recently used files until the folder fits the budget."""

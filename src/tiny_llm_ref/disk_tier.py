@@ -16,6 +16,7 @@ names everything before a block's end.
 """
 
 import itertools
+import time
 from collections.abc import Callable
 
 import mlx.core as mx
@@ -52,6 +53,8 @@ class DiskTierKvManager(PrefixCachingKvManager):
 
     disk: the KvDiskStore of this model's blocks (its counters say what was read
     and written). The pool is a SpillingBlockPool of the same size.
+    blocks_loaded, load_seconds: the blocks lookups took from disk, and the time
+    they took (read, checked, written into the pool).
     """
 
     def __init__(self, model, config):
@@ -59,18 +62,20 @@ class DiskTierKvManager(PrefixCachingKvManager):
         self.pool = SpillingBlockPool(self.pool.num_blocks, self.block_size, self.spill)
         identity = model_identity(model, self.block_size)
         self.disk = KvDiskStore(config.kv_disk_dir, config.kv_disk_budget, identity)
+        self.blocks_loaded = 0
+        self.load_seconds = 0.0
 
     def cached_prefix(self, request: Request) -> BlockTable:
         """The pool's cached chain (day 3), then as many of the next full blocks as
-        the disk holds, each loaded into a block of the pool. It stops at a block
-        the disk lacks or refuses, at one the pool holds after a gap (rare: a chain
-        evicted out of order), and before the pool's last available block, which
-        admit keeps for the request's next token."""
+        the disk holds, each loaded into a block of the pool and named. It stops at
+        a block the disk lacks or refuses, at one the pool holds after a gap (rare:
+        a chain evicted out of order), and before the pool's last available block,
+        which admit keeps for the request's next token."""
         table = super().cached_prefix(request)
         tokens = request.prefill_tokens[:-1]
-        size = self.block_size
+        size, start_time = self.block_size, time.perf_counter()
         parent = table.hashes[-1] if table.hashes else None
-        loaded = []
+        found = []  # (block, keys, values) of each block read from disk
         for start in range(len(table.blocks) * size, len(tokens) - size + 1, size):
             block_hash = chain_hash(parent, tokens[start : start + size])
             if (
@@ -87,14 +92,17 @@ class DiskTierKvManager(PrefixCachingKvManager):
                 self.disk.refuse(self.disk.path(block_hash), misfit)
                 break
             (block,) = self.pool.allocate(1)
-            self.write_block(block, *arrays)
             self.pool.remember(block, block_hash)
             table.blocks.append(block)
             table.hashes.append(block_hash)
-            loaded.append(block_hash)
+            found.append((block, *arrays))
             parent = block_hash
-        # The chain's root last: the most recently used file is the last removed.
-        self.disk.used(reversed(loaded))
+        if found:
+            self.write_blocks(found)
+            self.blocks_loaded += len(found)
+            self.load_seconds += time.perf_counter() - start_time
+            # The chain's root last: the most recently used file is removed last.
+            self.disk.used(reversed(table.hashes[-len(found) :]))
         return table
 
     def misfit(self, keys: mx.array) -> str | None:
@@ -113,17 +121,25 @@ class DiskTierKvManager(PrefixCachingKvManager):
             return f"{heads} heads of {dim} {keys.dtype} do not fit this pool"
         return None
 
-    def write_block(self, block: int, keys: mx.array, values: mx.array) -> None:
-        """Keys and values [layers, H, block_size, D] into `block` of every layer."""
-        slots = list(range(self.block_size))
+    def write_blocks(self, found: list[tuple[int, mx.array, mx.array]]) -> None:
+        """Each (block, keys, values [layers, H, block_size, D]) into its block of
+        every layer: one scatter per layer for them all (LayerBlocks.stage, flush),
+        evaluated now."""
+        size = self.block_size
+        blocks = [block for block, _, _ in found for _ in range(size)]
+        slots = list(range(size)) * len(found)
+        keys = mx.stack([k for _, k, _ in found], axis=1)  # [layers, n, H, size, D]
+        values = mx.stack([v for _, _, v in found], axis=1)
+        _, n, heads, _, dim = keys.shape
         for layer, layer_keys, layer_values in zip(self.layer_blocks, keys, values):
             layer.stage(
-                [block] * self.block_size,
+                blocks,
                 slots,
-                layer_keys.swapaxes(0, 1),
-                layer_values.swapaxes(0, 1),
+                layer_keys.swapaxes(1, 2).reshape(n * size, heads, dim),
+                layer_values.swapaxes(1, 2).reshape(n * size, heads, dim),
             )
             layer.flush()
+        mx.eval([(layer.keys, layer.values) for layer in self.layer_blocks])
 
     def read_block(self, block: int) -> tuple[mx.array, mx.array]:
         """Keys and values [layers, H, block_size, D] of `block` in the pool."""

@@ -87,11 +87,11 @@ class EngineConfig:
         towards it only as blocks are used (None: half the memory available when the
         engine starts). Dense: batch_size x max_seq_len positions must fit it (None:
         no limit). num_blocks: the paged pool's size in blocks instead of kv_memory.
-    kv_disk_dir (paged, prefix caching): a folder that keeps named blocks past the
-        process (the disk tier, tiny_llm_ref/disk_tier.py): a block goes there when
-        the pool evicts it and at Engine.close, and a lookup goes on there where the
-        pool's chain ends, so an engine started later on the same folder finds what
-        an earlier one computed. kv_disk_budget: the most bytes the folder's files
+    kv_disk_dir (paged, prefix caching): a folder of its own that keeps named
+        blocks past the process (the disk tier, disk_tier.py): a block goes there
+        when the pool evicts it and at Engine.close, and a lookup goes on there
+        where the pool's chain ends, so an engine started later on the same folder
+        finds what an earlier one computed. kv_disk_budget: the most bytes the folder's files
         take (an int or a size such as "4GiB"), least recently used out first.
     """
 

@@ -107,6 +107,9 @@ class BrokenEngine:
     def step(self):
         raise NotImplementedError("Week 2 Day 6: Engine.step")
 
+    def close(self) -> None:
+        pass
+
 
 def content_pieces(lines: Iterator[str], count: int) -> list[str]:
     """The next `count` non-empty delta contents of a chat stream's `lines` (its

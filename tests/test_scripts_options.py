@@ -201,6 +201,11 @@ BAD_OPTIONS = {
         ["--policy", "alternate", "--jump-forward", "on"],
         "--jump-forward feeds drafts in a mixed step: add --policy mixed",
     ),
+    "serve disk budget without a folder": (
+        SERVE,
+        ["--kv-disk-budget", "1GiB"],
+        "--kv-disk-budget sizes the disk tier: add --kv-disk-dir",
+    ),
     "book port out of range": (BOOK, ["--port", "0"], "--port must be in 1..65535"),
 }
 
@@ -232,6 +237,15 @@ ENGINE_REFUSALS = [
     (
         ["--kv-cache", "dense", "--max-seq-len", "512", "--kv-memory", "1MiB"],
         "error: a dense cache of --batch-size 8 x --max-seq-len 512 needs ",
+    ),
+    (
+        ["--kv-cache", "dense", "--kv-disk-dir", "never-made"],
+        "error: --kv-disk-dir keeps the prefix cache's blocks: it needs --kv-cache "
+        "paged with prefix caching",
+    ),
+    (
+        ["--kv-disk-dir", "never-made", "--kv-disk-budget", "lots"],
+        "error: --kv-disk-budget must be a size such as '512MiB'",
     ),
 ]
 

@@ -368,7 +368,7 @@ class RankZeroEngine:
         self.last_digest = digest(outputs)
         return outputs
 
-    def close(self) -> None:
+    def stop_ranks(self) -> None:
         """Tell the other ranks to stop (after the engine thread has stopped), unless
         a step failed: a sum over a ring that lost a rank may never return. Bounded
         by STOP_TIMEOUT_S all the same."""

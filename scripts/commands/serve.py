@@ -5,6 +5,7 @@ pdm run serve --token-budget 256 --batch-size 8  # a mixed step of at most 256 t
 pdm run serve --max-num-partial-prefills 1     # one prompt prefilled at a time
 pdm run serve --kv-memory 2GiB                 # the paged pool's budget (default: half
                                                # the available memory)
+pdm run serve --kv-disk-dir ~/.cache/tiny-llm-kv  # conversations survive a restart
 pdm run serve --solution learner --api-key secret
 pdm run mlx.launch -n 2 --backend ring -- python -m scripts.commands.serve
                                                # tensor parallel: rank 0 listens
@@ -75,6 +76,8 @@ ENGINE_OPTIONS = (
     "--block-size",
     "--num-blocks",
     "--kv-memory",
+    "--kv-disk-dir",
+    "--kv-disk-budget",
     *STEP_LIMIT_OPTIONS,
     "--batch-patience",
 )
@@ -122,6 +125,19 @@ def parse_args() -> argparse.Namespace:
         help="with --kv-cache paged: compute every prompt whole",
     )
     parser.add_argument(
+        "--kv-disk-dir",
+        metavar="FOLDER",
+        help="with prefix caching: keep computed KV blocks in this folder (written "
+        "when the pool evicts them and at shutdown), so that a restarted server "
+        "finds the conversations it had computed",
+    )
+    parser.add_argument(
+        "--kv-disk-budget",
+        metavar="SIZE",
+        help="with --kv-disk-dir: the most the folder's files take, e.g. 8GiB, least "
+        "recently used out first (default 4GiB)",
+    )
+    parser.add_argument(
         "--reserved-interactive-slots",
         type=int,
         default=1,
@@ -154,6 +170,8 @@ def parse_args() -> argparse.Namespace:
     if args.kv_memory is not None and args.num_blocks is not None:
         fail("--num-blocks and --kv-memory both size the pool: pass one of them")
     args.kv_memory = parse_kv_memory(args.kv_memory)
+    if args.kv_disk_budget is not None and args.kv_disk_dir is None:
+        fail("--kv-disk-budget sizes the disk tier: add --kv-disk-dir")
     if args.prefill_step.strip().lower() == "none":
         args.prefill_step = None
     elif not args.prefill_step.isdigit() or int(args.prefill_step) < 1:
@@ -187,6 +205,14 @@ def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
             package, args.kv_cache, not args.no_prefix_caching
         )
         args.policy = newest_policy(package, args.policy)
+        if args.kv_disk_dir is not None and not (
+            args.kv_cache == "paged" and prefix_caching
+        ):
+            fail(
+                "--kv-disk-dir keeps the prefix cache's blocks: it needs --kv-cache "
+                "paged with prefix caching (no --no-prefix-caching; a learner's "
+                "package from week 3 day 3 on)"
+            )
         share_pool(package, model, ranks, args, max_seq_len)
         return package.Engine(
             model,
@@ -202,6 +228,7 @@ def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
             num_blocks=args.num_blocks,
             kv_memory=args.kv_memory,
             prefix_caching=prefix_caching,
+            **kv_disk_settings(args),
         )
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
@@ -227,6 +254,11 @@ def main() -> None:
     ranks = join_ranks()  # under mlx.launch: the other ranks, before the model
     if ranks.sharded:
         refuse_clock_decisions(args)
+        if args.kv_disk_dir is not None:
+            fail(
+                "--kv-disk-dir keeps one process's KV blocks, and under mlx.launch "
+                "each rank holds a slice of every block: leave --kv-disk-dir out"
+            )
     note_slow_blas()
     mlx_model, tokenizer = load_model_or_exit(args.model)
     package = solution_package(args.solution)
@@ -273,12 +305,15 @@ def main() -> None:
             f"serving {name} ({package.__name__}, policy {args.policy}, "
             f"{args.batch_size} slots, {args.kv_cache} KV cache"
             f"{', prefix caching' if engine.config.prefix_caching else ''}"
+            f"{', disk tier' if engine.config.kv_disk_dir else ''}"
             f"{f', {ranks.size} ranks' if ranks.sharded else ''}) on "
             f"http://{args.host}:{args.port}/",
             file=sys.stderr,
             flush=True,
         )
         print(kv_line, file=sys.stderr, flush=True)
+        if engine.config.kv_disk_dir is not None:
+            print(disk_tier_line(engine), file=sys.stderr, flush=True)
         if not args.api_key:
             print(
                 "note: no --api-key: anyone who can reach this address may generate "
@@ -301,6 +336,28 @@ def main() -> None:
         # engine thread; exiting with that thread inside MLX aborts the process.
         if app.state.engine_loop.thread.is_alive():
             app.state.engine_loop.stop()
+
+
+def disk_tier_line(engine) -> str:
+    """Where the disk tier keeps its blocks and how much it holds already."""
+    from tiny_llm_base.memory import format_bytes
+
+    disk = engine.kv.disk
+    return (
+        f"disk tier: {disk.folder}: {len(disk.names):,} blocks of this model, the "
+        f"folder {format_bytes(disk.bytes_used)} of its "
+        f"{format_bytes(disk.budget)} budget"
+    )
+
+
+def kv_disk_settings(args) -> dict:
+    """The disk tier's engine settings, those given."""
+    settings = {}
+    if args.kv_disk_dir is not None:
+        settings["kv_disk_dir"] = os.path.expanduser(args.kv_disk_dir)
+    if args.kv_disk_budget is not None:
+        settings["kv_disk_budget"] = args.kv_disk_budget
+    return settings
 
 
 # --- Several ranks (mlx.launch): see scripts/commands/ranks.py ---------------------
@@ -351,7 +408,7 @@ def stop_other_ranks_with(engine_loop, engine: RankZeroEngine) -> None:
 
     def stop_then_release() -> None:
         stop()
-        engine.close()
+        engine.stop_ranks()
 
     engine_loop.stop = stop_then_release
 

@@ -59,6 +59,7 @@ from .block_pool import BlockPool, BlockTable, blocks_needed, chain_hash
 from .paged_cache import LayerBlocks, PagedBatchingKvCache, PagedKvCache
 from .paged_manager import PagedKvManager
 from .prefix_cache import PrefixCachingKvManager
+from .disk_tier import DiskTierKvManager, SpillingBlockPool
 from .speculative import (
     DRAFT_TOKEN_COST,
     break_even,

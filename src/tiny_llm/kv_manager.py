@@ -61,6 +61,10 @@ class KvManager(ABC):
     def record(self, metrics) -> None:
         """Write the manager's figures into the run's metrics."""
 
+    def close(self) -> None:  # noqa: B027  (not abstract: most keep nothing)
+        """The engine is done: keep what should outlive it (the disk tier's blocks,
+        disk_tier.py). Nothing, for a manager that keeps everything in memory."""
+
     def place(self, request: Request, slot: int) -> None:
         """The prefilled request's cache becomes row `slot` of every layer's batch
         cache (add_request); the request's own reference to it is dropped."""

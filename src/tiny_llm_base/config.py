@@ -9,6 +9,7 @@ request alone.
 
 import dataclasses
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from .prompts import PromptSpec, Sampler, check_int, is_int
 POLICIES = ("alternate", "mixed")
 KV_CACHES = ("dense", "paged")
 SPECULATIVE = (None, "ngram")
+DEFAULT_KV_DISK_BUDGET = 4 * 2**30
 # The mixed step's partial-prefill limits (vLLM's names), each an int >= 1 or None.
 STEP_LIMITS = (
     "long_prefill_token_threshold",
@@ -85,6 +87,12 @@ class EngineConfig:
         towards it only as blocks are used (None: half the memory available when the
         engine starts). Dense: batch_size x max_seq_len positions must fit it (None:
         no limit). num_blocks: the paged pool's size in blocks instead of kv_memory.
+    kv_disk_dir (paged, prefix caching): a folder of its own that keeps named
+        blocks past the process (the disk tier, disk_tier.py): a block goes there
+        when the pool evicts it and at Engine.close, and a lookup goes on there
+        where the pool's chain ends, so an engine started later on the same folder
+        finds what an earlier one computed. kv_disk_budget: the most bytes the folder's files
+        take (an int or a size such as "4GiB"), least recently used out first.
     """
 
     batch_size: int = 5
@@ -109,6 +117,8 @@ class EngineConfig:
     num_blocks: int | None = None
     kv_memory: int | str | None = None
     prefix_caching: bool = True
+    kv_disk_dir: str | os.PathLike | None = None
+    kv_disk_budget: int | str = DEFAULT_KV_DISK_BUDGET
 
     def __post_init__(self) -> None:
         check_int("batch_size", self.batch_size, 1)
@@ -229,6 +239,32 @@ class EngineConfig:
             raise TypeError(
                 "prefix_caching must be True or False, got "
                 f"{type(self.prefix_caching).__name__}"
+            )
+        self.check_kv_disk()
+
+    def check_kv_disk(self) -> None:
+        object.__setattr__(
+            self, "kv_disk_budget", parse_bytes("kv_disk_budget", self.kv_disk_budget)
+        )
+        folder = self.kv_disk_dir
+        if folder is None:
+            if self.kv_disk_budget != DEFAULT_KV_DISK_BUDGET:
+                raise ValueError(
+                    "kv_disk_budget sizes the disk tier, but kv_disk_dir is None: "
+                    "pass kv_disk_dir or leave kv_disk_budget out"
+                )
+            return
+        if not isinstance(folder, (str, os.PathLike)):
+            raise TypeError(
+                f"kv_disk_dir must be a folder's path or None, got "
+                f"{type(folder).__name__}"
+            )
+        if not os.fspath(folder).strip():
+            raise ValueError("kv_disk_dir is empty: pass a folder's path, or None")
+        if self.kv_cache != "paged" or not self.prefix_caching:
+            raise ValueError(
+                "kv_disk_dir keeps the prefix cache's blocks: pass kv_cache='paged' "
+                "with prefix_caching=True, or leave kv_disk_dir None"
             )
 
     @classmethod

@@ -31,6 +31,7 @@ from tiny_llm_base import (
 )
 from tiny_llm_base.config import check_callable, is_adaptive
 
+from .disk_tier import DiskTierKvManager
 from .kv_manager import DenseKvManager
 from .metrics import RunMetrics
 from .mixed_policy import plan_mixed
@@ -60,11 +61,15 @@ class RequestOutput:
 
 def make_kv_manager(model, config: EngineConfig):
     """The KV manager the config asks for: dense, paged, or paged with prefix
-    caching."""
+    caching (with kv_disk_dir, the given DiskTierKvManager: prefix caching with a
+    disk tier)."""
     # Week 2 Day 6: make_kv_manager: DenseKvManager, PagedKvManager or
-    # PrefixCachingKvManager as config.kv_cache and prefix_caching say
+    # PrefixCachingKvManager as config.kv_cache and prefix_caching say, a
+    # DiskTierKvManager when config.kv_disk_dir is set
     if config.kv_cache == "dense":
         return DenseKvManager(model, config)
+    if config.kv_disk_dir is not None:
+        return DiskTierKvManager(model, config)
     if config.prefix_caching:
         return PrefixCachingKvManager(model, config)
     return PagedKvManager(model, config)
@@ -167,6 +172,12 @@ class Engine:
         decodes. An unknown or finished id is ignored."""
         # Week 2 Day 6: abort: put ("abort", id, None, None) in the inbox
         self.inbox.put(("abort", request_id, None, None))
+
+    def close(self) -> None:
+        """The engine is done: the KV manager keeps what should outlive it (with
+        kv_disk_dir, every named block goes to disk, for the next engine on that
+        folder). Call it on the thread that steps the engine."""
+        self.kv.close()
 
     def has_unfinished(self) -> bool:
         """True while a request has not been reported finished, or a note waits in

@@ -143,6 +143,8 @@ class EngineLoop:
         return len(self.unstarted)
 
     def run(self) -> None:
+        """Step the engine while it has work, until stop(); then close it here, on
+        the engine thread (the disk tier writes its blocks: Engine.close)."""
         while not self.stopping:
             if self.failure is not None or not self.engine.has_unfinished():
                 self.wakeup.wait(timeout=1.0)
@@ -169,6 +171,7 @@ class EngineLoop:
                     stream.put(output)
             if self.on_step is not None:
                 self.on_step(snapshot)
+        self.engine.close()
 
     def record(self, output, now: float) -> Stream | None:
         """Record one RequestOutput's latencies (and its finish); its stream, to

@@ -7,6 +7,7 @@ run (arrival_s: case c, as a server sees its clients).
 """
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -198,3 +199,36 @@ def warmup_workload(tokenizer) -> Workload:
     """Two tiny requests, the second arriving mid-run: every code path compiles."""
     ids = chat_ids(tokenizer, "Hi")
     return Workload("warm-up", [ids, ids * 3], [4, 4], [0, 1], [True, True])
+
+
+AGENT_SYSTEM = (
+    "You are a coding agent working in the tiny-llm repository. You read files with "
+    "read_file(path), search with grep(pattern), and run the tests with "
+    "run_tests(path). After each tool result, say in one or two sentences what you "
+    "learned and which file you will read next. Keep your notes short: the user "
+    "reads them between tool calls."
+)
+# The files a coding agent reads, in turn: tiny_llm_base's (there in every tree).
+AGENT_FILES = (
+    "config.py", "memory.py", "prompts.py", "loader.py", "weights.py",
+    "reports.py", "structured.py", "kv_disk.py", "tool_prompts.py", "fast_blas.py",
+    "schema_checks.py", "embedded_model.py",
+)  # fmt: skip
+
+
+def agent_session(tokenizer, turns: int, tool_tokens: int) -> tuple[str, list[str]]:
+    """A coding agent's session: its system prompt, and each turn's user message, a
+    read_file tool result of about `tool_tokens` tokens of this repository's source
+    (tiny_llm_base's files, from their first line)."""
+    base = Path(__file__).resolve().parents[3] / "src" / "tiny_llm_base"
+    messages = []
+    for name in (AGENT_FILES * turns)[:turns]:
+        lines, text = (base / name).read_text().splitlines(), ""
+        for line in lines:
+            if len(tokenizer.encode(text + line)) > tool_tokens:
+                break
+            text += line + "\n"
+        messages.append(
+            f"Tool result of read_file('src/tiny_llm_base/{name}'):\n{text}"
+        )
+    return AGENT_SYSTEM, messages

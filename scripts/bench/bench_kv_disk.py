@@ -1,0 +1,240 @@
+"""The prefix cache's disk tier measured: a coding agent's session across a restart.
+
+pdm run bench-kv-disk            # 10 turns, a restart between turns 5 and 6
+pdm run bench-kv-disk --quick    # 4 turns of shorter files, a restart after turn 2
+
+A coding agent replayed: each turn a read_file tool result (~600 tokens of this
+repository's source) after the conversation so far, resent whole, and a greedy
+answer of up to 32 tokens; by turn 10 the prompt is ~6,500 tokens of the embedded
+model's 8,192. One Engine (paged, prefix caching, the disk tier in a temporary
+folder) runs the turns; after turn 5 it is closed (its named blocks go to disk)
+and a new Engine on the same folder, with an empty pool, runs the rest. Then a
+fresh Engine with no cache runs turn 6's prompt: its tokens must be turn 6's, and
+its prefill is what recomputing the conversation costs.
+
+Goals: turn 6's TTFT (the first after the restart) at most 1.5x turn 5's; turn 6's
+tokens identical to the fresh engine's; turn 6 found at least 90% of the tokens it
+shares with turn 5 (whole blocks) on disk; a block read from disk (read, checked,
+written into the pool) at least 2x faster than computed.
+"""
+
+import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
+
+# isort: split
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+from scripts.bench.benchlib import render
+from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
+from scripts.bench.benchlib.runners import run_to_end
+from scripts.bench.benchlib.workloads import agent_session, chat
+from tiny_llm_base import PromptSpec
+
+BLOCK_SIZE = 16
+MAX_TOKENS = 32
+
+
+@dataclass
+class Turn:
+    """One turn: its prompt, where its cached tokens came from, its TTFT."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    from_disk: int
+    ttft: float
+    tokens: list[int]
+    engine: int  # 1 before the restart, 2 after
+
+
+def make_engine(model, tokenizer, folder):
+    return course.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=8192,
+        prefill_step=512,
+        policy="mixed",
+        max_tokens=MAX_TOKENS,
+        kv_cache="paged",
+        block_size=BLOCK_SIZE,
+        kv_disk_dir=folder,
+    )
+
+
+def replay(model, tokenizer, system, messages, restart_after, folder) -> dict:
+    """The session's turns, the engine closed and made again after restart_after
+    turns; the prompts, the turns and what the restart cost."""
+    engines = [make_engine(model, tokenizer, folder)]
+    conversation = [{"role": "system", "content": system}]
+    prompts, turns, restart = [], [], {}
+    for number, message in enumerate(messages, 1):
+        if number == restart_after + 1:
+            start = time.perf_counter()
+            engines[-1].close()
+            restart["close_s"] = time.perf_counter() - start
+            restart["blocks_written"] = engines[-1].kv.disk.blocks_written
+            start = time.perf_counter()
+            engines.append(make_engine(model, tokenizer, folder))
+            restart["new_engine_s"] = time.perf_counter() - start
+        engine = engines[-1]
+        conversation.append({"role": "user", "content": message})
+        prompt = chat(tokenizer, conversation)
+        loaded = engine.kv.blocks_loaded
+        (result,) = run_to_end(engine, [PromptSpec(prompt)])
+        turns.append(
+            Turn(
+                len(prompt),
+                result.cached_tokens,
+                (engine.kv.blocks_loaded - loaded) * BLOCK_SIZE,
+                result.metrics.time_to_first_token,
+                result.tokens,
+                len(engines),
+            )
+        )
+        prompts.append(prompt)
+        conversation.append({"role": "assistant", "content": result.text})
+    after = engines[-1].kv
+    restart["load_s"], restart["blocks_loaded"] = (
+        after.load_seconds,
+        after.blocks_loaded,
+    )
+    restart["read_s"] = after.disk.read_seconds  # of load_s: files read and checked
+    return dict(prompts=prompts, turns=turns, restart=restart)
+
+
+def recompute(model, tokenizer, prompt: list[int]) -> tuple[list[int], float]:
+    """A fresh engine with no cache on `prompt`: its tokens and its TTFT."""
+    engine = course.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=8192,
+        prefill_step=512,
+        policy="mixed",
+        max_tokens=MAX_TOKENS,
+        kv_cache="paged",
+        block_size=BLOCK_SIZE,
+        prefix_caching=False,
+    )
+    (result,) = run_to_end(engine, [PromptSpec(prompt)])
+    return result.tokens, result.metrics.time_to_first_token
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def main() -> int:
+    bench = Bench(__doc__, quick=True, out="bench-results/kv_disk.json")
+    args = bench.parse()
+    console = bench.start()
+    models = bench.models()
+    model, tokenizer = models.float32, models.tokenizer
+    turns, restart_after, tool_tokens = (4, 2, 250) if args.quick else (10, 5, 600)
+    system, messages = agent_session(tokenizer, turns, tool_tokens)
+    with tempfile.TemporaryDirectory() as folder:
+        warm = make_engine(model, tokenizer, folder)  # compiles every path
+        run_to_end(
+            warm, [PromptSpec(chat(tokenizer, [{"role": "user", "content": "Hi"}]))]
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        with console.status(f"{turns} turns, a restart after turn {restart_after}"):
+            run = replay(model, tokenizer, system, messages, restart_after, folder)
+    before, after = run["turns"][restart_after - 1], run["turns"][restart_after]
+    first_prompt = run["prompts"][restart_after]
+    with console.status(f"turn {restart_after + 1} on a fresh engine, no cache"):
+        fresh_tokens, fresh_ttft = recompute(model, tokenizer, first_prompt)
+    rows = [
+        [
+            f"{i}{' (after the restart)' if i == restart_after + 1 else ''}",
+            f"{t.prompt_tokens:,}",
+            f"{t.cached_tokens - t.from_disk:,}",
+            f"{t.from_disk:,}",
+            f"{t.prompt_tokens - t.cached_tokens:,}",
+            f"{t.ttft:.2f} s",
+        ]
+        for i, t in enumerate(run["turns"], 1)
+    ]
+    rows.append(None)
+    rows.append(
+        [
+            f"{restart_after + 1}, a fresh engine with no cache",
+            f"{after.prompt_tokens:,}",
+            "0",
+            "0",
+            f"{after.prompt_tokens:,}",
+            f"{fresh_ttft:.2f} s",
+        ]
+    )
+    columns = ["turn", "prompt", "from memory", "from disk", "computed", "TTFT"]
+    title = (
+        f"a {turns}-turn coding agent, ~{tool_tokens}-token tool results, "
+        f"restarted after turn {restart_after}"
+    )
+    console.print(render.grid(title, columns, rows))
+    restart = run["restart"]
+    read_ms = 1000 * restart["load_s"] / max(1, restart["blocks_loaded"])
+    compute_ms = 1000 * fresh_ttft / (after.prompt_tokens / BLOCK_SIZE)
+    console.print(
+        f"restart: close wrote {restart['blocks_written']} blocks in "
+        f"{restart['close_s']:.2f} s, the new engine took {restart['new_engine_s']:.2f}"
+        f" s; turn {restart_after + 1} loaded {restart['blocks_loaded']} blocks in "
+        f"{restart['load_s']:.2f} s"
+    )
+    file_ms = 1000 * restart["read_s"] / max(1, restart["blocks_loaded"])
+    console.print(
+        f"a block of {BLOCK_SIZE} tokens: {read_ms:.2f} ms from disk ({file_ms:.2f} ms "
+        f"its file read and checked, the rest written into the pool) vs "
+        f"{compute_ms:.1f} ms computed (the fresh engine's prefill of turn "
+        f"{restart_after + 1} over its blocks)"
+    )
+    shareable = (
+        min(shared_prefix(first_prompt, run["prompts"][restart_after - 1] + before.tokens),
+            len(first_prompt) - 1) // BLOCK_SIZE * BLOCK_SIZE
+    )  # fmt: skip
+    goals = [
+        at_most(
+            f"TTFT turn {restart_after + 1} (after the restart) / turn {restart_after}",
+            after.ttft / before.ttft,
+            1.5,
+            f"{after.ttft:.2f} s vs {before.ttft:.2f} s; the fresh engine "
+            f"{fresh_ttft:.2f} s",
+        ),
+        identical(
+            f"turn {restart_after + 1}'s tokens, disk tier vs a fresh engine",
+            int(after.tokens == fresh_tokens),
+            1,
+        ),
+        at_least(
+            f"turn {restart_after + 1}: tokens found on disk / shared with turn "
+            f"{restart_after}",
+            after.from_disk / shareable,
+            0.9,
+            f"{after.from_disk} of {shareable}",
+        ),
+        at_least(
+            "a block computed / read from disk",
+            compute_ms / read_ms,
+            2,
+            f"{compute_ms:.1f} ms vs {read_ms:.2f} ms",
+        ),
+    ]
+    record = dict(
+        quick=args.quick,
+        turns=[asdict(t) for t in run["turns"]],
+        restart_after=restart_after,
+        restart=restart,
+        fresh=dict(ttft=fresh_ttft, tokens=fresh_tokens),
+        block_read_ms=read_ms,
+        block_compute_ms=compute_ms,
+    )
+    return bench.finish(record, goals)
+
+
+if __name__ == "__main__":
+    run_benchmark(main)

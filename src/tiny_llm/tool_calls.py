@@ -137,8 +137,8 @@ def tool_grammar(
     """
     raise NotImplementedError(
         "Week 4 Day 2: tool_grammar: the docstring's three grammars (the chapter's "
-        '"The grammar of a call"); for a named function, call_schema of that function'
-        " alone"
+        '"The grammar of an answer"); for a named function, call_schema of that '
+        "function alone"
     )
 
 
@@ -156,7 +156,8 @@ def tool_constraint(
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
-    """An answer -> (its text outside the calls, stripped; the calls in order).
+    """An answer -> (its text outside the calls, the pieces joined with nothing between
+    them and then stripped; the calls in order).
 
     A call is OPEN, a JSON object with a string "name" and an object "arguments"
     (call_of), then CLOSE, with any whitespace around the JSON. A block that is not

@@ -66,6 +66,7 @@ class NoConstraint:
     nothing forced. It has ConstraintState's interface, so a request samples,
     accepts and verifies drafts the same way with or without a constraint."""
 
+    @property
     def is_accepting(self) -> bool:
         return True
 

@@ -74,8 +74,8 @@ class BlockPool:
         raise NotImplementedError(
             "Week 3 Day 2: BlockPool: keep num_blocks and block_size; high_water 0, "
             "no free ids (a list used as a heap), no refcounts; no cached blocks (an "
-            "OrderedDict) and no names (hash_of, block_of: empty dicts); peak_in_use "
-            "0"
+            "OrderedDict keyed by block id, least recently used first) and no names "
+            "(hash_of, block_of: empty dicts); peak_in_use 0"
         )
 
     @property

@@ -110,10 +110,11 @@ class LayerBlocks:
         others is padded with block 0: the caller's mask must hide those positions.
         """
         raise NotImplementedError(
-            "Week 3 Day 2: gather: flush(); pad every table to ceil(length / "
-            "block_size) blocks with block 0, index the pool with the [B, width] "
-            "table array -> [B, width, H, block_size, D], move the heads before the "
-            "blocks, reshape to [B, H, width * block_size, D] and cut to length"
+            "Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length / "
+            "block_size) blocks (a table may hold blocks reserved past length; pad "
+            "with block 0), index the pool with the [B, width] table array -> [B, "
+            "width, H, block_size, D], move the heads before the blocks, reshape to "
+            "[B, H, width * block_size, D] and cut to length"
         )
 
 

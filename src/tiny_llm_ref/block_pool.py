@@ -73,7 +73,7 @@ class BlockPool:
     def __init__(self, num_blocks: int, block_size: int):
         # Week 3 Day 2: BlockPool: keep num_blocks and block_size; high_water 0, no
         # free ids (a list used as a heap), no refcounts; no cached blocks (an
-        # OrderedDict) and no names (hash_of, block_of: empty dicts); peak_in_use 0
+        # OrderedDict keyed by block id, least recently used first) and no names (hash_of, block_of: empty dicts); peak_in_use 0
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.high_water = 0

@@ -139,8 +139,9 @@ class LayerBlocks:
         block table (staged writes are flushed first). A table shorter than the
         others is padded with block 0: the caller's mask must hide those positions.
         """
-        # Week 3 Day 2: gather: flush(); pad every table to ceil(length / block_size)
-        # blocks with block 0, index the pool with the [B, width] table array -> [B,
+        # Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length /
+        # block_size) blocks (a table may hold blocks reserved past length; pad with
+        # block 0), index the pool with the [B, width] table array -> [B,
         # width, H, block_size, D], move the heads before the blocks, reshape to [B, H,
         # width * block_size, D] and cut to length
         self.flush()

@@ -256,6 +256,27 @@ def test_a_streamed_function_call(client):
     assert call.type == "function_call" and call.arguments == arguments
 
 
+def test_a_named_function_is_called_once_even_with_parallel_calls(client):
+    # Greedy, the embedded model calls this function twice when it may.
+    user = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    response = client.responses.create(
+        model=MODEL,
+        input="John is 25 years old",
+        tools=[{"type": "function", "name": "User", "parameters": user}],
+        tool_choice={"type": "function", "name": "User"},
+        max_output_tokens=96,
+        temperature=0,
+    )
+    assert response.status == "completed"
+    [call] = response.output
+    assert call.type == "function_call" and call.name == "User"
+    jsonschema.validate(json.loads(call.arguments), user)
+
+
 CITY = {
     "type": "object",
     "properties": {

@@ -116,6 +116,38 @@ def test_a_named_function_is_the_one_called(client):
     assert_valid_call(call)
 
 
+# instructor's Mode.TOOLS asks for its model by name; greedy, the embedded model
+# calls this function twice when a second call is allowed.
+USER = {
+    "type": "function",
+    "function": {
+        "name": "User",
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"],
+        },
+    },
+}
+
+
+def test_a_named_function_is_called_once_even_with_parallel_calls(client):
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "John is 25 years old"}],
+        tools=[USER],
+        tool_choice={"type": "function", "function": {"name": "User"}},
+        temperature=0,
+        max_tokens=96,
+    )
+    [choice] = response.choices
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    jsonschema.validate(
+        json.loads(call.function.arguments), USER["function"]["parameters"]
+    )
+
+
 def test_a_streamed_call_arrives_whole_as_a_tool_call_delta(client):
     stream = client.chat.completions.create(
         model=MODEL,

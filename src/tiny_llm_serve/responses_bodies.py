@@ -19,7 +19,7 @@ from .openai_bodies import at_least_one
 from .request import ConstraintRequest, GenerationRequest
 from .responses_input import InputItem, chat_messages, input_value
 from .structured_options import Schema
-from .tool_options import TOOL_CHOICES
+from .tool_options import TOOL_CHOICES, parallel_calls
 from .unhonoured import Unhonoured
 from .validation import (
     OptionsObject,
@@ -212,7 +212,7 @@ class ResponsesBody(RequestModel):
         choice = self.tool_choice or "auto"
         if isinstance(choice, dict):
             choice = {"type": "function", "function": {"name": choice["name"]}}
-        parallel = self.parallel_tool_calls is not False
+        parallel = parallel_calls(self.parallel_tool_calls, choice)
         value = (self.chat_tools(), choice, parallel)
         return ConstraintRequest("tools", value, "tools", TOOL_RENAMES)
 

@@ -172,6 +172,21 @@ def test_a_streamed_call_arrives_whole_as_a_tool_call_delta(client):
     assert reasons[-1] == "tool_calls"
 
 
+def test_a_call_cut_at_max_tokens_is_neither_content_nor_a_call(client):
+    # The only call is cut: the answer is the open tag and part of its JSON.
+    options = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required")
+    options |= dict(temperature=0, max_tokens=6)
+    response = client.chat.completions.create(**options)
+    [choice] = response.choices
+    assert choice.finish_reason == "length"
+    assert choice.message.tool_calls is None
+    assert not choice.message.content, choice.message.content
+    chunks = list(client.chat.completions.create(**options, stream=True))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == (choice.message.content or "")
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+
+
 def test_none_never_calls_and_auto_answers_in_text_or_calls(client):
     for choice_name in ("none", "auto"):
         response = client.chat.completions.create(

@@ -113,6 +113,17 @@ def test_a_plain_answer_is_the_chat_routes(client):
     assert response.status == ("incomplete" if finished == "length" else "completed")
 
 
+def test_an_empty_tool_list_offers_none(client):
+    # The Agents SDK sends tools: [] for an agent without tools.
+    response = client.responses.create(
+        model=MODEL, input=QUESTION, tools=[], max_output_tokens=8, temperature=0
+    )
+    expected = chat(client, [{"role": "user", "content": QUESTION}], 8)
+    assert response.output_text == expected.choices[0].message.content
+    assert response.usage.input_tokens == expected.usage.prompt_tokens
+    assert response.tools == []
+
+
 def test_an_answer_cut_at_max_output_tokens_is_incomplete(client):
     response = client.responses.create(
         model=MODEL, input=QUESTION, max_output_tokens=2, temperature=0

@@ -58,13 +58,15 @@ UNHONOURED = (
 
 
 def function_tools(tools) -> list[dict] | None:
-    """Responses' flat function tools; built-in tools are refused by name."""
-    if tools is None:
+    """Responses' flat function tools; built-in tools are refused by name. An
+    empty list offers none, as leaving tools out does (the Agents SDK sends []
+    for an agent without tools, and OpenAI accepts it)."""
+    if tools is None or tools == []:
         return None
-    if not isinstance(tools, list) or not tools:
+    if not isinstance(tools, list):
         raise Refusal(
-            'must be a non-empty list of {"type": "function", "name": ..., '
-            '"parameters": {...}} tools (leave tools out to offer none)'
+            'must be a list of {"type": "function", "name": ..., "parameters": '
+            "{...}} tools (leave tools out to offer none)"
         )
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None

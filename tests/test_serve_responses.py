@@ -113,6 +113,17 @@ def test_a_plain_answer_is_the_chat_routes(client):
     assert response.status == ("incomplete" if finished == "length" else "completed")
 
 
+def test_an_empty_tool_list_offers_none(client):
+    # The Agents SDK sends tools: [] for an agent without tools.
+    response = client.responses.create(
+        model=MODEL, input=QUESTION, tools=[], max_output_tokens=8, temperature=0
+    )
+    expected = chat(client, [{"role": "user", "content": QUESTION}], 8)
+    assert response.output_text == expected.choices[0].message.content
+    assert response.usage.input_tokens == expected.usage.prompt_tokens
+    assert response.tools == []
+
+
 def test_an_answer_cut_at_max_output_tokens_is_incomplete(client):
     response = client.responses.create(
         model=MODEL, input=QUESTION, max_output_tokens=2, temperature=0
@@ -254,6 +265,27 @@ def test_a_streamed_function_call(client):
     jsonschema.validate(json.loads(arguments), WEATHER_PARAMETERS)
     [call] = events[-1].response.output
     assert call.type == "function_call" and call.arguments == arguments
+
+
+def test_a_named_function_is_called_once_even_with_parallel_calls(client):
+    # Greedy, the embedded model calls this function twice when it may.
+    user = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    response = client.responses.create(
+        model=MODEL,
+        input="John is 25 years old",
+        tools=[{"type": "function", "name": "User", "parameters": user}],
+        tool_choice={"type": "function", "name": "User"},
+        max_output_tokens=96,
+        temperature=0,
+    )
+    assert response.status == "completed"
+    [call] = response.output
+    assert call.type == "function_call" and call.name == "User"
+    jsonschema.validate(json.loads(call.arguments), user)
 
 
 CITY = {

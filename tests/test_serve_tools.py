@@ -116,6 +116,38 @@ def test_a_named_function_is_the_one_called(client):
     assert_valid_call(call)
 
 
+# instructor's Mode.TOOLS asks for its model by name; greedy, the embedded model
+# calls this function twice when a second call is allowed.
+USER = {
+    "type": "function",
+    "function": {
+        "name": "User",
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"],
+        },
+    },
+}
+
+
+def test_a_named_function_is_called_once_even_with_parallel_calls(client):
+    response = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "John is 25 years old"}],
+        tools=[USER],
+        tool_choice={"type": "function", "function": {"name": "User"}},
+        temperature=0,
+        max_tokens=96,
+    )
+    [choice] = response.choices
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    jsonschema.validate(
+        json.loads(call.function.arguments), USER["function"]["parameters"]
+    )
+
+
 def test_a_streamed_call_arrives_whole_as_a_tool_call_delta(client):
     stream = client.chat.completions.create(
         model=MODEL,
@@ -138,6 +170,21 @@ def test_a_streamed_call_arrives_whole_as_a_tool_call_delta(client):
     assert_valid_call(delta)
     assert "<tool_call>" not in text and text.strip() == ""
     assert reasons[-1] == "tool_calls"
+
+
+def test_a_call_cut_at_max_tokens_is_neither_content_nor_a_call(client):
+    # The only call is cut: the answer is the open tag and part of its JSON.
+    options = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required")
+    options |= dict(temperature=0, max_tokens=6)
+    response = client.chat.completions.create(**options)
+    [choice] = response.choices
+    assert choice.finish_reason == "length"
+    assert choice.message.tool_calls is None
+    assert not choice.message.content, choice.message.content
+    chunks = list(client.chat.completions.create(**options, stream=True))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == (choice.message.content or "")
+    assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
 
 
 def test_none_never_calls_and_auto_answers_in_text_or_calls(client):

@@ -268,3 +268,25 @@ def test_schemas_screened_in_the_clients_terms(schema, words):
 )
 def test_schemas_with_finite_answers_are_accepted(schema):
     JsonSchema(schema).check()
+
+
+def test_json_object_has_no_whitespace_to_run_on(tokenizer):
+    # Unbounded whitespace is how a json_object answer can run to max_tokens
+    # (OpenAI's and vLLM's grammars limit it); this one allows none: no token
+    # that is only whitespace, anywhere in an object or after it.
+    blank = [
+        token
+        for token in range(VOCAB)
+        if (text := tokenizer.decode([token])) and not text.strip()
+    ]
+    state = JsonObject().start(tokenizer, VOCAB)
+    written = []
+    for token in tokenizer.encode('{"a":[1,{"b":"c d"}]}', add_special_tokens=False):
+        in_string = tokenizer.decode(written).count('"') % 2 == 1  # text is content
+        if not in_string:
+            assert not set(blank) & set(state.allowed().ids.tolist()), written
+        state.advance(token)
+        written.append(token)
+    assert state.is_accepting
+    after = set(state.allowed().ids.tolist())
+    assert not set(blank) & after

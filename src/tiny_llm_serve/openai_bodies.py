@@ -22,7 +22,7 @@ from .errors import json_type, short
 from .request import GenerationRequest
 from .request import ConstraintRequest
 from .structured_options import StructuredOutputFields
-from .tool_options import ToolCallMessage, ToolFields
+from .tool_options import ToolCallMessage, ToolFields, parallel_calls
 from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, Unhonoured
 from .validation import (
     OptionsObject,
@@ -297,8 +297,8 @@ class ChatCompletionBody(ToolFields, GenerationBody):
     def constraint_requests(self) -> list[ConstraintRequest]:
         found = super().constraint_requests()
         if self.tools:
-            parallel = self.parallel_tool_calls is not False
             choice = self.tool_choice or "auto"
+            parallel = parallel_calls(self.parallel_tool_calls, choice)
             value = (self.tools, choice, parallel)
             found.append(ConstraintRequest("tools", value, "tools"))
         return found

@@ -19,7 +19,7 @@ from .openai_bodies import at_least_one
 from .request import ConstraintRequest, GenerationRequest
 from .responses_input import InputItem, chat_messages, input_value
 from .structured_options import Schema
-from .tool_options import TOOL_CHOICES
+from .tool_options import TOOL_CHOICES, parallel_calls
 from .unhonoured import Unhonoured
 from .validation import (
     OptionsObject,
@@ -58,13 +58,15 @@ UNHONOURED = (
 
 
 def function_tools(tools) -> list[dict] | None:
-    """Responses' flat function tools; built-in tools are refused by name."""
-    if tools is None:
+    """Responses' flat function tools; built-in tools are refused by name. An
+    empty list offers none, as leaving tools out does (the Agents SDK sends []
+    for an agent without tools, and OpenAI accepts it)."""
+    if tools is None or tools == []:
         return None
-    if not isinstance(tools, list) or not tools:
+    if not isinstance(tools, list):
         raise Refusal(
-            'must be a non-empty list of {"type": "function", "name": ..., '
-            '"parameters": {...}} tools (leave tools out to offer none)'
+            'must be a list of {"type": "function", "name": ..., "parameters": '
+            "{...}} tools (leave tools out to offer none)"
         )
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
@@ -212,7 +214,7 @@ class ResponsesBody(RequestModel):
         choice = self.tool_choice or "auto"
         if isinstance(choice, dict):
             choice = {"type": "function", "function": {"name": choice["name"]}}
-        parallel = self.parallel_tool_calls is not False
+        parallel = parallel_calls(self.parallel_tool_calls, choice)
         value = (self.chat_tools(), choice, parallel)
         return ConstraintRequest("tools", value, "tools", TOOL_RENAMES)
 

@@ -16,11 +16,12 @@ from tiny_llm_base.tool_prompts import CLOSE, OPEN
 
 def split_calls(text: str, parse: Callable) -> tuple[str, list]:
     """A finished answer -> (its content, its calls). With calls, the content is
-    the text before the first one, stripped ("" when there is none): a call the
-    answer opened but never closed (cut at max_tokens) is not content."""
+    the text before the first one, stripped ("" when there is none). A call the
+    answer opened but never closed (cut at max_tokens) is not content, with or
+    without calls before it, as in a stream (CallSplitter.flush)."""
     content, calls = parse(text)
     if not calls:
-        return text, []
+        return text.partition(OPEN)[0], []
     return content.partition(OPEN)[0].strip(), calls
 
 

@@ -48,6 +48,15 @@ def tool_choice_value(choice) -> Any:
     )
 
 
+def parallel_calls(parallel_tool_calls: bool | None, tool_choice) -> bool:
+    """Whether an answer may hold several calls: parallel_tool_calls (default
+    true), except under a named tool_choice, which asks for one call of that
+    function, as vLLM's named function calling answers it. A small model asked
+    for a function by name otherwise tends to call it again and again (the
+    embedded model, greedy, calls an extraction function twice)."""
+    return parallel_tool_calls is not False and not isinstance(tool_choice, dict)
+
+
 class FunctionCall(RequestModel):
     """An earlier call's function: its name and its arguments as JSON text."""
 

@@ -8,6 +8,8 @@ and at most one constraint.
 
 from dataclasses import dataclass, field
 
+from tiny_llm_base import SamplingOptions
+
 
 @dataclass(frozen=True)
 class ConstraintRequest:
@@ -29,9 +31,12 @@ class GenerationRequest:
 
     tools: OpenAI's function tools offered to the model (chat), rendered by the chat
     template; the answer's calls are parsed out of its text.
-    max_tokens None: until the context is full. top_k None: no limit. stop: strings
-    that end the answer where they first appear (not included in it). priority:
-    the engine's queue, "interactive" or "batch".
+    max_tokens None: until the context is full; 0 (with echo): nothing is
+    generated, the prompt is scored. top_k None: no limit. stop: strings that end
+    the answer where they first appear (not included in it). priority: the engine's
+    queue, "interactive" or "batch". n: choices to generate. options: the engine's
+    SamplingOptions (logprobs, seed, penalties...), None when nothing is asked.
+    echo: the answer starts with the prompt (completions).
     """
 
     endpoint: str  # "chat" or "completion"
@@ -48,7 +53,15 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     priority: str = "batch"
     constraint: ConstraintRequest | None = None
+    n: int = 1
+    options: SamplingOptions | None = None
+    echo: bool = False
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0
+
+    @property
+    def logprobs(self) -> int | None:
+        """Top logprobs per token asked (None: no logprobs)."""
+        return None if self.options is None else self.options.logprobs

@@ -3,7 +3,8 @@
 The body is read and checked by its model (openai_bodies.py, through json_body),
 handed to the engine (generation.py), and the answer written as OpenAI's response
 object, or, with `stream: true`, as server-sent events of its chunks ending with
-`data: [DONE]`.
+`data: [DONE]`. Each of the request's n choices is written by its own
+ChoiceWriter (choices.py: echo, tool calls, logprobs).
 """
 
 import logging
@@ -13,6 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ..choices import ChoiceWriter
 from ..errors import ApiError, internal_message
 from ..generation import Generation, start_generation
 from ..json_body import json_body
@@ -20,7 +22,6 @@ from ..openai_bodies import ChatCompletionBody, CompletionBody
 from ..openai_objects import chunk_object, new_id, response_object, sse, usage
 from ..request import GenerationRequest
 from ..state import Server, ServerState
-from ..tool_answers import CallSplitter, finish_reason, whole_message
 
 logger = logging.getLogger("tiny_llm_serve")
 
@@ -45,75 +46,71 @@ async def completions(
     return await answer(http_request, body.generation_request(), server)
 
 
+def total_usage(generation: Generation, writers: list[ChoiceWriter]) -> dict:
+    """The prompt once, the completion tokens of every choice."""
+    endings = [w.ending for w in writers]
+    return usage(
+        generation.prompt_tokens,
+        sum(e.completion_tokens for e in endings),
+        endings[0].cached_tokens,
+    )
+
+
 async def answer(
     http_request: Request, request: GenerationRequest, server: ServerState
 ) -> Response:
     generation = await start_generation(http_request, request, server)
     response_id = new_id(request.endpoint)
     model = server.settings.model_name
+    writers = [ChoiceWriter(request, generation, server, i) for i in range(request.n)]
     if request.stream:
         return StreamingResponse(
-            events(request, generation, response_id, model, server),
+            events(request, generation, writers, response_id, model),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    text, ending = "", None
     try:
-        async for piece, end in generation.pieces():
-            text += piece
-            ending = end
+        async for piece in generation.pieces():
+            writers[piece.index].gather(piece)
     finally:
         generation.close()
-    counts = usage(
-        generation.prompt_tokens, ending.completion_tokens, ending.cached_tokens
-    )
-    calls = []
-    if request.tools:
-        text, calls = whole_message(text, server.constraints.parse_tool_calls)
-    reason = finish_reason(ending.reason, bool(calls))
-    return JSONResponse(
-        response_object(request, response_id, model, text, reason, counts, calls)
-    )
+    choices = [writer.whole() for writer in writers]
+    counts = total_usage(generation, writers)
+    return JSONResponse(response_object(request, response_id, model, choices, counts))
 
 
 async def events(
     request: GenerationRequest,
     generation: Generation,
+    writers: list[ChoiceWriter],
     response_id: str,
     model: str,
-    server: ServerState,
 ) -> AsyncIterator[str]:
     """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`.
-    With stream_options.include_usage, usage comes once, on a last chunk with no
-    choices, as OpenAI sends it. With tools, each call comes whole as a tool-call
-    delta and the last chunk's finish_reason is "tool_calls". A failure is an error
-    event, then [DONE]."""
-    splitter = CallSplitter(server.constraints.parse_tool_calls)
-    called = False
+    Each chunk carries one choice's index; a chat stream opens every choice with
+    its role. With stream_options.include_usage, usage comes once, on a last chunk
+    with no choices, as OpenAI sends it. With tools, each call comes whole as a
+    tool-call delta and the choice's last chunk's finish_reason is "tool_calls". A
+    failure is an error event, then [DONE]."""
     try:
         if request.endpoint == "chat":
-            yield sse(chunk_object(request, response_id, model, "", first=True))
-        async for piece, end in generation.pieces():
-            calls = []
-            if request.tools:
-                piece, calls = splitter.feed(piece)
-                piece += splitter.flush() if end is not None else ""
-            if piece:
-                yield sse(chunk_object(request, response_id, model, piece))
-            if calls:
-                called = True
+            for i in range(request.n):
                 yield sse(
-                    chunk_object(request, response_id, model, "", tool_calls=calls)
+                    chunk_object(request, response_id, model, "", first=True, index=i)
                 )
-            if end is None:
-                continue
-            reason = finish_reason(end.reason, called)
-            yield sse(chunk_object(request, response_id, model, "", reason))
-            if request.include_usage:
-                counts = usage(
-                    generation.prompt_tokens, end.completion_tokens, end.cached_tokens
+        async for piece in generation.pieces():
+            writer = writers[piece.index]
+            if piece.ending is not None:
+                writer.ending = piece.ending
+            for fields in writer.streamed(piece):
+                yield sse(
+                    chunk_object(
+                        request, response_id, model, index=piece.index, **fields
+                    )
                 )
-                yield sse(chunk_object(request, response_id, model, None, None, counts))
+        if request.include_usage:
+            counts = total_usage(generation, writers)
+            yield sse(chunk_object(request, response_id, model, None, None, counts))
     except ApiError as error:
         yield sse(error.body())
     except Exception as error:  # a bug: the client still gets an ending

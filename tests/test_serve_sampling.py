@@ -200,6 +200,21 @@ def test_streamed_choices_carry_their_index_logprobs_and_one_usage(client):
     assert usage.completion_tokens == 2 * whole.usage.completion_tokens
 
 
+def test_a_stop_string_ends_each_choice_alone(client):
+    """A choice that meets its stop string is aborted alone (the engine's abort with
+    the choice's index); each counts its tokens up to the one that completed it."""
+    answer = chat(client, max_tokens=12, temperature=0).choices[0].message.content
+    words = answer.split()
+    assert len(words) >= 4, answer
+    stop = " " + words[2]
+    one = chat(client, max_tokens=12, temperature=0, stop=[stop])
+    both = chat(client, max_tokens=12, temperature=0, stop=[stop], n=2)
+    expected = answer[: answer.index(stop)]
+    for choice in both.choices + one.choices:
+        assert (choice.message.content, choice.finish_reason) == (expected, "stop")
+    assert both.usage.completion_tokens == 2 * one.usage.completion_tokens
+
+
 SCHEMA = {
     "type": "object",
     "properties": {

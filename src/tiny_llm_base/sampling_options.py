@@ -74,6 +74,8 @@ class SamplingOptions:
         likely token's probability are dropped (0: none).
     min_tokens: EOS cannot be sampled before this many tokens are generated.
     ignore_eos: EOS is never sampled: the answer runs to max_tokens.
+    Beside a constraint, min_tokens and ignore_eos may leave no token allowed
+    where the constraint wants EOS (the server refuses the combination).
     """
 
     seed: int | None = None

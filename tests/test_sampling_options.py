@@ -114,6 +114,21 @@ def test_logprobs_are_the_log_softmax_of_the_logits_the_sampler_saw():
     np.testing.assert_allclose([v for _, v in entry.top], expected[top], atol=1e-5)
 
 
+def test_logprobs_are_over_the_tokens_the_mask_leaves():
+    """After a constraint's mask: the allowed tokens' log-softmax, refused tokens
+    out of the top; the bias and penalties after it change nothing reported."""
+    state = state_of(logprobs=5, logit_bias={2: 50.0}, frequency_penalty=2.0)
+    logits = random_logits(8)
+    logits[0, 8:] = -np.inf
+    state.process(mx.array(logits))
+    state.advance(3)
+    allowed = logits[0, :8].astype(np.float64)
+    expected = allowed - np.log(np.exp(allowed).sum())
+    [entry] = state.logprobs
+    assert math.isclose(entry.logprob, expected[3], abs_tol=1e-5)
+    assert [t for t, _ in entry.top] == np.argsort(-expected)[:5].tolist()
+
+
 def test_prompt_logprobs_cover_each_position_once_and_refuse_a_gap():
     prompt = [4, 8, 15, 16, 23, 42]
     state = start_sampling(

@@ -45,6 +45,26 @@ def test_generated_logprobs_are_mlx_lm_log_softmax_at_each_position(pair, tokeni
         assert_token_logprob(entry, token, expected[len(ids) - 1 + i], 4)
 
 
+def test_logprobs_are_the_models_before_bias_penalties_and_temperature(pair, tokenizer):
+    """The distribution reported is the model's log-softmax (after a constraint's
+    mask, none here), not the one the token was drawn from: a hot temperature, a
+    bias and penalties change the tokens, never their reported logprobs."""
+    ids = prompt(11)
+    options = SamplingOptions(
+        logprobs=3,
+        seed=5,
+        frequency_penalty=1.0,
+        repetition_penalty=1.5,
+        logit_bias={4: 8.0},
+        ignore_eos=True,
+    )
+    spec = PromptSpec(ids, 6, sampler=tiny.make_sampler(2.0), options=options)
+    [result] = generate(pair, tokenizer, [spec])
+    expected = mlx_lm_logprobs(pair[0], ids + result.tokens)
+    for i, (token, entry) in enumerate(zip(result.tokens, result.logprobs)):
+        assert_token_logprob(entry, token, expected[len(ids) - 1 + i], 3)
+
+
 def test_prompt_logprobs_are_mlx_lm_log_softmax_of_each_next_prompt_token(
     pair, tokenizer
 ):

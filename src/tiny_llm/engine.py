@@ -49,9 +49,9 @@ class RequestOutput:
     tokens: the ids it accepted this step (an EOS is not one of them); text: the text
     they completed (the detokenizer's new segment). finish_reason is None while it
     runs; once set, `result` holds the request's GenerationResult and the engine
-    forgets the request. index: the choice. logprobs: a TokenLogprob per token,
-    when its options asked for them, else []. prompt_logprobs: its prompt's, on
-    the request's first output, when asked (else None).
+    forgets the request. index: the choice. logprobs: a TokenLogprob per token
+    when its options asked, else []; prompt_logprobs: on its first output, when
+    asked (else None).
     """
 
     request_id: int

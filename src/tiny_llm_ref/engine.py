@@ -49,9 +49,9 @@ class RequestOutput:
     tokens: the ids it accepted this step (an EOS is not one of them); text: the text
     they completed (the detokenizer's new segment). finish_reason is None while it
     runs; once set, `result` holds the request's GenerationResult and the engine
-    forgets the request. index: the choice. logprobs: a TokenLogprob per token,
-    when its options asked for them, else []. prompt_logprobs: its prompt's, on
-    the request's first output, when asked (else None).
+    forgets the request. index: the choice. logprobs: a TokenLogprob per token
+    when its options asked, else []; prompt_logprobs: on its first output, when
+    asked (else None).
     """
 
     request_id: int
@@ -154,6 +154,7 @@ class Engine:
         check_int("arrival_step", spec.arrival_step, 0)
         check_int("n", spec.n, 1)
         config = self.config
+        max_tokens = config.max_tokens if spec.max_tokens is None else spec.max_tokens
         request_id = next(self.next_id)
         first = None
         for index in range(spec.n):
@@ -162,9 +163,7 @@ class Engine:
                 self.tokenizer,
                 spec.prompt,
                 prefill_max_step=None,
-                max_tokens=config.max_tokens
-                if spec.max_tokens is None
-                else spec.max_tokens,
+                max_tokens=max_tokens,
                 max_seq_len=config.max_seq_len,
                 sampler=spec.sampler or config.sampler or greedy,
                 priority=spec.priority,

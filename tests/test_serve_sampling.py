@@ -110,6 +110,13 @@ def test_completions_echo_with_max_tokens_0_scores_the_prompt(
         top = logprobs.top_logprobs[position]
         assert logprobs.tokens[position] in top and len(top) <= 2
         assert max(top.values()) == pytest.approx(row.max(), abs=TOLERANCE)
+    # lm-eval's own form: max_tokens 1, and it reads token_logprobs[ctxlen:-1].
+    one = client.completions.create(
+        model=MODEL, prompt=[ids], max_tokens=1, echo=True, logprobs=1, temperature=0
+    ).choices[0]
+    scored = one.logprobs.token_logprobs
+    assert len(scored) == len(ids) + 1 and scored[0] is None
+    assert scored[1:-1] == pytest.approx(logprobs.token_logprobs[1:], abs=1e-5)
 
 
 def test_completions_echo_streams_the_prompt_first(client):

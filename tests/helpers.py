@@ -1,6 +1,6 @@
-"""What the test files share: closeness of arrays, NumPy oracles of attention, random
-models made to decide clearly, generated tokens compared with mlx-lm's, and a free
-port.
+"""What the test files share: closeness of arrays, NumPy oracles of attention and of
+the sampling penalties, random models made to decide clearly, generated tokens
+compared with mlx-lm's, and a free port.
 
 The mlx-lm side (the float32 reference model, chat prompts, greedy generation alone)
 lives in tiny_llm_base.mlx_lm_reference, which the benchmarks use too.
@@ -98,6 +98,62 @@ def numpy_attention(query, key, value, scale: float, mask=None) -> np.ndarray:
         scores = scores + np.asarray(mask, dtype=np.float64)
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return weights / weights.sum(axis=-1, keepdims=True) @ v
+
+
+def numpy_penalized(
+    logits: np.ndarray,
+    prompt: list[int],
+    answer: list[int],
+    frequency: float = 0.0,
+    presence: float = 0.0,
+    repetition: float = 1.0,
+    bias: dict[int, float] | None = None,
+) -> np.ndarray:
+    """logits [V] after vLLM's order of processors: the logit bias, then the
+    repetition penalty (vLLM's and Hugging Face's: a token of the prompt or the
+    answer has a positive logit divided by it, another multiplied), then OpenAI's
+    frequency and presence penalties over the answer's token counts."""
+    out = np.array(logits, np.float64)
+    for token, value in (bias or {}).items():
+        out[token] += value
+    for token in set(prompt) | set(answer):
+        out[token] = (
+            out[token] / repetition if out[token] > 0 else out[token] * repetition
+        )
+    counts = np.bincount(np.array(answer, int), minlength=len(out))
+    return out - frequency * counts - presence * (counts > 0)
+
+
+def mlx_lm_logprobs(mlx_model: nn.Module, tokens: list[int]) -> np.ndarray:
+    """[L, V]: mlx-lm's log-softmax of the next token at each position of `tokens`,
+    one forward without a cache."""
+    logits = mlx_model(mx.array([tokens]))[0].astype(mx.float32)
+    return np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+
+
+LOGPROB_TOLERANCE = 1e-4  # our float32 model against mlx-lm's, in log-probability
+
+
+def assert_token_logprob(entry, token: int, row: np.ndarray, k: int) -> None:
+    """A TokenLogprob against one row of mlx-lm's log-probabilities: the token, its
+    logprob and the k most likely tokens' logprobs."""
+    assert entry.token == token
+    assert abs(entry.logprob - row[token]) <= LOGPROB_TOLERANCE, (entry, row[token])
+    assert len(entry.top) == k
+    values = [v for _, v in entry.top]
+    np.testing.assert_allclose(values, row[[t for t, _ in entry.top]], atol=1e-4)
+    np.testing.assert_allclose(values, np.sort(row)[::-1][:k], atol=1e-4)
+
+
+def assert_prompt_logprobs(entries, prompt: list[int], mlx_model, k: int) -> None:
+    """A request's prompt_logprobs: None, then each prompt token's logprob after the
+    tokens before it, as mlx-lm's forward over the prompt gives them."""
+    assert len(entries) == len(prompt) and entries[0] is None
+    expected = mlx_lm_logprobs(mlx_model, prompt)
+    for position in range(1, len(prompt)):
+        assert_token_logprob(
+            entries[position], prompt[position], expected[position - 1], k
+        )
 
 
 def sharpened(model: nn.Module) -> nn.Module:

@@ -442,7 +442,7 @@ BAD_INPUTS = [
         400,
         "messages[0].content[0]",
     ),  # fmt: skip
-    ("n = 2", "POST", CHAT, {"messages": HI, "n": 2}, 400, "n"),
+    ("n = 0", "POST", CHAT, {"messages": HI, "n": 0}, 400, "n"),
     (
         "max_tokens 0",
         "POST",
@@ -543,7 +543,62 @@ BAD_INPUTS = [
         400,
         "priority",
     ),  # fmt: skip
-    ("logprobs", "POST", CHAT, {"messages": HI, "logprobs": True}, 400, "logprobs"),
+    (
+        "top_logprobs past 20",
+        "POST",
+        CHAT,
+        {"messages": HI, "logprobs": True, "top_logprobs": 50},
+        400,
+        "top_logprobs",
+    ),  # fmt: skip
+    (
+        "top_logprobs without logprobs",
+        "POST",
+        CHAT,
+        {"messages": HI, "top_logprobs": 2},
+        400,
+        "top_logprobs",
+    ),  # fmt: skip
+    (
+        "logit_bias with a token id outside the vocabulary",
+        "POST",
+        CHAT,
+        {"messages": HI, "logit_bias": {"1000000": 5}},
+        400,
+        "logit_bias",
+    ),  # fmt: skip
+    (
+        "logit_bias past 100",
+        "POST",
+        CHAT,
+        {"messages": HI, "logit_bias": {"7": 101}},
+        400,
+        "logit_bias",
+    ),  # fmt: skip
+    (
+        "logit_bias keyed by a word",
+        "POST",
+        CHAT,
+        {"messages": HI, "logit_bias": {"hello": 1}},
+        400,
+        "logit_bias",
+    ),  # fmt: skip
+    (
+        "min_tokens past max_tokens",
+        "POST",
+        CHAT,
+        {"messages": HI, "max_tokens": 2, "min_tokens": 3},
+        400,
+        "min_tokens",
+    ),  # fmt: skip
+    (
+        "repetition_penalty 0",
+        "POST",
+        CHAT,
+        {"messages": HI, "repetition_penalty": 0},
+        400,
+        "repetition_penalty",
+    ),  # fmt: skip
     (
         "tools",
         "POST",
@@ -552,12 +607,12 @@ BAD_INPUTS = [
         400,
         "tools",
     ),  # fmt: skip
-    ("seed", "POST", CHAT, {"messages": HI, "seed": 1}, 400, "seed"),
+    ("seed a string", "POST", CHAT, {"messages": HI, "seed": "1"}, 400, "seed"),
     (
-        "presence_penalty",
+        "presence_penalty past 2",
         "POST",
         CHAT,
-        {"messages": HI, "presence_penalty": 1},
+        {"messages": HI, "presence_penalty": 3},
         400,
         "presence_penalty",
     ),  # fmt: skip
@@ -613,8 +668,24 @@ BAD_INPUTS = [
         "prompt",
     ),  # fmt: skip
     ("token id a float", "POST", COMPLETIONS, {"prompt": [1, 2.5]}, 400, "prompt"),
-    ("echo", "POST", COMPLETIONS, {"prompt": "a", "echo": True}, 400, "echo"),
-    ("completion n = 3", "POST", COMPLETIONS, {"prompt": "a", "n": 3}, 400, "n"),
+    ("echo on chat", "POST", CHAT, {"messages": HI, "echo": True}, 400, "echo"),
+    ("completion n = 17", "POST", COMPLETIONS, {"prompt": "a", "n": 17}, 400, "n"),
+    (
+        "completion logprobs past 5",
+        "POST",
+        COMPLETIONS,
+        {"prompt": "a", "logprobs": 6},
+        400,
+        "logprobs",
+    ),  # fmt: skip
+    (
+        "completion max_tokens 0 without echo",
+        "POST",
+        COMPLETIONS,
+        {"prompt": "a", "max_tokens": 0},
+        400,
+        "max_tokens",
+    ),  # fmt: skip
     ("GET on a POST endpoint", "GET", CHAT, None, 405, None),
     ("unknown path", "POST", "/v1/embeddings", {"input": "a"}, 404, None),
 ]
@@ -659,7 +730,7 @@ def test_the_context_error_names_both_lengths(http, tokenizer):
 def test_refused_requests_never_reach_the_engine(http):
     wait_idle(http)
     before, counted = http.get("/engine").json()["total"], scrape(http)
-    http.post(CHAT, json={"messages": HI, "n": 2})
+    http.post(CHAT, json={"messages": HI, "n": 0})
     assert http.get("/engine").json()["total"] == before
     rejected = "tiny_llm:request_rejected_total{reason=bad_request}"
     assert scrape(http)[rejected] - counted[rejected] == 1

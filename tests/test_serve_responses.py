@@ -338,6 +338,12 @@ BAD = [
     ({"store": True}, "store", "not stored"),
     ({"reasoning": {"effort": "low"}}, "reasoning", "does not reason"),
     ({"background": True}, "background", "background"),
+    ({"top_logprobs": 2}, "top_logprobs", "log-probabilities are not returned"),
+    (
+        {"include": ["message.output_text.logprobs"]},
+        "include",
+        "no extra output data",
+    ),
     ({"tools": [{"type": "web_search"}]}, "tools", "'web_search' tools"),
     ({"tool_choice": "required"}, "tool_choice", "needs tools"),
     (

@@ -18,9 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlx_lm.models.cache import make_prompt_cache
 
+from tiny_llm_base import SamplingOptions
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
-from .helpers import assert_same_tokens, expected_tokens, token_ids
+from .helpers import (
+    assert_prompt_logprobs,
+    assert_same_tokens,
+    expected_tokens,
+    token_ids,
+)
 from .solution import tiny
 
 LONG_PROMPT = (
@@ -140,6 +146,22 @@ def test_chunked_prefill_last_chunk_samples_mlx_lm_argmax(pair, tokenizer, step)
     else:
         assert request.generated == [expected]
         assert request.next_token == expected
+
+
+@pytest.mark.parametrize("step", [1, 4, None])
+def test_chunked_prefill_gives_every_prompt_logprob_once(pair, tokenizer, step):
+    """A request that wants its prompt's logprobs runs each chunk with every
+    position's logits and hands them to its sampling state: chunked or not, each
+    prompt token's logprob is mlx-lm's, from one forward over the prompt."""
+    mlx_model, model = pair
+    prompt = token_ids(np.random.default_rng(4), mlx_model.args.vocab_size, 14)
+    options = SamplingOptions(prompt_logprobs=3)
+    request = tiny.Request(
+        model, tokenizer, prompt, prefill_max_step=step, options=options
+    )
+    while not request.is_prefill_done:
+        request.try_prefill()
+    assert_prompt_logprobs(request.sampling_state.prompt_logprobs, prompt, mlx_model, 3)
 
 
 def test_chunked_prefill_evaluates_the_cache_after_every_chunk(pair, tokenizer):

@@ -27,7 +27,14 @@ from hypothesis import strategies as st
 
 from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
 
-from .helpers import assert_same_tokens, expected_tokens, token_ids
+from .helpers import (
+    assert_prompt_logprobs,
+    assert_same_tokens,
+    assert_token_logprob,
+    expected_tokens,
+    mlx_lm_logprobs,
+    token_ids,
+)
 from .solution import tiny
 
 # (policy, token_budget): the alternating schedule, the smallest budget a batch of
@@ -967,6 +974,33 @@ def test_the_smallest_budget_is_accepted(pair, tokenizer):
     _, model = pair
     engine = tiny.Engine(model, tokenizer, batch_size=3, policy="mixed", token_budget=4)
     assert not engine.has_unfinished() and engine.step() == []
+
+
+def test_mixed_chunks_give_prompt_and_answer_logprobs(pair, tokenizer, no_eos):
+    """A request that wants its prompt's logprobs gets every row of each of its
+    chunks, in steps shared with another request's decodes: each prompt token's
+    logprob and each answer token's are mlx-lm's, from one forward over the
+    whole sequence."""
+    mlx_model, model = pair
+    sampler, _ = no_eos
+    rng = np.random.default_rng(8)
+    first, scored = (token_ids(rng, mlx_model.args.vocab_size, n) for n in (6, 17))
+    options = tiny.SamplingOptions(prompt_logprobs=2, logprobs=2)
+    results = tiny.batch_generate(
+        model,
+        tokenizer,
+        [tiny.PromptSpec(first, 12), tiny.PromptSpec(scored, 4, options=options)],
+        policy="mixed",
+        prefill_step=5,
+        token_budget=7,
+        sampler=sampler,
+    )
+    result = results[1]
+    assert result.metrics.prefill_chunks >= 4
+    assert_prompt_logprobs(result.prompt_logprobs, scored, mlx_model, 2)
+    expected = mlx_lm_logprobs(mlx_model, scored + result.tokens)
+    for i, entry in enumerate(result.logprobs):
+        assert_token_logprob(entry, result.tokens[i], expected[len(scored) - 1 + i], 2)
 
 
 def test_a_failed_mixed_forward_fails_its_requests_and_the_engine_goes_on(

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import assert_like_mlx_lm, token_ids
+from .helpers import assert_like_mlx_lm, assert_same_tokens, expected_tokens, token_ids
 from .paged_checks import assert_pool_empty, check_pool, run_engine
 from .solution import tiny
 
@@ -600,4 +600,48 @@ def test_a_prefill_chunk_preempts_only_newer_waiting_requests(pair, tokenizer, n
     assert results[0].metrics.preemptions == 0, "the older request was preempted"
     assert results[1].metrics.preemptions > 0, "the pool never ran dry mid-prefill"
     assert_like_mlx_lm(results, mlx_model, prompts, 4, tokenizer, banned)
+    assert_pool_empty(engine)
+
+
+# --- the n choices of one prompt ----------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["alternate", "mixed"])
+def test_the_choices_of_one_prompt_share_its_full_blocks(
+    pair, tokenizer, no_eos, policy
+):
+    """A prompt asked n times: the later choices wait for the first one's prefill,
+    then hold its full prompt blocks (refcount n: each counted once in the pool)
+    and compute only the rest of the prompt. Greedy, every choice gets the
+    prompt's answer alone."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    ids = token_ids(np.random.default_rng(3), mlx_model.args.vocab_size, 18)
+    n, block_size, shared = 3, 4, 4  # (18 - 1) // 4 full blocks before the last token
+    engine = paged_engine(
+        model, tokenizer, block_size=4, batch_size=4, policy=policy, sampler=sampler
+    )
+    request_id = engine.add_request(tiny.PromptSpec(ids, 6, n=n))
+    finished, sharing_seen = {}, False
+    while engine.has_unfinished():
+        for output in engine.step():
+            assert output.request_id == request_id
+            if output.result is not None:
+                finished[output.index] = output.result
+        check_pool(engine)
+        tables = engine.kv.tables
+        choices = [r for r in tables if r.index == 0]
+        if len(tables) == n and choices:
+            first = tables[choices[0]].blocks[:shared]
+            assert all(engine.kv.pool.refcounts[b] == n for b in first)
+            held = sum(len(table.blocks) for table in tables.values())
+            assert held - engine.kv.pool.in_use == (n - 1) * shared
+            sharing_seen = True
+    assert sharing_seen, "no step had all choices holding blocks"
+    assert engine.metrics.prefill_tokens == len(ids) + (n - 1) * (
+        len(ids) - shared * block_size
+    )
+    expected, gaps = expected_tokens(mlx_model, [ids], 6, tokenizer, banned)[0]
+    for index in range(n):
+        assert_same_tokens(finished[index].tokens, expected, gaps, f"choice {index}")
     assert_pool_empty(engine)

@@ -15,7 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .helpers import assert_like_mlx_lm, token_ids
+from tiny_llm_base import SamplingOptions
+
+from .helpers import assert_like_mlx_lm, assert_prompt_logprobs, token_ids
 from .paged_checks import assert_pool_empty, run_engine
 from .solution import tiny
 
@@ -406,4 +408,25 @@ def test_a_follow_up_turn_reuses_the_answer_blocks(pair, tokenizer, no_eos):
     assert_like_mlx_lm(
         [answer, reply], mlx_model, [first, second], 17, tokenizer, banned
     )
+    assert_pool_empty(engine)
+
+
+def test_a_request_asking_prompt_logprobs_computes_its_whole_prompt(pair, tokenizer):
+    """A cached position has no logits: a request that wants its prompt's logprobs
+    is not served from the cache (cached_prefix gives it nothing), gets every
+    position's logprob, and names its blocks for the next request, which is."""
+    mlx_model, model = pair
+    prompt = token_ids(np.random.default_rng(4), mlx_model.args.vocab_size, 21)
+    scored = SamplingOptions(prompt_logprobs=1)
+    specs = [
+        tiny.PromptSpec(prompt),
+        tiny.PromptSpec(prompt, options=scored, arrival_step=10),
+        tiny.PromptSpec(prompt, arrival_step=20),
+    ]
+    engine = tiny.Engine(
+        model, tokenizer, max_tokens=2, kv_cache="paged", block_size=4, policy="mixed"
+    )
+    first, logged, last = run_engine(engine, specs)
+    assert [r.cached_tokens for r in (first, logged, last)] == [0, 0, 20]
+    assert_prompt_logprobs(logged.prompt_logprobs, prompt, mlx_model, 1)
     assert_pool_empty(engine)

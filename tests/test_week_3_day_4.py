@@ -19,7 +19,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiny_llm_base import EngineConfig, PromptSpec, greedy, prompt_token_ids
+from tiny_llm_base import (
+    EngineConfig,
+    PlainSampling,
+    PromptSpec,
+    SamplingOptions,
+    greedy,
+    prompt_token_ids,
+    start_sampling,
+)
 
 from .helpers import (
     assert_same_tokens,
@@ -111,11 +119,19 @@ def drafting_request(sampler=greedy):
         sampler=sampler,
         next_token=7,
         constraint_state=None,
+        sampling_state=PlainSampling(),
         generated=[1] * 20,
         draft_acceptance=1.0,
         drafts_resume_at=0,
         draft_pauses=0,
     )
+
+
+def drafting_request_with(options):
+    """drafting_request, carrying the state its sampling options start."""
+    request = drafting_request()
+    request.sampling_state = start_sampling(options, [1, 2], greedy, {0}, 211)
+    return request
 
 
 def test_a_request_whose_drafts_fail_pauses_longer_each_time():
@@ -425,6 +441,29 @@ def test_max_tokens_and_unknown_samplers_bound_the_drafts(pair, tokenizer):
     assert results[1].metrics.draft_tokens == 0
     (tokens, gaps), _ = expected_tokens(mlx_model, [prompt] * 2, 12, tokenizer)
     assert_same_tokens(results[1].tokens, tokens, gaps, "a plain-function sampler")
+
+
+def test_a_request_with_sampling_options_never_drafts(pair, tokenizer):
+    """Penalties and logprobs go one token at a time: a request with options
+    proposes no drafts (may_draft reads sampling_state.allows_drafts) and gets its
+    tokens all the same, while the plain request beside it drafts."""
+    assert not tiny.may_draft(drafting_request_with(SamplingOptions(logprobs=0)), 1)
+    mlx_model, model = pair
+    # Every token of the vocabulary is in the prompt: each generated token has an
+    # earlier occurrence, so prompt lookup always proposes drafts.
+    prompt = np.random.default_rng(2).permutation(211).tolist()
+    specs = [
+        PromptSpec(prompt, max_tokens=12),
+        PromptSpec(prompt, max_tokens=12, options=SamplingOptions(logprobs=1)),
+    ]
+    engine = tiny.Engine(
+        model, tokenizer, policy="mixed", speculative="ngram", max_seq_len=256
+    )
+    plain, logged = run_engine(engine, specs)
+    assert plain.metrics.draft_tokens > 0 and logged.metrics.draft_tokens == 0
+    (tokens, gaps), _ = expected_tokens(mlx_model, [prompt] * 2, 12, tokenizer)
+    assert_same_tokens(logged.tokens, tokens, gaps, "a request with logprobs")
+    assert [entry.token for entry in logged.logprobs] == logged.tokens
 
 
 class BrokenSampler(tiny.TokenSampler):

@@ -325,10 +325,10 @@ class RankZeroEngine:
             self.local.append(("add", spec))
         return request_id
 
-    def abort(self, request_id: int) -> None:
+    def abort(self, request_id: int, index: int | None = None) -> None:
         with self.lock:
-            self.notes.append(("abort", request_id))
-            self.local.append(("abort", request_id))
+            self.notes.append(("abort", request_id, index))
+            self.local.append(("abort", request_id, index))
 
     def has_unfinished(self) -> bool:
         return bool(self.notes) or self.engine.has_unfinished()
@@ -355,7 +355,7 @@ class RankZeroEngine:
                 if note[0] == "add":
                     self.engine.add_request(note[1])
                 else:
-                    self.engine.abort(note[1])
+                    self.engine.abort(note[1], note[2])
             if watchdog:
                 watchdog.arm(STEP_TIMEOUT_S, "a step")
             outputs = self.engine.step()
@@ -411,7 +411,7 @@ def follow(engine, ranks: Ranks, make_sampler) -> NoReturn:
                         spec = replace(spec, sampler=make_sampler(*note[2]))
                     engine.add_request(spec)
                 else:
-                    engine.abort(note[1])
+                    engine.abort(note[1], note[2])
             mine = digest(engine.step())
     except RuntimeError as error:
         fail(f"lost rank 0 ({error}): stopping", status=1)

@@ -115,6 +115,12 @@ class BlockPool:
             "if it has a name)"
         )
 
+    def share(self, blocks: list[int]) -> list[int]:
+        """Held blocks get one more holder each (refcount + 1); returns them."""
+        raise NotImplementedError(
+            "Week 3 Day 2: share: refcount + 1 for each block; return the list"
+        )
+
     def lookup(self, tokens: Sequence[int]) -> BlockTable:
         """The longest chain of cached full blocks that starts `tokens`, each block's
         refcount raised (a cached one is no longer evictable): a BlockTable of them

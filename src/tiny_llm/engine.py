@@ -15,7 +15,7 @@ import itertools
 import queue
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 
@@ -27,6 +27,7 @@ from tiny_llm_base import (
     SchedulerSnapshot,
     SlotView,
     check_int,
+    for_choice,
     greedy,
 )
 from tiny_llm_base.config import check_callable, is_adaptive
@@ -44,12 +45,14 @@ from .runner import Forward, ModelRunner
 
 @dataclass
 class RequestOutput:
-    """What one request got in one step.
+    """What one request (one choice of it, when it asked n > 1) got in one step.
 
     tokens: the ids it accepted this step (an EOS is not one of them); text: the text
     they completed (the detokenizer's new segment). finish_reason is None while it
     runs; once set, `result` holds the request's GenerationResult and the engine
-    forgets the request.
+    forgets the request. index: the choice. logprobs: a TokenLogprob per token
+    when its options asked, else []; prompt_logprobs: on its first output, when
+    asked (else None).
     """
 
     request_id: int
@@ -57,6 +60,9 @@ class RequestOutput:
     text: str
     finish_reason: str | None
     result: GenerationResult | None = None
+    index: int = 0
+    logprobs: list = field(default_factory=list)
+    prompt_logprobs: list | None = None
 
 
 def make_kv_manager(model, config: EngineConfig):
@@ -111,22 +117,27 @@ class Engine:
         A plain prompt is PromptSpec(prompt). The Request is made here, with
         prefill_max_step=None (the planner sizes every chunk), the spec's max_tokens
         and sampler or else the config's, its priority and constraint (week 3 day
-        5), the config's max_seq_len and the engine's clock: a bad one has already
-        failed ("error") and finishes in the engine's next step, costing nobody else
-        anything. Only a note goes into the inbox, ("add", id, request,
-        arrival_step): the engine's thread reads it.
+        5), its options, the config's max_seq_len and the engine's clock: a bad one
+        has already failed ("error") and finishes in the engine's next step, costing
+        nobody else anything. A spec with n > 1 makes n Requests under the one id:
+        choice i has index i, the options for_choice(options, i) gives, and (for i >
+        0) first_choice, the Request of choice 0. Only notes go into the inbox, one
+        per Request, ("add", id, request, arrival_step): the engine's thread reads
+        them. ValueError or TypeError for a bad arrival_step or n.
         """
         raise NotImplementedError(
-            'Week 2 Day 6: add_request: make the Request, put ("add", id, request, '
-            "arrival_step) in the inbox, return the id"
+            "Week 2 Day 6: add_request: check arrival_step and n; make the Request of"
+            ' each choice, put ("add", id, request, arrival_step) in the inbox for '
+            "each, return the id"
         )
 
-    def abort(self, request_id: int) -> None:
+    def abort(self, request_id: int, index: int | None = None) -> None:
         """Stop a request (any thread): within the next step it finishes with
         "abort" and frees its slot and memory, whether it waits, prefills or
-        decodes. An unknown or finished id is ignored."""
+        decodes; every choice of it, or only choice `index`. An unknown or finished
+        id is ignored."""
         raise NotImplementedError(
-            'Week 2 Day 6: abort: put ("abort", id, None, None) in the inbox'
+            'Week 2 Day 6: abort: put ("abort", id, index, None) in the inbox'
         )
 
     def close(self) -> None:
@@ -166,18 +177,20 @@ class Engine:
     def read_inbox(self) -> None:
         """Take every note out of the inbox. ("add", id, request, arrival_step):
         remember the id, 0 tokens reported, put it in `arriving`, count it in
-        `added`. ("abort", id, ...): stop(id)."""
+        `added`. ("abort", id, index, None): stop(id, index)."""
         raise NotImplementedError(
             'Week 2 Day 6: read_inbox: drain the inbox; "add" notes into ids, '
             'reported, arriving, added; "abort" notes to stop'
         )
 
-    def stop(self, request_id: int) -> None:
-        """Abort a request now (the engine's thread): it finishes with "abort" and
-        leaves wherever it is. An id that is unknown, already reported or already
-        finished is ignored."""
+    def stop(self, request_id: int, index: int | None = None) -> None:
+        """Abort a request now (the engine's thread): each of its choices (only
+        choice `index` unless None) that is not finished finishes with "abort" and
+        leaves wherever it is. An id that is unknown or already reported is
+        ignored."""
         raise NotImplementedError(
-            'Week 2 Day 6: stop: find the request, finish it with "abort" and retire it'
+            "Week 2 Day 6: stop: find its unfinished requests (the choice asked, or "
+            'all), finish each with "abort", take it out of arriving, and retire them'
         )
 
     def admit_arrivals(self) -> None:
@@ -217,11 +230,14 @@ class Engine:
     def collect_outputs(self) -> list[RequestOutput]:
         """A RequestOutput for every request that accepted a token or finished this
         step: its new tokens (generated past `reported`), the detokenizer's
-        last_segment as text ("" without a detokenizer) and its finish_reason. A
+        last_segment as text ("" without a detokenizer), its finish_reason and
+        index, the sampling state's logprobs of the new tokens (the same slice of
+        its list) and, on the request's first output, its prompt_logprobs. A
         finished request's output carries result() and the engine forgets it."""
         raise NotImplementedError(
             "Week 2 Day 6: collect_outputs: a RequestOutput per request with new "
-            "tokens or finished; forget the finished"
+            "tokens or finished (index, logprobs, prompt_logprobs on the first); "
+            "forget the finished"
         )
 
     def snapshot(self) -> SchedulerSnapshot:

@@ -157,15 +157,17 @@ class Planner:
         may_start: Callable[[Request], bool] | None = None,
     ) -> Iterator[Request]:
         """The waiting requests that may run a prefill chunk now, most urgent first:
-        still prefilling, let start by `may_start` (week 3 day 1's partial-prefill
-        limits; None: everyone), with a slot in view (slot_for, with also_ready
-        as it is when each is asked) and memory held or given (admit). First come,
-        first served: once one cannot get memory, nobody behind it who holds none
-        overtakes it, while those holding memory go on."""
+        still prefilling, not a later choice whose first_choice is still prefilling
+        (it waits to share that one's prompt), let start by `may_start` (week 3 day
+        1's partial-prefill limits; None: everyone), with a slot in view (slot_for,
+        with also_ready as it is when each is asked) and memory held or given
+        (admit). First come, first served: once one cannot get memory, nobody behind
+        it who holds none overtakes it, while those holding memory go on."""
         raise NotImplementedError(
-            "Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled, those "
-            "may_start refuses and those with no slot in view; admit the others until"
-            " one is refused, then only holders; yield each"
+            "Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled, the "
+            "later choices whose first choice is neither prefilled nor finished, "
+            "those may_start refuses and those with no slot in view; admit the others"
+            " until one is refused, then only holders; yield each"
         )
 
     def plan_chunk(self) -> Plan:

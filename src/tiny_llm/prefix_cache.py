@@ -35,9 +35,11 @@ class PrefixCachingKvManager(PagedKvManager):
 
     def cached_prefix(self, request: Request) -> BlockTable:
         """The longest chain of cached full blocks that starts the request's prompt,
-        over all but its last token (pool.lookup)."""
+        over all but its last token (pool.lookup); none for a request whose
+        sampling_state wants_prompt_logprobs: a cached position has no logits."""
         raise NotImplementedError(
-            "Week 3 Day 3: cached_prefix: pool.lookup(prefill_tokens[:-1])"
+            "Week 3 Day 3: cached_prefix: an empty BlockTable when the request wants "
+            "prompt logprobs, else pool.lookup(prefill_tokens[:-1])"
         )
 
     def admit(self, request: Request) -> int | None:

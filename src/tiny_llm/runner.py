@@ -82,17 +82,22 @@ class ModelRunner:
         """A mixed plan as ONE mixed_forward: the decode rows (the batch cache only
         when there are some, else None) and each chunk as a PrefillChunk at its
         request's offset with its kv_cache, one logit row when the chunk ends its
-        prompt; with drafts (week 3 day 4), draft_parts after the chunks. The logits
-        and every chunk's cache are evaluated before any request moves. Then, in this
-        order: each chunk's request advances by its length and, if its prompt is
-        done, samples its first token; the rows without drafts accept theirs
-        (accept_rows); the requests with drafts verify them (verify). Returns verify's
-        (request, drafts fed, drafts accepted) list, [] without drafts."""
+        prompt (every row when its sampling_state wants_prompt_logprobs); with drafts
+        (week 3 day 4), draft_parts after the chunks. The logits and every chunk's
+        cache are evaluated before any request moves. Then, in this order: each
+        chunk's request advances by its length (a request wanting prompt logprobs
+        hands its chunk's rows to sampling_state.observe_prompt(rows, its offset
+        before)) and, if its prompt is done, samples its first token from the last
+        row; the rows without drafts accept theirs (accept_rows); the requests with
+        drafts verify them (verify). Returns verify's (request, drafts fed, drafts
+        accepted) list, [] without drafts."""
         raise NotImplementedError(
-            "Week 3 Day 1: run_mixed: PrefillChunks (and, only when the plan has "
-            "drafts, draft_parts), mixed_forward, mx.eval of the logits and the chunk"
-            " caches; then advance and sample each chunk, accept_rows of the rows "
-            "without drafts, and verify when there are drafts"
+            "Week 3 Day 1: run_mixed: PrefillChunks (every row for a request that "
+            "wants prompt logprobs; and, only when the plan has drafts, draft_parts),"
+            " mixed_forward, mx.eval of the logits and the chunk caches; then advance"
+            " each chunk's request (observe_prompt first when it wants prompt "
+            "logprobs) and sample the last row of each that ends its prompt, "
+            "accept_rows of the rows without drafts, and verify when there are drafts"
         )
 
     def draft_parts(self, plan: Plan) -> list[PrefillChunk]:

@@ -27,7 +27,9 @@ def batch_generate(
     """Generate for every prompt, batch_size at a time; returns results in prompt order.
 
     prompts: a list of texts, token-id lists or PromptSpecs; a PromptSpec's
-        max_tokens and sampler override the config's (sampler default: greedy).
+        max_tokens and sampler override the config's (sampler default: greedy). A
+        PromptSpec with n > 1 gets its choice 0's result, which holds all n in
+        `choices`.
     config: the Engine's EngineConfig; keyword `settings` replace its fields
         (batch_generate(model, tokenizer, prompts, batch_size=4, prefill_step=None)).
         `model` may be a wrapper with only __call__, create_kv_cache, vocab_size and
@@ -50,5 +52,6 @@ def batch_generate(
     raise NotImplementedError(
         "Week 2 Day 6: batch_generate: an Engine, check on_step, prompt_specs, add "
         "every prompt, step until none is left, results in prompt order with the "
-        "metrics"
+        "metrics (a prompt with n > 1: choice 0's result, its `choices` all n in "
+        "index order)"
     )

@@ -1,7 +1,8 @@
 """tiny-llm's infrastructure: what both the reference and the learner's package use
 but neither teaches. The fast BLAS, model loading and the embedded model, the objects
 a request and a scheduler report in, the weight helpers around mlx-lm's layers, and
-JSON Schema constraints through llguidance (structured.py)."""
+JSON Schema constraints through llguidance (structured.py), and the sampling options a
+request may ask for beyond its sampler (sampling_options.py)."""
 
 from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
 from .config import KV_CACHES, POLICIES, EngineConfig
@@ -17,6 +18,14 @@ from .prompts import (
     is_int,
     prompt_token_ids,
     sampled_token_id,
+)
+from .sampling_options import (
+    MAX_LOGPROBS,
+    PlainSampling,
+    SamplingOptions,
+    TokenLogprob,
+    for_choice,
+    start_sampling,
 )
 from .structured import (
     Grammar,

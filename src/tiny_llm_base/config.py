@@ -360,7 +360,7 @@ def check_callable(name: str, value, allow_none: bool = True) -> None:
 
 def prompt_specs(prompts) -> list[PromptSpec]:
     """batch_generate's prompts, each as a PromptSpec; TypeError for anything but a
-    list of prompts, ValueError or TypeError for a bad arrival_step."""
+    list of prompts, ValueError or TypeError for a bad arrival_step or n."""
     if isinstance(prompts, (str, bytes, PromptSpec)) or not isinstance(
         prompts, Iterable
     ):
@@ -377,4 +377,5 @@ def prompt_specs(prompts) -> list[PromptSpec]:
     specs = [p if isinstance(p, PromptSpec) else PromptSpec(p) for p in prompts]
     for spec in specs:
         check_int("arrival_step", spec.arrival_step, 0)
+        check_int("n", spec.n, 1)
     return specs

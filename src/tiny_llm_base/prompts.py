@@ -5,7 +5,7 @@ prompt's token ids, and the checks of int arguments and of what a sampler return
 import numbers
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 
@@ -48,6 +48,14 @@ class PromptSpec:
         the options. A bad one (unsupported syntax, a regex that matches nothing, an
         empty list) fails this request alone; one that cannot finish within
         max_tokens ends with "length".
+    options: a SamplingOptions (tiny_llm_base.sampling_options): logprobs, a seed,
+        penalties, logit biases, min-p, min_tokens, ignore_eos. None asks for none.
+        A bad one fails this request alone.
+    n: how many answers (choices) to generate for the prompt, each its own request
+        with its own index; choice i's seed is seed + i. The choices after the
+        first wait for the first one's prefill and share its full prompt blocks (a
+        paged KV cache): the prompt is computed once but for its last partial block.
+        Below 1: batch_generate raises ValueError; not an int: TypeError.
     """
 
     prompt: str | list[int]
@@ -56,6 +64,8 @@ class PromptSpec:
     priority: str = "batch"
     arrival_step: int = 0
     constraint: object = None
+    options: object = None
+    n: int = 1
 
 
 @dataclass
@@ -73,6 +83,12 @@ class GenerationResult:
     prompt, priority: as given (a plain prompt has priority "batch").
     cached_tokens: prompt tokens whose keys and values came from the prefix cache
         instead of a forward (Week 3 Day 3); 0 without prefix caching.
+    logprobs: a TokenLogprob per generated token, when the prompt's options asked
+        for them; prompt_logprobs: one per prompt token (None for the first), when
+        asked.
+    index: the choice this is of its prompt (0 unless the prompt asked n > 1).
+    choices: batch_generate's result for a prompt with n > 1 is its choice 0, and
+        holds all n results here, in index order; [] otherwise.
     """
 
     text: str
@@ -83,6 +99,10 @@ class GenerationResult:
     prompt: str | list[int] = ""
     priority: str = "batch"
     cached_tokens: int = 0
+    logprobs: list = field(default_factory=list)
+    prompt_logprobs: list | None = None
+    index: int = 0
+    choices: list = field(default_factory=list, repr=False, compare=False)
 
 
 def is_int(value) -> bool:

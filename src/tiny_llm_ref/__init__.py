@@ -12,8 +12,10 @@ from tiny_llm_base import (
     ModelLoadError,
     PromptSpec,
     QuantizedWeights,
+    SamplingOptions,
     SchedulerSnapshot,
     SlotView,
+    TokenLogprob,
     choose_weight_format,
     load_model,
 )

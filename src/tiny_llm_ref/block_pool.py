@@ -144,6 +144,13 @@ class BlockPool:
                 else:
                     heapq.heappush(self.free, block)
 
+    def share(self, blocks: list[int]) -> list[int]:
+        """Held blocks get one more holder each (refcount + 1); returns them."""
+        # Week 3 Day 2: share: refcount + 1 for each block; return the list
+        for block in blocks:
+            self.refcounts[block] += 1
+        return blocks
+
     def lookup(self, tokens: Sequence[int]) -> BlockTable:
         """The longest chain of cached full blocks that starts `tokens`, each block's
         refcount raised (a cached one is no longer evictable): a BlockTable of them

@@ -74,10 +74,21 @@ class PagedKvManager(KvManager):
         return cached
 
     def cached_prefix(self, request: Request) -> BlockTable:
-        """The blocks of the request's prompt that are already computed: none
-        without prefix caching (day 3's PrefixCachingKvManager finds them)."""
-        # Week 3 Day 2: cached_prefix: an empty BlockTable
-        return BlockTable()
+        """The blocks of the request's prompt that are already computed. A later
+        choice of a prompt asked n times (request.first_choice) shares the full
+        blocks its first choice holds of their prompt, all but its last token's
+        (pool.share: one more holder each; the first choice writes only past them),
+        so it computes only the rest; none when the first choice holds no blocks.
+        Otherwise none (day 3's PrefixCachingKvManager finds them in its cache)."""
+        # Week 3 Day 2: cached_prefix: for a request with a first_choice in tables, a
+        # BlockTable of pool.share(its first min((prompt tokens - 1) // block_size,
+        # first choice's offset // block_size) blocks); else an empty BlockTable
+        first = request.first_choice
+        if first not in self.tables:
+            return BlockTable()
+        size = self.block_size
+        full = min((len(request.prefill_tokens) - 1) // size, first.offset // size)
+        return BlockTable(self.pool.share(self.tables[first].blocks[:full]))
 
     def reserve(self, request: Request, tokens: int) -> int:
         """Room for up to `tokens` more tokens of the request, from its offset: the

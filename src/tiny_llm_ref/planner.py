@@ -188,17 +188,22 @@ class Planner:
         may_start: Callable[[Request], bool] | None = None,
     ) -> Iterator[Request]:
         """The waiting requests that may run a prefill chunk now, most urgent first:
-        still prefilling, let start by `may_start` (week 3 day 1's partial-prefill
-        limits; None: everyone), with a slot in view (slot_for, with also_ready
-        as it is when each is asked) and memory held or given (admit). First come,
-        first served: once one cannot get memory, nobody behind it who holds none
-        overtakes it, while those holding memory go on."""
-        # Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled, those
+        still prefilling, not a later choice whose first_choice is still prefilling
+        (it waits to share that one's prompt), let start by `may_start` (week 3 day
+        1's partial-prefill limits; None: everyone), with a slot in view (slot_for,
+        with also_ready as it is when each is asked) and memory held or given
+        (admit). First come, first served: once one cannot get memory, nobody behind
+        it who holds none overtakes it, while those holding memory go on."""
+        # Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled, the later
+        # choices whose first choice is neither prefilled nor finished, those
         # may_start refuses and those with no slot in view; admit the others until one
         # is refused, then only holders; yield each
         blocked = False
         for request in self.by_urgency():
             if request.is_prefill_done or (may_start and not may_start(request)):
+                continue
+            first = request.first_choice
+            if first is not None and not (first.is_prefill_done or first.is_finished):
                 continue
             if self.slot_for(request, also_ready) is None:
                 continue

@@ -22,11 +22,14 @@ from tiny_llm_base import (
     PRIORITIES,
     GenerationResult,
     NoConstraint,
+    PlainSampling,
     Sampler,
+    SamplingOptions,
     check_int,
     greedy,
     prompt_token_ids,
     sampled_token_id,
+    start_sampling,
 )
 
 from .constrained import ConstraintState, start_constraint
@@ -39,9 +42,9 @@ class Request:
     """A prompt being prefilled (offset < prompt length), decoded, or finished.
 
     model: called as model(tokens [1, L], offset, kv_cache, last_position_only=True)
-        -> logits [1, 1, V] for the chunk's last position; model.create_kv_cache()
-        gives one cache per layer; model.vocab_size bounds the token ids,
-        model.context_length the positions.
+        -> logits [1, 1, V] for the chunk's last position (False: [1, L, V]);
+        model.create_kv_cache() gives one cache per layer; model.vocab_size bounds
+        the token ids, model.context_length the positions.
     tokenizer: its chat template (through prompt_token_ids), `detokenizer` and
         `eos_token_ids`.
     prompt: text or token ids (see prompt_token_ids).
@@ -78,6 +81,18 @@ class Request:
         `accept`; without a constraint, NoConstraint() (tiny_llm_base), which
         allows everything, so both call it the same way. A bad constraint fails this
         request alone.
+    options: None or a SamplingOptions (tiny_llm_base: logprobs, a seed,
+        penalties, ...). sampling_state: start_sampling(options, prompt ids,
+        sampler, tokenizer.eos_token_ids, model.vocab_size), given code with the
+        same shape of calls as constraint_state: `sample` passes the masked logits
+        through its process() and draws through its draw(), `accept` calls its
+        advance(token), and a prefill that computes every position's logits (when
+        its wants_prompt_logprobs) gives them to observe_prompt(logits, start).
+        Without options it is PlainSampling(), whose calls change nothing. A bad
+        option fails this request alone.
+    index, first_choice: which of its prompt's n choices this is (0 for the
+        first), and the first choice's Request for the others (None for it): they
+        wait for its prefill and share its prompt's blocks.
     """
 
     model: object
@@ -90,6 +105,9 @@ class Request:
     priority: str = "batch"
     clock: Callable[[], float] = time.perf_counter
     constraint: object = None
+    options: SamplingOptions | None = None
+    index: int = 0
+    first_choice: "Request | None" = None
     prefill_tokens: list[int] = field(init=False)
     offset: int = field(init=False, default=0)
     next_token: int | None = field(init=False, default=None)
@@ -105,6 +123,7 @@ class Request:
     constraint_state: ConstraintState | NoConstraint = field(
         init=False, default_factory=NoConstraint
     )
+    sampling_state: object = field(init=False, default_factory=PlainSampling)
 
     def __post_init__(self) -> None:
         # Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at least 1
@@ -118,7 +137,7 @@ class Request:
         # cache, take tokenizer.detokenizer and record the prompt length in metrics.
         # With a constraint, constraint_state = start_constraint(...): week 3 day 5
         # writes that function; its TypeError or ValueError fails the request the same
-        # way
+        # way. Then sampling_state = start_sampling(...) (given), which fails it alike
         check_int("prefill_max_step", self.prefill_max_step, 1, allow_none=True)
         context = self.model.context_length
         if self.max_seq_len is None:
@@ -137,6 +156,13 @@ class Request:
                 self.constraint_state = start_constraint(
                     self.constraint, self.tokenizer, vocab_size
                 )
+            self.sampling_state = start_sampling(
+                self.options,
+                self.prefill_tokens,
+                self.sampler,
+                self.tokenizer.eos_token_ids,
+                self.model.vocab_size,
+            )
         except (TypeError, ValueError) as error:
             self.fail(str(error))
             return
@@ -194,20 +220,22 @@ class Request:
 
         The chunk is prefill_tokens[offset : offset + step], step being `max_step`,
         else prefill_max_step (None: the whole rest). It runs through the model at
-        `offset` with kv_cache (last_position_only: only the last logits are ever
-        used), its queries seeing the earlier chunks through the chunk mask, and
-        offset advances by its length. The cache is evaluated here, so the lazy graph
-        never spans chunks. The last chunk samples the first token from its last
-        position and accepts it (sample_and_accept). ValueError once the prefill is
-        done; TypeError or ValueError for a max_step that is not an int of at least 1
-        or None.
+        `offset` with kv_cache (last_position_only, unless sampling_state
+        wants_prompt_logprobs: then every position's logits go to its
+        observe_prompt(logits [L, V], the chunk's offset)), its queries seeing the
+        earlier chunks through the chunk mask, and offset advances by its length.
+        The cache is evaluated here, so the lazy graph never spans chunks. The last
+        chunk samples the first token from its last position and accepts it
+        (sample_and_accept). ValueError once the prefill is done; TypeError or
+        ValueError for a max_step that is not an int of at least 1 or None.
         """
         # Week 2 Day 6: try_prefill: ValueError once prefill is done; run
         # prefill_tokens[offset : offset + step] through the model at `offset` with
         # kv_cache (step: max_step, else prefill_max_step; None: the whole rest;
-        # last_position_only=True), advance offset, mx.eval the cache, and on the last
-        # chunk sample_and_accept the first token. Day 6 calls it once per prompt, with
-        # the whole prompt; Day 7's tests call it chunk by chunk
+        # last_position_only=True unless sampling_state.wants_prompt_logprobs, which
+        # then observe_prompt's every position), advance offset, mx.eval the cache,
+        # and on the last chunk sample_and_accept the first token. Day 6 calls it once
+        # per prompt, with the whole prompt; Day 7's tests call it chunk by chunk
         if self.is_prefill_done:
             raise ValueError("prefill is already done: this request is decoding")
         check_int("max_step", max_step, 1, allow_none=True)
@@ -218,9 +246,13 @@ class Request:
             else min(self.offset + step, len(self.prefill_tokens))
         )
         chunk = mx.array([self.prefill_tokens[self.offset : end]])
-        logits = self.model(chunk, self.offset, self.kv_cache, last_position_only=True)
-        processed = end - self.offset
+        every = self.sampling_state.wants_prompt_logprobs
+        start = self.offset
+        logits = self.model(chunk, start, self.kv_cache, last_position_only=not every)
+        processed = end - start
         self.advance(processed)
+        if every:
+            self.sampling_state.observe_prompt(logits[0], start)
         cache_state = [c.keys for c in self.kv_cache] + [
             c.values for c in self.kv_cache
         ]
@@ -253,15 +285,23 @@ class Request:
     def sample(self, logits: mx.array) -> int:
         """logits: [1, V] -> the next token id, through this request's sampler.
 
-        Raises TypeError or ValueError when the sampler returns anything but one
-        token id of the model's vocabulary (see sampled_token_id).
+        The constraint masks the logits, the sampling state processes them
+        (penalties, biases: PlainSampling leaves them as they are), they become
+        log-probabilities, and the sampling state draws the token through the
+        sampler (sampling_state.draw(sampler, logprobs): PlainSampling just calls
+        it). Raises TypeError or ValueError when the sampler returns anything but
+        one token id of the model's vocabulary (see sampled_token_id).
         """
-        # Week 2 Day 6: sample: turn logits into log-probabilities (subtract logsumexp),
-        # call the sampler, and return sampled_token_id(its result, model.vocab_size);
-        # constraint_state.mask the logits first (NoConstraint leaves them as they are)
+        # Week 2 Day 6: sample: constraint_state.mask the logits, then
+        # sampling_state.process them; turn them into log-probabilities (subtract
+        # logsumexp); sampling_state.draw(sampler, logprobs); return
+        # sampled_token_id(its result, model.vocab_size). NoConstraint and
+        # PlainSampling leave everything as it is
         logits = self.constraint_state.mask(logits)
+        logits = self.sampling_state.process(logits)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        return sampled_token_id(self.sampler(logprobs), self.model.vocab_size)
+        drawn = self.sampling_state.draw(self.sampler, logprobs)
+        return sampled_token_id(drawn, self.model.vocab_size)
 
     def sample_and_accept(self, logits: mx.array) -> None:
         """logits: [1, V] at the request's last position: sample and accept a token.
@@ -283,20 +323,22 @@ class Request:
         """Take a sampled token: finish on EOS, max_tokens, or a full cache.
 
         Its time is recorded first (metrics.record_token(clock())), EOS included.
-        EOS finishes with "stop" and is not kept. Any other token is kept: generated,
-        the detokenizer, next_token; then the request finishes with "length" once it
-        has max_tokens tokens, or with "max_seq_len" once offset has reached
-        max_seq_len (no room left in the cache to feed the token).
+        EOS finishes with "stop" and is not kept. Any other token is kept: the
+        constraint and sampling states advance over it, then generated, the
+        detokenizer, next_token; then the request finishes with "length" once it has
+        max_tokens tokens, or with "max_seq_len" once offset has reached max_seq_len
+        (no room left in the cache to feed the token).
         """
         # Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept);
         # otherwise keep it, feed the detokenizer, make it next_token, and finish with
         # 'length' at max_tokens or 'max_seq_len' when offset reaches it;
-        # constraint_state.advance a kept token first
+        # constraint_state.advance and sampling_state.advance a kept token first
         self.metrics.record_token(self.clock())
         if token in self.tokenizer.eos_token_ids:
             self.finish("stop")
             return
         self.constraint_state.advance(token)
+        self.sampling_state.advance(token)
         self.generated.append(token)
         self.detokenizer.add_token(token)
         self.next_token = token
@@ -327,10 +369,12 @@ class Request:
 
     def result(self) -> GenerationResult:
         """This request's GenerationResult; cached_tokens is metrics.cached_tokens
-        (week 3 day 3)."""
+        (week 3 day 3); logprobs and prompt_logprobs are the sampling state's."""
         # Week 2 Day 6: result: a GenerationResult of this request's text, tokens,
         # finish reason, metrics, error, prompt and priority (Week 3 Day 3 adds
-        # cached_tokens: metrics.cached_tokens)
+        # cached_tokens: metrics.cached_tokens), the sampling state's logprobs (a
+        # list) and prompt_logprobs, and index
+        state = self.sampling_state
         return GenerationResult(
             self.text,
             list(self.generated),
@@ -340,4 +384,7 @@ class Request:
             self.prompt,
             self.priority,
             self.metrics.cached_tokens,
+            logprobs=list(state.logprobs),
+            prompt_logprobs=state.prompt_logprobs,
+            index=self.index,
         )

@@ -111,16 +111,21 @@ class ModelRunner:
         """A mixed plan as ONE mixed_forward: the decode rows (the batch cache only
         when there are some, else None) and each chunk as a PrefillChunk at its
         request's offset with its kv_cache, one logit row when the chunk ends its
-        prompt; with drafts (week 3 day 4), draft_parts after the chunks. The logits
-        and every chunk's cache are evaluated before any request moves. Then, in this
-        order: each chunk's request advances by its length and, if its prompt is
-        done, samples its first token; the rows without drafts accept theirs
-        (accept_rows); the requests with drafts verify them (verify). Returns verify's
-        (request, drafts fed, drafts accepted) list, [] without drafts."""
-        # Week 3 Day 1: run_mixed: PrefillChunks (and, only when the plan has drafts,
-        # draft_parts), mixed_forward, mx.eval of the logits and the chunk caches; then
-        # advance and sample each chunk, accept_rows of the rows without drafts, and
-        # verify when there are drafts
+        prompt (every row when its sampling_state wants_prompt_logprobs); with drafts
+        (week 3 day 4), draft_parts after the chunks. The logits and every chunk's
+        cache are evaluated before any request moves. Then, in this order: each
+        chunk's request advances by its length (a request wanting prompt logprobs
+        hands its chunk's rows to sampling_state.observe_prompt(rows, its offset
+        before)) and, if its prompt is done, samples its first token from the last
+        row; the rows without drafts accept theirs (accept_rows); the requests with
+        drafts verify them (verify). Returns verify's (request, drafts fed, drafts
+        accepted) list, [] without drafts."""
+        # Week 3 Day 1: run_mixed: PrefillChunks (every row for a request that wants
+        # prompt logprobs; and, only when the plan has drafts, draft_parts),
+        # mixed_forward, mx.eval of the logits and the chunk caches; then advance each
+        # chunk's request (observe_prompt first when it wants prompt logprobs) and
+        # sample the last row of each that ends its prompt, accept_rows of the rows
+        # without drafts, and verify when there are drafts
         rows = plan.rows
         tokens, offsets = plan.decode_inputs()
         chunks = [
@@ -128,7 +133,9 @@ class ModelRunner:
                 r.prefill_tokens[r.offset : r.offset + n],
                 r.offset,
                 r.kv_cache,
-                logit_rows=int(r.offset + n == len(r.prefill_tokens)),
+                logit_rows=n
+                if r.sampling_state.wants_prompt_logprobs
+                else int(r.offset + n == len(r.prefill_tokens)),
             )
             for r, n in plan.chunks
         ]
@@ -146,9 +153,12 @@ class ModelRunner:
         mx.eval(decode_logits, part_logits, cache_state)
         chunk_logits = part_logits[: len(chunks)]
         for (request, fed), logits in zip(plan.chunks, chunk_logits):
+            start = request.offset
             request.advance(fed)
-            if logits is not None:  # the chunk ended the prompt
-                request.sample_and_accept(logits)
+            if request.sampling_state.wants_prompt_logprobs:
+                request.sampling_state.observe_prompt(logits, start)
+            if request.is_prefill_done:  # the chunk ended the prompt
+                request.sample_and_accept(logits[-1:])
         if rows:
             self.accept_rows(
                 [None if r in plan.drafts else r for r in rows], decode_logits

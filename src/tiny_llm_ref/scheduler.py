@@ -27,7 +27,9 @@ def batch_generate(
     """Generate for every prompt, batch_size at a time; returns results in prompt order.
 
     prompts: a list of texts, token-id lists or PromptSpecs; a PromptSpec's
-        max_tokens and sampler override the config's (sampler default: greedy).
+        max_tokens and sampler override the config's (sampler default: greedy). A
+        PromptSpec with n > 1 gets its choice 0's result, which holds all n in
+        `choices`.
     config: the Engine's EngineConfig; keyword `settings` replace its fields
         (batch_generate(model, tokenizer, prompts, batch_size=4, prefill_step=None)).
         `model` may be a wrapper with only __call__, create_kv_cache, vocab_size and
@@ -48,7 +50,8 @@ def batch_generate(
     goes on with the others.
     """
     # Week 2 Day 6: batch_generate: an Engine, check on_step, prompt_specs, add every
-    # prompt, step until none is left, results in prompt order with the metrics
+    # prompt, step until none is left, results in prompt order with the metrics (a
+    # prompt with n > 1: choice 0's result, its `choices` all n in index order)
     engine = Engine(model, tokenizer, config, clock=clock, **settings)
     check_callable("on_step", on_step)
     specs = prompt_specs(prompts)
@@ -57,9 +60,13 @@ def batch_generate(
     while engine.has_unfinished():
         for output in engine.step():
             if output.result is not None:
-                finished[output.request_id] = output.result
+                finished[output.request_id, output.index] = output.result
         if on_step:
             on_step(engine.snapshot())
-    results = BatchResults(finished[i] for i in ids)
+    for request_id, spec in zip(ids, specs):
+        if spec.n > 1:
+            choices = [finished[request_id, i] for i in range(spec.n)]
+            choices[0].choices = choices
+    results = BatchResults(finished[i, 0] for i in ids)
     results.metrics = engine.metrics
     return results

@@ -123,17 +123,20 @@ def request_tokens(request: Request) -> list[int]:
 def may_draft(request: Request, rows: int) -> bool:
     """May this decoding request propose drafts in a step of `rows` decode rows?
 
-    Only with a sampler that can be verified (can_verify) and a next token to feed,
-    and not while it is paused. When its acceptance average no longer pays
-    (worth_drafting), it pauses: RETRY_AFTER generated tokens the first time, twice
-    as long as the last pause each time after (draft_pauses counts them). Its
-    average is set to break_even(rows), so the verification after the pause is a
-    probe: a better acceptance than break-even keeps it drafting, a worse one starts
-    the next pause.
+    Only with a sampler that can be verified (can_verify), a sampling state that
+    allows_drafts (a request with sampling options, tiny_llm_base, goes one token
+    at a time) and a next token to feed, and not while it is paused. When its
+    acceptance average no longer pays (worth_drafting), it pauses: RETRY_AFTER
+    generated tokens the first time, twice as long as the last pause each time
+    after (draft_pauses counts them). Its average is set to break_even(rows), so
+    the verification after the pause is a probe: a better acceptance than
+    break-even keeps it drafting, a worse one starts the next pause.
     """
     # Week 3 Day 4: may_draft: the docstring's rule (the chapter's "When drafts do
     # not pay")
     if not can_verify(request.sampler) or request.next_token is None:
+        return False
+    if not request.sampling_state.allows_drafts:
         return False
     if len(request.generated) < request.drafts_resume_at:
         return False

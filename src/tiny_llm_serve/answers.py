@@ -1,16 +1,19 @@
 """An answer as every API's route reads it: its text, its tool calls and how it
-ended, whole or as it comes.
+ended, whole or as it comes, for each of a request's choices.
 
 A route starts the generation (generation.py), then reads it here and writes
-what it reads in its own API's shape: the chat and completions endpoints,
-the Responses API and the Messages API all read the same Answer or the same
-Parts, so an answer's calls are found and its finish decided in one place.
+what it reads in its own API's shape: the chat and completions endpoints (n
+choices, their logprobs), the Responses API and the Messages API (one choice)
+all read the same Answers or the same Parts, so an answer's calls are found and
+its finish decided in one place.
 """
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from fastapi.responses import StreamingResponse
+
+from tiny_llm_base import TokenLogprob
 
 from .generation import Ending, Generation
 from .request import GenerationRequest
@@ -19,64 +22,85 @@ from .tool_answers import CallSplitter, finish_reason, split_calls
 
 @dataclass
 class Answer:
-    """A finished answer. text: its content ("" when it has none beside its
-    calls); calls: the package's ToolCalls in order (.name, .arguments a dict);
-    reason: OpenAI's finish_reason ("tool_calls" when it called and stopped)."""
+    """A choice's finished answer. text: its content ("" when it has none beside
+    its calls); calls: the package's ToolCalls in order (.name, .arguments a dict);
+    reason: OpenAI's finish_reason ("tool_calls" when it called and stopped);
+    logprobs: its tokens' (empty unless the request asked for them)."""
 
     text: str
     calls: list
     ending: Ending
     reason: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass
 class Part:
-    """A piece of a streamed answer: text that is surely content, the calls
-    completed with it, and, on the last Part only, the ending and the
-    finish_reason (as Answer's)."""
+    """A piece of choice `index`'s streamed answer: text that is surely content,
+    the calls completed with it, the logprobs of the tokens it came with, and, on
+    the choice's last Part only, the ending and the finish_reason (as Answer's)."""
 
+    index: int
     text: str = ""
     calls: list = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     ending: Ending | None = None
     reason: str | None = None
+
+
+async def whole_answers(
+    generation: Generation, request: GenerationRequest, parse: Callable
+) -> list[Answer]:
+    """Every choice's whole answer, in index order (closes the generation).
+    parse: the package's parse_tool_calls, used when the request offered tools."""
+    texts, entries = [""] * request.n, [[] for _ in range(request.n)]
+    endings: list[Ending | None] = [None] * request.n
+    try:
+        async for piece in generation.pieces():
+            texts[piece.index] += piece.text
+            entries[piece.index] += piece.logprobs
+            endings[piece.index] = piece.ending or endings[piece.index]
+    finally:
+        generation.close()
+    answers = []
+    for text, logprobs, ending in zip(texts, entries, endings):
+        calls = []
+        if request.tools:
+            text, calls = split_calls(text, parse)
+        reason = finish_reason(ending.reason, bool(calls))
+        answers.append(Answer(text, calls, ending, reason, logprobs))
+    return answers
 
 
 async def whole_answer(
     generation: Generation, request: GenerationRequest, parse: Callable
 ) -> Answer:
-    """The whole answer (closes the generation). parse: the package's
-    parse_tool_calls, used when the request offered tools."""
-    text, ending = "", None
-    try:
-        async for piece, end in generation.pieces():
-            text += piece
-            ending = end
-    finally:
-        generation.close()
-    calls = []
-    if request.tools:
-        text, calls = split_calls(text, parse)
-    return Answer(text, calls, ending, finish_reason(ending.reason, bool(calls)))
+    """The answer of a one-choice request (whole_answers')."""
+    [answer] = await whole_answers(generation, request, parse)
+    return answer
 
 
 async def answer_parts(
     generation: Generation, request: GenerationRequest, parse: Callable
 ) -> AsyncIterator[Part]:
-    """The answer as it comes: Parts with text or calls, then the last Part. A
-    call's own text is never content. The caller closes the generation (in a
-    `finally`: a client may leave mid-stream); a failure raises ApiError."""
-    splitter = CallSplitter(parse)
-    called = False
-    async for piece, end in generation.pieces():
+    """The choices' answers as they come: each choice's Parts with text, calls or
+    logprobs, then its last Part. A call's own text is never content. The caller
+    closes the generation (in a `finally`: a client may leave mid-stream); a
+    failure raises ApiError."""
+    splitters = [CallSplitter(parse) for _ in range(request.n)]
+    called = [False] * request.n
+    async for piece in generation.pieces():
+        index, text, end = piece.index, piece.text, piece.ending
         calls = []
         if request.tools:
-            piece, calls = splitter.feed(piece)
-            piece += splitter.flush() if end is not None else ""
-        called = called or bool(calls)
-        if piece or calls:
-            yield Part(piece, calls)
+            text, calls = splitters[index].feed(text)
+            text += splitters[index].flush() if end is not None else ""
+        called[index] = called[index] or bool(calls)
+        if text or calls or piece.logprobs:
+            yield Part(index, text, calls, piece.logprobs)
         if end is not None:
-            yield Part(ending=end, reason=finish_reason(end.reason, called))
+            reason = finish_reason(end.reason, called[index])
+            yield Part(index, ending=end, reason=reason)
 
 
 def event_stream(events: AsyncIterator[str]) -> StreamingResponse:

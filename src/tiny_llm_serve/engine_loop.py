@@ -36,25 +36,30 @@ class EngineFailure:
 
 
 class Stream:
-    """What one HTTP request receives from the engine thread.
+    """What one HTTP request receives from the engine thread, for its n choices.
 
-    queue: RequestOutputs (and at most one EngineFailure), read on `loop`.
-    arrival: when it was handed to the engine (time.perf_counter, the engine's
-    clock); first_token_at, last_token_at: when its latest tokens came.
-    stops: the request's stop strings over its text. stopped_by_string: the server
-    aborted it because one appeared, so it counts as finished with "stop".
+    queue: RequestOutputs of every choice (and at most one EngineFailure), read on
+    `loop`. arrival: when it was handed to the engine (time.perf_counter, the
+    engine's clock); first_token_at, last_token_at: when its latest tokens came.
+    stops[i]: the request's stop strings over choice i's text. stopped_by_string[i]:
+    the server aborted choice i because one appeared, so it counts as finished with
+    "stop". unfinished: choices the engine has not finished yet (engine thread).
     constraint_param: the field of its structured-output option, if any.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, stops: list[str] = ()):
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, stops: list[str] = (), n: int = 1
+    ):
         self.loop = loop
-        self.stops = StopStrings(list(stops))
+        self.n = n
+        self.stops = [StopStrings(list(stops)) for _ in range(n)]
         self.queue: asyncio.Queue = asyncio.Queue()
         self.request_id: int | None = None
         self.arrival = 0.0
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
-        self.stopped_by_string = False
+        self.stopped_by_string = [False] * n
+        self.unfinished = n
         self.constraint_param: str | None = None  # the request's constraint field
 
     def put(self, item) -> None:
@@ -131,11 +136,15 @@ class EngineLoop:
         self.wakeup.set()
         return request_id
 
-    def abort(self, request_id: int) -> None:
-        """Stop a request (any thread): its slot is free after the next step."""
+    def abort(self, request_id: int, index: int | None = None) -> None:
+        """Stop a request, or only its choice `index` (any thread): its slot is
+        free after the next step."""
         if request_id is None:  # never handed to the engine
             return
-        self.engine.abort(request_id)
+        if index is None:
+            self.engine.abort(request_id)
+        else:
+            self.engine.abort(request_id, index)
         self.wakeup.set()
 
     @property
@@ -194,14 +203,17 @@ class EngineLoop:
                 m.itl.observe(0.0)
             stream.last_token_at = now
         if output.finish_reason is not None:
-            del self.streams[output.request_id]
-            self.unstarted.discard(output.request_id)
+            stream.unfinished -= 1
+            if not stream.unfinished:
+                del self.streams[output.request_id]
+                self.unstarted.discard(output.request_id)
             self.record_finish(stream, output, now)
         return stream
 
     def record_finish(self, stream: Stream, output, now: float) -> None:
         m, result = self.metrics, output.result
-        reason = finish_reason(output.finish_reason, stream.stopped_by_string)
+        stopped = stream.stopped_by_string[output.index]
+        reason = finish_reason(output.finish_reason, stopped)
         m.request_success.labels(reason).inc()
         m.e2e.observe(now - stream.arrival)
         if result is not None:

@@ -3,11 +3,16 @@
 `start_generation` refuses a request naming another model, or arriving while the
 engine has failed or too many wait (503); then, on a worker thread (tokenizing
 never runs on the event loop), it builds the prompt's token ids, checks them
-against the context, makes the sampler and the constraint, and hands the request
-to the engine. The Generation it returns yields the answer's pieces as they come;
-a watcher aborts the request when the client disconnects, so its slot is free
-after the engine's next step. Nothing here knows an API's response format: each
-route module writes the pieces in its own (routes/), most through answers.py.
+against the context, makes the sampler, the constraint and the sampling options,
+and hands the request to the engine. The Generation it returns yields the pieces
+of its n choices' answers as they come; a watcher aborts the request when the
+client disconnects, so its slots are free after the engine's next step. Nothing
+here knows an API's response format: each route module writes the pieces in its
+own (routes/), through answers.py.
+
+max_tokens 0 (a prompt scored, with echo) asks the engine for one token, whose
+text and logprob are not the client's: the choice ends with "length" and no
+completion tokens, its prompt's logprobs computed by the prefill.
 """
 
 import asyncio
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from tiny_llm_base import PromptSpec
+from tiny_llm_base import PromptSpec, TokenLogprob
 from tiny_llm_base.tool_prompts import tool_chat_token_ids
 
 from .constraints import checked_constraint, generation_error
@@ -29,7 +34,7 @@ from .state import ServerState
 
 @dataclass
 class Ending:
-    """How a request ended: OpenAI's finish_reason, the tokens its client got (up
+    """How a choice ended: OpenAI's finish_reason, the tokens its client got (up
     to the one that completed a stop string), those its prompt found cached, and
     the stop string that ended it (None when none did)."""
 
@@ -39,56 +44,88 @@ class Ending:
     stop_string: str | None = None
 
 
+@dataclass
+class Piece:
+    """A piece of choice `index`'s answer: its text, the logprobs of the tokens it
+    came with (when asked; those past a stop string are dropped with their text),
+    and, on the choice's last piece, how it ended."""
+
+    index: int
+    text: str
+    logprobs: list[TokenLogprob]
+    ending: Ending | None = None
+
+
 class Generation:
-    """One request handed to the engine. pieces() yields (text, None) for each
-    piece of the answer, then ("", Ending); a failed request raises ApiError (500;
-    503 when the server is stopping; 400 for a constraint stuck mid-answer).
-    close() must follow: it stops the disconnect watcher and aborts the request
-    unless the engine is done with it."""
+    """One request handed to the engine. pieces() yields each choice's Pieces, its
+    last one with its Ending; a failed choice raises ApiError (500; 503 when the
+    server is stopping; 400 for a constraint stuck mid-answer). prompt_ids: the
+    prompt's token ids; prompt_logprobs: theirs (None first), once the prefill has
+    given them (echo with logprobs). close() must follow: it stops the disconnect
+    watcher and aborts the request unless the engine is done with it."""
 
     def __init__(
-        self, server: ServerState, stream: Stream, prompt_tokens: int, watcher
+        self,
+        server: ServerState,
+        stream: Stream,
+        prompt_ids: list[int],
+        watcher,
+        scores_only: bool = False,
     ):
         self.server = server
         self.stream = stream
-        self.prompt_tokens = prompt_tokens
+        self.prompt_ids = prompt_ids
+        self.prompt_tokens = len(prompt_ids)
+        self.prompt_logprobs: list[TokenLogprob | None] | None = None
         self.watcher = watcher
+        self.scores_only = scores_only  # max_tokens 0: the engine's token is dropped
         self.done = False  # the engine finished or failed the request
 
-    async def pieces(self) -> AsyncIterator[tuple[str, Ending | None]]:
+    async def pieces(self) -> AsyncIterator[Piece]:
         stream, loop = self.stream, self.server.loop
-        stops = stream.stops
-        received = 0  # tokens up to the one that completed a stop string
-        while True:
+        received = [0] * stream.n  # tokens up to the one that completed a stop string
+        left = stream.n
+        while left:
             output = await stream.queue.get()
             if isinstance(output, EngineFailure):
                 self.done = True
                 raise ApiError(output.status, output.message, "server_error")
-            if not stream.stopped_by_string:
-                received += len(output.tokens)
+            index, stops = output.index, stream.stops[output.index]
+            if output.prompt_logprobs is not None:
+                self.prompt_logprobs = output.prompt_logprobs
+            logprobs = []
+            if not stream.stopped_by_string[index]:
+                received[index] += len(output.tokens)
+                logprobs = output.logprobs
             text = output.text
             if output.finish_reason in ("length", "max_seq_len"):
                 # Cut inside a character: its first bytes alone decode to U+FFFD.
                 text = text.rstrip("\ufffd")
             piece = stops.feed(text)
-            if stops.stopped and not stream.stopped_by_string:
-                stream.stopped_by_string = True
-                loop.abort(stream.request_id)
+            if stops.stopped and not stream.stopped_by_string[index]:
+                stream.stopped_by_string[index] = True
+                loop.abort(stream.request_id, index)
             if output.finish_reason is not None:
                 piece += stops.flush()
-            if piece:
-                yield piece, None
+            if self.scores_only:
+                piece, logprobs = "", []
+            if piece or logprobs:
+                yield Piece(index, piece, logprobs)
             if output.finish_reason is None:
                 continue
-            self.done = True
+            left -= 1
+            self.done = not left
             if output.finish_reason == "error":
                 raise generation_error(output.result, stream.constraint_param)
-            reason = finish_reason(output.finish_reason, stream.stopped_by_string)
+            stopped = stream.stopped_by_string[index]
+            reason = finish_reason(output.finish_reason, stopped)
             result = output.result
-            tokens = received if stream.stopped_by_string else len(result.tokens)
-            found = stops.found if stream.stopped_by_string else None
-            yield "", Ending(reason, tokens, result.cached_tokens, found)
-            return
+            tokens = received[index] if stopped else len(result.tokens)
+            found = stops.found if stopped else None
+            if self.scores_only:
+                reason, tokens = "length", 0
+            ending = Ending(reason, tokens, result.cached_tokens, found)
+            yield Piece(index, "", [], ending)
 
     def close(self) -> None:
         self.watcher.cancel()
@@ -113,14 +150,14 @@ async def start_generation(
             code="server_busy",
             headers={"Retry-After": str(settings.retry_after_s)},
         )
-    stream = Stream(asyncio.get_running_loop(), request.stop)
+    stream = Stream(asyncio.get_running_loop(), request.stop, request.n)
     server.admitting += 1
     try:
-        prompt_tokens = await run_in_threadpool(submit, server, request, stream)
+        ids = await run_in_threadpool(submit, server, request, stream)
     finally:
         server.admitting -= 1
     watcher = asyncio.create_task(abort_on_disconnect(http_request, server, stream))
-    return Generation(server, stream, prompt_tokens, watcher)
+    return Generation(server, stream, ids, watcher, request.max_tokens == 0)
 
 
 def check_model(request: GenerationRequest, server: ServerState) -> None:
@@ -136,14 +173,17 @@ def check_model(request: GenerationRequest, server: ServerState) -> None:
         )
 
 
-def submit(server: ServerState, request: GenerationRequest, stream: Stream) -> int:
+def submit(
+    server: ServerState, request: GenerationRequest, stream: Stream
+) -> list[int]:
     """On a worker thread: the prompt's token ids, checked against the context,
-    handed to the engine; returns the prompt's length."""
+    handed to the engine with its options; returns the ids."""
     engine = server.engine
     ids = prompt_ids(engine, request)
     limit = engine.config.max_seq_len
     room = limit - len(ids)  # what the context leaves for the answer
-    asked = request.max_tokens
+    # max_tokens 0: the engine still samples one token (dropped), which needs room
+    asked = None if request.max_tokens is None else max(request.max_tokens, 1)
     if room <= 0 and (asked is None or request.fit_to_context):
         raise context_error(
             request,
@@ -154,10 +194,16 @@ def submit(server: ServerState, request: GenerationRequest, stream: Stream) -> i
         raise context_error(
             request,
             f"the prompt has {len(ids)} tokens and {request.limit_param} is "
-            f"{short(asked)}: {short(len(ids) + asked)} tokens, more "
+            f"{short(request.max_tokens)}: {short(len(ids) + asked)} tokens, more "
             f"than this server's context of {limit} tokens; shorten the prompt or "
             f"lower {request.limit_param}",
         )
+    options = request.options
+    if options is not None:
+        try:
+            options.check(engine.model.vocab_size)
+        except (TypeError, ValueError) as error:  # logit_bias: ids past the vocabulary
+            raise invalid(str(error), str(error).split()[0]) from None
     sampler = None
     if not request.is_greedy:
         try:
@@ -178,10 +224,12 @@ def submit(server: ServerState, request: GenerationRequest, stream: Stream) -> i
         sampler=sampler,
         priority=request.priority,
         constraint=checked_constraint(engine, server.constraints, request.constraint),
+        options=options,
+        n=request.n,
     )
     stream.constraint_param = request.constraint and request.constraint.param
     server.loop.submit(spec, stream)
-    return len(ids)
+    return ids
 
 
 def prompt_ids(engine, request: GenerationRequest) -> list[int]:

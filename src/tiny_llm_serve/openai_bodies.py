@@ -3,10 +3,12 @@ GenerationRequest.
 
 `/v1/chat/completions` takes ChatCompletionBody (messages of role and text content,
 through the model's chat template); `/v1/completions` CompletionBody (one prompt,
-text or token ids, without a template). Both share GenerationBody's fields: n,
-stream, stream_options, the answer's length, sampling, stop, priority and the
-structured-output options. Fields the server cannot honour are refused by name
-(unhonoured.py); validation.py turns any refusal into the 400 the client reads.
+text or token ids, without a template). Both share GenerationBody's fields: stream,
+stream_options, the answer's length, sampling (temperature, top_p, top_k, and
+sampling_fields.py's n, seed, penalties, logit_bias, min_p, min_tokens,
+ignore_eos, logprobs), stop, priority and the structured-output options. Fields
+the server cannot honour are refused by name (unhonoured.py); validation.py turns
+any refusal into the 400 the client reads.
 
 Extension: `priority` ("interactive" or "batch") picks the engine's queue. Chat
 requests are interactive and completions batch unless the body says otherwise.
@@ -21,6 +23,11 @@ from tiny_llm_base import PRIORITIES
 from .errors import json_type, short
 from .request import GenerationRequest
 from .request import ConstraintRequest
+from .sampling_fields import (
+    ChatLogprobFields,
+    CompletionLogprobFields,
+    SamplingFields,
+)
 from .structured_options import StructuredOutputFields
 from .tool_options import ToolCallMessage, ToolFields, parallel_calls
 from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, Unhonoured
@@ -46,13 +53,10 @@ PROMPT_FORMS = (
 )
 
 
-def one_choice(n) -> int | None:
-    if n is not None and (not is_int(n) or n != 1):
-        raise Refusal(
-            f"must be 1, got {short(n)}: this server returns one choice per request; "
-            "send n requests instead"
-        )
-    return n
+def at_least_zero(value: int | None) -> int | None:
+    if value is not None and value < 0:
+        raise Refusal(f"must be at least 1, got {value}")
+    return value
 
 
 def at_least_one(value: int | None) -> int | None:
@@ -104,22 +108,22 @@ class StreamOptions(OptionsObject):
     include_usage: Annotated[bool, expect("true or false")] = False
 
 
-class GenerationBody(StructuredOutputFields):
+class GenerationBody(SamplingFields, StructuredOutputFields):
     """The fields both endpoints share. A subclass names its endpoint, its default
-    priority and the fields it refuses (`unhonoured`), and gives its prompt."""
+    priority and the fields it refuses (`unhonoured`), and gives its prompt. A
+    max_tokens of 0 is only for scoring a prompt (scores_prompt)."""
 
     endpoint: ClassVar[str]
     default_priority: ClassVar[str]
     unhonoured: ClassVar[tuple[Unhonoured, ...]]
 
     model: Annotated[str | None, expect("a string (see GET /v1/models)")] = None
-    n: Annotated[int | None, PlainValidator(one_choice)] = None
     stream: Annotated[bool | None, expect("true or false")] = None
     stream_options: Annotated[
         StreamOptions | None, expect('an object like {"include_usage": true}')
     ] = None
     max_tokens: Annotated[
-        int | None, expect("an integer"), AfterValidator(at_least_one)
+        int | None, expect("an integer"), AfterValidator(at_least_zero)
     ] = None
     temperature: Annotated[float, number_in(0.0, MAX_TEMPERATURE, 1.0)] = None
     top_p: Annotated[float, number_in(0.0, 1.0, 1.0, open_low=True)] = None
@@ -141,7 +145,14 @@ class GenerationBody(StructuredOutputFields):
     def consistent(self) -> "GenerationBody":
         if self.stream_options is not None and not self.stream:
             raise Refusal('needs "stream": true', field="stream_options")
+        if self.answer_limit() == 0 and not self.echoes_prompt():
+            raise Refusal(
+                "must be at least 1, got 0 (0 is for scoring a prompt: "
+                '/v1/completions with "echo": true)',
+                field="max_tokens",
+            )
         constraint = self.constraint_request()
+        self.check_lengths(self.answer_limit(), constraint and constraint.param)
         if self.stop and constraint is not None:
             # A stop string would cut an answer its constraint promises whole (a
             # JSON object at its first ","), and return the invalid prefix.
@@ -155,6 +166,11 @@ class GenerationBody(StructuredOutputFields):
 
     def answer_limit(self) -> int | None:
         return self.max_tokens
+
+    def echoes_prompt(self) -> bool:
+        """The answer starts with the prompt (echo); max_tokens may then be 0: the
+        prompt alone, scored by its logprobs."""
+        return False
 
     @abstractmethod
     def prompt_fields(self) -> dict:
@@ -175,6 +191,9 @@ class GenerationBody(StructuredOutputFields):
             stop=self.stop,
             priority=self.priority or self.default_priority,
             constraint=self.constraint_request(),
+            n=self.n or 1,
+            options=self.sampling_options(),
+            echo=self.echoes_prompt(),
         )
 
 
@@ -263,7 +282,7 @@ def messages_given(messages: list[Message]) -> list[Message]:
     return messages
 
 
-class ChatCompletionBody(ToolFields, GenerationBody):
+class ChatCompletionBody(ToolFields, ChatLogprobFields, GenerationBody):
     """A /v1/chat/completions body. max_completion_tokens is OpenAI's newer name
     for max_tokens and wins when both are given. With tools, the answer is
     constrained to text and calls that parse (tool_choice), like a structured-output
@@ -350,14 +369,19 @@ def one_prompt(prompt) -> str | list[int]:
     raise Refusal(f"must be {PROMPT_FORMS}, got {json_type(prompt)}", "invalid_type")
 
 
-class CompletionBody(GenerationBody):
-    """A /v1/completions body: one prompt, used without a chat template."""
+class CompletionBody(CompletionLogprobFields, GenerationBody):
+    """A /v1/completions body: one prompt, used without a chat template; with
+    echo, the answer starts with the prompt, and max_tokens may be 0 (the prompt
+    scored: its logprobs, nothing generated)."""
 
     endpoint = "completion"
     default_priority = "batch"
     unhonoured = COMPLETION_ONLY + NOT_YET
 
     prompt: Annotated[str | list[int], PlainValidator(one_prompt)] = None
+
+    def echoes_prompt(self) -> bool:
+        return bool(self.echo)
 
     def prompt_fields(self) -> dict:
         return {"prompt": self.prompt}

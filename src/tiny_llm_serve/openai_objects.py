@@ -1,5 +1,7 @@
 """The objects the OpenAI generation routes answer with: whole responses, stream
-chunks (server-sent events) and usage, as OpenAI's API documents them."""
+chunks (server-sent events) and usage, as OpenAI's API documents them. Each choice
+carries its index; `logprobs` is null unless the request asked for them
+(logprobs.py writes them)."""
 
 import json
 import time
@@ -29,6 +31,7 @@ def new_id(endpoint: str) -> str:
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
+    """completion_tokens: every choice's, summed."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -37,42 +40,50 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dic
     }
 
 
-def response_object(
+def choice_object(
     request: GenerationRequest,
-    response_id: str,
-    model: str,
-    text: str,
+    index: int,
+    text: str | None,
     finish_reason: str,
-    usage_: dict,
     tool_calls: list[dict] | None = None,
+    logprobs: dict | None = None,
 ) -> dict:
-    """The whole (non-streamed) answer; with tool_calls, the chat message carries
-    them (text may then be None)."""
+    """One choice of a whole (non-streamed) answer; with tool_calls, the chat
+    message carries them (text may then be None)."""
     if request.endpoint == "chat":
         message = {"role": "assistant", "content": text}
         if tool_calls:
             message["tool_calls"] = tool_calls
-        choice = {
-            "index": 0,
+        return {
+            "index": index,
             "message": message,
-            "logprobs": None,
+            "logprobs": logprobs,
             "finish_reason": finish_reason,
         }
-        kind = "chat.completion"
-    else:
-        choice = {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": finish_reason,
-        }
-        kind = "text_completion"
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+    }
+
+
+def response_object(
+    request: GenerationRequest,
+    response_id: str,
+    model: str,
+    choices: list[dict],
+    usage_: dict,
+) -> dict:
+    """The whole (non-streamed) answer: choice_object's, in index order."""
     return {
         "id": response_id,
-        "object": kind,
+        "object": "chat.completion"
+        if request.endpoint == "chat"
+        else "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [choice],
+        "choices": choices,
         "usage": usage_,
     }
 
@@ -86,9 +97,12 @@ def chunk_object(
     usage_: dict | None = None,
     first: bool = False,
     tool_calls: list[dict] | None = None,
+    index: int = 0,
+    logprobs: dict | None = None,
 ) -> dict:
-    """One streamed chunk. text None: a chunk with no choices (the usage chunk).
-    tool_calls: whole calls as deltas (each with its index), no content."""
+    """One streamed chunk of choice `index`. text None: a chunk with no choices
+    (the usage chunk). tool_calls: whole calls as deltas (each with its index), no
+    content."""
     if text is None:
         choices = []
     elif request.endpoint == "chat":
@@ -99,15 +113,20 @@ def chunk_object(
             delta = {"tool_calls": tool_calls}
         choices = [
             {
-                "index": 0,
+                "index": index,
                 "delta": delta,
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason,
             }
         ]
     else:
         choices = [
-            {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+            {
+                "index": index,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": finish_reason,
+            }
         ]
     chunk = {
         "id": response_id,

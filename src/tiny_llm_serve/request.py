@@ -8,6 +8,8 @@ a prompt, the answer's limits, its sampling and at most one constraint.
 
 from dataclasses import dataclass, field
 
+from tiny_llm_base import SamplingOptions
+
 
 @dataclass(frozen=True)
 class ConstraintRequest:
@@ -39,11 +41,15 @@ class GenerationRequest:
 
     tools: OpenAI's function tools offered to the model (chat), rendered by the chat
     template; the answer's calls are parsed out of its text.
-    max_tokens None: until the context is full. top_k None: no limit. stop: strings
-    that end the answer where they first appear (not included in it). priority:
-    the engine's queue, "interactive" or "batch". fit_to_context: a max_tokens
-    past what the context leaves after the prompt is cut to it (the Messages
-    API's rule) instead of refused.
+    max_tokens None: until the context is full; 0 (with echo): nothing is
+    generated, the prompt is scored. top_k None: no limit. stop: strings that end
+    the answer where they first appear (not included in it). priority: the engine's
+    queue, "interactive" or "batch". fit_to_context: a max_tokens past what the
+    context leaves after the prompt is cut to it (the Messages API's rule) instead
+    of refused. n: choices to generate (chat and completions; the other endpoints
+    take one). options: the engine's SamplingOptions (logprobs, seed,
+    penalties...), None when nothing is asked. echo: the answer starts with the
+    prompt (completions).
     """
 
     endpoint: str  # "chat", "completion", "responses" or "messages"
@@ -61,6 +67,9 @@ class GenerationRequest:
     priority: str = "batch"
     constraint: ConstraintRequest | None = None
     fit_to_context: bool = False
+    n: int = 1
+    options: SamplingOptions | None = None
+    echo: bool = False
 
     @property
     def is_greedy(self) -> bool:
@@ -77,3 +86,8 @@ class GenerationRequest:
     def limit_param(self) -> str:
         """The body's field for the answer's length."""
         return "max_output_tokens" if self.endpoint == "responses" else "max_tokens"
+
+    @property
+    def logprobs(self) -> int | None:
+        """Top logprobs per token asked (None: no logprobs)."""
+        return None if self.options is None else self.options.logprobs

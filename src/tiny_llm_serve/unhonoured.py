@@ -34,24 +34,6 @@ def not_yet(name: str, asks_nothing: tuple, what: str) -> Unhonoured:
 
 # Both endpoints: OpenAI's and vLLM's sampling, output and template extensions.
 NOT_YET = (
-    Unhonoured(
-        "presence_penalty",
-        (None, 0, 0.0),
-        "penalties are not supported; send 0 or leave it out",
-    ),
-    Unhonoured(
-        "frequency_penalty",
-        (None, 0, 0.0),
-        "penalties are not supported; send 0 or leave it out",
-    ),
-    Unhonoured("logit_bias", (None, {}), "logit biases are not supported"),
-    not_yet("seed", (None,), "sampling draws from the engine's shared random state"),
-    not_yet("min_tokens", (None, 0), "a minimum answer length is not supported"),
-    not_yet("ignore_eos", (None, False), "generating past EOS is not supported"),
-    not_yet(
-        "repetition_penalty", (None, 1, 1.0), "repetition penalties are not supported"
-    ),
-    not_yet("min_p", (None, 0, 0.0), "min-p sampling is not supported (use top_p)"),
     not_yet(
         "include_stop_str_in_output",
         (None, False),
@@ -66,7 +48,7 @@ NOT_YET = (
     not_yet("reasoning_effort", (None,), "this model does not reason before answering"),
     not_yet("verbosity", (None, "medium"), "answer length is set by max_tokens"),
     not_yet("web_search_options", (None,), "this server does not search the web"),
-    not_yet("best_of", (None, 1), "one answer is generated per request"),
+    not_yet("best_of", (None, 1), "answers are not ranked (n gives n answers)"),
     not_yet("use_beam_search", (None, False), "beam search is not supported"),
     not_yet(
         "length_penalty",
@@ -79,13 +61,16 @@ NOT_YET = (
     not_yet("bad_words", (None, []), "banned words are not supported"),
     not_yet("allowed_token_ids", (None,), "token allow-lists are not supported"),
     not_yet("truncate_prompt_tokens", (None,), "prompts are never truncated"),
-    not_yet("prompt_logprobs", (None,), "log-probabilities are not returned"),
+    not_yet(
+        "prompt_logprobs",
+        (None,),
+        "a prompt's logprobs come with echo and logprobs on /v1/completions",
+    ),
     not_yet(
         "spaces_between_special_tokens",
         (None, True),
         "special tokens are never in the text",
     ),
-    not_yet("echo", (None, False), "the prompt is not echoed back"),
     not_yet(
         "add_generation_prompt", (None, True), "the assistant's turn is always opened"
     ),
@@ -120,8 +105,7 @@ CHAT_ONLY = (
     Unhonoured(
         "function_call", (None,), "function_call is OpenAI's old name: send tool_choice"
     ),
-    Unhonoured("logprobs", (None, False), "log-probabilities are not returned"),
-    Unhonoured("top_logprobs", (None, 0), "log-probabilities are not returned"),
+    not_yet("echo", (None, False), "the last message is not echoed back"),
     not_yet(
         "add_special_tokens",
         (None, False),
@@ -130,7 +114,6 @@ CHAT_ONLY = (
 )
 COMPLETION_ONLY = (
     Unhonoured("suffix", (None,), "insertion with a suffix is not supported"),
-    Unhonoured("logprobs", (None,), "log-probabilities are not returned"),
     not_yet(
         "add_special_tokens",
         (None, True),

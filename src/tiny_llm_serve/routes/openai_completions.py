@@ -3,7 +3,9 @@
 The body is read and checked by its model (openai_bodies.py, through json_body),
 handed to the engine (generation.py), and the answer written as OpenAI's response
 object, or, with `stream: true`, as server-sent events of its chunks ending with
-`data: [DONE]`.
+`data: [DONE]`. Each of the request's n choices is written by its own
+ChoiceWriter (choices.py: echo, tool calls, logprobs), from the Answers or
+Parts that answers.py reads, as the other APIs' routes read theirs.
 """
 
 import logging
@@ -13,19 +15,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from ..answers import answer_parts, event_stream, whole_answer
+from ..answers import answer_parts, event_stream, whole_answers
+from ..choices import ChoiceWriter
 from ..errors import ApiError, internal_message
-from ..generation import Generation, start_generation
+from ..generation import Ending, Generation, start_generation
 from ..json_body import json_body
 from ..openai_bodies import ChatCompletionBody, CompletionBody
-from ..openai_objects import (
-    call_objects,
-    chunk_object,
-    new_id,
-    response_object,
-    sse,
-    usage,
-)
+from ..openai_objects import chunk_object, new_id, response_object, sse, usage
 from ..request import GenerationRequest
 from ..state import Server, ServerState
 
@@ -52,61 +48,66 @@ async def completions(
     return await answer(http_request, body.generation_request(), server)
 
 
+def total_usage(generation: Generation, endings: list[Ending]) -> dict:
+    """The prompt once, the completion tokens of every choice."""
+    return usage(
+        generation.prompt_tokens,
+        sum(e.completion_tokens for e in endings),
+        endings[0].cached_tokens,
+    )
+
+
 async def answer(
     http_request: Request, request: GenerationRequest, server: ServerState
 ) -> Response:
     generation = await start_generation(http_request, request, server)
     response_id = new_id(request.endpoint)
     model = server.settings.model_name
+    writers = [ChoiceWriter(request, generation, server, i) for i in range(request.n)]
     if request.stream:
-        return event_stream(events(request, generation, response_id, model, server))
-    whole = await whole_answer(generation, request, server.constraints.parse_tool_calls)
-    ending = whole.ending
-    counts = usage(
-        generation.prompt_tokens, ending.completion_tokens, ending.cached_tokens
-    )
-    text = (whole.text or None) if whole.calls else whole.text
-    calls = call_objects(whole.calls)
-    return JSONResponse(
-        response_object(request, response_id, model, text, whole.reason, counts, calls)
-    )
+        return event_stream(
+            events(request, generation, writers, response_id, model, server)
+        )
+    parse = server.constraints.parse_tool_calls
+    answers = await whole_answers(generation, request, parse)
+    choices = [writer.whole(a) for writer, a in zip(writers, answers)]
+    counts = total_usage(generation, [a.ending for a in answers])
+    return JSONResponse(response_object(request, response_id, model, choices, counts))
 
 
 async def events(
     request: GenerationRequest,
     generation: Generation,
+    writers: list[ChoiceWriter],
     response_id: str,
     model: str,
     server: ServerState,
 ) -> AsyncIterator[str]:
     """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`.
-    With stream_options.include_usage, usage comes once, on a last chunk with no
-    choices, as OpenAI sends it. With tools, each call comes whole as a tool-call
-    delta and the last chunk's finish_reason is "tool_calls". A failure is an error
-    event, then [DONE]."""
-    calls_sent = 0
+    Each chunk carries one choice's index; a chat stream opens every choice with
+    its role. With stream_options.include_usage, usage comes once, on a last chunk
+    with no choices, as OpenAI sends it. With tools, each call comes whole as a
+    tool-call delta and the choice's last chunk's finish_reason is "tool_calls". A
+    failure is an error event, then [DONE]."""
+    endings: list[Ending | None] = [None] * request.n
     try:
         if request.endpoint == "chat":
-            yield sse(chunk_object(request, response_id, model, "", first=True))
-        parts = answer_parts(generation, request, server.constraints.parse_tool_calls)
-        async for part in parts:
-            if part.text:
-                yield sse(chunk_object(request, response_id, model, part.text))
-            if part.calls:
-                calls = call_objects(part.calls, calls_sent)
-                calls_sent += len(calls)
+            for i in range(request.n):
                 yield sse(
-                    chunk_object(request, response_id, model, "", tool_calls=calls)
+                    chunk_object(request, response_id, model, "", first=True, index=i)
                 )
-            if part.ending is None:
-                continue
-            end = part.ending
-            yield sse(chunk_object(request, response_id, model, "", part.reason))
-            if request.include_usage:
-                counts = usage(
-                    generation.prompt_tokens, end.completion_tokens, end.cached_tokens
+        parse = server.constraints.parse_tool_calls
+        async for part in answer_parts(generation, request, parse):
+            endings[part.index] = part.ending or endings[part.index]
+            for fields in writers[part.index].streamed(part):
+                yield sse(
+                    chunk_object(
+                        request, response_id, model, index=part.index, **fields
+                    )
                 )
-                yield sse(chunk_object(request, response_id, model, None, None, counts))
+        if request.include_usage:
+            counts = total_usage(generation, endings)
+            yield sse(chunk_object(request, response_id, model, None, None, counts))
     except ApiError as error:
         yield sse(error.body())
     except Exception as error:  # a bug: the client still gets an ending

@@ -34,6 +34,7 @@ from scripts.commands.cli import (  # noqa: E402
     EngineLog,
     STEP_LIMIT_OPTIONS,
     add_kv_memory_option,
+    check_kv_dtype,
     add_scheduling_options,
     check_scheduling_options,
     context_length,
@@ -75,6 +76,7 @@ ENGINE_OPTIONS = (
     "--block-size",
     "--num-blocks",
     "--kv-memory",
+    "--kv-dtype",
     *STEP_LIMIT_OPTIONS,
     "--batch-patience",
 )
@@ -186,6 +188,7 @@ def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
+        check_kv_dtype(args)
         args.policy = newest_policy(package, args.policy)
         share_pool(package, model, ranks, args, max_seq_len)
         return package.Engine(
@@ -202,6 +205,7 @@ def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
             num_blocks=args.num_blocks,
             kv_memory=args.kv_memory,
             prefix_caching=prefix_caching,
+            kv_dtype=args.kv_dtype,
         )
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
@@ -241,6 +245,7 @@ def main() -> None:
         engine.config.kv_memory,
         engine.config.num_blocks,
         getattr(args, "kv_source", None),
+        engine.config.kv_dtype,
     )
     make_sampler = package.make_sampler
     if ranks.sharded:
@@ -319,6 +324,7 @@ def share_pool(package, model, ranks: Ranks, args, max_seq_len: int) -> None:
         max_seq_len,
         args.block_size,
         args.kv_memory,
+        args.kv_dtype,
     )
     args.kv_source = budget_source(ranks, args.kv_memory)
     args.kv_memory = None

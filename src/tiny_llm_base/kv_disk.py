@@ -37,10 +37,10 @@ log = logging.getLogger("tiny_llm.kv_disk")
 
 def model_identity(model, block_size: int, kv_dtype: str = "float32") -> str:
     """A hex digest of what a block's keys and values depend on besides its tokens:
-    the block size, how the pool stores them (kv_dtype), and everything reachable from the model's attributes (its
-    class and settings; every array's path, shape and dtype, hence the KV dtype,
-    and SAMPLE of its values, evenly spread, so that weights of the same shapes
-    but other values differ)."""
+    the block size, how the pool stores them (kv_dtype), and everything reachable
+    from the model's attributes (its class and settings; every array's path, shape
+    and dtype, and SAMPLE of its values, evenly spread, so that weights of the same
+    shapes but other values differ)."""
     digest = hashlib.sha256(
         f"{FORMAT} block_size={block_size} kv_dtype={kv_dtype}".encode()
     )

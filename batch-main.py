@@ -43,6 +43,7 @@ from scripts.commands.cli import (  # noqa: E402
     STEP_LIMIT_OPTIONS,
     EngineLog,
     add_kv_memory_option,
+    check_kv_dtype,
     add_scheduling_options,
     check_scheduling_options,
     context_length,
@@ -84,6 +85,7 @@ ENGINE_OPTIONS = (
     "--kv-cache",
     "--block-size",
     "--kv-memory",
+    "--kv-dtype",
     *STEP_LIMIT_OPTIONS,
     "--batch-patience",
 )
@@ -279,6 +281,7 @@ def run(
             kv_memory=args.kv_memory,
             num_blocks=args.num_blocks,
             prefix_caching=prefix_caching,
+            kv_dtype=args.kv_dtype,
         )
 
     said = []
@@ -296,6 +299,7 @@ def run(
                     args.kv_memory,
                     args.num_blocks,
                     args.kv_source,
+                    args.kv_dtype,
                 )
             )
 
@@ -424,6 +428,7 @@ def main() -> None:
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
+        check_kv_dtype(args)
         args.policy = newest_policy(package, args.policy)
         if ranks.sharded and args.kv_cache == "paged":
             args.num_blocks = agreed_num_blocks(
@@ -434,6 +439,7 @@ def main() -> None:
                 args.max_seq_len,
                 args.block_size,
                 args.kv_memory,
+                args.kv_dtype,
             )
             args.kv_source = budget_source(ranks, args.kv_memory)
             args.kv_memory = None

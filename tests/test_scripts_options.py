@@ -59,6 +59,11 @@ BAD_OPTIONS = {
         ["--repeats", "0"],
         "--repeats must be at least 1, got 0",
     ),
+    "bench-paged-decode zero repeats": (
+        "scripts.bench.bench_paged_decode",
+        ["--repeats", "0"],
+        "--repeats must be at least 1, got 0",
+    ),
     "bench-chunked-prefill timeline without configurations": (
         CHUNKED,
         ["--timeline", "x"],
@@ -196,6 +201,11 @@ BAD_OPTIONS = {
         ["--kv-memory", "64MiB", "--num-blocks", "64"],
         "--num-blocks and --kv-memory both size the pool: pass one of them",
     ),
+    "serve unknown kv dtype": (
+        SERVE,
+        ["--kv-dtype", "int3"],
+        "argument --kv-dtype: invalid choice: 'int3'",
+    ),
     "serve jump-forward under the alternate policy": (
         SERVE,
         ["--policy", "alternate", "--jump-forward", "on"],
@@ -246,6 +256,11 @@ ENGINE_REFUSALS = [
     (
         ["--kv-disk-dir", "never-made", "--kv-disk-budget", "lots"],
         "error: --kv-disk-budget must be a size such as '512MiB'",
+    ),
+    (
+        ["--kv-cache", "dense", "--kv-dtype", "int8"],
+        "error: --kv-dtype int8 stores the paged pool's keys and values: leave "
+        "--kv-cache dense out",
     ),
 ]
 

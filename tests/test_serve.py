@@ -900,3 +900,32 @@ def test_metrics_give_a_dense_cache_budget_and_no_pool(model, tokenizer):
         running.stop()
     assert samples["tiny_llm:kv_budget_tokens"] == 2 * 64
     assert samples["tiny_llm:kv_pool_bytes"] == 0
+    per_token = kv_bytes_a_token(model)
+    assert samples["tiny_llm:kv_bytes_per_token{kv_dtype=float32}"] == per_token
+
+
+def test_metrics_give_an_int8_pool_its_tokens_and_bytes(model, tokenizer):
+    """An int8 pool: 64 + 2 x 2 x 4 bytes for each head's 64 numbers, against 256 in
+    float32, so the same kv_memory holds 3.2x the tokens."""
+    per_token = kv_bytes_a_token(model) * 80 // 256
+    engine = tiny_llm_ref.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=64,
+        kv_cache="paged",
+        kv_memory="16MiB",
+        kv_dtype="int8",
+    )
+    app = create_app(
+        engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler, REF_CONSTRAINTS
+    )
+    running = RunningServer(app)
+    try:
+        with httpx.Client(base_url=running.url, timeout=WAIT_S) as c:
+            samples = scrape(c)
+    finally:
+        running.stop()
+    assert samples["tiny_llm:kv_bytes_per_token{kv_dtype=int8}"] == per_token
+    blocks = 16 * 2**20 // (per_token * 16)
+    assert samples["tiny_llm:kv_budget_tokens"] == blocks * 16

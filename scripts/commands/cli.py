@@ -102,8 +102,29 @@ KV_MEMORY_HELP = (
 
 
 def add_kv_memory_option(parser: argparse.ArgumentParser) -> None:
-    """--kv-memory SIZE, read by parse_kv_memory."""
+    """--kv-memory SIZE, read by parse_kv_memory, and --kv-dtype."""
     parser.add_argument("--kv-memory", metavar="SIZE", help=KV_MEMORY_HELP)
+    parser.add_argument(
+        "--kv-dtype",
+        choices=("float32", "float16", "int8", "int4"),
+        default="float32",
+        help="with --kv-cache paged: how the pool stores keys and values: float32 "
+        "(default: as the model computes them); float16: 2x the tokens in the same "
+        "memory; int8 / int4, quantized in groups of 32 numbers: 3.2x / 5.3x the "
+        "tokens (the embedded model), less accurate (the paged-cache chapter "
+        "measures it)",
+    )
+
+
+def check_kv_dtype(args: argparse.Namespace) -> None:
+    """--kv-dtype other than float32 stores the paged pool's keys and values:
+    refused beside --kv-cache dense (once the KV cache to run is known)."""
+    if args.kv_dtype != "float32" and args.kv_cache == "dense":
+        fail(
+            f"--kv-dtype {args.kv_dtype} stores the paged pool's keys and values: "
+            "leave --kv-cache dense out (or use --kv-cache paged), or --kv-dtype "
+            "float32"
+        )
 
 
 def parse_kv_memory(value: str | None) -> int | None:
@@ -353,15 +374,19 @@ def kv_cache_line(
     kv_memory: int | None = None,
     num_blocks: int | None = None,
     source: str | None = None,
+    kv_dtype: str = "float32",
 ) -> str:
     """How many tokens the engine's KV cache holds, said once it is built: a paged
     pool's budget in bytes, tokens and blocks (from the engine's `metrics`), or a
-    dense cache's batch_size x max_seq_len. The bytes a token are the model's.
+    dense cache's batch_size x max_seq_len. The bytes a token are the model's, at
+    kv_dtype (a quantized pool's are fewer, so the same budget holds more tokens).
     source: what sized the pool, when not kv_memory, num_blocks or the default."""
     from tiny_llm_base.memory import format_bytes, kv_bytes_per_token
 
-    per_token = kv_bytes_per_token(model)
+    per_token = kv_bytes_per_token(model, kv_dtype)
     at = f" at {per_token:,} bytes a token" if per_token else ""
+    if kv_dtype != "float32":
+        at += f" ({kv_dtype})"
     if metrics.kv_blocks_total:
         blocks, size = metrics.kv_blocks_total, metrics.kv_block_size
         tokens = blocks * size

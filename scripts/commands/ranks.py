@@ -190,16 +190,19 @@ def agreed_num_blocks(
     max_seq_len: int,
     block_size: int,
     kv_memory: int | None,
+    kv_dtype: str = "float32",
 ) -> int:
     """The paged pool's size in blocks, the same on every rank: each rank's pool
-    for `kv_memory` (default: half its available memory) at its own bytes a token,
-    then the smallest. A budget too small for one request exits with its error."""
+    for `kv_memory` (default: half its available memory) at its own bytes a token
+    (at kv_dtype), then the smallest. A budget too small for one request exits with
+    its error."""
     config = package.EngineConfig(
         batch_size=batch_size,
         max_seq_len=max_seq_len,
         kv_cache="paged",
         block_size=block_size,
         kv_memory=kv_memory,
+        kv_dtype=kv_dtype,
     )
     try:
         blocks, problem = config.pool_blocks(model), None

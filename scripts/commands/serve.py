@@ -35,6 +35,7 @@ from scripts.commands.cli import (  # noqa: E402
     EngineLog,
     STEP_LIMIT_OPTIONS,
     add_kv_memory_option,
+    check_kv_dtype,
     add_scheduling_options,
     check_scheduling_options,
     context_length,
@@ -78,6 +79,7 @@ ENGINE_OPTIONS = (
     "--kv-memory",
     "--kv-disk-dir",
     "--kv-disk-budget",
+    "--kv-dtype",
     *STEP_LIMIT_OPTIONS,
     "--batch-patience",
 )
@@ -204,6 +206,7 @@ def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
         args.kv_cache, prefix_caching = newest_kv_cache(
             package, args.kv_cache, not args.no_prefix_caching
         )
+        check_kv_dtype(args)
         args.policy = newest_policy(package, args.policy)
         if args.kv_disk_dir is not None and not (
             args.kv_cache == "paged" and prefix_caching
@@ -229,6 +232,7 @@ def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
             kv_memory=args.kv_memory,
             prefix_caching=prefix_caching,
             **kv_disk_settings(args),
+            kv_dtype=args.kv_dtype,
         )
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
@@ -273,6 +277,7 @@ def main() -> None:
         engine.config.kv_memory,
         engine.config.num_blocks,
         getattr(args, "kv_source", None),
+        engine.config.kv_dtype,
     )
     make_sampler = package.make_sampler
     if ranks.sharded:
@@ -376,6 +381,7 @@ def share_pool(package, model, ranks: Ranks, args, max_seq_len: int) -> None:
         max_seq_len,
         args.block_size,
         args.kv_memory,
+        args.kv_dtype,
     )
     args.kv_source = budget_source(ranks, args.kv_memory)
     args.kv_memory = None

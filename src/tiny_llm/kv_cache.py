@@ -40,6 +40,13 @@ class TinyKvCache:
         self.staged = None
         return self.update_and_fetch(keys, values)
 
+    def attend_staged(self, q: mx.array, attention) -> mx.array:
+        """q: [B, H_q, L, D] (rotated) -> [B, H_q, L, D]: attention(q, keys, values,
+        mask) over what fetch_staged returns. A cache whose rows hold different
+        lengths may read them its own way (week 3 day 2's paged decode rows attend
+        in groups of similar length)."""
+        return attention(q, *self.fetch_staged())
+
 
 class TinyKvFullCache(TinyKvCache):
     """A growing cache for one sequence (or B sequences of equal length).

@@ -20,6 +20,7 @@ from .paged_cache import (
     PagedKvCache,
     check_pool_fits,
 )
+from .quantized_pool import QuantizedLayerBlocks
 from .request import Request
 
 
@@ -29,7 +30,8 @@ class PagedKvManager(KvManager):
     used.
 
     pool: the BlockPool (ids, refcounts). layer_blocks: one LayerBlocks per layer
-    (its keys and values arrays). batch_cache: one PagedBatchingKvCache per layer.
+    (its keys and values arrays; a QuantizedLayerBlocks when config.kv_dtype is not
+    "float32"). batch_cache: one PagedBatchingKvCache per layer.
     tables: request -> its BlockTable, for every request holding blocks. Count the
     layers as len(model.create_kv_cache()): `model` may be a wrapper that shows
     nothing else.
@@ -40,8 +42,9 @@ class PagedKvManager(KvManager):
     def __init__(self, model, config: EngineConfig):
         raise NotImplementedError(
             "Week 3 Day 2: PagedKvManager: config.pool_blocks(model) blocks, "
-            "check_pool_fits, the BlockPool, a LayerBlocks and a PagedBatchingKvCache"
-            " per layer, no tables"
+            "check_pool_fits (with config.kv_dtype), the BlockPool, a LayerBlocks (a "
+            "QuantizedLayerBlocks of config.kv_dtype when it is not 'float32') and a "
+            "PagedBatchingKvCache per layer, no tables"
         )
 
     def admit(self, request: Request) -> int | None:

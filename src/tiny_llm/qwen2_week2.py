@@ -92,7 +92,10 @@ class Qwen2AttentionWeek2:
         """
         raise NotImplementedError(
             "Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask = "
-            "cache.update_and_fetch(k, v); then self.attention"
+            "cache.update_and_fetch(k, v); then self.attention. Week 3 Day 2: "
+            "cache.stage(k, v), then cache.attend_staged(q, self.attention) (given: "
+            "the same for the caches before, and the paged decode rows attend in "
+            "groups)"
         )
 
     def attention(

@@ -14,6 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .memory import (
+    KV_BITS,
+    KV_DTYPES,
+    KV_GROUP_SIZE,
     available_memory,
     format_bytes,
     kv_bytes_per_token,
@@ -93,6 +96,12 @@ class EngineConfig:
         where the pool's chain ends, so an engine started later on the same folder
         finds what an earlier one computed. kv_disk_budget: the most bytes the folder's files
         take (an int or a size such as "4GiB"), least recently used out first.
+    kv_dtype (paged only): how the pool stores keys and values: "float32" as the
+        model computes them (float32 here; a bfloat16 model's stay bfloat16);
+        "float16", half the bytes of float32; or "int8" / "int4": quantized,
+        KV_GROUP_SIZE numbers sharing a float32 scale and bias, 3.2x / 5.3x the
+        tokens of float32 in the same kv_memory (the embedded model's head_dim 64),
+        and less accurate (book: the paged-cache chapter).
     """
 
     batch_size: int = 5
@@ -119,6 +128,7 @@ class EngineConfig:
     prefix_caching: bool = True
     kv_disk_dir: str | os.PathLike | None = None
     kv_disk_budget: int | str = DEFAULT_KV_DISK_BUDGET
+    kv_dtype: str = "float32"
 
     def __post_init__(self) -> None:
         check_int("batch_size", self.batch_size, 1)
@@ -235,6 +245,15 @@ class EngineConfig:
                 f"{self.max_seq_len} tokens needs {one_request} blocks of "
                 f"{self.block_size}: pass at least {one_request}, or lower max_seq_len"
             )
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(
+                f"kv_dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}"
+            )
+        if self.kv_dtype != "float32" and self.kv_cache != "paged":
+            raise ValueError(
+                f"kv_dtype {self.kv_dtype!r} stores the paged pool's keys and "
+                "values: pass kv_cache='paged', or leave kv_dtype 'float32'"
+            )
         if not isinstance(self.prefix_caching, bool):
             raise TypeError(
                 "prefix_caching must be True or False, got "
@@ -286,13 +305,23 @@ class EngineConfig:
         return dataclasses.replace(config or cls(), **settings)
 
     def check_model(self, model) -> None:
-        """The settings that depend on the model: max_seq_len within its context."""
+        """The settings that depend on the model: max_seq_len within its context, and
+        a quantized kv_dtype's groups within its heads."""
         if self.max_seq_len > model.context_length:
             raise ValueError(
                 f"max_seq_len is {self.max_seq_len} but the model's context is "
                 f"{model.context_length} positions: pass at most "
                 f"{model.context_length}"
             )
+        layers = getattr(model, "layers", None)
+        if self.kv_dtype in KV_BITS and layers:
+            head_dim = layers[0].attention.head_dim
+            if head_dim % KV_GROUP_SIZE:
+                raise ValueError(
+                    f"kv_dtype {self.kv_dtype!r} quantizes keys in groups of "
+                    f"{KV_GROUP_SIZE} numbers, but this model's heads have {head_dim}: "
+                    "use kv_dtype 'float16' or 'float32'"
+                )
 
     def pool_blocks(self, model) -> int:
         """The paged pool's budget in blocks: num_blocks, else kv_memory (default:
@@ -302,7 +331,7 @@ class EngineConfig:
         positions."""
         if self.num_blocks is not None:
             return self.num_blocks
-        per_token = kv_bytes_per_token(model)
+        per_token = kv_bytes_per_token(model, self.kv_dtype)
         if per_token is None:
             return self.batch_size * self.blocks_per_request
         budget = self.kv_memory or available_memory() // 2

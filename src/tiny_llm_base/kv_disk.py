@@ -35,13 +35,15 @@ BLOCK_FILE = re.compile(r"[0-9a-f]{64}\.safetensors")
 log = logging.getLogger("tiny_llm.kv_disk")
 
 
-def model_identity(model, block_size: int) -> str:
+def model_identity(model, block_size: int, kv_dtype: str = "float32") -> str:
     """A hex digest of what a block's keys and values depend on besides its tokens:
-    the block size, and everything reachable from the model's attributes (its
-    class and settings; every array's path, shape and dtype, hence the KV dtype,
-    and SAMPLE of its values, evenly spread, so that weights of the same shapes
-    but other values differ)."""
-    digest = hashlib.sha256(f"{FORMAT} block_size={block_size}".encode())
+    the block size, how the pool stores them (kv_dtype), and everything reachable
+    from the model's attributes (its class and settings; every array's path, shape
+    and dtype, and SAMPLE of its values, evenly spread, so that weights of the same
+    shapes but other values differ)."""
+    digest = hashlib.sha256(
+        f"{FORMAT} block_size={block_size} kv_dtype={kv_dtype}".encode()
+    )
     for path, value in model_state(model, type(model).__name__):
         if isinstance(value, mx.array):
             flat = value.reshape(-1)

@@ -30,23 +30,49 @@ def available_memory() -> int:
         return physical_memory()
 
 
-def kv_bytes_per_position(model, element_size: int = 4) -> int | None:
+# How the paged pool may store keys and values (EngineConfig.kv_dtype): "float32"
+# as the model computes them, "float16", or quantized to KV_BITS bits in groups of
+# KV_GROUP_SIZE numbers, each group with a float32 scale and bias.
+KV_DTYPES = ("float32", "float16", "int8", "int4")
+KV_BITS = {"int8": 8, "int4": 4}
+KV_GROUP_SIZE = 32
+
+
+def kv_row_bytes(head_dim: int, element_size: int, kv_dtype: str = "float32") -> int:
+    """Bytes of one head's key (or value) at one position: head_dim numbers of
+    element_size bytes (2 in float16), or, quantized, head_dim * bits / 8 bytes and a
+    float32 scale and bias for each group of KV_GROUP_SIZE numbers."""
+    if kv_dtype == "float32":
+        return head_dim * element_size
+    if kv_dtype == "float16":
+        return head_dim * 2
+    bits = KV_BITS[kv_dtype]
+    return head_dim * bits // 8 + 2 * 4 * (head_dim // KV_GROUP_SIZE)
+
+
+def kv_bytes_per_position(
+    model, element_size: int = 4, kv_dtype: str = "float32"
+) -> int | None:
     """Keys and values of one position over all the model's layers, at
-    `element_size` bytes a number (default 4: float32, the most a model here keeps);
-    None for a model that does not show its layers (a wrapper)."""
+    `element_size` bytes a number (default 4: float32, the most a model here keeps)
+    or quantized as kv_dtype says; None for a model that does not show its layers
+    (a wrapper)."""
     layers = getattr(model, "layers", None)
     if layers is None:
         return None
     return sum(
-        2 * layer.attention.num_kv_heads * layer.attention.head_dim * element_size
+        2
+        * layer.attention.num_kv_heads
+        * kv_row_bytes(layer.attention.head_dim, element_size, kv_dtype)
         for layer in layers
     )
 
 
-def kv_bytes_per_token(model) -> int | None:
+def kv_bytes_per_token(model, kv_dtype: str = "float32") -> int | None:
     """Keys and values of one token over all layers at the model's own dtype (its
-    activations', kv_element_size); None for a model that hides its layers."""
-    return kv_bytes_per_position(model, kv_element_size(model))
+    activations', kv_element_size), or quantized as kv_dtype says; None for a model
+    that hides its layers."""
+    return kv_bytes_per_position(model, kv_element_size(model), kv_dtype)
 
 
 def kv_element_size(model) -> int:

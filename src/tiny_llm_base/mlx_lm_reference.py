@@ -13,6 +13,9 @@ import numpy as np
 from mlx import nn
 from mlx.utils import tree_flatten
 from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+from .memory import KV_BITS, KV_GROUP_SIZE
 
 
 def float32_copy(mlx_model: nn.Module) -> nn.Module:
@@ -65,27 +68,52 @@ def greedy_without(banned: Iterable[int], vocab: int) -> Callable[[mx.array], mx
     return lambda logprobs: mx.argmax(logprobs + mask, axis=-1)
 
 
+class Float16KVCache(KVCache):
+    """mlx-lm's KVCache holding keys and values in float16, read back in the dtype
+    they came in."""
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        stored = super().update_and_fetch(
+            keys.astype(mx.float16), values.astype(mx.float16)
+        )
+        return stored[0].astype(keys.dtype), stored[1].astype(values.dtype)
+
+
 def mlx_lm_greedy(
     mlx_model: nn.Module,
     prompt: list[int],
     max_tokens: int,
     eos_ids: Iterable[int],
     banned: Iterable[int] = (),
+    kv_dtype: str = "float32",
 ) -> tuple[list[int], list[float]]:
     """mlx-lm's greedy generation of one prompt alone: (tokens, top-2 logit gaps).
 
     Stops before an EOS token, as a request does; `banned` tokens are never picked.
     gaps[i] is how far mlx-lm's best logit at token i is above the second best: where
-    it is tiny, float32 rounding may pick either token.
+    it is tiny, float32 rounding may pick either token. kv_dtype: keys and values
+    kept as the engine's kv_dtype keeps them, from the first token on, the prompt's
+    included: "float16" in a KVCache that stores them in float16, "int8" / "int4"
+    in mlx-lm's own QuantizedKVCache (mx.quantize, KV_GROUP_SIZE numbers a group).
     """
     eos_ids = set(eos_ids)
     mask = banned_mask(mlx_model.args.vocab_size, banned)
+    cache = None
+    if kv_dtype == "float16":
+        cache = [Float16KVCache() for _ in mlx_model.layers]
+    elif kv_dtype != "float32":
+        bits = KV_BITS[kv_dtype]
+        cache = [
+            QuantizedKVCache(group_size=KV_GROUP_SIZE, bits=bits)
+            for _ in mlx_model.layers
+        ]
     tokens, gaps = [], []
     for token, logprobs in generate_step(
         mx.array(prompt),
         mlx_model,
         max_tokens=max_tokens,
         sampler=lambda lp: mx.argmax(lp + mask, axis=-1),
+        prompt_cache=cache,
     ):
         top_two = mx.sort(logprobs + mask)[-2:]
         gaps.append((top_two[1] - top_two[0]).item())

@@ -56,7 +56,8 @@ from .mixed_policy import (
 )
 from .runner import Forward, ModelRunner, accept_drafts
 from .block_pool import BlockPool, BlockTable, blocks_needed, chain_hash
-from .paged_cache import LayerBlocks, PagedBatchingKvCache, PagedKvCache
+from .paged_cache import LayerBlocks, PagedBatchingKvCache, PagedKvCache, group_rows
+from .quantized_pool import QuantizedLayerBlocks
 from .paged_manager import PagedKvManager
 from .prefix_cache import PrefixCachingKvManager
 from .disk_tier import DiskTierKvManager, SpillingBlockPool

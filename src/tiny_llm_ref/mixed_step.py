@@ -108,8 +108,10 @@ def mixed_forward(
     # with split_parts; for each part (the decode rows at their offsets in the batch
     # cache, then each chunk at chunk.offset in chunk.cache[layer]) stages its roped
     # keys and values (cache.stage); only then each part's attention.attention over
-    # cache.fetch_staged(); glues the outputs with join_parts; then model.logits only
-    # on the decode rows and the last logit_rows positions of each chunk
+    # cache.fetch_staged() (Week 3 Day 2: cache.attend_staged(q,
+    # attention.attention) instead); glues the outputs with join_parts; then
+    # model.logits only on the decode rows and the last logit_rows positions of each
+    # chunk
     B = len(decode_tokens)
     if B and batch_cache is None:
         raise ValueError("decode tokens need the batch cache their rows live in")
@@ -149,8 +151,8 @@ def mixed_forward(
         for _, k_part, v_part, offset, cache in parts:
             cache.stage(attention.apply_rope(k_part, offset), v_part)
         outs = [
-            attention.attention(
-                attention.apply_rope(q_part, offset), *cache.fetch_staged()
+            cache.attend_staged(
+                attention.apply_rope(q_part, offset), attention.attention
             )
             for q_part, _, _, offset, cache in parts
         ]

@@ -26,12 +26,12 @@ from .block_pool import BlockTable, blocks_needed
 from .kv_cache import TinyKvCache, batch_causal_mask
 
 
-def check_pool_fits(model, positions: int) -> None:
+def check_pool_fits(model, positions: int, kv_dtype: str = "float32") -> None:
     """Refuse a pool of `positions` positions that could not fit in this machine's
     memory, before MLX tries (an allocation past it can crash the process). Bytes
-    per position come from the model's layers; a model that does not show its
-    layers is checked at the pool's first write."""
-    per_position = kv_bytes_per_position(model)
+    per position come from the model's layers (and kv_dtype); a model that does not
+    show its layers is checked at the pool's first write."""
+    per_position = kv_bytes_per_position(model, kv_dtype=kv_dtype)
     if per_position is not None:
         check_memory(positions * per_position, positions)
 
@@ -229,6 +229,35 @@ class PagedKvCache(TinyKvCache):
         return self.fetch_staged()
 
 
+# A separate attention call costs about as much as this many more positions in a
+# call (a gather and cpu_attention of one decode row in one layer of the embedded
+# model on the course's 2-core CPU: about 120 us plus 0.4 us a position).
+CALL_POSITIONS = 256
+
+
+def group_rows(
+    lengths: list[int], call_positions: int = CALL_POSITIONS
+) -> list[list[int]]:
+    """The decode rows cut into groups that attend together, each row padded to its
+    group's longest: lengths [B] -> lists of row indexes, each in row order.
+
+    Rows are taken longest first; a row joins the group before it when that group's
+    longest is at most call_positions positions longer, else it starts a group. So a
+    row never pays for more than call_positions positions it does not hold, and
+    rows of about one length share one call.
+    """
+    # Week 3 Day 2: group_rows: sort the row indexes by length, longest first; a row
+    # whose length is within call_positions of its group's first (longest) row joins
+    # it, else it starts a new group; each group's indexes sorted
+    groups: list[list[int]] = []
+    for b in sorted(range(len(lengths)), key=lambda b: -lengths[b]):
+        if groups and lengths[groups[-1][0]] - lengths[b] <= call_positions:
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return [sorted(rows) for rows in groups]
+
+
 class PagedBatchingKvCache(TinyKvCache):
     """One layer's decode rows, like BatchingKvCache, but a slot holds a request's
     PagedKvCache instead of a copy of its keys: moving a prefilled request into a
@@ -327,6 +356,41 @@ class PagedBatchingKvCache(TinyKvCache):
         tables = [[] if view is None else view.table.blocks for view in views]
         keys, values = layer.gather(tables, S)
         return keys, values, batch_causal_mask(mx.array(offsets), L, S, keys.dtype)
+
+    def attend_staged(self, q: mx.array, attention) -> mx.array:
+        """q: [B, H_q, L, D] (rotated) -> [B, H_q, L, D], as attention over
+        fetch_staged() gives it, but each group of rows of similar length
+        (group_rows) is gathered to its own longest row and attended in its own
+        attention(q, keys, values, mask) call: a short row no longer pays for the
+        longest one. A group whose rows all hold the same length needs only the
+        chunk mask ("causal", or None for L = 1)."""
+        # Week 3 Day 2: attend_staged: the lengths after the step (kept offsets + L);
+        # for each group of group_rows(lengths): gather its tables to its longest
+        # length through the layer of an occupied view, batch_causal_mask from its kept
+        # offsets (or the chunk mask when its lengths are equal), attention on its rows
+        # of q; the groups' outputs back in row order
+        L, offsets = self.staged_length, self.step_offsets
+        views = self.slots[: len(offsets)]
+        layer = next(view.layer for view in views if view is not None)
+        tables = [[] if view is None else view.table.blocks for view in views]
+        lengths = [offset + L for offset in offsets]
+        groups = group_rows(lengths, CALL_POSITIONS)
+        outs = []
+        for rows in groups:
+            S = max(lengths[b] for b in rows)
+            keys, values = layer.gather([tables[b] for b in rows], S)
+            if all(lengths[b] == S for b in rows):
+                mask = "causal" if L > 1 else None
+            else:
+                row_offsets = mx.array([offsets[b] for b in rows])
+                mask = batch_causal_mask(row_offsets, L, S, keys.dtype)
+            part = q if len(rows) == len(offsets) else q[mx.array(rows)]
+            outs.append(attention(part, keys, values, mask))
+        if len(groups) == 1:
+            return outs[0]
+        order = [b for rows in groups for b in rows]
+        where = sorted(range(len(order)), key=order.__getitem__)  # row b's place
+        return mx.concatenate(outs)[mx.array(where)]
 
     def update_and_fetch(
         self, keys: mx.array, values: mx.array

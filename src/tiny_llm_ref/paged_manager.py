@@ -20,6 +20,7 @@ from .paged_cache import (
     PagedKvCache,
     check_pool_fits,
 )
+from .quantized_pool import QuantizedLayerBlocks
 from .request import Request
 
 
@@ -29,7 +30,8 @@ class PagedKvManager(KvManager):
     used.
 
     pool: the BlockPool (ids, refcounts). layer_blocks: one LayerBlocks per layer
-    (its keys and values arrays). batch_cache: one PagedBatchingKvCache per layer.
+    (its keys and values arrays; a QuantizedLayerBlocks when config.kv_dtype is not
+    "float32"). batch_cache: one PagedBatchingKvCache per layer.
     tables: request -> its BlockTable, for every request holding blocks. Count the
     layers as len(model.create_kv_cache()): `model` may be a wrapper that shows
     nothing else.
@@ -39,14 +41,19 @@ class PagedKvManager(KvManager):
 
     def __init__(self, model, config: EngineConfig):
         # Week 3 Day 2: PagedKvManager: config.pool_blocks(model) blocks,
-        # check_pool_fits, the BlockPool, a LayerBlocks and a PagedBatchingKvCache per
-        # layer, no tables
+        # check_pool_fits (with config.kv_dtype), the BlockPool, a LayerBlocks (a
+        # QuantizedLayerBlocks of config.kv_dtype when it is not 'float32') and a
+        # PagedBatchingKvCache per layer, no tables
         layers = len(model.create_kv_cache())
         num_blocks, self.block_size = config.pool_blocks(model), config.block_size
-        check_pool_fits(model, num_blocks * self.block_size)
+        check_pool_fits(model, num_blocks * self.block_size, config.kv_dtype)
         self.pool = BlockPool(num_blocks, self.block_size)
+        kv_dtype = config.kv_dtype
         self.layer_blocks = [
-            LayerBlocks(num_blocks, self.block_size) for _ in range(layers)
+            LayerBlocks(num_blocks, self.block_size)
+            if kv_dtype == "float32"
+            else QuantizedLayerBlocks(num_blocks, self.block_size, kv_dtype)
+            for _ in range(layers)
         ]
         self.batch_cache = [
             PagedBatchingKvCache(config.batch_size, config.max_seq_len)

@@ -124,9 +124,12 @@ class Qwen2AttentionWeek2:
         stored in the cache, and attention to everything it holds under its mask.
         """
         # Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask =
-        # cache.update_and_fetch(k, v); then self.attention
+        # cache.update_and_fetch(k, v); then self.attention. Week 3 Day 2:
+        # cache.stage(k, v), then cache.attend_staged(q, self.attention) (given: the
+        # same for the caches before, and the paged decode rows attend in groups)
         q, k = self.apply_rope(q, offset), self.apply_rope(k, offset)
-        return self.attention(q, *cache.update_and_fetch(k, v))
+        cache.stage(k, v)
+        return cache.attend_staged(q, self.attention)
 
     def attention(
         self, q: mx.array, keys: mx.array, values: mx.array, mask

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 import mlx.core as mx
 
 from tiny_llm_base import PromptSpec, SchedulerSnapshot
+from tiny_llm_base.memory import kv_bytes_per_token
 
 from .metrics import ServerMetrics
 from .stop_strings import StopStrings
@@ -247,11 +248,15 @@ class EngineLoop:
         self.snapshot = snapshot
 
     def record_kv(self, run) -> None:
-        """The KV cache's budget in tokens and the paged pool's bytes, from the
-        engine's RunMetrics `run` (None: an engine without them, sized from its
-        config)."""
-        self.metrics.kv_budget_tokens.set(kv_budget_tokens(run, self.engine.config))
+        """The KV cache's budget in tokens, the paged pool's bytes and the bytes a
+        token takes in it (at its kv_dtype), from the engine's RunMetrics `run`
+        (None: an engine without them, sized from its config)."""
+        config = self.engine.config
+        self.metrics.kv_budget_tokens.set(kv_budget_tokens(run, config))
         self.metrics.kv_pool_bytes.set(getattr(run, "kv_pool_bytes", 0))
+        kv_dtype = getattr(config, "kv_dtype", "float32")
+        per_token = kv_bytes_per_token(getattr(self.engine, "model", None), kv_dtype)
+        self.metrics.kv_bytes_per_token.labels(kv_dtype).set(per_token or 0)
 
     def fail_all(self, message: str, status: int = 500) -> None:
         """engine.step() raised: every open request ends with the error, and later

@@ -43,6 +43,8 @@ class ServerMetrics:
     hold (a paged pool's blocks x block size; a dense cache's batch_size x
     max_seq_len). kv_pool_bytes: the bytes a paged pool's arrays hold now (they grow
     towards the budget as blocks are used; 0 for a dense cache).
+    kv_bytes_per_token{kv_dtype}: the bytes one token's keys and values take, at the
+    pool's kv_dtype (float32, int8, int4): the budget's bytes over its tokens.
     prefix_cache_queries_total, prefix_cache_hits_total: prompt tokens looked up in
     the prefix cache and tokens served from it (hits / queries is the hit rate).
     mlx_active_memory_bytes, mlx_peak_memory_bytes: MLX's allocator, read when
@@ -136,6 +138,12 @@ class ServerMetrics:
         self.kv_pool_bytes = Gauge(
             PREFIX + "kv_pool_bytes",
             "Bytes the paged KV pool's arrays hold now (0 for a dense cache).",
+            registry=r,
+        )
+        self.kv_bytes_per_token = Gauge(
+            PREFIX + "kv_bytes_per_token",
+            "Bytes one token's keys and values take in the KV cache, by kv_dtype.",
+            ["kv_dtype"],
             registry=r,
         )
         self.prefix_cache_queries = Counter(

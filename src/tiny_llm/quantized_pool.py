@@ -1,0 +1,76 @@
+"""Week 3 day 2: the paged pool's keys and values in fewer bytes.
+
+A float32 key row of one head, D numbers, takes 4 D bytes. EngineConfig.kv_dtype
+picks a smaller form:
+- "float16": each number cast to 16 bits: 2 D bytes, half.
+- "int8" / "int4": quantized in groups of KV_GROUP_SIZE numbers, each group keeping
+  its numbers as 8- or 4-bit integers and two float32s, a scale and a bias (x ~
+  scale * q + bias: mx.quantize's affine form, the one quantized weights use since
+  week 2 day 2). For the embedded model's D = 64 and groups of 32, a row takes 64 +
+  16 = 80 bytes in int8, 32 + 16 = 48 in int4, against 256: 3.2x or 5.3x the
+  tokens in the same memory.
+
+Each row is stored on its own, so a block filled one decode token at a time never
+has to be quantized again. A quantized row's three parts are kept side by side as
+one uint32 row, `[H, W]`: W = D * bits / 32 packed words, then D / KV_GROUP_SIZE
+scales and as many biases (their float32 bits). So LayerBlocks' staging, scatter and
+gather work on the stored rows unchanged, and only the two ends change: stage
+encodes what a step writes, gather decodes what it reads back, in the keys' own
+dtype, so attention sees ordinary keys.
+"""
+
+import mlx.core as mx
+
+from tiny_llm_base.memory import KV_BITS, KV_GROUP_SIZE
+
+from .paged_cache import LayerBlocks
+
+
+class QuantizedLayerBlocks(LayerBlocks):
+    """A LayerBlocks whose keys and values arrays hold rows encoded as kv_dtype says
+    ("float16", "int8" or "int4"): [capacity, H, block_size, D] of float16, or
+    [capacity, H, block_size, W] of uint32 (see the module's docstring).
+
+    bits: 8 or 4 (None for float16). head_dim and dtype: the D and dtype of the rows
+    encode was given last, which decode gives back.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, kv_dtype: str):
+        super().__init__(num_blocks, block_size)
+        self.bits = KV_BITS.get(kv_dtype)
+        self.head_dim: int | None = None
+        self.dtype: mx.Dtype | None = None
+
+    def stage(
+        self, blocks: list[int], slots: list[int], keys: mx.array, values: mx.array
+    ) -> None:
+        """As LayerBlocks.stage, the rows [n, H, D] encoded first."""
+        super().stage(blocks, slots, self.encode(keys), self.encode(values))
+
+    def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:
+        """As LayerBlocks.gather: keys and values [B, H, length, D], decoded."""
+        keys, values = super().gather(tables, length)
+        return self.decode(keys), self.decode(values)
+
+    def encode(self, rows: mx.array) -> mx.array:
+        """rows: [..., D] -> float16 [..., D]; or, quantized, [..., W] uint32: each
+        row's packed integers, then its scales, then its biases (float32 bits,
+        through mx.view). Keeps D and the rows' dtype for decode."""
+        raise NotImplementedError(
+            "Week 3 Day 2: encode: keep head_dim and dtype; float16 (bits None): the "
+            "rows as float16; else mx.quantize the rows as float32 with group_size "
+            "KV_GROUP_SIZE and self.bits, and concatenate the packed words, "
+            "mx.view(scales, mx.uint32) and mx.view(biases, mx.uint32) along the last"
+            " axis"
+        )
+
+    def decode(self, stored: mx.array) -> mx.array:
+        """encode undone: [..., D] float16 or [..., W] uint32 -> [..., D] in the
+        encoded rows' dtype."""
+        raise NotImplementedError(
+            "Week 3 Day 2: decode: float16: cast back to self.dtype; else cut the "
+            "last axis at words = head_dim * bits / 32 and words + groups (groups = "
+            "head_dim / KV_GROUP_SIZE), read scales and biases back with mx.view(...,"
+            " mx.float32), mx.dequantize with the same group size and bits, cast to "
+            "self.dtype"
+        )

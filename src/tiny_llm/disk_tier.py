@@ -60,7 +60,7 @@ class DiskTierKvManager(PrefixCachingKvManager):
     def __init__(self, model, config):
         super().__init__(model, config)
         self.pool = SpillingBlockPool(self.pool.num_blocks, self.block_size, self.spill)
-        identity = model_identity(model, self.block_size)
+        identity = model_identity(model, self.block_size, config.kv_dtype)
         self.disk = KvDiskStore(config.kv_disk_dir, config.kv_disk_budget, identity)
         self.blocks_loaded = 0
         self.load_seconds = 0.0

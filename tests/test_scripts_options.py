@@ -59,11 +59,6 @@ BAD_OPTIONS = {
         ["--repeats", "0"],
         "--repeats must be at least 1, got 0",
     ),
-    "bench-paged-decode zero repeats": (
-        "scripts.bench.bench_paged_decode",
-        ["--repeats", "0"],
-        "--repeats must be at least 1, got 0",
-    ),
     "bench-chunked-prefill timeline without configurations": (
         CHUNKED,
         ["--timeline", "x"],

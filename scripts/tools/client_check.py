@@ -35,19 +35,19 @@ ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "scripts" / "tools" / "clients"
 VENVS = ROOT / ".cache" / "client-venv"
 LOGS = ROOT / ".cache" / "client-check"
-# module -> the name in the table; None: the project's environment runs it.
+# --clients name (clients/NAME_client.py, requirements/NAME.txt) -> table name.
 ORDER = {
-    "openai_client": "openai",
-    "anthropic_client": "anthropic",
-    "instructor_client": "instructor",
-    "langchain_client": "langchain-openai",
-    "pydantic_ai_client": "pydantic-ai",
-    "agents_client": "openai-agents",
-    "litellm_client": "litellm",
-    "llama_index_client": "llama-index OpenAILike",
-    "lm_eval_client": "lm-eval",
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "instructor": "instructor",
+    "langchain": "langchain-openai",
+    "pydantic_ai": "pydantic-ai",
+    "agents": "openai-agents",
+    "litellm": "litellm",
+    "llama_index": "llama-index OpenAILike",
+    "lm_eval": "lm-eval",
 }
-IN_PROJECT = ("openai_client", "anthropic_client")
+IN_PROJECT = ("openai", "anthropic")  # dev dependencies: the project's environment
 API_KEY = "client-check"
 INSTALL_S = 1200
 START_S = 600  # the first start converts the embedded model
@@ -65,12 +65,12 @@ QUIET = {
 }
 
 
-def python_for(module: str) -> Path:
+def python_for(client: str) -> Path:
     """The client's interpreter, its virtualenv made or refreshed first."""
-    if module in IN_PROJECT:
+    if client in IN_PROJECT:
         return Path(sys.executable)
-    requirements = CLIENTS / "requirements" / f"{module.removesuffix('_client')}.txt"
-    venv = VENVS / module.removesuffix("_client")
+    requirements = CLIENTS / "requirements" / f"{client}.txt"
+    venv = VENVS / client
     python = venv / "bin" / "python"
     stamp = venv / "requirements.sha256"
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
@@ -99,10 +99,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(port: int, log: Path) -> subprocess.Popen:
+def start_server(port: int, model: str, log: Path) -> subprocess.Popen:
     """`serve` on 127.0.0.1:port, once /health answers; its output goes to log."""
     command = [sys.executable, "-m", "scripts.commands.serve", "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--api-key", API_KEY]
+    command += ["--port", str(port), "--api-key", API_KEY, "--model-name", model]
     with log.open("w") as out:
         server = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=out)
     deadline = time.monotonic() + START_S
@@ -128,22 +128,23 @@ def stop_server(server: subprocess.Popen) -> None:
             server.wait()
 
 
-def run_client(module: str, python: Path, url: str, model: str, seconds: int) -> list:
+def run_client(client: str, python: Path, url: str, model: str, seconds: int) -> list:
     """[(feature, verdict, why)]: what the client's run printed, and for the
     features it never reached (it was killed at its bound, or crashed), fails.
     Its first line names its features; each has `seconds` (check.py's alarm),
     and the whole run that many times over, after IMPORT_S to start."""
     env = os.environ | QUIET | {"PYTHONPATH": str(ROOT)}
     env["CLIENT_CHECK_TOKENIZER"] = str(default_models_dir() / MODEL_DIR_NAME)
-    command = [str(python), "-m", "scripts.tools.clients.check", module]
+    command = [str(python), "-m", "scripts.tools.clients.check", f"{client}_client"]
     command += [url, model, API_KEY, str(seconds)]
-    log = LOGS / f"{module}.log"
+    log = LOGS / f"{client}.log"
     lines, named = [], threading.Event()
 
     def read(stream) -> None:
-        for line in stream:
-            lines.append(json.loads(line))
-            named.set()
+        for line in stream:  # check.py's JSON lines, among what a client prints
+            if line.startswith('{"feature'):
+                lines.append(json.loads(line))
+                named.set()
 
     with log.open("w") as err:
         child = subprocess.Popen(
@@ -152,14 +153,16 @@ def run_client(module: str, python: Path, url: str, model: str, seconds: int) ->
         )  # fmt: skip
         reader = threading.Thread(target=read, args=(child.stdout,), daemon=True)
         reader.start()
-        features = lines[0]["features"] if named.wait(IMPORT_S) and lines else []
+        features = lines[0]["feature_names"] if named.wait(IMPORT_S) and lines else []
         try:
             child.wait(timeout=seconds * len(features) + 30 if features else 1)
             why = f"the run exited with {child.returncode}: see {log}"
         except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
             why = f"stopped at the run's bound: see {log}"
+        finally:  # also on Ctrl-C: the group is not in the terminal's
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
         reader.join(timeout=10)
     rows = [(r["feature"], r["verdict"], r["why"]) for r in lines[1:]]
     done = {feature for feature, _, _ in rows}
@@ -187,20 +190,20 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown clients {unknown}: choose from {', '.join(ORDER)}")
     LOGS.mkdir(parents=True, exist_ok=True)
-    pythons = {module: python_for(module) for module in chosen}
+    pythons = {client: python_for(client) for client in chosen}
     port = free_port()
-    server = start_server(port, LOGS / "serve.log")
+    server = start_server(port, args.model_name, LOGS / "serve.log")
     results = {}
     try:
-        for module in chosen:
+        for client in chosen:
             started = time.monotonic()
             rows = run_client(
-                module, pythons[module], f"http://127.0.0.1:{port}",
+                client, pythons[client], f"http://127.0.0.1:{port}",
                 args.model_name, args.feature_timeout,
             )  # fmt: skip
-            results[ORDER[module]] = rows
+            results[ORDER[client]] = rows
             print(
-                f"{ORDER[module]}: {sum(v == 'works' for _, v, _ in rows)}/{len(rows)}"
+                f"{ORDER[client]}: {sum(v == 'works' for _, v, _ in rows)}/{len(rows)}"
                 f" work ({time.monotonic() - started:.0f} s)",
                 flush=True,
             )

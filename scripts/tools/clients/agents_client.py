@@ -88,8 +88,9 @@ def output_type(kind):
 def tool(kind):
     def feature(server: Server) -> None:
         # tool_choice "required" makes the small model call; the SDK then resets
-        # it (reset_tool_choice), so the next turn can answer in text.
-        settings = ModelSettings(max_tokens=96, tool_choice="required")
+        # it (reset_tool_choice), so the next turn can answer in text. The model
+        # may call again and again: 256 tokens hold the server's 8 calls.
+        settings = ModelSettings(max_tokens=256, tool_choice="required")
         agent = Agent(
             name="Weather agent",
             instructions="You are a helpful agent.",

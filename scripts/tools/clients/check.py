@@ -1,6 +1,6 @@
 """Run one client module's features against a server and print one JSON line per
 feature: {"feature", "verdict", "why"}, verdict "works", "fails" or "model",
-after a first line {"features": [...]} naming them all.
+after a first line {"feature_names": [...]} naming them all.
 
     python -m scripts.tools.clients.check MODULE BASE_URL MODEL API_KEY SECONDS
 
@@ -55,7 +55,7 @@ def main() -> None:
     module_name, url, model, api_key, seconds = sys.argv[1:6]
     module = importlib.import_module(f"scripts.tools.clients.{module_name}")
     server = Server(url, model, api_key)
-    print(json.dumps({"features": list(module.FEATURES)}), flush=True)
+    print(json.dumps({"feature_names": list(module.FEATURES)}), flush=True)
     for name, feature in module.FEATURES.items():
         result = {"feature": name, **run_feature(feature, server, int(seconds))}
         print(json.dumps(result), flush=True)

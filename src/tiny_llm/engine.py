@@ -27,11 +27,11 @@ from tiny_llm_base import (
     SchedulerSnapshot,
     SlotView,
     check_int,
-    for_choice,
-    greedy,
 )
-from tiny_llm_base.config import check_callable, is_adaptive
+from tiny_llm_base.config import check_callable
+from tiny_llm_base.config_checks import is_adaptive
 
+from .choices import choices_to_stop, make_choices
 from .disk_tier import DiskTierKvManager
 from .kv_manager import DenseKvManager
 from .metrics import RunMetrics
@@ -114,21 +114,16 @@ class Engine:
     def add_request(self, prompt: str | list[int] | PromptSpec) -> int:
         """Queue a prompt (any thread); returns its request id.
 
-        A plain prompt is PromptSpec(prompt). The Request is made here, with
-        prefill_max_step=None (the planner sizes every chunk), the spec's max_tokens
-        and sampler or else the config's, its priority and constraint (week 3 day
-        5), its options, the config's max_seq_len and the engine's clock: a bad one
-        has already failed ("error") and finishes in the engine's next step, costing
-        nobody else anything. A spec with n > 1 makes n Requests under the one id:
-        choice i has index i, the options for_choice(options, i) gives, and (for i >
-        0) first_choice, the Request of choice 0. Only notes go into the inbox, one
-        per Request, ("add", id, request, arrival_step): the engine's thread reads
-        them. ValueError or TypeError for a bad arrival_step or n.
+        A plain prompt is PromptSpec(prompt). Its Requests are made here, one per
+        choice (make_choices, choices.py: n > 1 makes n under the one id): a bad
+        prompt has already failed ("error") and finishes in the engine's next step,
+        costing nobody else anything. Only notes go into the inbox, one per Request,
+        ("add", id, request, arrival_step): the engine's thread reads them.
+        ValueError or TypeError for a bad arrival_step or n.
         """
         raise NotImplementedError(
-            "Week 2 Day 6: add_request: check arrival_step and n; make the Request of"
-            ' each choice, put ("add", id, request, arrival_step) in the inbox for '
-            "each, return the id"
+            'Week 2 Day 6: add_request: check arrival_step; make_choices; put ("add",'
+            " id, request, arrival_step) in the inbox for each, return the id"
         )
 
     def abort(self, request_id: int, index: int | None = None) -> None:
@@ -189,8 +184,8 @@ class Engine:
         leaves wherever it is. An id that is unknown or already reported is
         ignored."""
         raise NotImplementedError(
-            "Week 2 Day 6: stop: find its unfinished requests (the choice asked, or "
-            'all), finish each with "abort", take it out of arriving, and retire them'
+            'Week 2 Day 6: stop: each of choices_to_stop finishes with "abort" and '
+            "leaves arriving; retire them"
         )
 
     def admit_arrivals(self) -> None:

@@ -27,7 +27,7 @@ overtaken again: it is never starved.
 import math
 from functools import partial
 
-from tiny_llm_base.config import is_adaptive
+from tiny_llm_base.config_checks import is_adaptive
 
 from .planner import Plan, Planner
 from .request import Request

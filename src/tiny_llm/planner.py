@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from tiny_llm_base import EngineConfig, check_int
-from tiny_llm_base.config import is_adaptive
+from tiny_llm_base.config_checks import is_adaptive
 
 from .request import Request
 

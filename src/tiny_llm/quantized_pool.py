@@ -23,7 +23,7 @@ import mlx.core as mx
 
 from tiny_llm_base.memory import KV_BITS, KV_GROUP_SIZE
 
-from .paged_cache import LayerBlocks
+from .layer_blocks import LayerBlocks
 
 
 class QuantizedLayerBlocks(LayerBlocks):

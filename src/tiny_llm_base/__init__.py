@@ -5,7 +5,8 @@ JSON Schema constraints through llguidance (structured.py), and the sampling opt
 request may ask for beyond its sampler (sampling_options.py)."""
 
 from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
-from .config import KV_CACHES, POLICIES, EngineConfig
+from .config import EngineConfig
+from .config_checks import KV_CACHES, POLICIES
 from .embedded_model import EmbeddedModelError
 from .loader import ModelLoadError, load_model
 from .prompts import (

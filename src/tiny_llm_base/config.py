@@ -2,49 +2,26 @@
 
 Engine, batch_generate and the command lines all take an EngineConfig (or its fields
 as keyword arguments). A wrong type is a TypeError, a wrong value a ValueError, each
-naming the setting and saying what it takes. What belongs to one prompt (its text or
+naming the setting and saying what it takes (the checks are config_checks.py's; the
+model-dependent ones, check_model and the KV budget's, are here). What belongs to one prompt (its text or
 ids, max_tokens, sampler, priority) is the Request's to check: a bad one fails that
 request alone.
 """
 
 import dataclasses
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .config_checks import DEFAULT_KV_DISK_BUDGET, check_settings
 from .memory import (
     KV_BITS,
-    KV_DTYPES,
     KV_GROUP_SIZE,
     available_memory,
     format_bytes,
     kv_bytes_per_token,
-    parse_bytes,
 )
 from .prompts import PromptSpec, Sampler, check_int, is_int
-
-POLICIES = ("alternate", "mixed")
-KV_CACHES = ("dense", "paged")
-SPECULATIVE = (None, "ngram")
-DEFAULT_KV_DISK_BUDGET = 4 * 2**30
-# The mixed step's partial-prefill limits (vLLM's names), each an int >= 1 or None.
-STEP_LIMITS = (
-    "long_prefill_token_threshold",
-    "max_num_partial_prefills",
-    "max_long_partial_prefills",
-)
-
-
-def is_adaptive(policy) -> bool:
-    """An AdaptiveChunker, or anything shaped like one: it is asked
-    select_chunk_size(decoding, batch_size) and told record(seconds)."""
-    return hasattr(policy, "select_chunk_size")
-
-
-# The settings of how drafts are proposed: another value than their default means
-# nothing without speculative.
-DRAFT_SETTINGS = ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
 
 
 @dataclass(frozen=True)
@@ -131,160 +108,7 @@ class EngineConfig:
     kv_dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        check_int("batch_size", self.batch_size, 1)
-        check_int("max_seq_len", self.max_seq_len, 1)
-        check_int("max_tokens", self.max_tokens, 1, allow_none=True)
-        step = self.prefill_step
-        if not (callable(step) or is_adaptive(step)):
-            if step is not None and not is_int(step):
-                raise TypeError(
-                    "prefill_step must be an int chunk size, None (no chunking), "
-                    "select_chunk_size or an AdaptiveChunker, got "
-                    f"{type(step).__name__} {step!r}"
-                )
-            check_int("prefill_step", step, 1, allow_none=True)
-        check_int("reserved_interactive_slots", self.reserved_interactive_slots, 0)
-        if self.reserved_interactive_slots >= self.batch_size:
-            raise ValueError(
-                "reserved_interactive_slots must be less than batch_size "
-                f"({self.batch_size}), got {self.reserved_interactive_slots}: batch "
-                "requests need a slot"
-            )
-        if self.sampler is not None and not callable(self.sampler):
-            raise TypeError(
-                f"sampler must be callable or None, got {type(self.sampler).__name__}"
-            )
-        if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
-        check_int("token_budget", self.token_budget, self.batch_size + 1, True)
-        self.check_prefill_limits()
-        self.check_speculative()
-        self.check_kv_cache()
-
-    def check_prefill_limits(self) -> None:
-        for name in STEP_LIMITS:
-            check_int(name, getattr(self, name), 1, allow_none=True)
-        for name in ("token_budget", *STEP_LIMITS):
-            if getattr(self, name) is not None and self.policy != "mixed":
-                raise ValueError(
-                    f"{name} limits a mixed step: pass policy='mixed' or leave it None"
-                )
-        most, long = self.max_num_partial_prefills, self.max_long_partial_prefills
-        if most is not None and long is not None and long > most:
-            raise ValueError(
-                f"max_long_partial_prefills ({long}) cannot pass "
-                f"max_num_partial_prefills ({most}): lower it, or raise the other"
-            )
-        patience = self.batch_patience
-        if isinstance(patience, bool) or not isinstance(patience, (int, float)):
-            raise TypeError(
-                "batch_patience must be a number of seconds, got "
-                f"{type(patience).__name__}"
-            )
-        if not math.isfinite(patience) or patience < 0:
-            raise ValueError(
-                f"batch_patience must be a finite number of seconds >= 0, got {patience}"
-            )
-
-    def check_speculative(self) -> None:
-        if self.speculative not in SPECULATIVE:
-            raise ValueError(
-                f"speculative must be None or 'ngram' (prompt lookup), got "
-                f"{self.speculative!r}"
-            )
-        check_int("num_speculative_tokens", self.num_speculative_tokens, 1)
-        check_int("prompt_lookup_min", self.prompt_lookup_min, 1)
-        check_int("prompt_lookup_max", self.prompt_lookup_max, self.prompt_lookup_min)
-        for name in ("jump_forward", "prefix_caching"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise TypeError(
-                    f"{name} must be True or False, got {type(value).__name__} "
-                    f"{value!r}"
-                )
-        if not self.speculative:
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            for name in DRAFT_SETTINGS:
-                default = defaults[name]
-                if getattr(self, name) != default:
-                    raise ValueError(
-                        f"{name} sets how drafts are proposed, but speculative is "
-                        "None (no drafts): pass speculative='ngram' or leave "
-                        f"{name} at {default}"
-                    )
-        if self.speculative and self.policy != "mixed":
-            raise ValueError(
-                "speculative decoding verifies drafts inside a mixed step: pass "
-                "policy='mixed' or leave speculative None"
-            )
-        if self.jump_forward and self.policy != "mixed":
-            raise ValueError(
-                "jump_forward feeds forced tokens as drafts inside a mixed step: pass "
-                "policy='mixed' or leave jump_forward False"
-            )
-
-    def check_kv_cache(self) -> None:
-        if self.kv_cache not in KV_CACHES:
-            raise ValueError(
-                f"kv_cache must be one of {KV_CACHES}, got {self.kv_cache!r}"
-            )
-        check_int("block_size", self.block_size, 1)
-        check_int("num_blocks", self.num_blocks, 1, allow_none=True)
-        if self.kv_memory is not None:
-            object.__setattr__(
-                self, "kv_memory", parse_bytes("kv_memory", self.kv_memory)
-            )
-            if self.num_blocks is not None:
-                raise ValueError(
-                    "num_blocks and kv_memory both size the pool: pass one of them"
-                )
-        one_request = self.blocks_per_request
-        if self.num_blocks is not None and self.num_blocks < one_request:
-            raise ValueError(
-                f"num_blocks is {self.num_blocks}, but one request of max_seq_len="
-                f"{self.max_seq_len} tokens needs {one_request} blocks of "
-                f"{self.block_size}: pass at least {one_request}, or lower max_seq_len"
-            )
-        if self.kv_dtype not in KV_DTYPES:
-            raise ValueError(
-                f"kv_dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}"
-            )
-        if self.kv_dtype != "float32" and self.kv_cache != "paged":
-            raise ValueError(
-                f"kv_dtype {self.kv_dtype!r} stores the paged pool's keys and "
-                "values: pass kv_cache='paged', or leave kv_dtype 'float32'"
-            )
-        if not isinstance(self.prefix_caching, bool):
-            raise TypeError(
-                "prefix_caching must be True or False, got "
-                f"{type(self.prefix_caching).__name__}"
-            )
-        self.check_kv_disk()
-
-    def check_kv_disk(self) -> None:
-        object.__setattr__(
-            self, "kv_disk_budget", parse_bytes("kv_disk_budget", self.kv_disk_budget)
-        )
-        folder = self.kv_disk_dir
-        if folder is None:
-            if self.kv_disk_budget != DEFAULT_KV_DISK_BUDGET:
-                raise ValueError(
-                    "kv_disk_budget sizes the disk tier, but kv_disk_dir is None: "
-                    "pass kv_disk_dir or leave kv_disk_budget out"
-                )
-            return
-        if not isinstance(folder, (str, os.PathLike)):
-            raise TypeError(
-                f"kv_disk_dir must be a folder's path or None, got "
-                f"{type(folder).__name__}"
-            )
-        if not os.fspath(folder).strip():
-            raise ValueError("kv_disk_dir is empty: pass a folder's path, or None")
-        if self.kv_cache != "paged" or not self.prefix_caching:
-            raise ValueError(
-                "kv_disk_dir keeps the prefix cache's blocks: pass kv_cache='paged' "
-                "with prefix_caching=True, or leave kv_disk_dir None"
-            )
+        check_settings(self)
 
     @classmethod
     def of(cls, config: "EngineConfig | None", settings: dict) -> "EngineConfig":

@@ -56,7 +56,8 @@ from .mixed_policy import (
 )
 from .runner import Forward, ModelRunner, accept_drafts
 from .block_pool import BlockPool, BlockTable, blocks_needed, chain_hash
-from .paged_cache import LayerBlocks, PagedBatchingKvCache, PagedKvCache, group_rows
+from .layer_blocks import LayerBlocks
+from .paged_cache import PagedBatchingKvCache, PagedKvCache, group_rows
 from .quantized_pool import QuantizedLayerBlocks
 from .paged_manager import PagedKvManager
 from .prefix_cache import PrefixCachingKvManager
@@ -86,6 +87,7 @@ from .constrained import (
     vocabulary_of,
 )
 from .token_index import TokenIndex
+from .choices import choices_to_stop, make_choices
 from .engine import Engine, RequestOutput
 from .scheduler import batch_generate
 from .sharding import HeadShard, shard_heads, shard_range, split_evenly

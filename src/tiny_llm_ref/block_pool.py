@@ -9,7 +9,7 @@ follows the tokens actually held (vLLM's PagedAttention).
     positions   0-3 -> block 7,  4-7 -> block 2,  8-9 -> block 9 (2 of 4 used)
 
 Block ids are the same in every layer: one BlockPool keeps, for all of them, which
-ids are free and a reference count per block; the layers' arrays are paged_cache.py.
+ids are free and a reference count per block; the layers' arrays are layer_blocks.py.
 num_blocks is a budget, not an allocation: the pool hands out the lowest ids first,
 and a new id only when no given-back block can be reused.
 

@@ -27,11 +27,11 @@ from tiny_llm_base import (
     SchedulerSnapshot,
     SlotView,
     check_int,
-    for_choice,
-    greedy,
 )
-from tiny_llm_base.config import check_callable, is_adaptive
+from tiny_llm_base.config import check_callable
+from tiny_llm_base.config_checks import is_adaptive
 
+from .choices import choices_to_stop, make_choices
 from .disk_tier import DiskTierKvManager
 from .kv_manager import DenseKvManager
 from .metrics import RunMetrics
@@ -141,44 +141,22 @@ class Engine:
     def add_request(self, prompt: str | list[int] | PromptSpec) -> int:
         """Queue a prompt (any thread); returns its request id.
 
-        A plain prompt is PromptSpec(prompt). The Request is made here, with
-        prefill_max_step=None (the planner sizes every chunk), the spec's max_tokens
-        and sampler or else the config's, its priority and constraint (week 3 day
-        5), its options, the config's max_seq_len and the engine's clock: a bad one
-        has already failed ("error") and finishes in the engine's next step, costing
-        nobody else anything. A spec with n > 1 makes n Requests under the one id:
-        choice i has index i, the options for_choice(options, i) gives, and (for i >
-        0) first_choice, the Request of choice 0. Only notes go into the inbox, one
-        per Request, ("add", id, request, arrival_step): the engine's thread reads
-        them. ValueError or TypeError for a bad arrival_step or n.
+        A plain prompt is PromptSpec(prompt). Its Requests are made here, one per
+        choice (make_choices, choices.py: n > 1 makes n under the one id): a bad
+        prompt has already failed ("error") and finishes in the engine's next step,
+        costing nobody else anything. Only notes go into the inbox, one per Request,
+        ("add", id, request, arrival_step): the engine's thread reads them.
+        ValueError or TypeError for a bad arrival_step or n.
         """
-        # Week 2 Day 6: add_request: check arrival_step and n; make the Request of
-        # each choice, put ("add", id, request, arrival_step) in the inbox for each,
-        # return the id
+        # Week 2 Day 6: add_request: check arrival_step; make_choices; put ("add", id,
+        # request, arrival_step) in the inbox for each, return the id
         spec = prompt if isinstance(prompt, PromptSpec) else PromptSpec(prompt)
         check_int("arrival_step", spec.arrival_step, 0)
-        check_int("n", spec.n, 1)
-        config = self.config
-        max_tokens = config.max_tokens if spec.max_tokens is None else spec.max_tokens
+        choices = make_choices(
+            self.model, self.tokenizer, spec, self.config, self.clock
+        )
         request_id = next(self.next_id)
-        first = None
-        for index in range(spec.n):
-            request = Request(
-                self.model,
-                self.tokenizer,
-                spec.prompt,
-                prefill_max_step=None,
-                max_tokens=max_tokens,
-                max_seq_len=config.max_seq_len,
-                sampler=spec.sampler or config.sampler or greedy,
-                priority=spec.priority,
-                clock=self.clock,
-                constraint=spec.constraint,
-                options=for_choice(spec.options, index),
-                index=index,
-                first_choice=first,
-            )
-            first = first or request
+        for request in choices:
             self.inbox.put(("add", request_id, request, spec.arrival_step))
         return request_id
 
@@ -268,14 +246,11 @@ class Engine:
         choice `index` unless None) that is not finished finishes with "abort" and
         leaves wherever it is. An id that is unknown or already reported is
         ignored."""
-        # Week 2 Day 6: stop: find its unfinished requests (the choice asked, or all),
-        # finish each with "abort", take it out of arriving, and retire them
-        for request, i in self.ids.items():
-            if i != request_id or request.is_finished:
-                continue
-            if index is None or request.index == index:
-                self.arriving = [(s, r) for s, r in self.arriving if r is not request]
-                request.finish("abort")
+        # Week 2 Day 6: stop: each of choices_to_stop finishes with "abort" and leaves
+        # arriving; retire them
+        for request in choices_to_stop(self.ids, request_id, index):
+            self.arriving = [(s, r) for s, r in self.arriving if r is not request]
+            request.finish("abort")
         self.planner.retire_finished()
 
     def admit_arrivals(self) -> None:

@@ -1,160 +1,20 @@
-"""Week 3 day 2: a paged KV cache's storage: keys and values in fixed-size blocks of
-one shared pool (block_pool.py keeps the ids and their tables).
+"""Week 3 day 2: the paged KV cache's views: requests' caches that read and write
+through their block tables into each layer's LayerBlocks (layer_blocks.py; the ids
+and tables are block_pool.py's).
 
-A dense cache gives every decode slot max_seq_len positions up front. Here a layer's
-storage is a pool of blocks, keys and values `[blocks, H, block_size, D]`, and each
-layer keeps its arrays in a LayerBlocks. A PagedKvCache is one request's view of one
-layer (the model calls it like TinyKvFullCache); a PagedBatchingKvCache holds the
-decode rows' views (the engine calls it like BatchingKvCache). Attention reads a
-request's keys by gathering its blocks in table order.
-
-Two rules make the pool cost what the tokens cost, not what the pool could hold:
-- Memory: a layer's arrays grow (doubling, up to num_blocks) to cover the highest
-  block id written, and the pool hands out the lowest ids first.
-- Time: an MLX array is a value; `pool[idx] = x` writes in place only when nothing
-  else still needs the old pool. A step with several parts (week 3 day 1's mixed
-  step) therefore *stages* every part's keys first and writes them in ONE scatter
-  before any part reads (LayerBlocks.stage, then flush): a read between two writes
-  would make MLX copy the whole pool.
+A dense cache gives every decode slot max_seq_len positions up front. Here a
+PagedKvCache is one request's view of one layer (the model calls it like
+TinyKvFullCache); a PagedBatchingKvCache holds the decode rows' views (the engine
+calls it like BatchingKvCache). Attention reads a request's keys by gathering its
+blocks in table order; a step's writes are staged in the layer and written in one
+scatter before the first read.
 """
 
 import mlx.core as mx
 
-from tiny_llm_base.memory import check_fits, kv_bytes_per_position
-
-from .block_pool import BlockTable, blocks_needed
+from .block_pool import BlockTable
 from .kv_cache import TinyKvCache, batch_causal_mask
-
-
-def check_pool_fits(model, positions: int, kv_dtype: str = "float32") -> None:
-    """Refuse a pool of `positions` positions that could not fit in this machine's
-    memory, before MLX tries (an allocation past it can crash the process). Bytes
-    per position come from the model's layers (and kv_dtype); a model that does not
-    show its layers is checked at the pool's first write."""
-    per_position = kv_bytes_per_position(model, kv_dtype=kv_dtype)
-    if per_position is not None:
-        check_memory(positions * per_position, positions)
-
-
-def check_memory(needed: int, positions: int) -> None:
-    """ValueError, with the numbers, when `needed` bytes for a pool of `positions`
-    positions pass what the machine has."""
-    check_fits(
-        needed,
-        f"a KV pool of {positions:,} positions",
-        "lower kv_memory (or num_blocks) or block_size",
-    )
-
-
-class LayerBlocks:
-    """One layer's pool: keys and values [capacity, H, block_size, D].
-
-    The arrays are made at the first write (when H, D and the dtype are known) and
-    grow, doubling from FIRST_POSITIONS positions up to num_blocks blocks, to cover
-    the highest block id written: memory follows the blocks the BlockPool has
-    handed out (lowest ids first), not the budget. Writes are staged (stage) and
-    written together (flush) before anything is read, so a step writes each layer's
-    pool once, in place.
-    """
-
-    FIRST_POSITIONS = 256
-
-    def __init__(self, num_blocks: int, block_size: int):
-        # Week 3 Day 2: LayerBlocks: keep num_blocks and block_size; keys and values
-        # None until the first write; nothing staged
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.keys: mx.array | None = None
-        self.values: mx.array | None = None
-        self.staged: list[tuple[list[int], list[int], mx.array, mx.array]] = []
-
-    @property
-    def capacity(self) -> int:
-        """The blocks the arrays hold now (0 before the first write)."""
-        return 0 if self.keys is None else self.keys.shape[0]
-
-    def stage(
-        self, blocks: list[int], slots: list[int], keys: mx.array, values: mx.array
-    ) -> None:
-        """Hold keys/values [n, H, D] for row i's position: slot slots[i] of block
-        blocks[i]. Nothing is written until flush()."""
-        # Week 3 Day 2: stage: append (blocks, slots, keys, values) to staged
-        self.staged.append((blocks, slots, keys, values))
-
-    def flush(self) -> None:
-        """Write everything staged in ONE scatter per array, growing the arrays first
-        if a block id is past them. Nothing staged: nothing to do."""
-        # Week 3 Day 2: flush: concatenate the staged blocks, slots, keys and values;
-        # grow to cover max(blocks) + 1; pool[blocks[:, None], mx.arange(H)[None, :],
-        # slots[:, None]] = rows for keys and values; nothing staged afterwards
-        if not self.staged:
-            return
-        blocks = [b for staged in self.staged for b in staged[0]]
-        slots = [s for staged in self.staged for s in staged[1]]
-        keys = mx.concatenate([staged[2] for staged in self.staged])
-        values = mx.concatenate([staged[3] for staged in self.staged])
-        self.staged = []
-        _, H, D = keys.shape
-        self.grow(max(blocks) + 1, H, D, keys.dtype)
-        index = (
-            mx.array(blocks)[:, None],
-            mx.arange(H)[None, :],
-            mx.array(slots)[:, None],
-        )
-        self.keys[index] = keys
-        self.values[index] = values
-
-    def grow(self, blocks: int, H: int, D: int, dtype: mx.Dtype) -> None:
-        """Arrays of at least `blocks` blocks: the capacity doubles (from
-        FIRST_POSITIONS positions' worth, at most num_blocks) and the old arrays are
-        copied in. The first growth checks that the whole budget could fit the
-        machine (check_memory). More than num_blocks blocks is a bug in the caller:
-        ValueError "block {blocks - 1} is past the pool's {num_blocks} blocks"."""
-        # Week 3 Day 2: grow: nothing to do when blocks <= capacity; ValueError past
-        # num_blocks (the docstring's words); else the first
-        # time check_memory(2 x num_blocks x block_size x H x D x dtype.size bytes,
-        # num_blocks x block_size positions); new capacity max(blocks, 2 x capacity,
-        # blocks_needed(FIRST_POSITIONS, block_size)), at most num_blocks;
-        # concatenate zeros after the old arrays
-        if blocks <= self.capacity:
-            return
-        if blocks > self.num_blocks:
-            raise ValueError(
-                f"block {blocks - 1} is past the pool's {self.num_blocks} blocks"
-            )
-        if self.keys is None:
-            positions = self.num_blocks * self.block_size
-            check_memory(2 * positions * H * D * dtype.size, positions)
-        first = blocks_needed(self.FIRST_POSITIONS, self.block_size)
-        capacity = min(self.num_blocks, max(blocks, 2 * self.capacity, first))
-        extra = mx.zeros((capacity - self.capacity, H, self.block_size, D), dtype)
-        if self.keys is None:
-            self.keys, self.values = extra, mx.zeros_like(extra)
-        else:
-            self.keys = mx.concatenate([self.keys, extra])
-            self.values = mx.concatenate([self.values, extra])
-
-    def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:
-        """Keys and values [B, H, length, D] of B requests, each read through its
-        block table (staged writes are flushed first). A table shorter than the
-        others is padded with block 0: the caller's mask must hide those positions.
-        """
-        # Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length /
-        # block_size) blocks (a table may hold blocks reserved past length; pad with
-        # block 0), index the pool with the [B, width] table array -> [B,
-        # width, H, block_size, D], move the heads before the blocks, reshape to [B, H,
-        # width * block_size, D] and cut to length
-        self.flush()
-        width = blocks_needed(length, self.block_size)
-        padded = mx.array([(t + [0] * width)[:width] for t in tables])  # [B, width]
-
-        def read(pool: mx.array) -> mx.array:
-            blocks = pool[padded]  # [B, width, H, block_size, D]
-            B, _, H, size, D = blocks.shape
-            flat = blocks.transpose(0, 2, 1, 3, 4).reshape(B, H, width * size, D)
-            return flat[:, :, :length, :]
-
-        return read(self.keys), read(self.values)
+from .layer_blocks import LayerBlocks
 
 
 class PagedKvCache(TinyKvCache):

@@ -14,12 +14,8 @@ from tiny_llm_base import EngineConfig
 
 from .kv_manager import KvManager
 from .block_pool import BlockPool, BlockTable, blocks_needed
-from .paged_cache import (
-    LayerBlocks,
-    PagedBatchingKvCache,
-    PagedKvCache,
-    check_pool_fits,
-)
+from .layer_blocks import LayerBlocks, check_pool_fits
+from .paged_cache import PagedBatchingKvCache, PagedKvCache
 from .quantized_pool import QuantizedLayerBlocks
 from .request import Request
 

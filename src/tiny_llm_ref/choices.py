@@ -1,0 +1,65 @@
+"""A prompt asked n times (PromptSpec.n): n Requests under one request id.
+
+Choice i has index i and the options for_choice(options, i) gives (seed + i; the
+prompt's logprobs only for choice 0). Every choice after the first keeps
+first_choice, the Request of choice 0: the planner lets it wait for that one's
+prefill, and a paged KV manager shares its full prompt blocks. The engine reports
+each choice's outputs under the one id with its index, and an abort may name one
+choice.
+"""
+
+from collections.abc import Callable
+
+from tiny_llm_base import EngineConfig, PromptSpec, check_int, for_choice, greedy
+
+from .request import Request
+
+
+def make_choices(
+    model, tokenizer, spec: PromptSpec, config: EngineConfig, clock: Callable
+) -> list["Request"]:
+    """The Requests of spec's n choices, in index order, with prefill_max_step=None
+    (the planner sizes every chunk), the spec's max_tokens and sampler or else the
+    config's (greedy without either), its priority and constraint (week 3 day 5),
+    the config's max_seq_len and `clock`. ValueError or TypeError for a bad n."""
+    # Week 2 Day 6: make_choices: check n; a Request per choice i with index i,
+    # options for_choice(spec.options, i) and first_choice the Request of choice 0
+    # (None for choice 0 itself)
+    check_int("n", spec.n, 1)
+    max_tokens = config.max_tokens if spec.max_tokens is None else spec.max_tokens
+    choices: list[Request] = []
+    for index in range(spec.n):
+        choices.append(
+            Request(
+                model,
+                tokenizer,
+                spec.prompt,
+                prefill_max_step=None,
+                max_tokens=max_tokens,
+                max_seq_len=config.max_seq_len,
+                sampler=spec.sampler or config.sampler or greedy,
+                priority=spec.priority,
+                clock=clock,
+                constraint=spec.constraint,
+                options=for_choice(spec.options, index),
+                index=index,
+                first_choice=choices[0] if choices else None,
+            )
+        )
+    return choices
+
+
+def choices_to_stop(
+    ids: dict["Request", int], request_id: int, index: int | None
+) -> list["Request"]:
+    """The unfinished choices of request `request_id` among `ids` (request -> its
+    request id): all of them, or only choice `index` when it is not None."""
+    # Week 2 Day 6: choices_to_stop: the requests in ids with this id, not finished,
+    # whose index is `index` (any index when it is None)
+    return [
+        request
+        for request, i in ids.items()
+        if i == request_id
+        and not request.is_finished
+        and (index is None or request.index == index)
+    ]

@@ -30,84 +30,32 @@ import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 # isort: split
 import math
 import statistics
-import time
 from collections.abc import Callable
-from contextlib import contextmanager
 
 import mlx.core as mx
 
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import (
-    Bench,
-    at_least,
-    identical,
-    interleaved,
-    medians,
-    timed,
+from scripts.bench.benchlib.fast_path_before import (
+    CHUNK,
+    PATHS,
+    before_and_after,
+    filled_cache,
+    previous_fast_attention,
+    previous_swiglu,
+    random_layer_cache,
+    rewind,
 )
+from scripts.bench.benchlib.harness import Bench, at_least, identical, medians, timed
 from scripts.bench.benchlib.render import grid
 from scripts.bench.benchlib.workloads import long_prompt
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
 from scripts.commands.cli import fail, require_at_least
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
-CHUNK = 128
 GOAL_POSITION = 2000
 GOAL_SPEEDUP = 2.0
 DECODE_TOKENS = 8
 PARTS_CACHE_LIMIT = 1 << 30  # MLX's buffer cache while the parts are timed alone
-# course.qwen2_week2 is the module whose fast_attention and swiglu the blocks call:
-# they are swapped for the previous versions while "before" runs.
-
-
-def previous_fast_attention(q, k, v, scale, mask):
-    """The reference's fast_attention before cpu_attention: mx.fast's attention; on a
-    CPU a causal chunk longer than 128 queries in blocks of 128 queries, each block
-    against the keys it can see."""
-    L, S = q.shape[2], k.shape[2]
-    on_cpu = mx.default_device().type == mx.cpu
-    if not (on_cpu and isinstance(mask, str) and L > CHUNK):
-        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
-    blocks = []
-    for start in range(0, L, CHUNK):
-        end = min(start + CHUNK, L)
-        visible = S - L + end
-        blocks.append(
-            mx.fast.scaled_dot_product_attention(
-                q[:, :, start:end],
-                k[:, :, :visible],
-                v[:, :, :visible],
-                scale=scale,
-                mask="causal",
-            )
-        )
-    return mx.concatenate(blocks, axis=2)
-
-
-@mx.compile
-def previous_swiglu(gate, up):
-    """swiglu before: silu with mx.sigmoid, compiled."""
-    return course.silu(gate) * up
-
-
-@contextmanager
-def before():
-    """Run the fast path as it was before cpu_attention and fast_exp."""
-    saved = course.qwen2_week2.fast_attention, course.qwen2_week2.swiglu
-    course.qwen2_week2.fast_attention = previous_fast_attention
-    course.qwen2_week2.swiglu = previous_swiglu
-    try:
-        yield
-    finally:
-        course.qwen2_week2.fast_attention, course.qwen2_week2.swiglu = saved
-
-
-@contextmanager
-def after():
-    yield
-
-
-PATHS = {"before": before, "after": after}
 # The parts each path has of its own; the others are shared.
 OWN_PARTS = {
     "before": ["before: swiglu (mx.sigmoid)", "before: attention (mx.fast)"],
@@ -118,28 +66,6 @@ OWN_PARTS = {
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
     """Median milliseconds of `repeats` evaluated calls, after one warm-up."""
     return 1e3 * statistics.median(timed(fn, repeats))
-
-
-def random_layer_cache(model, position: int):
-    """One layer's cache holding `position` random keys and values."""
-    layer_cache = course.TinyKvFullCache()
-    if position:
-        attention = model.layers[0].attention
-        shape = (1, attention.num_kv_heads, position, attention.head_dim)
-        layer_cache.update_and_fetch(mx.random.normal(shape), mx.random.normal(shape))
-        mx.eval(layer_cache.keys, layer_cache.values)
-    return layer_cache
-
-
-def filled_cache(model, position: int) -> list:
-    """A cache per layer holding `position` random keys and values."""
-    return [random_layer_cache(model, position) for _ in range(model.num_layers)]
-
-
-def rewind(cache: list, offset: int) -> None:
-    """Forget what a measured step wrote after `offset` (it is written again)."""
-    for layer_cache in cache:
-        layer_cache.offset = offset
 
 
 def layer_parts(model, position: int) -> dict[str, Callable[[], object]]:
@@ -233,24 +159,6 @@ def layer_parts(model, position: int) -> dict[str, Callable[[], object]]:
             lambda: (numerators.swapaxes(-1, -2) @ v_block) / total
         ),
     }
-
-
-def before_and_after(step: Callable[[], object], reset, repeats: int) -> dict:
-    """ms of step() on each path, interleaved `repeats` rounds after one that warms up
-    (and grows the caches); reset() after every step forgets what it wrote."""
-
-    def on(path) -> float:
-        with path():
-            start = time.perf_counter()
-            mx.eval(step())
-            elapsed = (time.perf_counter() - start) * 1e3
-        reset()
-        return elapsed
-
-    runs = interleaved(
-        {name: lambda p=path: on(p) for name, path in PATHS.items()}, repeats + 1
-    )
-    return {name: times[1:] for name, times in runs.items()}
 
 
 def step_ms(model, position: int, repeats: int) -> dict[str, float]:

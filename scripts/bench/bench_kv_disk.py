@@ -26,11 +26,12 @@ import time
 from dataclasses import asdict, dataclass
 
 from scripts.bench.benchlib import render
-from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.course import run_benchmark
 from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
-from scripts.bench.benchlib.runners import run_to_end
-from scripts.bench.benchlib.workloads import agent_session, chat
+from scripts.bench.benchlib.runners import paged_engine, run_to_end
+from scripts.bench.benchlib.workloads import agent_session, chat, common_prefix
 from tiny_llm_base import PromptSpec
+from tiny_llm_base.mlx_lm_reference import chat_ids
 
 BLOCK_SIZE = 16
 MAX_TOKENS = 32
@@ -48,25 +49,24 @@ class Turn:
     engine: int  # 1 before the restart, 2 after
 
 
-def make_engine(model, tokenizer, folder):
-    return course.Engine(
+def make_engine(model, tokenizer, **settings):
+    """A paged Engine with room for the whole session: a disk tier with
+    kv_disk_dir, none with prefix_caching=False."""
+    return paged_engine(
         model,
         tokenizer,
         batch_size=2,
         max_seq_len=8192,
-        prefill_step=512,
-        policy="mixed",
         max_tokens=MAX_TOKENS,
-        kv_cache="paged",
         block_size=BLOCK_SIZE,
-        kv_disk_dir=folder,
+        **settings,
     )
 
 
 def replay(model, tokenizer, system, messages, restart_after, folder) -> dict:
     """The session's turns, the engine closed and made again after restart_after
     turns; the prompts, the turns and what the restart cost."""
-    engines = [make_engine(model, tokenizer, folder)]
+    engines = [make_engine(model, tokenizer, kv_disk_dir=folder)]
     conversation = [{"role": "system", "content": system}]
     prompts, turns, restart = [], [], {}
     for number, message in enumerate(messages, 1):
@@ -76,7 +76,7 @@ def replay(model, tokenizer, system, messages, restart_after, folder) -> dict:
             restart["close_s"] = time.perf_counter() - start
             restart["blocks_written"] = engines[-1].kv.disk.blocks_written
             start = time.perf_counter()
-            engines.append(make_engine(model, tokenizer, folder))
+            engines.append(make_engine(model, tokenizer, kv_disk_dir=folder))
             restart["new_engine_s"] = time.perf_counter() - start
         engine = engines[-1]
         conversation.append({"role": "user", "content": message})
@@ -106,27 +106,9 @@ def replay(model, tokenizer, system, messages, restart_after, folder) -> dict:
 
 def recompute(model, tokenizer, prompt: list[int]) -> tuple[list[int], float]:
     """A fresh engine with no cache on `prompt`: its tokens and its TTFT."""
-    engine = course.Engine(
-        model,
-        tokenizer,
-        batch_size=2,
-        max_seq_len=8192,
-        prefill_step=512,
-        policy="mixed",
-        max_tokens=MAX_TOKENS,
-        kv_cache="paged",
-        block_size=BLOCK_SIZE,
-        prefix_caching=False,
-    )
+    engine = make_engine(model, tokenizer, prefix_caching=False)
     (result,) = run_to_end(engine, [PromptSpec(prompt)])
     return result.tokens, result.metrics.time_to_first_token
-
-
-def shared_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def main() -> int:
@@ -138,10 +120,8 @@ def main() -> int:
     turns, restart_after, tool_tokens = (4, 2, 250) if args.quick else (10, 5, 600)
     system, messages = agent_session(tokenizer, turns, tool_tokens)
     with tempfile.TemporaryDirectory() as folder:
-        warm = make_engine(model, tokenizer, folder)  # compiles every path
-        run_to_end(
-            warm, [PromptSpec(chat(tokenizer, [{"role": "user", "content": "Hi"}]))]
-        )
+        warm = make_engine(model, tokenizer, kv_disk_dir=folder)  # compiles every path
+        run_to_end(warm, [PromptSpec(chat_ids(tokenizer, "Hi"))])
     with tempfile.TemporaryDirectory() as folder:
         with console.status(f"{turns} turns, a restart after turn {restart_after}"):
             run = replay(model, tokenizer, system, messages, restart_after, folder)
@@ -194,7 +174,7 @@ def main() -> int:
         f"{restart_after + 1} over its blocks)"
     )
     shareable = (
-        min(shared_prefix(first_prompt, run["prompts"][restart_after - 1] + before.tokens),
+        min(common_prefix(first_prompt, run["prompts"][restart_after - 1] + before.tokens),
             len(first_prompt) - 1) // BLOCK_SIZE * BLOCK_SIZE
     )  # fmt: skip
     goals = [

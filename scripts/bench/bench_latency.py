@@ -28,22 +28,29 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 import dataclasses
 import functools
 import itertools
-import json
 import statistics
-from itertools import pairwise
 
 import mlx.core as mx
-import numpy as np
 
-from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.harness import Bench, Goal, at_most, identical
-from scripts.bench.benchlib.measure import percentile
-from scripts.bench.benchlib.runners import drive, run_to_end
-from scripts.bench.benchlib.workloads import Workload, long_prompt, warmup_workload
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
-from scripts.commands.cli import MIXED_STEP_DEFAULTS, fail, require_positive
-from tiny_llm_base import EngineConfig, PromptSpec
+from scripts.bench.benchlib.runners import run_to_end
+from scripts.bench.benchlib.settings import check_rows, parse_sets
+from scripts.bench.benchlib.traces import (
+    describe,
+    lane_title,
+    latency,
+    ms,
+    run_trace,
+    s1,
+    trace,
+    trace_table,
+)
+from scripts.bench.benchlib.workloads import long_prompt, warmup_workload
+from scripts.commands.cli import MIXED_STEP_DEFAULTS, require_positive
+from tiny_llm_base import PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
 
@@ -127,32 +134,6 @@ def sweep_points() -> list[tuple[str, dict]]:
 # --- options ------------------------------------------------------------------------
 
 
-def parse_value(text: str):
-    """none, a number, true/false, or the text as it is (a policy's name)."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text.strip()
-
-
-def parse_sets(items: list[str]) -> dict[str, dict]:
-    """--set [NAME:]KEY=VALUE items as settings per row name (no NAME: defaults)."""
-    overrides = {name: {} for name in SETTINGS}
-    for item in items:
-        target, key = "defaults", item
-        if ":" in item.split("=", 1)[0]:
-            target, key = item.split(":", 1)
-        key, equals, value = key.partition("=")
-        if not equals or not key.strip():
-            fail(f"--set takes [NAME:]KEY=VALUE, e.g. prefill_step=64, got {item!r}")
-        if target not in SETTINGS:
-            fail(f"--set {item}: no row {target!r}: choose from {', '.join(SETTINGS)}")
-        overrides[target][key.strip()] = parse_value(value)
-    return overrides
-
-
 def parse_args(bench: Bench):
     parser = bench.parser
     parser.add_argument("--sweep", action="store_true", help="also run SWEEP's grid")
@@ -171,7 +152,7 @@ def parse_args(bench: Bench):
     args.sizes = QUICK if args.quick else FULL
     if args.rate is not None:
         args.sizes = dataclasses.replace(args.sizes, rate=args.rate)
-    overrides = parse_sets(args.set)
+    overrides = parse_sets(args.set, SETTINGS, "defaults")
     args.settings = {
         name: {**DEFAULTS, **changes, **overrides[name]}
         for name, (_, changes, _) in SETTINGS.items()
@@ -179,106 +160,8 @@ def parse_args(bench: Bench):
     points = sweep_points() if args.sweep else []
     checked = [*args.settings.items()]
     checked += [(label, {**args.settings["defaults"], **p}) for label, p in points]
-    for name, settings in checked:
-        try:  # every bad setting before the model loads
-            EngineConfig.of(None, settings)
-        except (TypeError, ValueError) as error:
-            fail(f"--set: {name}: {error}")
+    check_rows(checked)
     return args
-
-
-# --- part 1: the trace --------------------------------------------------------------
-
-
-def trace(tokenizer, sizes: Sizes, with_long: bool) -> Workload:
-    """Short chat questions at Poisson arrival times within span_s (seed 0), then,
-    last in the list, the long prompt at long_at_s."""
-    gaps = np.random.default_rng(0).exponential(1 / sizes.rate, sizes.max_shorts)
-    arrivals = [float(t) for t in np.cumsum(gaps) - gaps[0] if t < sizes.span_s]
-    prompts = [
-        chat_ids(tokenizer, SHORT_QUESTIONS[i % 10]) for i in range(len(arrivals))
-    ]
-    max_tokens = [sizes.short_max_tokens] * len(prompts)
-    short = [True] * len(prompts)
-    if with_long:
-        prompts.append(long_prompt(tokenizer, sizes.long_tokens, seed=7))
-        max_tokens.append(sizes.long_max_tokens)
-        arrivals.append(sizes.long_at_s)
-        short.append(False)
-    n = len(prompts)
-    return Workload("trace", prompts, max_tokens, [0] * n, short, arrival_s=arrivals)
-
-
-def describe(workload: Workload, sizes: Sizes) -> str:
-    long = len(workload.prompts[-1])
-    return (
-        f"{sum(workload.short)} short requests ({sizes.rate:g}/s within "
-        f"{sizes.span_s:g} s, {sizes.short_max_tokens} tokens each), a {long:,}-token "
-        f"prompt at {sizes.long_at_s:g} s ({sizes.long_max_tokens} tokens)"
-    )
-
-
-def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> dict:
-    """A fresh Engine through the trace (drive: each request interactive, handed
-    over when due). Per request, its times in seconds from the start (arrival: when
-    it was due; prefill_start: its first chunk; tokens: each token's), and the
-    counts."""
-    forwards = []
-    engine = course.Engine(
-        model,
-        tokenizer,
-        **{"max_seq_len": model.context_length, **settings},
-        sampler=sampler,
-        on_forward=lambda r: forwards.append(r.end - r.start),
-    )
-    run = drive(engine, workload, time_limit_s, priority="interactive")
-    total = run.end - run.start
-
-    def since(t: float | None) -> float | None:
-        return None if t is None else t - run.start
-
-    requests = [
-        dict(
-            short=short,
-            arrival=since(arrival),
-            prefill_start=since(result and result.metrics.prefill_start),
-            tokens=[since(t) for t in result.metrics.token_times] if result else [],
-        )
-        for arrival, result, short in zip(run.arrivals, run.results, workload.short)
-    ]
-    return dict(
-        requests=requests,
-        max_tokens=workload.max_tokens,
-        steps=engine.steps_done,
-        busy=sum(forwards) / total,
-        preemptions=engine.metrics.preemptions,
-        total_s=total,
-    )
-
-
-def latency(outcome: dict) -> dict:
-    """A row's numbers: the shorts' TTFT p50/p99 and ITL p99 (each gap between two
-    tokens of one request), the long request's TTFT and finish time (arrival -> last
-    token; None unless it finished), and the run's counts."""
-    done = [
-        r
-        for r, m in zip(outcome["requests"], outcome["max_tokens"])
-        if len(r["tokens"]) == m
-    ]
-    shorts = [r for r in done if r["short"]]
-    ttft = [r["tokens"][0] - r["arrival"] for r in shorts]
-    gaps = [b - a for r in shorts for a, b in pairwise(r["tokens"])]
-    long = next((r for r in done if not r["short"]), None)
-    return dict(
-        shorts=sum(r["short"] for r in outcome["requests"]),
-        short_ttft_p50_s=percentile(ttft, 50),
-        short_ttft_p99_s=percentile(ttft, 99),
-        short_itl_p99_s=percentile(gaps, 99),
-        long_ttft_s=None if long is None else long["tokens"][0] - long["arrival"],
-        long_finish_s=None if long is None else long["tokens"][-1] - long["arrival"],
-        unfinished=len(outcome["requests"]) - len(done),
-        **{k: outcome[k] for k in ("steps", "busy", "preemptions", "total_s")},
-    )
 
 
 # --- part 2: priority ---------------------------------------------------------------
@@ -334,43 +217,6 @@ def priority_part(model, tokenizer, sampler, settings: dict, sizes: Sizes) -> di
 
 
 # --- report -------------------------------------------------------------------------
-
-
-def ms(value: float | None) -> str:
-    return "-" if value is None or np.isnan(value) else f"{1000 * value:,.0f}"
-
-
-def s1(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-COLUMNS = {  # header -> the cell, from a row's numbers (latency); TTFT, ITL: shorts
-    "shorts": lambda n: str(n["shorts"]),
-    "TTFT p50 ms": lambda n: ms(n["short_ttft_p50_s"]),
-    "TTFT p99 ms": lambda n: ms(n["short_ttft_p99_s"]),
-    "ITL p99 ms": lambda n: ms(n["short_itl_p99_s"]),
-    "long TTFT s": lambda n: s1(n["long_ttft_s"]),
-    "long finish s": lambda n: s1(n["long_finish_s"]),
-    "steps": lambda n: str(n["steps"]),
-    "busy": lambda n: f"{100 * n['busy']:.0f}%",
-    "preempted": lambda n: str(n["preemptions"]),
-    "total s": lambda n: (
-        s1(n["total_s"]) + (f" ({n['unfinished']} cut)" if n["unfinished"] else "")
-    ),
-}
-
-
-def trace_table(title: str, rows: dict[str, dict], first: str = "setting"):
-    cells = [
-        [label, *(cell(n) for cell in COLUMNS.values())] for label, n in rows.items()
-    ]
-    return render.grid(title, [first, *COLUMNS], cells)
-
-
-def lane_title(label: str, outcome: dict) -> str:
-    n = latency(outcome)
-    long = f", long finish {s1(n['long_finish_s'])} s" if n["long_finish_s"] else ""
-    return f"{label}: short TTFT p99 {ms(n['short_ttft_p99_s'])} ms{long}"
 
 
 def goals_of(rows: dict[str, dict], priority: dict) -> list[Goal]:

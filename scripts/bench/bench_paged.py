@@ -40,11 +40,17 @@ from scripts.bench.benchlib.harness import (
     interleaved,
     medians,
 )
-from scripts.bench.benchlib.runners import mlx_lm_cached, run_to_end
-from scripts.bench.benchlib.workloads import chat, replay_chat
+from scripts.bench.benchlib.runners import (
+    mlx_lm_cached,
+    paged_engine,
+    peak_memory_run,
+    run_to_end,
+)
+from scripts.bench.benchlib.workloads import common_prefix, long_prompt, replay_chat
 from scripts.bench.loadlib.workload import make_workload
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.memory import kv_bytes_per_token
+from tiny_llm_base.mlx_lm_reference import chat_ids
 
 CHAT_TURNS = [
     "Tell me about lighthouses.",
@@ -79,7 +85,7 @@ def step_seconds(model, tokenizer, sampler, kv_cache: str, pool_blocks: int | No
         sampler=sampler,
         **settings,
     )
-    short = [chat(tokenizer, [{"role": "user", "content": q}]) for q in CHAT_TURNS[:4]]
+    short = [chat_ids(tokenizer, q) for q in CHAT_TURNS[:4]]
     for prompt in short:
         engine.add_request(PromptSpec(prompt, max_tokens=400))
     while len(engine.planner.decoding()) < 4:
@@ -91,22 +97,13 @@ def step_seconds(model, tokenizer, sampler, kv_cache: str, pool_blocks: int | No
         mx.eval(
             [a for layer in engine.kv.layer_blocks for a in (layer.keys, layer.values)]
         )
-    engine.add_request(PromptSpec(long_prompt(tokenizer, 700), max_tokens=1))
+    engine.add_request(PromptSpec(long_prompt(tokenizer, 700, seed=1), max_tokens=1))
     times = []
     while len(times) < 16:
         start = time.perf_counter()
         engine.step()
         times.append(time.perf_counter() - start)
     return statistics.median(times[2:])
-
-
-def long_prompt(tokenizer, tokens: int) -> list[int]:
-    """A chat prompt of about `tokens` tokens: numbered notes and a question."""
-    notes = "\n".join(
-        f"Note {n}: the harbour light at pier {n % 7} was checked at {n % 12} o'clock."
-        for n in range(tokens // 20)
-    )
-    return chat(tokenizer, [{"role": "user", "content": notes + "\nSummarize."}])
 
 
 def step_part(model, tokenizer, sampler, repeats: int) -> dict:
@@ -146,22 +143,11 @@ def soak_specs(tokenizer, count: int, max_tokens: int) -> list[PromptSpec]:
     workload = make_workload(count, 1.0, max_tokens, long_fraction=0.1, seed=11)
     return [
         PromptSpec(
-            chat(tokenizer, [{"role": "user", "content": r.question}]),
+            chat_ids(tokenizer, r.question),
             max_tokens=r.max_tokens,
         )
         for r in workload
     ]
-
-
-def peak_memory_run(model, tokenizer, specs, **settings) -> tuple[int, list]:
-    """MLX's peak memory above the start while the specs run, and their tokens."""
-    mx.clear_cache()
-    mx.reset_peak_memory()
-    start = mx.get_active_memory()
-    results = run_to_end(course.Engine(model, tokenizer, **settings), specs)
-    peak = mx.get_peak_memory() - start
-    mx.clear_cache()
-    return peak, [r.tokens for r in results]
 
 
 def soak_part(model, tokenizer, count: int) -> dict:
@@ -192,10 +178,10 @@ def budget_part(model, tokenizer, sampler, short_count: int) -> dict:
     max_seq_len = 1024
     per_token = kv_bytes_per_token(model)
     budget = 4 * max_seq_len * per_token
-    prompts = [long_prompt(tokenizer, 600), long_prompt(tokenizer, 700)] + [
-        chat(tokenizer, [{"role": "user", "content": q}])
-        for q in soak_questions(short_count)
-    ]
+    prompts = [
+        long_prompt(tokenizer, 600, seed=2),
+        long_prompt(tokenizer, 700, seed=1),
+    ] + [chat_ids(tokenizer, q) for q in soak_questions(short_count)]
     specs = [PromptSpec(p, max_tokens=24, sampler=sampler) for p in prompts]
     runs = {}
     for name, kv_cache, batch_size in (("dense", "dense", 4), ("paged", "paged", 16)):
@@ -253,12 +239,6 @@ def soak_questions(count: int) -> list[str]:
 # --- chat: a 10-turn replay ---------------------------------------------------------
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    return next(
-        (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))
-    )
-
-
 def chat_turns(tokenizer, answer) -> dict:
     """One replay of CHAT_TURNS; answer(prompt) -> (tokens, text, TTFT, tokens found
     cached). Per turn: those, and the reusable tokens: the prompt's common prefix
@@ -283,15 +263,8 @@ def chat_turns(tokenizer, answer) -> dict:
 
 def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
     """One replay through a paged Engine."""
-    engine = course.Engine(
-        model,
-        tokenizer,
-        batch_size=4,
-        max_seq_len=4096,
-        prefill_step=512,
-        policy="mixed",
-        kv_cache="paged",
-        prefix_caching=caching,
+    engine = paged_engine(
+        model, tokenizer, batch_size=4, max_seq_len=4096, prefix_caching=caching
     )
 
     def answer(prompt: list[int]):

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from mlx_lm.server import LRUPromptCache
 
 from scripts.bench.benchlib import plots, render
-from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.course import run_benchmark
 from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
-from scripts.bench.benchlib.runners import mlx_lm_cached, run_to_end
+from scripts.bench.benchlib.runners import mlx_lm_cached, paged_engine, run_to_end
 from scripts.bench.benchlib.workloads import chat, replay_chat
 from tiny_llm_base import PromptSpec
 
@@ -109,37 +109,34 @@ def system_prompt(tokens: int, tokenizer) -> str:
     return "\n".join(notes)
 
 
-def run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching) -> Result:
-    """All prompts through one paged Engine, each admitted at its arrival step."""
-    max_seq_len = max(len(p) for p in prompts) + max_tokens
-    engine = course.Engine(
+def make_engine(model, tokenizer, max_seq_len: int, caching: bool):
+    return paged_engine(
         model,
         tokenizer,
         batch_size=BATCH_SIZE,
         max_seq_len=max_seq_len,
-        prefill_step=512,
-        policy="mixed",
-        kv_cache="paged",
         block_size=BLOCK_SIZE,
         prefix_caching=caching,
     )
+
+
+def run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching) -> Result:
+    """All prompts through one paged Engine, each admitted at its arrival step."""
+    max_seq_len = max(len(p) for p in prompts) + max_tokens
+    engine = make_engine(model, tokenizer, max_seq_len, caching)
     start = time.perf_counter()
     specs = [
         PromptSpec(p, max_tokens=max_tokens, arrival_step=a)
         for p, a in zip(prompts, arrivals)
     ]
     results = run_to_end(engine, specs)
-    return summarize(
-        f"ours, caching {'on' if caching else 'off'}",
-        results,
-        engine.metrics,
-        time.perf_counter() - start,
-    )
+    return summarize(caching, results, engine.metrics, time.perf_counter() - start)
 
 
-def summarize(runner, results, metrics, seconds) -> Result:
+def summarize(caching: bool, results, metrics, seconds: float) -> Result:
+    """Our run's Result from its results and the engine's metrics."""
     return Result(
-        runner,
+        f"ours, caching {'on' if caching else 'off'}",
         [r.metrics.time_to_first_token for r in results],
         [r.tokens for r in results],
         sum(r.metrics.prompt_tokens for r in results),
@@ -153,17 +150,7 @@ def summarize(runner, results, metrics, seconds) -> Result:
 
 def run_chat_engine(model, tokenizer, turns, max_tokens, caching) -> Result:
     """A chat through one Engine: each turn waits for the previous answer."""
-    engine = course.Engine(
-        model,
-        tokenizer,
-        batch_size=BATCH_SIZE,
-        max_seq_len=2048,
-        prefill_step=512,
-        policy="mixed",
-        kv_cache="paged",
-        block_size=BLOCK_SIZE,
-        prefix_caching=caching,
-    )
+    engine = make_engine(model, tokenizer, 2048, caching)
     results = []
 
     def answer(prompt: list[int]) -> str:
@@ -172,12 +159,7 @@ def run_chat_engine(model, tokenizer, turns, max_tokens, caching) -> Result:
 
     start = time.perf_counter()
     replay_chat(tokenizer, turns, answer)
-    return summarize(
-        f"ours, caching {'on' if caching else 'off'}",
-        results,
-        engine.metrics,
-        time.perf_counter() - start,
-    )
+    return summarize(caching, results, engine.metrics, time.perf_counter() - start)
 
 
 def run_mlx_lm(peer, tokenizer, prompts, max_tokens) -> Result:

@@ -51,6 +51,7 @@ from scripts.bench.benchlib.render import grid
 from scripts.bench.benchlib.runners import run_to_end
 from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE
 from tiny_llm_base import JsonSchema, PromptSpec
+from tiny_llm_base.mlx_lm_reference import chat_ids
 from tiny_llm_base.structured import guidance_tokenizer
 
 BATCH = 8
@@ -168,13 +169,8 @@ def timed_batch(model, tokenizer, sampler, constraint, tokens: int) -> float:
     """The median step of 8 decode rows (every request past its first token, each
     accepting one), in ms per output token. sampler: greedy with EOS never chosen,
     so every step has all BATCH rows, constrained or not."""
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"Write a long story about {t}."}],
-            add_generation_prompt=True,
-        )
-        for t in (TOPICS * 2)[:BATCH]
-    ]
+    stories = [f"Write a long story about {t}." for t in (TOPICS * 2)[:BATCH]]
+    prompts = [chat_ids(tokenizer, story) for story in stories]
     engine = course.Engine(
         model, tokenizer, batch_size=BATCH, policy="mixed", sampler=sampler
     )
@@ -240,13 +236,8 @@ def jump_forward(model, tokenizer, repeats: int) -> dict:
     """Seconds end to end without and with jump_forward, per kind of constraint,
     the fastest of `repeats` (the settings in turn); forced drafts proposed and
     accepted; whether the tokens are the same."""
-    prompts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"Make up one customer of {c} as JSON."}],
-            add_generation_prompt=True,
-        )
-        for c in CUSTOMERS[:JUMP_REQUESTS]
-    ]
+    asks = [f"Make up one customer of {c} as JSON." for c in CUSTOMERS[:JUMP_REQUESTS]]
+    prompts = [chat_ids(tokenizer, ask) for ask in asks]
     kinds = {
         "JSON schema": JsonSchema(LONG_KEYS),
         "regex (course)": course.Regex(LONG_KEYS_PATTERN),

@@ -10,7 +10,7 @@ max_tokens for every request.
 
 The loops every benchmark drives an Engine with live here once: run_to_end (add,
 step until nothing is left) and drive (hand each request over when it arrives, abort
-at the time limit); mlx_lm_cached is mlx-lm alone with its server's prompt cache.
+at the time limit); paged_engine is the paged benchmarks' Engine; mlx_lm_cached is mlx-lm alone with its server's prompt cache.
 """
 
 import os
@@ -120,6 +120,25 @@ class Arrivals:
         if self.workload.arrival_s is not None and self.left:
             next_time = self.start + min(self.workload.arrival_s[i] for i in self.left)
             time.sleep(max(0.0, next_time - now))
+
+
+def paged_engine(model, tokenizer, **settings):
+    """Ours as the paged-cache benchmarks run it: one mixed step a step on the paged
+    cache, 512-token chunks; `settings` add to or replace those."""
+    paged = dict(policy="mixed", kv_cache="paged", prefill_step=512)
+    return course.Engine(model, tokenizer, **{**paged, **settings})
+
+
+def peak_memory_run(model, tokenizer, specs, **settings) -> tuple[int, list]:
+    """MLX's peak memory above the start while the specs run through a fresh
+    Engine of these settings, and their tokens."""
+    mx.clear_cache()
+    mx.reset_peak_memory()
+    start = mx.get_active_memory()
+    results = run_to_end(course.Engine(model, tokenizer, **settings), specs)
+    peak = mx.get_peak_memory() - start
+    mx.clear_cache()
+    return peak, [r.tokens for r in results]
 
 
 def run_to_end(engine, specs=(), on_step=None) -> list:

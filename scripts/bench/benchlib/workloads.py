@@ -74,6 +74,13 @@ def replay_chat(tokenizer, questions: list[str], answer) -> None:
         messages.append({"role": "assistant", "content": text})
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many tokens a and b share from their start."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))
+    )
+
+
 def long_prompt(tokenizer, tokens: int, seed: int) -> list[int]:
     """A chat prompt of about `tokens` tokens: numbered notes, then a question."""
     rng = np.random.default_rng(seed)

@@ -21,7 +21,7 @@ from .errors import json_type, short
 from .openai_bodies import at_least_one, top_k_limit
 from .request import ConstraintRequest, GenerationRequest
 from .structured_options import Schema
-from .unhonoured import Unhonoured
+from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
     Refusal,
@@ -141,8 +141,10 @@ class OutputConfig(OptionsObject):
     format: Annotated[JsonFormat | None, expect("an object")] = None
 
 
-class PromptBody(RequestModel):
+class PromptBody(RefusesUnhonoured):
     """What makes the prompt: a count_tokens body, and a messages body's base."""
+
+    unhonoured = UNHONOURED
 
     model: Annotated[str | None, expect("a string (see GET /v1/models)")] = None
     system: Annotated[str | None, PlainValidator(system_text)] = None
@@ -159,14 +161,6 @@ class PromptBody(RequestModel):
     output_config: Annotated[
         OutputConfig | None, expect('an object like {"format": {...}}')
     ] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def nothing_unhonoured(cls, body):
-        if isinstance(body, dict):
-            for field in UNHONOURED:
-                field.check(body)
-        return body
 
     @model_validator(mode="after")
     def tools_consistent(self) -> "PromptBody":

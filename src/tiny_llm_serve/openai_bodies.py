@@ -30,7 +30,7 @@ from .sampling_fields import (
 )
 from .structured_options import StructuredOutputFields
 from .tool_options import ToolCallMessage, ToolFields, parallel_calls
-from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, Unhonoured
+from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, RefusesUnhonoured
 from .validation import (
     OptionsObject,
     RequestModel,
@@ -108,14 +108,13 @@ class StreamOptions(OptionsObject):
     include_usage: Annotated[bool, expect("true or false")] = False
 
 
-class GenerationBody(SamplingFields, StructuredOutputFields):
+class GenerationBody(RefusesUnhonoured, SamplingFields, StructuredOutputFields):
     """The fields both endpoints share. A subclass names its endpoint, its default
     priority and the fields it refuses (`unhonoured`), and gives its prompt. A
     max_tokens of 0 is only for scoring a prompt (scores_prompt)."""
 
     endpoint: ClassVar[str]
     default_priority: ClassVar[str]
-    unhonoured: ClassVar[tuple[Unhonoured, ...]]
 
     model: Annotated[str | None, expect("a string (see GET /v1/models)")] = None
     stream: Annotated[bool | None, expect("true or false")] = None
@@ -132,14 +131,6 @@ class GenerationBody(SamplingFields, StructuredOutputFields):
     )
     stop: Annotated[list[str], PlainValidator(stop_strings)] = None
     priority: Annotated[str | None, PlainValidator(known_priority)] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def nothing_unhonoured(cls, body):
-        if isinstance(body, dict):
-            for field in cls.unhonoured:
-                field.check(body)
-        return body
 
     @model_validator(mode="after")
     def consistent(self) -> "GenerationBody":

@@ -20,7 +20,7 @@ from .request import ConstraintRequest, GenerationRequest
 from .responses_input import InputItem, chat_messages, input_value
 from .structured_options import Schema
 from .tool_options import TOOL_CHOICES, parallel_calls
-from .unhonoured import Unhonoured
+from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
     Refusal,
@@ -141,8 +141,10 @@ class TextOptions(OptionsObject):
     ] = None
 
 
-class ResponsesBody(RequestModel):
+class ResponsesBody(RefusesUnhonoured):
     """A /v1/responses body."""
+
+    unhonoured = UNHONOURED
 
     model: Annotated[str | None, expect("a string (see GET /v1/models)")] = None
     input: Annotated[str | list[InputItem], PlainValidator(input_value)] = None
@@ -159,14 +161,6 @@ class ResponsesBody(RequestModel):
     text: Annotated[
         TextOptions | None, expect('an object like {"format": {"type": "text"}}')
     ] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def nothing_unhonoured(cls, body):
-        if isinstance(body, dict):
-            for field in UNHONOURED:
-                field.check(body)
-        return body
 
     @model_validator(mode="after")
     def consistent(self) -> "ResponsesBody":

@@ -9,8 +9,11 @@ ignored.
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from .validation import Unsupported
+from pydantic import model_validator
+
+from .validation import RequestModel, Unsupported
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,21 @@ class Unhonoured:
         value = body.get(self.name)
         if not any(type(value) is type(v) and value == v for v in self.asks_nothing):
             raise Unsupported(self.why, field=self.name)
+
+
+class RefusesUnhonoured(RequestModel):
+    """A request body that refuses each of its class's `unhonoured` fields whose
+    value asks for something, by name, before any other check."""
+
+    unhonoured: ClassVar[tuple[Unhonoured, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def nothing_unhonoured(cls, body):
+        if isinstance(body, dict):
+            for field in cls.unhonoured:
+                field.check(body)
+        return body
 
 
 def not_yet(name: str, asks_nothing: tuple, what: str) -> Unhonoured:

@@ -62,7 +62,6 @@ from scripts.bench.benchlib.workloads import CASE_TITLES, WORKLOADS, warmup_work
 from scripts.commands.cli import (
     fail,
     newest_policy,
-    require_positive,
 )
 
 DEFAULT_CONFIGS = (
@@ -86,11 +85,6 @@ def parse_args(bench: Bench) -> argparse.Namespace:
         help=f"default: {DEFAULT_CONFIGS}; with --quick: {QUICK_CONFIGS}",
     )
     parser.add_argument(
-        "--time-limit",
-        type=float,
-        help="seconds before a run aborts what is left (default 240, quick 60)",
-    )
-    parser.add_argument(
         "--images-prefix",
         help="PNG paths start with this (default: beside --out, named after it)",
     )
@@ -101,7 +95,6 @@ def parse_args(bench: Bench) -> argparse.Namespace:
     )
     args = bench.parse()
     package = course.package
-    require_positive(args, "--time-limit")
     args.cases = [c.strip() for c in args.cases.split(",")]
     unknown = [c for c in args.cases if c not in WORKLOADS]
     if unknown:
@@ -155,6 +148,10 @@ def main() -> int:
         quick=True,
         out="bench-results/chunked_prefill.json",
         repeats=(1, "rounds over every configuration; each keeps its median run"),
+        time_limit=(
+            None,
+            "seconds before a run aborts what is left (default 240, quick 60)",
+        ),
     )
     args = parse_args(bench)
     console = bench.start()

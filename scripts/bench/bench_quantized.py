@@ -16,6 +16,8 @@ Formats, all computing x [M, K] @ w.T for a weight w [N, K]:
 The "all matmuls" row adds up, from the rows above, the linear layers of one decode
 step (M=1) or one 128-token prefill (M=128) of the embedded model: 30 layers of q, k,
 v, o, gate, up, down, and the tied 49152-row head. Attention itself is not included.
+Goal: at each M, the format choose_weight_format picks for this device is the
+fastest in that row (exit status 1 when another is).
 """
 
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
@@ -24,8 +26,9 @@ import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 import mlx.core as mx
 
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, timed
+from scripts.bench.benchlib.harness import Bench, at_most, timed
 from scripts.bench.benchlib.render import grid
+from tiny_llm_base import choose_weight_format
 
 GROUP_SIZE = 32
 BITS = 4
@@ -108,6 +111,22 @@ def cell(ms: float | None, fastest: float) -> str:
     return f"[bold]{ms:.2f}[/bold]" if ms == fastest else f"{ms:.2f}"
 
 
+def policy_goals(ms: dict[tuple[int, str, str], float]) -> list:
+    """At each M, the format choose_weight_format picks here ("float32", or mlx q4
+    for "quantized") has the lowest all-matmuls total: the policy is this table."""
+    chosen = "float32" if choose_weight_format() == "float32" else "mlx q4"
+    goals = []
+    for m in ROWS:
+        total = {
+            f: ms[m, "all matmuls", f] for f in FORMATS if (m, "all matmuls", f) in ms
+        }
+        best = min(total, key=total.get)
+        why = f"{chosen} {total[chosen]:.1f} ms, {best} {total[best]:.1f} ms"
+        name = f"M={m}: all matmuls, {chosen} (choose_weight_format) / the fastest"
+        goals.append(at_most(name, total[chosen] / total[best], 1.0, why))
+    return goals
+
+
 def main() -> int:
     bench = Bench(__doc__, repeats=(5, "timed calls of each matmul, the best kept"))
     args = bench.parse()
@@ -118,7 +137,7 @@ def main() -> int:
         {"m": m, "layer": layer, "format": fmt, "ms": value}
         for (m, layer, fmt), value in ms.items()
     ]
-    return bench.finish(dict(results=results))
+    return bench.finish(dict(results=results), policy_goals(ms))
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from scripts.bench.benchlib.workloads import (
     long_prompt,
     warmup_workload,
 )
-from scripts.commands.cli import fail, require_positive
+from scripts.commands.cli import fail
 from tiny_llm_base import EngineConfig, greedy
 
 # quick?: requests per workload, max_tokens, the batch size of the shared runs
@@ -253,15 +253,9 @@ def main() -> int:
         out="bench-results/speculative.json",
         repeats=(None, "runs of each configuration, the fastest kept (default: 2; "
                  "--quick: 1)"),
+        time_limit=(900.0, "seconds one run may take before it is cut"),
     )  # fmt: skip
-    bench.parser.add_argument(
-        "--time-limit",
-        type=float,
-        default=900.0,
-        help="seconds one run may take before it is cut",
-    )
     args = bench.parse()
-    require_positive(args, "--time-limit")
     console = bench.start()
     requests, max_tokens, batch = SIZES[args.quick]
     repeats = args.repeats or (1 if args.quick else 2)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from scripts.commands.cli import option_parser, require_at_least
+from scripts.commands.cli import option_parser, require_at_least, require_positive
 
 from .course import add_option, course, use
 
@@ -216,13 +216,19 @@ class Bench:
         quick: bool = False,
         out: str | None = None,
         repeats: tuple[int | None, str] | None = None,
+        time_limit: tuple[float | None, str] | None = None,
     ):
         """quick: a --quick option; out: --out's default (None: no record unless
-        asked); repeats: a --repeats option, (its default, what it repeats)."""
+        asked); repeats: a --repeats option, (its default, what it repeats);
+        time_limit: a --time-limit option in seconds, (its default, its help)."""
         self.parser = option_parser(doc.strip().splitlines()[0])
         if repeats is not None:
             self.parser.add_argument(
                 "--repeats", type=int, default=repeats[0], help=repeats[1]
+            )
+        if time_limit is not None:
+            self.parser.add_argument(
+                "--time-limit", type=float, default=time_limit[0], help=time_limit[1]
             )
         if quick:
             self.parser.add_argument(
@@ -245,6 +251,8 @@ class Bench:
         use(self.args)
         if "repeats" in self.args:
             require_at_least(self.args, 1, "--repeats")
+        if "time_limit" in self.args:
+            require_positive(self.args, "--time-limit")
         if self.args.out is None and self.out is not None:
             quick = getattr(self.args, "quick", False)
             self.args.out = self.out.with_stem(self.out.stem + "-quick" * quick)

@@ -1,11 +1,15 @@
 """What the benchmark scripts share, one part per module.
 
-harness: a benchmark's options, machine metadata, model setup, timing, goals, JSON.
+harness: a benchmark's options, machine metadata, model setup, timing, goals, JSON;
+settings: engine settings from --set options, checked before the model loads.
 workloads: the requests a benchmark sends (prompts, lengths, when each arrives);
 prompt_texts: the texts they are built from.
-runners: the engines that serve them, ours and mlx-lm's, each timed the same way.
+runners: the engines that serve them, ours and mlx-lm's, each timed the same way;
+traces: requests arriving over time through a fresh Engine, and their latency.
 servers: ours and mlx_lm.server in subprocesses, for the HTTP benchmarks.
-measure: the numbers a run yields (TTFT, inter-token gaps, stalls) and their goals.
+measure: the numbers a run yields (TTFT, inter-token gaps, stalls) and their goals;
+roofline: the decode step's bound from the weights' bytes and the read bandwidth.
+fast_path_before: the fast path before cpu_attention and fast_exp, for side by side.
 render: tables and the Markdown report; plots: the pictures.
 schemas: the JSON schemas of the structured-output benchmark and tests.
 

@@ -228,10 +228,11 @@ def goals_of(rows: dict[str, dict], priority: dict) -> list[Goal]:
         return None if x is None or y is None else x / y
 
     def both(key: str, a: str, b: str) -> str:
-        return (
-            f"{SETTINGS[a][0]} {s1(rows[a][key])} s vs {SETTINGS[b][0]} "
-            f"{s1(rows[b][key])} s"
-        )
+        def one(n: str) -> str:  # a long request the time limit cut has no figure
+            value = rows[n][key]
+            return f"{SETTINGS[n][0]} " + ("cut" if value is None else f"{s1(value)} s")
+
+        return f"{one(a)} vs {one(b)}"
 
     p = priority
     busy = (

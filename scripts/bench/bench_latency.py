@@ -19,7 +19,8 @@ Goals: its TTFT at most 1.2x on an idle engine; the batch tokens unchanged.
 --set KEY=VALUE (repeatable) changes an engine setting of "defaults", which the sweep
 and part 2 start from; --set NAME:KEY=VALUE one of row NAME. Writes the tables, JSON
 (--out, default bench-results/latency[-quick].json) and the trace's timeline
-(book/src/images/week3-latency-timeline.png; --quick: beside the JSON).
+(week3-latency-timeline.png beside the JSON; into book/src/images with
+--book-figures).
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)

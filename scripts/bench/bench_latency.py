@@ -43,13 +43,19 @@ from scripts.bench.benchlib.measure import percentile
 from scripts.bench.benchlib.runners import drive, run_to_end
 from scripts.bench.benchlib.workloads import Workload, long_prompt, warmup_workload
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
-from scripts.commands.cli import MIXED_STEP_DEFAULTS, fail, require_positive
+from scripts.commands.cli import (
+    MIXED_STEP_DEFAULTS,
+    fail,
+    newest_kv_cache,
+    require_positive,
+)
 from tiny_llm_base import EngineConfig, PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
 
 # What serve runs with unless told otherwise: 8 slots (one kept for interactive
-# requests), 128-token chunks, the paged cache, the model's whole context per request
+# requests), 128-token chunks, the paged cache (dense, said on stderr, on a package
+# without week 3 day 2), the model's whole context per request
 # (run_trace), one mixed forward a step with the CLI's partial-prefill limits; the
 # rest (batch_patience) at its EngineConfig default.
 DEFAULTS = dict(
@@ -173,8 +179,10 @@ def parse_args(bench: Bench):
     if args.rate is not None:
         args.sizes = dataclasses.replace(args.sizes, rate=args.rate)
     overrides = parse_sets(args.set)
+    kv_cache, prefix_caching = newest_kv_cache(course.package, None)
+    defaults = {**DEFAULTS, "kv_cache": kv_cache, "prefix_caching": prefix_caching}
     args.settings = {
-        name: {**DEFAULTS, **changes, **overrides[name]}
+        name: {**defaults, **changes, **overrides[name]}
         for name, (_, changes, _) in SETTINGS.items()
     }
     points = sweep_points() if args.sweep else []

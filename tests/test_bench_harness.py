@@ -107,12 +107,17 @@ def test_a_quick_run_names_its_default_record_quick(tmp_path, monkeypatch):
     assert args.out == default and default.exists()
 
 
-def test_a_quick_run_draws_beside_its_record_never_in_the_book(tmp_path, monkeypatch):
+def test_a_run_draws_beside_its_record_and_in_the_book_only_when_asked(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(sys, "argv", ["bench_x.py", "--quick"])
     bench = Bench("A benchmark.", quick=True, out=str(tmp_path / "x.json"))
     bench.parse()
     assert bench.image("week3-x.png") == tmp_path / "week3-x-quick.png"
     monkeypatch.setattr(sys, "argv", ["bench_x.py"])
+    bench.parse()
+    assert bench.image("week3-x.png") == tmp_path / "week3-x.png"
+    monkeypatch.setattr(sys, "argv", ["bench_x.py", "--book-figures"])
     bench.parse()
     assert bench.image("week3-x.png") == BOOK_IMAGES / "week3-x.png"
     assert BOOK_IMAGES.parent.name == "src" and BOOK_IMAGES.is_dir()

@@ -19,7 +19,8 @@ Goals: its TTFT at most 1.2x on an idle engine; the batch tokens unchanged.
 --set KEY=VALUE (repeatable) changes an engine setting of "defaults", which the sweep
 and part 2 start from; --set NAME:KEY=VALUE one of row NAME. Writes the tables, JSON
 (--out, default bench-results/latency[-quick].json) and the trace's timeline
-(book/src/images/week3-latency-timeline.png; --quick: beside the JSON).
+(week3-latency-timeline.png beside the JSON; into book/src/images with
+--book-figures).
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
@@ -49,13 +50,14 @@ from scripts.bench.benchlib.traces import (
     trace_table,
 )
 from scripts.bench.benchlib.workloads import long_prompt, warmup_workload
-from scripts.commands.cli import MIXED_STEP_DEFAULTS, require_positive
+from scripts.commands.cli import MIXED_STEP_DEFAULTS, newest_kv_cache, require_positive
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
 
 # What serve runs with unless told otherwise: 8 slots (one kept for interactive
-# requests), 128-token chunks, the paged cache, the model's whole context per request
+# requests), 128-token chunks, the paged cache (dense, said on stderr, on a package
+# without week 3 day 2), the model's whole context per request
 # (run_trace), one mixed forward a step with the CLI's partial-prefill limits; the
 # rest (batch_patience) at its EngineConfig default.
 DEFAULTS = dict(
@@ -153,8 +155,10 @@ def parse_args(bench: Bench):
     if args.rate is not None:
         args.sizes = dataclasses.replace(args.sizes, rate=args.rate)
     overrides = parse_sets(args.set, SETTINGS, "defaults")
+    kv_cache, prefix_caching = newest_kv_cache(course.package, None)
+    defaults = {**DEFAULTS, "kv_cache": kv_cache, "prefix_caching": prefix_caching}
     args.settings = {
-        name: {**DEFAULTS, **changes, **overrides[name]}
+        name: {**defaults, **changes, **overrides[name]}
         for name, (_, changes, _) in SETTINGS.items()
     }
     points = sweep_points() if args.sweep else []

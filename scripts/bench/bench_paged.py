@@ -2,6 +2,7 @@
 
 pdm run bench-paged            # every part, the goals met or missed
 pdm run bench-paged --quick    # smaller workloads, same parts
+pdm run bench-paged --parts chat   # one part (or several), its goals only
 
 Four parts, each on the embedded model, same weights and workload for every runner:
 - step: one mixed step (4 decodes + a 32-token chunk), dense, and paged with the
@@ -17,8 +18,8 @@ Four parts, each on the embedded model, same weights and workload for every runn
   prefix caching (and without, for scale) beside mlx-lm's LRUPromptCache. Goals: at
   least 90% of the reusable prompt tokens from the cache, turn 10's time to first
   token within 1.3x turn 2's (each the median of the replays).
-Writes a table per part, JSON (--out) and plots (book/src/images/week3-02-*.png;
---quick: beside the JSON).
+Writes a table per part, JSON (--out) and, when every part ran, the plot
+(week3-02-paged.png beside the JSON; into book/src/images with --book-figures).
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
@@ -335,72 +336,105 @@ def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dic
 # --- report -------------------------------------------------------------------------
 
 
-def tables(console, step: dict, soak: dict, budget: dict, chats: dict) -> None:
-    title = "step: 4 decodes + a 32-token chunk, one mixed step"
-    rows = [[name, f"{1000 * sec:.0f} ms"] for name, sec in step["seconds"].items()]
-    console.print(render.grid(title, ["runner", "median step"], rows))
-    title = f"soak: {soak['requests']} requests at batch 4, max_seq_len 4096"
-    rows = [
-        [name, f"{peak / 2**20:,.0f} MiB"] for name, peak in soak["peak_bytes"].items()
-    ]
-    console.print(
-        render.grid(title, ["runner", "peak MLX memory above the start"], rows)
-    )
-    title = (
-        f"budget: {budget['budget_bytes'] / 2**20:,.0f} MiB = "
-        f"{budget['budget_tokens']:,} tokens, 2 long + short prompts"
-    )
-    columns = ["runner", "batch_size", "most decoding at once", "preemptions", "total"]
-    rows = [
-        [
-            name, str(run["batch_size"]), str(run["most_decoding"]),
-            str(run["preemptions"]), f"{run['seconds']:.1f} s",
+PARTS = ("step", "soak", "budget", "chat")
+
+
+def tables(console, parts: dict) -> None:
+    """One table for each part that ran."""
+    if step := parts.get("step"):
+        title = "step: 4 decodes + a 32-token chunk, one mixed step"
+        rows = [[n, f"{1000 * sec:.0f} ms"] for n, sec in step["seconds"].items()]
+        console.print(render.grid(title, ["runner", "median step"], rows))
+    if soak := parts.get("soak"):
+        title = f"soak: {soak['requests']} requests at batch 4, max_seq_len 4096"
+        rows = [
+            [n, f"{peak / 2**20:,.0f} MiB"] for n, peak in soak["peak_bytes"].items()
         ]
-        for name, run in budget["runs"].items()
-    ]  # fmt: skip
-    console.print(render.grid(title, columns, rows))
-    title = "chat: a 10-turn replay (TTFT: median of the replays)"
-    columns = ["runner", "hit (turns 2-10)", "TTFT turn 2", "TTFT turn 10", "10 / 2"]
-    rows = [
-        [
-            name, f"{100 * run['hit']:.0f}%", f"{1000 * run['ttft'][1]:.0f} ms",
-            f"{1000 * run['ttft'][-1]:.0f} ms", f"{run['turn10_over_turn2']:.2f}",
+        columns = ["runner", "peak MLX memory above the start"]
+        console.print(render.grid(title, columns, rows))
+    if budget := parts.get("budget"):
+        title = (
+            f"budget: {budget['budget_bytes'] / 2**20:,.0f} MiB = "
+            f"{budget['budget_tokens']:,} tokens, 2 long + short prompts"
+        )
+        columns = [
+            "runner",
+            "batch_size",
+            "most decoding at once",
+            "preemptions",
+            "total",
         ]
-        for name, run in chats["turns"].items()
-    ]  # fmt: skip
-    console.print(render.grid(title, columns, rows))
+        rows = [
+            [
+                name, str(run["batch_size"]), str(run["most_decoding"]),
+                str(run["preemptions"]), f"{run['seconds']:.1f} s",
+            ]
+            for name, run in budget["runs"].items()
+        ]  # fmt: skip
+        console.print(render.grid(title, columns, rows))
+    if chats := parts.get("chat"):
+        title = "chat: a 10-turn replay (TTFT: median of the replays)"
+        columns = [
+            "runner",
+            "hit (turns 2-10)",
+            "TTFT turn 2",
+            "TTFT turn 10",
+            "10 / 2",
+        ]
+        rows = [
+            [
+                name, f"{100 * run['hit']:.0f}%", f"{1000 * run['ttft'][1]:.0f} ms",
+                f"{1000 * run['ttft'][-1]:.0f} ms", f"{run['turn10_over_turn2']:.2f}",
+            ]
+            for name, run in chats["turns"].items()
+        ]  # fmt: skip
+        console.print(render.grid(title, columns, rows))
 
 
 def main() -> int:
     bench = Bench(__doc__, quick=True, out="bench-results/paged.json")
+    bench.parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=PARTS,
+        default=list(PARTS),
+        help="the parts to run (default: all four; the chat part needs week 3 day 3)",
+    )
     args = bench.parse()
     console = bench.start()
     models = bench.models()
     served, exact, tokenizer = models.served, models.float32, models.tokenizer
     sampler = models.no_eos
-    step = step_part(served, tokenizer, sampler, 1 if args.quick else 3)
-    soak = soak_part(served, tokenizer, 12 if args.quick else 32)
-    budget = budget_part(served, tokenizer, sampler, 10 if args.quick else 14)
-    chats = chat_part(exact, models.peer, tokenizer, 1 if args.quick else 3, 32)
-    tables(console, step, soak, budget, chats)
-    goals = [g for part in (step, soak, budget, chats) for g in part.pop("goals")]
-    image = bench.image("week3-02-paged.png")
-    plots.plot_paged(step, soak, budget, chats, image)
     runs = {
-        k: {x: y for x, y in v.items() if x != "tokens"}
-        for k, v in budget["runs"].items()
+        "step": lambda: step_part(served, tokenizer, sampler, 1 if args.quick else 3),
+        "soak": lambda: soak_part(served, tokenizer, 12 if args.quick else 32),
+        "budget": lambda: budget_part(
+            served, tokenizer, sampler, 10 if args.quick else 14
+        ),
+        "chat": lambda: chat_part(
+            exact, models.peer, tokenizer, 1 if args.quick else 3, 32
+        ),
     }
-    record = dict(
-        quick=args.quick,
-        step=step,
-        soak=soak,
-        budget={**budget, "runs": runs},
-        chat={
+    parts = {name: runs[name]() for name in PARTS if name in args.parts}
+    tables(console, parts)
+    goals = [g for part in parts.values() for g in part.pop("goals")]
+    wrote = []
+    if len(parts) == len(PARTS):
+        wrote.append(bench.image("week3-02-paged.png"))
+        plots.plot_paged(*parts.values(), wrote[0])
+    record = dict(quick=args.quick, **parts)
+    if "budget" in parts:
+        runs = {
+            k: {x: y for x, y in v.items() if x != "tokens"}
+            for k, v in parts["budget"]["runs"].items()
+        }
+        record["budget"] = {**parts["budget"], "runs": runs}
+    if "chat" in parts:
+        record["chat"] = {
             name: {k: v for k, v in run.items() if k != "tokens"}
-            for name, run in chats["turns"].items()
-        },
-    )
-    return bench.finish(record, goals, [image])
+            for name, run in parts["chat"]["turns"].items()
+        }
+    return bench.finish(record, goals, wrote)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ Each runs on our engine (paged KV cache) with prefix caching on and off, and on
 mlx-lm alone with its server's LRUPromptCache (each request after the previous).
 Reported: TTFT p50/p99, prompt tokens computed, hit rate, peak KV memory against the
 dense preallocation, and whether the output tokens are identical with caching on and
-off; its goals met or missed. Table on the terminal, JSON and a plot in
-book/src/images/ (--quick: beside the JSON).
+off; its goals met or missed. Table on the terminal, JSON and a plot beside
+it (into book/src/images with --book-figures).
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)

@@ -11,7 +11,8 @@ the same arrival rate, and stops it. The goal: our TTFT p99 and ITL p99 at most
 0.8x mlx_lm.server's, with zero errors. The soak then sends our server 300 requests
 of which 20% hang up early: it passes with zero server errors, nothing running or
 waiting afterwards, and MLX's active memory within 5% of where it started.
-Writes a table, JSON (--out) and plots (book/src/images/serving-*.png).
+Writes a table, JSON (--out) and plots (serving-*.png beside the JSON; into
+book/src/images with --book-figures).
 """
 
 import argparse
@@ -37,7 +38,6 @@ from scripts.commands.load_test import (
     workload_of,
 )
 
-IMAGES = Path(__file__).resolve().parents[2] / "book" / "src" / "images"
 GOAL_RATIO = 0.8
 MEMORY_TOLERANCE = 0.05
 
@@ -83,8 +83,9 @@ def side_by_side_goals(mine: dict, theirs: dict) -> list[Goal]:
     return goals + [at_most("requests that failed, ours", share, 0, why)]
 
 
-def soak(args, console) -> tuple[dict, list[Goal]]:
-    """300 requests, 20% cancelled early, against a fresh server of ours."""
+def soak(args, console, image: Path) -> tuple[dict, list[Goal]]:
+    """300 requests, 20% cancelled early, against a fresh server of ours; the plot
+    to `image`."""
     server = start_ours(args, free_port())
     try:
         warm = make_workload(args.batch_size, 50.0, 8, long_fraction=0.5, seed=98)
@@ -167,7 +168,7 @@ def soak(args, console) -> tuple[dict, list[Goal]]:
         f"server errors; {left} afterwards; MLX active memory {mib} "
         f"({100 * summary['memory_change']:+.1f}%)"
     )
-    report.plot(IMAGES / "serving-soak.png", {"tiny-llm soak": outcomes}, "soak")
+    report.plot(image, {"tiny-llm soak": outcomes}, "soak")
     return summary, goals
 
 
@@ -253,11 +254,13 @@ def main() -> int:
         console.print(report.table(title, summaries))
         goals += side_by_side_goals(*summaries)
         record["side_by_side"] = summaries
-        report.plot(IMAGES / "serving-load.png", runs, title)
+        report.plot(bench.image("serving-load.png"), runs, title)
     if not args.skip_soak:
-        record["soak"], soak_goals = soak(args, console)
+        record["soak"], soak_goals = soak(
+            args, console, bench.image("serving-soak.png")
+        )
         goals += soak_goals
-    return bench.finish(record, goals, [f"{IMAGES}/serving-*.png"])
+    return bench.finish(record, goals, [bench.image("serving-*.png")])
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ steps (speedup_in_steps), which a load that changes between runs cannot move. Go
 1.3x at batch 4; open-ended chat at least 0.97x; the greedy tokens identical. Also
 the cost of feeding k tokens in one forward against 1, at ~400 tokens of context
 (the chapter's table behind DRAFT_TOKEN_COST). Writes the table, the JSON (--out)
-and the accepted length per step (book/src/images/week3-speculative-accepted.png;
---quick: beside the JSON).
+and the accepted length per step (week3-speculative-accepted.png
+beside the JSON; into book/src/images with --book-figures).
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)

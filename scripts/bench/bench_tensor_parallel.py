@@ -95,8 +95,11 @@ def launch(ranks: int, repeats: int, solution: str) -> dict:
                 "--hosts", "127.0.0.1", "-n", str(ranks), "--backend", "ring",
                 "--python", sys.executable,
             ]  # fmt: skip
+        root = str(Path(__file__).resolve().parents[2])  # `scripts` for the ranks
+        path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
         process = subprocess.Popen(
             [str(part) for part in command],
+            env={**os.environ, "PYTHONPATH": path},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

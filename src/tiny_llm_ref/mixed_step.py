@@ -107,9 +107,9 @@ def mixed_forward(
     # run each layer as layer.forward(h, attend), where attend(q, k, v) cuts q, k, v
     # with split_parts; for each part (the decode rows at their offsets in the batch
     # cache, then each chunk at chunk.offset in chunk.cache[layer]) stages its roped
-    # keys and values (cache.stage); only then each part's attention.attention over
-    # cache.fetch_staged() (Week 3 Day 2: cache.attend_staged(q,
-    # attention.attention) instead); glues the outputs with join_parts; then
+    # keys and values (cache.stage); only then each part's
+    # cache.attend_staged(roped q, attention.attention) (given: attention over
+    # cache.fetch_staged()); glues the outputs with join_parts; then
     # model.logits only on the decode rows and the last logit_rows positions of each
     # chunk
     B = len(decode_tokens)

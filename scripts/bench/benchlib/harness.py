@@ -241,6 +241,12 @@ class Bench:
             help=f"write the record as JSON here (default: {out or 'not written'}"
             + (", -quick before .json with --quick)" if quick and out else ")"),
         )
+        self.parser.add_argument(
+            "--book-figures",
+            action="store_true",
+            help="draw the figures into book/src/images, replacing the book's own "
+            "(default: beside the JSON record)",
+        )
         add_option(self.parser)
         self.out = None if out is None else Path(out)
 
@@ -259,13 +265,15 @@ class Bench:
         return self.args
 
     def image(self, name: str) -> Path:
-        """Where the figure `name` goes: the book's images for a full run; beside
-        the JSON record for --quick (a smoke run never changes the book)."""
-        if getattr(self.args, "quick", False):
-            folder = (self.args.out or Path("bench-results/x")).parent
-            name = f"{Path(name).stem}-quick{Path(name).suffix}"
-        else:
+        """Where the figure `name` goes: beside the JSON record (named -quick for
+        --quick); the book's images only with --book-figures, so a learner's run
+        never changes the book's tracked figures."""
+        if getattr(self.args, "book_figures", False):
             folder = BOOK_IMAGES
+        else:
+            folder = (self.args.out or Path("bench-results/x")).parent
+            if getattr(self.args, "quick", False):
+                name = f"{Path(name).stem}-quick{Path(name).suffix}"
         folder.mkdir(parents=True, exist_ok=True)
         return folder / name
 

@@ -149,11 +149,12 @@ def main() -> int:
     rows, goals = [], []
     for batch in (1, 8):
         row, batch_goals = end_to_end(bench, models, args, batch)
+        console.print(f"batch {batch}: {row}")
         rows.append(row)
         goals += batch_goals
     table = [
         [
-            r["batch"],
+            str(r["batch"]),
             *(f"{r['tokens_per_s'][c]:.1f}" for c in ("ours", "ours sync", "mlx-lm")),
             f"{statistics.median(r['ours_over_mlx_lm']):.2f}x",
             f"{r['step_ms']['ours sync']:.1f} -> {r['step_ms']['ours']:.1f}",

@@ -13,9 +13,9 @@ A decode step of the alternate policy (a plan of decode rows only) runs as:
    emptied since), else a forward of its own;
 2. each row's token drawn lazily (Request.sample's operations, without reading the
    token) and started (mx.async_eval);
-3. the next forward, built on those lazy tokens at offset + 1, and started: the KV
-   manager reserves its position first, and when it has no room the step ahead is
-   skipped;
+3. the next forward, built on those lazy tokens at offset + 1, and started, when
+   every row has room for that position (a paged row in the blocks it holds: a
+   step that needs a new block runs synchronously, and the next plan reserves it);
 4. only then this step's tokens are read and accepted, row by row.
 A step starts the next forward only while no request waits to prefill or arrive
 (`quiet`), so that the next plan has the same rows. A request that left its row in
@@ -155,12 +155,12 @@ class StepAheadRunner(ModelRunner):
         self, rows: list[Request | None], tokens: mx.array, late: list[Request]
     ) -> None:
         """Start the next decode forward on `tokens` [R] (lazy), each row at its
-        offset + 1 (a late row at its offset: it has not decoded yet), once the KV
-        manager has room for that position."""
+        offset + 1 (a late row at its offset: it has not decoded yet), when every
+        row has room for that position."""
         offsets = [0 if r is None else r.offset + (r not in late) for r in rows]
         if not all(can_go_ahead(r) for r in late) or not all(
-            self.kv.reserve(r, end - r.offset + 1) == end - r.offset + 1
-            for r, end in zip(rows, offsets)
+            self.has_room(slot, end)
+            for slot, (r, end) in enumerate(zip(rows, offsets))
             if r is not None
         ):
             return
@@ -168,6 +168,16 @@ class StepAheadRunner(ModelRunner):
         logits = self.model(fed, offsets, self.kv.batch_cache)[:, -1, :]
         mx.async_eval(logits)
         self.ahead = Ahead(list(rows), offsets, logits)
+
+    def has_room(self, slot: int, position: int) -> bool:
+        """Row `slot` can write `position` now: a paged row within the blocks its
+        request already holds (none is taken a step early: a request holds blocks
+        for the tokens computed, and the next step's plan reserves as it did); a
+        dense row grows as it is written."""
+        view = getattr(self.kv.batch_cache[0], "slots", [None] * (slot + 1))[slot]
+        if view is None:
+            return True
+        return position < len(view.table.blocks) * view.layer.block_size
 
     def land(self, rows: list[Request | None], drawn: list[object]) -> None:
         """This step's tokens read (the forward started ahead computes meanwhile) and

@@ -150,8 +150,13 @@ class Engine:
         self.kv.close()
 
     def nothing_waits(self) -> bool:
-        """True when no request waits to prefill, to arrive, or in the inbox."""
-        return not (self.planner.waiting or self.arriving or not self.inbox.empty())
+        """True when no request can take a row next step: none waits in the inbox or
+        to arrive, and none waits while a slot is free (with every slot taken, a
+        waiting request needs one to finish first)."""
+        free = None in self.planner.slots
+        return not (
+            self.arriving or not self.inbox.empty() or (self.planner.waiting and free)
+        )
 
     def has_unfinished(self) -> bool:
         """True while a request has not been reported finished, or a note waits in

@@ -17,11 +17,11 @@ A decode step of the alternate policy (a plan of decode rows only) runs as:
    every row has room for that position (a paged row in the blocks it holds: a
    step that needs a new block runs synchronously, and the next plan reserves it);
 4. only then this step's tokens are read and accepted, row by row.
-A step starts the next forward only while no request waits to prefill or arrive
-(`quiet`), so that the next plan has the same rows. A request that left its row in
-between (EOS, an abort, a failure, a preemption) has its row ignored; one placed in
-a row in between (it arrived from another thread) decodes a step late, fed in the
-next forward started ahead.
+A step starts the next forward only while no request can take a row next step
+(`quiet`: Engine.nothing_waits), so that the next plan has the same rows. A request
+that left its row in between (EOS, an abort, a failure, a preemption) has its row
+ignored; one placed in a row in between (it arrived from another thread) decodes a
+step late, fed in the next forward started ahead.
 
 A step runs as ModelRunner.decode does, synchronously, when some row cannot go
 ahead: a constraint (it masks the next logits by the token), sampling options
@@ -81,9 +81,8 @@ def token_or_zero(drawn: object) -> mx.array:
 class StepAheadRunner(ModelRunner):
     """ModelRunner whose decode forwards run a step ahead (see the module).
 
-    quiet: True when no request waits to prefill or to arrive: only then does a
-    step start the next forward, since a request placed in a new row would not fit
-    it."""
+    quiet: True when no request can take a row next step: only then does a step
+    start the next forward, since a request placed in a new row would not fit it."""
 
     def __init__(self, model, clock, kv, quiet: Callable[[], bool] = lambda: True):
         super().__init__(model, clock, kv)

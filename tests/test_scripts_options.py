@@ -54,6 +54,16 @@ BAD_OPTIONS = {
         f"--prompt-lengths 100000 is beyond the model's context of {CONTEXT} "
         f"positions (max_position_embeddings): give at most {CONTEXT}",
     ),
+    "bench-engine zero tokens": (
+        "scripts.bench.bench_engine",
+        ["--tokens", "0"],
+        "--tokens must be at least 1, got 0",
+    ),
+    "bench-engine short long row": (
+        "scripts.bench.bench_engine",
+        ["--long-row", "10"],
+        "--long-row must be at least 200, got 10",
+    ),
     "bench-quantized zero repeats": (
         QUANTIZED,
         ["--repeats", "0"],

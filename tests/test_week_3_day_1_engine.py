@@ -126,14 +126,20 @@ def check_outputs(recorder: Recorder, ids) -> None:
 
 def assert_caches_follow_slots(engine, recorder: Recorder, prompt_lengths) -> None:
     """Every layer's batch cache holds each slot's sequence and nothing else: a slot
-    in use holds its prompt and every generated token but the last (not fed yet), a
-    free slot nothing, and the cache feeds rows up to the highest slot in use."""
+    in use holds its prompt and every generated token but the last (not fed yet;
+    fed already when its row is in the forward the runner started a step ahead,
+    step_ahead.py), a free slot nothing, and the cache feeds rows up to the highest
+    slot in use."""
     slots = engine.snapshot().slots
     assert len(slots) == engine.config.batch_size
+    ahead = getattr(engine.runner, "ahead", None)
+    fed = [] if ahead is None else [engine.ids[r] for r in ahead.rows if r]
     expected = [
         0
         if view is None
-        else prompt_lengths[view.request] + len(recorder.tokens(view.request)) - 1
+        else prompt_lengths[view.request]
+        + len(recorder.tokens(view.request))
+        - (view.request not in fed)
         for view in slots
     ]
     for request, view in zip(engine.planner.slots, slots):

@@ -41,6 +41,7 @@ from .planner import Plan, Planner
 from .prefix_cache import PrefixCachingKvManager
 from .request import Request
 from .runner import Forward, ModelRunner
+from .step_ahead import StepAheadRunner
 
 
 @dataclass
@@ -85,16 +86,17 @@ class Engine:
     timelines).
 
     The state: model, tokenizer, config, clock, on_forward as given; kv, the KV
-    manager (make_kv_manager); planner, the Planner (slots, waiting); runner, the
-    ModelRunner; inbox, a queue.SimpleQueue of notes from add_request and abort;
-    next_id, the request ids 0, 1, 2, ...; ids: request -> id, for every request read
-    from the inbox and not yet reported finished; reported: request -> how many of
-    its tokens an output already carried; arriving: (arrival_step, request) of
-    requests read but not admitted yet; added: requests read so far; steps_done;
-    started: the clock at the first step (None before); prefilled: the request whose
-    prefill chunk ran in the latest step while its prefill is not done (snapshot);
-    metrics: the RunMetrics, with the KV manager's figures from the start (the peak
-    memory is reset).
+    manager (make_kv_manager); planner, the Planner (slots, waiting); runner, a
+    StepAheadRunner (given, step_ahead.py: your ModelRunner with decode forwards
+    started a step ahead, same tokens); inbox, a queue.SimpleQueue of notes from
+    add_request and abort; next_id, the request ids 0, 1, 2, ...; ids: request -> id,
+    for every request read from the inbox and not yet reported finished; reported:
+    request -> how many of its tokens an output already carried; arriving:
+    (arrival_step, request) of requests read but not admitted yet; added: requests
+    read so far; steps_done; started: the clock at the first step (None before);
+    prefilled: the request whose prefill chunk ran in the latest step while its
+    prefill is not done (snapshot); metrics: the RunMetrics, with the KV manager's
+    figures from the start (the peak memory is reset).
     """
 
     def __init__(
@@ -140,6 +142,12 @@ class Engine:
         kv_disk_dir, every named block goes to disk, for the next engine on that
         folder). Call it on the thread that steps the engine."""
         self.kv.close()
+
+    def nothing_waits(self) -> bool:
+        """True when no request can take a row next step: none in the inbox or
+        arriving, and none waiting while a slot is free."""
+        waiting = self.planner.waiting and None in self.planner.slots
+        return not (self.arriving or waiting or not self.inbox.empty())
 
     def has_unfinished(self) -> bool:
         """True while a request has not been reported finished, or a note waits in

@@ -123,9 +123,13 @@ def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None
     # is a list, one count per row; skip its empty rows (count 0)
     counts = cache.offset
     per_row = isinstance(counts, list)
-    given = (
-        [offset] if isinstance(offset, int) else mx.array(offset).reshape(-1).tolist()
-    )
+    if isinstance(offset, int):
+        given = [offset]
+    elif isinstance(offset, list) and all(type(o) is int for o in offset):
+        # every layer checks the same list: no array round trip
+        given = offset
+    else:
+        given = mx.array(offset).reshape(-1).tolist()
     if not per_row:
         counts = [counts] * len(given)
     elif len(given) == 1:

@@ -1,0 +1,193 @@
+"""The engine end to end against mlx-lm's generation loops, and a paged decode step
+whose rows differ in length, side by side in one run.
+
+    pdm run bench-engine [--quick] [--repeats 3] [--tokens 48] [--out FILE]
+
+1. Generated tokens/s, greedy chat prompts (EOS never picked), --tokens each, the
+   same float32 weights: ours (batch_generate's loop over the Engine, whose decode
+   forwards start a step ahead), ours sync (the plain ModelRunner: the engine
+   before that), mlx-lm (stream_generate at batch 1, BatchGenerator at batch 8),
+   interleaved --repeats rounds; and the step timeline: a decode step of the engine
+   against the model's forward alone at that batch, the rest being the time
+   outside the forward (planning, sampling, accepting, detokenizing).
+2. A paged decode step with one --long-row row and three 200-token rows against
+   the long row alone, with rows grouped by length (the reference) and gathered to
+   the longest row (padded, the baseline), interleaved, the median of at least 5.
+Goals: ours / mlx-lm at least 1.1 at batch 1 and 8 with identical tokens; the mixed
+step at most 1.25x the long row alone.
+"""
+
+import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
+
+# isort: split
+import statistics
+
+from scripts.bench.benchlib import engine_speed as es
+from scripts.bench.benchlib import paged_step as ps
+from scripts.bench.benchlib.course import run_benchmark
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
+from scripts.bench.benchlib.harness import interleaved, medians
+from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
+from scripts.bench.benchlib.render import grid
+from scripts.commands.cli import context_length, fail, require_at_least
+
+SHORT_ROWS = [200, 200, 200]
+
+
+def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
+    """One table row per batch size: each contender's median tokens/s, ours over
+    mlx-lm, the step timeline; and its goals."""
+    tok, sampler = models.tokenizer, models.no_eos
+    prompts = es.chat_prompts(tok, SHORT_QUESTIONS[:batch])
+    ours, peer, n = models.float32, models.peer, args.tokens
+    jobs = {
+        "ours": lambda: es.run_ours(ours, tok, prompts, n, sampler),
+        "ours sync": lambda: es.run_ours(ours, tok, prompts, n, sampler, sync=True),
+        "mlx-lm": lambda: es.run_mlx_lm(peer, tok, prompts, n, sampler),
+        "forward": lambda: es.forward_alone(ours, batch, len(prompts[0]) + n // 2),
+    }
+    for job in jobs.values():  # warm-up
+        job()
+    runs = interleaved(jobs, args.repeats, console=bench.console)
+    alone = statistics.median(runs.pop("forward"))
+    speed = {c: [r.tokens_per_s() for r in rs] for c, rs in runs.items()}
+    ratio = [a / b for a, b in zip(speed["ours"], speed["mlx-lm"])]
+    step = {
+        c: statistics.median(s for r in runs[c] for s in r.decode_steps)
+        for c in ("ours", "ours sync")
+    }
+    same = sum(a == b for a, b in zip(runs["ours"][0].tokens, runs["mlx-lm"][0].tokens))
+    row = dict(
+        batch=batch,
+        tokens_per_s=medians(speed),
+        ours_over_mlx_lm=ratio,
+        step_ms={c: 1e3 * s for c, s in step.items()},
+        forward_alone_ms=1e3 * alone,
+    )
+    peer_name = "stream_generate" if batch == 1 else "BatchGenerator"
+    outside = {c: f"{1e3 * (t - alone):.1f}" for c, t in step.items()}
+    why = (
+        f"median of {len(ratio)} rounds; a decode step {1e3 * step['ours']:.1f} ms "
+        f"against the forward alone {1e3 * alone:.1f} ms (sync: "
+        f"{1e3 * step['ours sync']:.1f} ms): outside the forward {outside['ours']} "
+        f"ms (sync {outside['ours sync']} ms)"
+    )
+    goals = [
+        at_least(
+            f"tokens/s ours / mlx-lm {peer_name}, batch {batch}",
+            statistics.median(ratio),
+            1.1,
+            why,
+        ),
+        identical(f"tokens equal to mlx-lm's, batch {batch}", same, batch),
+    ]
+    return row, goals
+
+
+def paged(bench, models, args) -> tuple[dict, list]:
+    model = models.float32
+    mixed = ps.paged_batch(model, [args.long_row, *SHORT_ROWS])
+    alone = ps.paged_batch(model, [args.long_row])
+
+    def padded(batch):
+        with ps.padded():
+            return ps.decode_step(model, batch)
+
+    jobs = {
+        ("grouped", "mixed"): lambda: ps.decode_step(model, mixed),
+        ("grouped", "alone"): lambda: ps.decode_step(model, alone),
+        ("padded", "mixed"): lambda: padded(mixed),
+        ("padded", "alone"): lambda: padded(alone),
+    }
+    for job in jobs.values():
+        job()
+    ms = {
+        k: 1e3 * v for k, v in medians(interleaved(jobs, max(args.repeats, 5))).items()
+    }
+    ratio = {way: ms[way, "mixed"] / ms[way, "alone"] for way in ("grouped", "padded")}
+    rows = [
+        [
+            way,
+            f"{ms[way, 'alone']:.1f}",
+            f"{ms[way, 'mixed']:.1f}",
+            f"{ratio[way]:.2f}x",
+        ]
+        for way in ratio
+    ]
+    title = f"paged decode step, ms: {args.long_row} tokens alone, and with three {SHORT_ROWS[0]}-token rows"
+    bench.console.print(
+        grid(title, ["attention", "alone", "with 3 short", "ratio"], rows)
+    )
+    why = f"{ms['grouped', 'mixed']:.0f} ms against {ms['grouped', 'alone']:.0f} ms (padded: {ratio['padded']:.2f}x)"
+    goal = at_most(
+        f"paged step with 3 short rows / the {args.long_row}-token row alone",
+        ratio["grouped"],
+        1.25,
+        why,
+    )
+    return dict(step_ms={" ".join(k): v for k, v in ms.items()}, ratio=ratio), [goal]
+
+
+def main() -> int:
+    bench = Bench(
+        __doc__,
+        quick=True,
+        out="bench-results/engine.json",
+        repeats=(3, "interleaved rounds"),
+    )
+    bench.parser.add_argument(
+        "--tokens", type=int, default=48, help="tokens per prompt"
+    )
+    bench.parser.add_argument(
+        "--long-row", type=int, default=6000, help="the long row's tokens"
+    )
+    args = bench.parse()
+    require_at_least(args, 1, "--tokens")
+    require_at_least(args, SHORT_ROWS[0], "--long-row")
+    if args.quick:
+        args.repeats, args.tokens, args.long_row = 1, 16, 2000
+    console = bench.start()
+    models = bench.models()
+    context = context_length(models.mlx_model)
+    if args.long_row + ps.ROOM > context:
+        fail(
+            f"--long-row {args.long_row} and {ps.ROOM} decode steps pass the model's context of {context}: give at most {context - ps.ROOM}"
+        )
+    rows, goals = [], []
+    for batch in (1, 8):
+        row, batch_goals = end_to_end(bench, models, args, batch)
+        console.print(f"batch {batch}: {row}")
+        rows.append(row)
+        goals += batch_goals
+    table = [
+        [
+            str(r["batch"]),
+            *(f"{r['tokens_per_s'][c]:.1f}" for c in ("ours", "ours sync", "mlx-lm")),
+            f"{statistics.median(r['ours_over_mlx_lm']):.2f}x",
+            f"{r['step_ms']['ours sync']:.1f} -> {r['step_ms']['ours']:.1f}",
+            f"{r['forward_alone_ms']:.1f}",
+        ]
+        for r in rows
+    ]
+    head = [
+        "batch",
+        "ours",
+        "ours sync",
+        "mlx-lm",
+        "ours / mlx-lm",
+        "decode step ms (sync -> ours)",
+        "forward alone ms",
+    ]
+    console.print(
+        grid(
+            f"generated tokens/s, {args.tokens} tokens a prompt (medians)", head, table
+        )
+    )
+    paged_record, paged_goals = paged(bench, models, args)
+    return bench.finish(
+        dict(end_to_end=rows, paged_step=paged_record), goals + paged_goals
+    )
+
+
+if __name__ == "__main__":
+    run_benchmark(main)

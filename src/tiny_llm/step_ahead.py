@@ -1,0 +1,202 @@
+"""Decode a step ahead: the next decode forward starts before this step's tokens are
+read, so that the engine's Python (accepting tokens, detokenizing, planning, the
+caller's loop) runs while the model computes. mlx-lm's generate_step and
+BatchGenerator do the same with mx.async_eval; vLLM and SGLang schedule a step ahead.
+
+Given code: a fast path of the model runner (runner.py), which stays the one place a
+step's results land. The Engine runs it; ModelRunner alone (week 2 day 6) is the
+synchronous path it falls back to, and gives the same tokens.
+
+A decode step of the alternate policy (a plan of decode rows only) runs as:
+1. its logits: the forward started last step when it fits this plan (each of its
+   requests still in the same row, at the position it was fed; a row may have
+   emptied since), else a forward of its own;
+2. each row's token drawn lazily (Request.sample's operations, without reading the
+   token) and started (mx.async_eval);
+3. the next forward, built on those lazy tokens at offset + 1, and started, when
+   every row has room for that position (a paged row in the blocks it holds: a
+   step that needs a new block runs synchronously, and the next plan reserves it);
+4. only then this step's tokens are read and accepted, row by row.
+A step starts the next forward only while no request can take a row next step
+(`quiet`: Engine.nothing_waits), so that the next plan has the same rows. A request
+that left its row in between (EOS, an abort, a failure, a preemption) has its row
+ignored; one placed in a row in between (it arrived from another thread) decodes a
+step late, fed in the next forward started ahead.
+
+A step runs as ModelRunner.decode does, synchronously, when some row cannot go
+ahead: a constraint (it masks the next logits by the token), sampling options
+(penalties and seeds read the tokens), or a request that this token finishes by
+max_tokens or max_seq_len.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from tiny_llm_base import NoConstraint, PlainSampling, sampled_token_id
+
+from .planner import Plan
+from .request import Request
+from .runner import ModelRunner
+
+
+@dataclass
+class Ahead:
+    """A forward started a step ahead: its rows, the position each was fed at (0 for
+    an empty row) and its logits [R, V], not yet read."""
+
+    rows: list[Request | None]
+    offsets: list[int]
+    logits: mx.array
+
+
+def can_go_ahead(request: Request) -> bool:
+    """True when the request's next token needs no token read first and does not
+    finish it by max_tokens or max_seq_len."""
+    return (
+        isinstance(request.constraint_state, NoConstraint)
+        and isinstance(request.sampling_state, PlainSampling)
+        and (
+            request.max_tokens is None
+            or len(request.generated) + 1 < request.max_tokens
+        )
+        and request.offset + 1 < request.max_seq_len
+    )
+
+
+def token_or_zero(drawn: object) -> mx.array:
+    """A sampler's answer as the next forward's input [1] (int32); token 0 for an
+    answer that is not one integer, or an exception: that request fails when it
+    lands, and its row's result is ignored."""
+    if (
+        isinstance(drawn, mx.array)
+        and drawn.size == 1
+        and mx.issubdtype(drawn.dtype, mx.integer)
+    ):
+        return drawn.reshape(1).astype(mx.int32)
+    return mx.array([0], mx.int32)
+
+
+class StepAheadRunner(ModelRunner):
+    """ModelRunner whose decode forwards run a step ahead (see the module).
+
+    quiet: True when no request can take a row next step: only then does a step
+    start the next forward, since a request placed in a new row would not fit it."""
+
+    def __init__(self, model, clock, kv, quiet: Callable[[], bool] = lambda: True):
+        super().__init__(model, clock, kv)
+        self.quiet = quiet
+        self.ahead: Ahead | None = None
+
+    def decode(self, plan: Plan) -> None:
+        rows = plan.rows
+        logits, late = self.take_ahead(rows)
+        if logits is None and not all(r is None or can_go_ahead(r) for r in rows):
+            return super().decode(plan)
+        if logits is None:
+            tokens, offsets = plan.decode_inputs()
+            inputs = mx.array(tokens)[:, None]
+            logits = self.model(inputs, offsets, self.kv.batch_cache)[:, -1, :]
+        landing = [None if r in late else r for r in rows]
+        drawn = self.draw(landing, logits)
+        if drawn is None:
+            mx.eval(logits)
+            self.accept_rows(landing, logits)
+            return
+        fed = [
+            mx.array([r.next_token], mx.int32) if r in late else token_or_zero(d)
+            for r, d in zip(rows, drawn)
+        ]
+        tokens = mx.concatenate(fed)
+        mx.async_eval(tokens)
+        if self.quiet():
+            self.start_ahead(rows, tokens, late)
+        mx.eval(tokens)
+        self.land(landing, drawn)
+
+    def take_ahead(
+        self, rows: list[Request | None]
+    ) -> tuple[mx.array | None, list[Request]]:
+        """The logits [len(rows), V] of the forward started ahead, and the requests
+        placed in a row since (late: they had no row in it, and decode next step);
+        (None, []) without one."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return None, []
+        logits = ahead.logits
+        if len(rows) > len(ahead.rows):
+            padding = mx.zeros((len(rows) - len(ahead.rows), logits.shape[-1]))
+            logits = mx.concatenate([logits, padding.astype(logits.dtype)])
+        late = [r for r in rows if r is not None and r not in ahead.rows]
+        return logits[: len(rows)], late
+
+    def draw(self, rows: list[Request | None], logits: mx.array) -> list[object] | None:
+        """Each row's token as Request.sample draws it, lazy: the sampler's answer
+        (an empty row: [0]), or the exception the sampler raised, which fails that
+        request when it lands. None when a row cannot go ahead."""
+        if not all(r is None or can_go_ahead(r) for r in rows):
+            return None
+        drawn = []
+        for row, request in enumerate(rows):
+            if request is None:
+                drawn.append(mx.array([0]))
+                continue
+            row_logits = logits[row : row + 1]
+            logprobs = row_logits - mx.logsumexp(row_logits, axis=-1, keepdims=True)
+            try:
+                drawn.append(request.sampling_state.draw(request.sampler, logprobs))
+            except Exception as error:
+                drawn.append(error)
+        return drawn
+
+    def start_ahead(
+        self, rows: list[Request | None], tokens: mx.array, late: list[Request]
+    ) -> None:
+        """Start the next decode forward on `tokens` [R] (lazy), each row at its
+        offset + 1 (a late row at its offset: it has not decoded yet), when every
+        row has room for that position."""
+        offsets = [0 if r is None else r.offset + (r not in late) for r in rows]
+        if not all(can_go_ahead(r) for r in late) or not all(
+            self.has_room(slot, end)
+            for slot, (r, end) in enumerate(zip(rows, offsets))
+            if r is not None
+        ):
+            return
+        fed = mx.clip(tokens, 0, self.model.vocab_size - 1)[:, None]
+        logits = self.model(fed, offsets, self.kv.batch_cache)[:, -1, :]
+        mx.async_eval(logits)
+        self.ahead = Ahead(list(rows), offsets, logits)
+
+    def has_room(self, slot: int, position: int) -> bool:
+        """Row `slot` can write `position` now: a paged row within the blocks its
+        request already holds (none is taken a step early: a request holds blocks
+        for the tokens computed, and the next step's plan reserves as it did); a
+        dense row grows as it is written."""
+        view = getattr(self.kv.batch_cache[0], "slots", [None] * (slot + 1))[slot]
+        if view is None:
+            return True
+        return position < len(view.table.blocks) * view.layer.block_size
+
+    def land(self, rows: list[Request | None], drawn: list[object]) -> None:
+        """This step's tokens read (the forward started ahead computes meanwhile) and
+        accepted: each request's fed token is in the cache (advance 1), then it
+        accepts its token; whatever fails (the sampler, its answer, the
+        detokenizer) fails that request alone, as in Request.sample_and_accept."""
+        for request, token in zip(rows, drawn):
+            if request is None:
+                continue
+            request.advance(1)
+            try:
+                if isinstance(token, Exception):
+                    raise token
+                request.accept(sampled_token_id(token, self.model.vocab_size))
+            except Exception as error:
+                request.fail(
+                    f"sampling token {len(request.generated) + 1} failed: "
+                    f"{type(error).__name__}: {error}"
+                )
+
+    def fail(self, requests: list[Request], why: str, plan: Plan) -> None:
+        self.ahead = None
+        super().fail(requests, why, plan)

@@ -64,7 +64,7 @@ def tool_chat_token_ids(
         return chat_token_ids(tokenizer, messages)
     if template_renders_tools(tokenizer):  # its own calls and results, tools or not
         return chat_token_ids(tokenizer, messages, tools=tools or None)
-    return chat_token_ids(tokenizer, _as_text(messages, tools))
+    return chat_token_ids(tokenizer, hermes_messages(messages, tools))
 
 
 def _has_tool_parts(message: dict) -> bool:
@@ -91,9 +91,10 @@ def _decoded_calls(message: dict) -> dict:
     return {**message, "tool_calls": decoded}
 
 
-def _as_text(messages: list[dict], tools: list | None) -> list[dict]:
+def hermes_messages(messages: list[dict], tools: list | None) -> list[dict]:
     """The chat for a template without tool support: the tools in the system
-    message, calls and results as Hermes-format text in plain turns."""
+    message, calls and results as Hermes-format text in plain turns (what
+    bench-tools sends mlx_lm.server, so its model reads the same prompt)."""
     out = []
     if tools:
         described = "\n".join(json.dumps(t.get("function", t)) for t in tools)

@@ -179,6 +179,7 @@ def main() -> int:
                 str(len(r["errors"])),
             ]
         )
+        console.print(f"{kind}: " + ", ".join(rows[-1][1:]))  # a long run's progress
 
     for name, sampler in samplers.items():
         for constrained in (True, False):

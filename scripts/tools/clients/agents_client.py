@@ -14,10 +14,11 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
+from agents.exceptions import ModelBehaviorError
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
-from scripts.tools.clients import Server
+from scripts.tools.clients import ModelAnswer, Server
 
 set_tracing_disabled(True)
 SETTINGS = ModelSettings(max_tokens=96)
@@ -98,7 +99,15 @@ def tool(kind):
             model=model(server, kind),
             model_settings=settings,
         )
-        result = Runner.run_sync(agent, "What's the weather in Tokyo?")
+        try:
+            result = Runner.run_sync(agent, "What's the weather in Tokyo?")
+        except ModelBehaviorError as error:  # the SDK refuses a cut answer
+            if "reason='max_output_tokens'" not in str(error):
+                raise
+            raise ModelAnswer(
+                "a turn cut at max_output_tokens=256 (status incomplete, as "
+                "OpenAI marks it), which the SDK refuses"
+            ) from None
         outputs = [i for i in result.new_items if i.type == "tool_call_output_item"]
         assert outputs, f"no tool call in {result.new_items}"
         assert isinstance(result.final_output, str), result.final_output

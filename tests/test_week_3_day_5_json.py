@@ -192,7 +192,7 @@ def test_a_constraint_is_validated_once(monkeypatch):
         JsonSchema(schema)
     )
     bad = JsonSchema({"type": "object", "uniqueItems": True, "not": {}})
-    for attempt in range(2):
+    for _ in range(2):
         with pytest.raises(ValueError, match="invalid JSON schema"):
             bad.check()
     assert len(calls) == 3

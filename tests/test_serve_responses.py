@@ -339,6 +339,7 @@ BAD = [
     ({"reasoning": {"effort": "low"}}, "reasoning", "does not reason"),
     ({"background": True}, "background", "background"),
     ({"top_logprobs": 2}, "top_logprobs", "log-probabilities are not returned"),
+    ({"top_logprobs": 50}, "top_logprobs", "log-probabilities are not returned"),
     (
         {"include": ["message.output_text.logprobs"]},
         "include",

@@ -170,6 +170,34 @@ def test_schema_text_and_dict_are_the_same_constraint():
         JsonSchema("[1, 2]")
 
 
+def test_a_constraint_is_validated_once(monkeypatch):
+    """A tool constraint is checked where it is made, then started by the server
+    and by the engine: llguidance validates it once. A bad one fails every time."""
+    import llguidance
+
+    validate = llguidance.LLMatcher.validate_grammar_with_warnings
+    calls = []
+
+    def counted(grammar):
+        calls.append(grammar)
+        return validate(grammar)
+
+    monkeypatch.setattr(llguidance.LLMatcher, "validate_grammar_with_warnings", counted)
+    schema = {"type": "object", "properties": {"a": {"type": "boolean"}}}
+    constraint = JsonSchema(schema)
+    for _ in range(3):
+        constraint.check()
+    assert len(calls) == 1
+    assert constraint == JsonSchema(schema) and hash(constraint) == hash(
+        JsonSchema(schema)
+    )
+    bad = JsonSchema({"type": "object", "uniqueItems": True, "not": {}})
+    for _ in range(2):
+        with pytest.raises(ValueError, match="invalid JSON schema"):
+            bad.check()
+    assert len(calls) == 3
+
+
 EMBEDDED = ["person", "weather", "order", "enum field"]
 
 

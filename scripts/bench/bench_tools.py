@@ -8,22 +8,32 @@ the fact would see it. An answer counts when parse_tool_calls finds a call that
 names a function of its set and whose arguments validate against that function's
 parameters (the jsonschema package). Goal: every constrained answer counts.
 
-mlx_lm.server is not run here: the embedded model's chat template has no tool
-support, so mlx-lm's tool parser never engages and its answers are the free ones.
+The peer, mlx_lm.server on the same float32 weights (--no-peer skips it), gets
+the same chat (the tools described in the system message, as our template
+fallback writes it) with `tools` and the same temperature, BATCH requests at a
+time: its rate is that of the calls it returns in message.tool_calls, what a
+client sees. The embedded template has no tool support, so mlx-lm infers no tool
+parser; the calls that parse_tool_calls would find in its content are reported
+beside it.
 """
 
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
+import json
 import time
+from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
 
+import httpx
 import jsonschema
 
+from scripts.bench.benchlib import servers
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.harness import Bench, at_least
 from scripts.bench.benchlib.render import grid
 from scripts.bench.benchlib.tool_sets import CALL_MAX_TOKENS, TOOL_SETS
 from tiny_llm_base import PromptSpec
-from tiny_llm_base.tool_prompts import tool_chat_token_ids
+from tiny_llm_base.tool_prompts import hermes_messages, tool_chat_token_ids
 
 BATCH = 8
 MAX_SEQ_LEN = 2048  # four tools' descriptions and a call
@@ -40,13 +50,74 @@ def question(tools: list[dict]) -> list[dict]:
 def counts(tools: list[dict], text: str) -> tuple[bool, bool]:
     """(a call parsed, a parsed call validates against its function)."""
     _, calls = course.parse_tool_calls(text)
+    return valid_calls(tools, [(call.name, call.arguments) for call in calls])
+
+
+def valid_calls(tools: list[dict], calls: list[tuple]) -> tuple[bool, bool]:
+    """calls: [(name, arguments)] -> (any call, one names a function of tools
+    and its arguments validate against that function's parameters)."""
     functions = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
-    for call in calls:
-        if call.name in functions and jsonschema.Draft202012Validator(
-            functions[call.name]
-        ).is_valid(call.arguments):
+    for name, arguments in calls:
+        if name in functions and jsonschema.Draft202012Validator(
+            functions[name]
+        ).is_valid(arguments):
             return True, True
     return bool(calls), False
+
+
+def peer_answer(url: str, tools: list[dict], temperature: float) -> dict:
+    """One tool set's request to mlx_lm.server: (returned calls, content calls)."""
+    body = {
+        "messages": hermes_messages(question(tools), tools),
+        "tools": tools,
+        "max_tokens": CALL_MAX_TOKENS,
+        "temperature": temperature,
+    }
+    response = httpx.post(url + "/v1/chat/completions", json=body, timeout=900)
+    if response.status_code != 200:
+        return {"error": f"{response.status_code}: {response.text[:200]}"}
+    answer = response.json()
+    message = answer["choices"][0]["message"]
+    returned = []
+    for call in message.get("tool_calls") or []:
+        try:
+            arguments = json.loads(call["function"]["arguments"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            arguments = None
+        returned.append((call.get("function", {}).get("name"), arguments))
+    return {
+        "returned": valid_calls(tools, returned),
+        "in_content": counts(tools, message.get("content") or ""),
+        "tokens": answer["usage"]["completion_tokens"],
+    }
+
+
+def run_peer(sets: list, temperatures: dict) -> dict:
+    """mlx_lm.server on every set, for each named temperature."""
+    server = servers.peer(servers.free_port(), BATCH, float32=True)
+    out = {}
+    try:
+        for name, temperature in temperatures.items():
+            start = time.perf_counter()
+            with ThreadPoolExecutor(BATCH) as pool:
+                answers = list(
+                    pool.map(peer_answer, repeat(server.url), sets, repeat(temperature))
+                )
+            seconds = time.perf_counter() - start
+            fine = [a for a in answers if "error" not in a]
+            out[name] = {
+                "answers": len(sets),
+                "parsed": sum(a["returned"][0] for a in fine),
+                "valid": sum(a["returned"][1] for a in fine),
+                "parsed_in_content": sum(a["in_content"][0] for a in fine),
+                "valid_in_content": sum(a["in_content"][1] for a in fine),
+                "tokens": sum(a["tokens"] for a in fine),
+                "seconds": seconds,
+                "errors": [a["error"] for a in answers if "error" in a],
+            }
+    finally:
+        server.stop()
+    return out
 
 
 def run(model, tokenizer, sets, sampler, constrained: bool) -> dict:
@@ -84,6 +155,9 @@ def run(model, tokenizer, sets, sampler, constrained: bool) -> dict:
 
 def main() -> int:
     bench = Bench(__doc__, quick=True, out="bench-results/tools.json")
+    bench.parser.add_argument(
+        "--no-peer", action="store_true", help="skip mlx_lm.server"
+    )
     args = bench.parse()
     console = bench.start()
     sets = TOOL_SETS[::4] if args.quick else TOOL_SETS
@@ -93,24 +167,43 @@ def main() -> int:
     if not args.quick:
         samplers["sampled"] = course.make_sampler(TEMPERATURE)
     runs, rows, goals = {}, [], []
+
+    def row(kind: str, r: dict) -> None:
+        n = r["answers"]
+        rows.append(
+            [
+                kind,
+                f"{r['parsed']}/{n}",
+                f"{r['valid']}/{n} ({100 * r['valid'] / n:.0f}%)",
+                f"{r['tokens'] / r['seconds']:.1f}",
+                str(len(r["errors"])),
+            ]
+        )
+        console.print(f"{kind}: " + ", ".join(rows[-1][1:]))  # a long run's progress
+
     for name, sampler in samplers.items():
         for constrained in (True, False):
             kind = f"{name}, {'grammar' if constrained else 'free'}"
             with console.status(kind):
                 r = runs[kind] = run(model, tokenizer, sets, sampler, constrained)
-            n = r["answers"]
-            rows.append(
-                [
-                    kind,
-                    f"{r['parsed']}/{n}",
-                    f"{r['valid']}/{n} ({100 * r['valid'] / n:.0f}%)",
-                    f"{r['tokens'] / r['seconds']:.1f}",
-                    str(len(r["errors"])),
-                ]
-            )
+            row(kind, r)
             if constrained:
+                n = r["answers"]
                 why = f"{r['valid']} of {n} answers; errors: {r['errors'][:2]}"
                 goals.append(at_least(f"{name}: calls valid", r["valid"] / n, 1.0, why))
+    if not args.no_peer:
+        temperatures = {"greedy": 0.0, "sampled": TEMPERATURE}
+        temperatures = {name: temperatures[name] for name in samplers}
+        with console.status("mlx_lm.server"):
+            peer = run_peer(sets, temperatures)
+        for name, r in peer.items():
+            runs[f"{name}, mlx_lm.server"] = r
+            row(f"{name}, mlx_lm.server", r)
+            console.print(
+                f"{name}, mlx_lm.server: calls in its content that parse_tool_calls "
+                f"finds: {r['parsed_in_content']}/{r['answers']}, valid "
+                f"{r['valid_in_content']}/{r['answers']}"
+            )
     columns = ["answers", "a call parsed", "a valid call", "tokens/s", "errors"]
     title = (
         f"{len(sets)} tool sets, the embedded model, {CALL_MAX_TOKENS} tokens at most"

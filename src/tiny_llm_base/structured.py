@@ -97,13 +97,17 @@ class CompiledConstraint(ABC):
     def check(self) -> None:
         """ValueError saying what is wrong when it cannot be compiled (for a schema:
         not a schema, an unsupported keyword, a $ref to nothing, nothing can
-        match)."""
+        match). Once it passed, the object remembers it: a tool constraint is
+        checked where it is made, then started by the server and the engine."""
+        if self.__dict__.get("_checked"):
+            return
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
             self.grammar()
         )
         if is_error:
             reasons = "; ".join(explain(message) for message in messages)
             raise ValueError(f"invalid {self.what}: {reasons}")
+        object.__setattr__(self, "_checked", True)  # frozen, and not a field
 
     def start(self, tokenizer, vocab_size: int) -> "GrammarState":
         """This request's state at the start of its answer (see GrammarState)."""

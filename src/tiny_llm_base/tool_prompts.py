@@ -55,14 +55,16 @@ def tool_chat_token_ids(
 ) -> list[int]:
     """The chat's token ids, the assistant's turn opened, with `tools` (OpenAI's
     list, or None) offered to the model and earlier calls and results in the
-    conversation. OpenAI sends a call's arguments as JSON text; templates expect a
-    dict, so they are decoded first."""
+    conversation. A template that renders tools renders the calls and results
+    too, also when no tools are offered (tool_choice "none"); for one that does
+    not, they are Hermes text. OpenAI sends a call's arguments as JSON text;
+    templates expect a dict, so they are decoded first."""
     messages = [_decoded_calls(m) for m in messages]
-    if tools and template_renders_tools(tokenizer):
-        return chat_token_ids(tokenizer, messages, tools=tools)
     if not tools and not any(_has_tool_parts(m) for m in messages):
         return chat_token_ids(tokenizer, messages)
-    return chat_token_ids(tokenizer, _as_text(messages, tools))
+    if template_renders_tools(tokenizer):  # its own calls and results, tools or not
+        return chat_token_ids(tokenizer, messages, tools=tools or None)
+    return chat_token_ids(tokenizer, hermes_messages(messages, tools))
 
 
 def _has_tool_parts(message: dict) -> bool:
@@ -89,9 +91,10 @@ def _decoded_calls(message: dict) -> dict:
     return {**message, "tool_calls": decoded}
 
 
-def _as_text(messages: list[dict], tools: list | None) -> list[dict]:
+def hermes_messages(messages: list[dict], tools: list | None) -> list[dict]:
     """The chat for a template without tool support: the tools in the system
-    message, calls and results as Hermes-format text in plain turns."""
+    message, calls and results as Hermes-format text in plain turns (what
+    bench-tools sends mlx_lm.server, so its model reads the same prompt)."""
     out = []
     if tools:
         described = "\n".join(json.dumps(t.get("function", t)) for t in tools)

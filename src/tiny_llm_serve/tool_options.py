@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import PlainValidator
 
+from .errors import short
 from .validation import Refusal, RequestModel, expect
 
 TOOL_CHOICES = ("auto", "required", "none")
@@ -95,3 +96,11 @@ class ToolFields(RequestModel):
                 "needs tools: give the functions the model may call in tools",
                 field="tool_choice",
             )
+        if isinstance(self.tool_choice, dict) and self.tools:
+            names = [(t.get("function") or {}).get("name") for t in self.tools]
+            named = self.tool_choice["function"]["name"]
+            if named not in names:
+                raise Refusal(
+                    f"names {short(named)}, which is not in tools: name one of {names}",
+                    field="tool_choice",
+                )

@@ -405,7 +405,7 @@ def test_batch_main_says_a_dense_cache_holds_batch_size_x_max_seq_len(
 
 
 def test_main_answers_a_piped_prompt_through_the_fast_week2_model():
-    result = run_in_subprocess(
+    result = run_in_process(
         "main.py", "--max-tokens", "8", stdin="What is the capital of France?\n"
     )
     assert result.returncode == 0, result.stderr

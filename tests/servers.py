@@ -53,17 +53,21 @@ class RunningServer:
             time.sleep(0.02)
 
     @property
-    def requests_seen(self) -> int:
-        """Requests whose headers uvicorn has read so far."""
+    def requests_answered(self) -> int:
+        """Requests uvicorn has finished answering so far."""
         return self.server.server_state.total_requests
 
-    def wait_quiet(self) -> None:
-        """Until no connection is open and no request is being handled: whatever
-        the server does about the connections so far (log lines too) is done."""
+    def activity(self) -> set:
+        """uvicorn's open connections and request tasks (one from a request's
+        headers until its answer), now."""
         state = self.server.server_state
-        self.wait_until(
-            lambda: not state.connections and not state.tasks, "finish its work"
-        )
+        return set(state.connections) | set(state.tasks)
+
+    def wait_done_since(self, before: set) -> None:
+        """Until every connection and request task begun after `before` (an
+        activity()) has ended: whatever the server does about them, log lines
+        too, is done."""
+        self.wait_until(lambda: not self.activity() - before, "finish its work")
 
     def stop(self) -> None:
         self.server.should_exit = True

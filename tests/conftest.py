@@ -6,6 +6,28 @@ import pytest
 from .later_days import checked_day, later_days_stubbed
 
 
+# Files whose wall time is long (ranks launched, servers in subprocesses, a server's
+# many requests), first in the run: the parallel run hands out whole files in
+# collection order, and one of these collected last kept a worker busy alone at the
+# end (week 4 day 1's CLI launches, in a fresh-clone run).
+LONG_FILES = [
+    "test_week_4_day_1.py",
+    "test_week_4_day_1_cli.py",
+    "test_serve.py",
+    "test_serve_hostile.py",
+    "test_cli.py",
+    "test_scripts_options.py",
+]
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        name = item.path.name
+        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+
+    items.sort(key=rank)  # stable: the other files keep their order
+
+
 @pytest.fixture(scope="session")
 def embedded_model():
     """(mlx_model, tokenizer) of the embedded SmolLM2 model, loaded once per run."""

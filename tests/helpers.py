@@ -14,6 +14,10 @@ from mlx import nn
 
 from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
 
+# The longest any one wait may take (a server's answer, a thread, a process): a bound
+# for what hangs, never a speed goal; a step of the embedded model can take seconds
+# on a 2-core machine at a load of 20.
+WAIT_S = 300
 TOLERANCE = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
 # Where mlx-lm's best two logits are closer than this, float32 rounding may pick
 # either token: a divergence is accepted there (and the rest of that sequence with it).

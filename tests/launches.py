@@ -13,6 +13,10 @@ import pytest
 from .helpers import free_port
 
 LAUNCH = Path(sys.executable).with_name("mlx.launch")
+# Seconds a launch may take before it and its ranks are killed: a bound for a
+# launch that hangs, never a speed goal (a 2-rank launch took ~10 s quiet and ~2 min
+# at a load of 20 on a 2-core machine).
+LAUNCH_TIMEOUT = 600
 
 
 def launch_command(ranks: int, *command: str) -> list[str]:

@@ -1,6 +1,8 @@
-"""What the server tests (tests/test_serve*.py) share: uvicorn serving an app in a
-thread of the test process, an engine whose step raises, chat prompts as the server
-makes them, and waiting for the engine to go idle (bounded, on its own status)."""
+"""What the server tests (tests/test_serve*.py, test_client_check.py) share: uvicorn
+serving an app in a thread of the test process, the reference engine on the embedded
+model served as the client tests talk to it, an engine whose step raises, chat
+prompts as the server makes them, and waiting for the engine to go idle (bounded, on
+its own status)."""
 
 import json
 import threading
@@ -12,13 +14,13 @@ import tiny_llm_ref
 import uvicorn
 
 from tiny_llm_base import EngineConfig, PromptSpec
-from tiny_llm_serve import ConstraintFactory
+from tiny_llm_serve import ConstraintFactory, ServerSettings, create_app
 
-from .helpers import free_port
+from .helpers import WAIT_S, free_port
 
 API_KEY = "test-key"
+MODEL = "test-model"  # the name the served model answers to
 MAX_SEQ_LEN = 512
-WAIT_S = 60  # the longest any one wait may take
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 HI = [{"role": "user", "content": "Hi"}]
@@ -40,15 +42,62 @@ class RunningServer:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
+        self.wait_until(lambda: self.server.started, "start")
+
+    def wait_until(self, done, what: str) -> None:
+        """Poll done() until it holds (bounded by WAIT_S); `what` names it."""
         deadline = time.monotonic() + WAIT_S
-        while not self.server.started:
-            assert self.thread.is_alive(), "the server thread died while starting"
-            assert time.monotonic() < deadline, "the server did not start in time"
-            time.sleep(0.05)
+        while not done():
+            assert self.thread.is_alive(), f"the server thread died before: {what}"
+            assert time.monotonic() < deadline, f"the server did not {what} in time"
+            time.sleep(0.02)
+
+    @property
+    def requests_answered(self) -> int:
+        """Requests uvicorn has finished answering so far."""
+        return self.server.server_state.total_requests
+
+    def activity(self) -> set:
+        """uvicorn's open connections and request tasks (one from a request's
+        headers until its answer), now."""
+        state = self.server.server_state
+        return set(state.connections) | set(state.tasks)
+
+    def wait_done_since(self, before: set) -> None:
+        """Until every connection and request task begun after `before` (an
+        activity()) has ended: whatever the server does about them, log lines
+        too, is done."""
+        self.wait_until(lambda: not self.activity() - before, "finish its work")
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=WAIT_S)
+
+
+@contextmanager
+def reference_server(embedded_model) -> Iterator[RunningServer]:
+    """The embedded model on the reference engine (mixed policy, paged cache, 4
+    slots, MAX_SEQ_LEN), served as MODEL behind API_KEY: what the official-client
+    tests talk to. Stopped on the way out."""
+    # A model of its own, never run on this thread: its weights are still lazy, and
+    # the engine thread could not evaluate them unless the loop does it first.
+    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    engine = tiny_llm_ref.Engine(
+        model,
+        embedded_model[1],
+        batch_size=4,
+        max_seq_len=MAX_SEQ_LEN,
+        policy="mixed",
+        kv_cache="paged",
+    )
+    settings = ServerSettings(MODEL, api_key=API_KEY)
+    running = RunningServer(
+        create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 class HeldEngine:
@@ -109,6 +158,22 @@ class BrokenEngine:
 
     def close(self) -> None:
         pass
+
+
+@contextmanager
+def broken_server(tokenizer, vocab_size: int) -> Iterator[RunningServer]:
+    """A BrokenEngine served as MODEL with no API key; stopped on the way out."""
+    app = create_app(
+        BrokenEngine(tokenizer, vocab_size),
+        ServerSettings(MODEL),
+        tiny_llm_ref.make_sampler,
+        REF_CONSTRAINTS,
+    )
+    running = RunningServer(app)
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 def content_pieces(lines: Iterator[str], count: int) -> list[str]:

@@ -5,14 +5,11 @@ The other clients install into virtualenvs of their own from PyPI, which the
 suite does not do; run the script for them."""
 
 import pytest
-import tiny_llm_ref
 
 from scripts.tools.clients import Server, anthropic_client, openai_client
-from tiny_llm_serve import ServerSettings, create_app
 
-from .servers import API_KEY, MAX_SEQ_LEN, REF_CONSTRAINTS, RunningServer
+from .servers import API_KEY, MODEL, reference_server
 
-MODEL = "test-model"
 FEATURES = [
     (module, name)
     for module in (openai_client, anthropic_client)
@@ -22,22 +19,8 @@ FEATURES = [
 
 @pytest.fixture(scope="module")
 def server(embedded_model):
-    # A model of its own, never run on this thread: its weights are still lazy, and
-    # the engine thread could not evaluate them unless the loop does it first.
-    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
-    engine = tiny_llm_ref.Engine(
-        model,
-        embedded_model[1],
-        batch_size=4,
-        max_seq_len=MAX_SEQ_LEN,
-        policy="mixed",
-        kv_cache="paged",
-    )
-    settings = ServerSettings(MODEL, api_key=API_KEY)
-    app = create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
-    running = RunningServer(app)
-    yield Server(running.url, MODEL, API_KEY)
-    running.stop()
+    with reference_server(embedded_model) as running:
+        yield Server(running.url, MODEL, API_KEY)
 
 
 @pytest.mark.parametrize(

@@ -272,11 +272,10 @@ ENGINE_REFUSALS = [
 
 @pytest.mark.parametrize("args, message", ENGINE_REFUSALS)
 def test_serve_names_the_option_when_the_engine_refuses_a_setting(args, message):
-    """The engine's refusal, after the model loaded: in a new interpreter for the
-    first setting, in this process for the others."""
-    runner = run if args == ENGINE_REFUSALS[0][0] else run_in_process
+    """The engine's refusal, after the model loaded, in this process (serve's
+    one-line wrapper in a new interpreter is BAD_OPTIONS' first serve case)."""
     # A free port: the server may bind before it.
-    result = runner(SERVE, "--port", str(free_port()), *args)
+    result = run_in_process(SERVE, "--port", str(free_port()), *args)
     assert_one_line_error(result, 2, message)
     if "--kv-memory 1.0 MiB" in message:  # the engine's advice, in option names
         assert (

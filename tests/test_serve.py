@@ -38,19 +38,19 @@ from .servers import (
     COMPLETIONS,
     HI,
     MAX_SEQ_LEN,
+    MODEL,
     REF_CONSTRAINTS,
     SEA,
     WAIT_S,
-    BrokenEngine,
     HeldEngine,
     RunningServer,
+    broken_server,
     chat_prompt,
     content_pieces,
     wait_idle,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = "test-model"
 MAX_BODY_BYTES = 64 * 1024
 BATCH_SIZE = 8
 QUESTIONS = [
@@ -799,12 +799,7 @@ def test_models_health_and_chat_page(client, http):
 
 
 def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
-    engine = BrokenEngine(tokenizer, model.vocab_size)
-    app = create_app(
-        engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler, REF_CONSTRAINTS
-    )
-    running = RunningServer(app)
-    try:
+    with broken_server(tokenizer, model.vocab_size) as running:
         broken = openai.OpenAI(
             base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT_S
         )
@@ -819,8 +814,6 @@ def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
             assert again.status_code == 503
             assert "Week 2 Day 6" in again.json()["error"]["message"]
             assert "restart" in again.json()["error"]["message"]
-    finally:
-        running.stop()
 
 
 @pytest.mark.parametrize(

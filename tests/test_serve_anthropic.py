@@ -15,22 +15,18 @@ import anthropic
 import httpx
 import jsonschema
 import pytest
-import tiny_llm_ref
-
-from tiny_llm_serve import ServerSettings, create_app
 
 from .servers import (
     API_KEY,
     CHAT,
     MAX_SEQ_LEN,
-    REF_CONSTRAINTS,
+    MODEL,
     WAIT_S,
-    BrokenEngine,
-    RunningServer,
+    broken_server,
     chat_prompt,
+    reference_server,
 )
 
-MODEL = "test-model"
 QUESTION = "What is the capital of France?"
 GREEDY = {"temperature": 0}  # the client has no temperature argument of its own
 WEATHER_SCHEMA = {
@@ -57,27 +53,9 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def model(embedded_model):
-    # A model of its own, never run on this thread: its weights are still lazy, and
-    # the engine thread could not evaluate them unless the loop does it first.
-    return tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
-
-
-@pytest.fixture(scope="module")
-def server(model, embedded_model):
-    engine = tiny_llm_ref.Engine(
-        model,
-        embedded_model[1],
-        batch_size=4,
-        max_seq_len=MAX_SEQ_LEN,
-        policy="mixed",
-        kv_cache="paged",
-    )
-    settings = ServerSettings(MODEL, api_key=API_KEY)
-    app = create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
-    running = RunningServer(app)
-    yield running
-    running.stop()
+def server(embedded_model):
+    with reference_server(embedded_model) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -351,15 +329,9 @@ def test_a_bad_body_is_a_400_in_anthropics_shape(client, change, message):
     assert message in error["error"]["message"], error
 
 
-def test_an_engine_that_raises_fails_in_anthropics_shape(tokenizer, model):
-    app = create_app(
-        BrokenEngine(tokenizer, model.vocab_size),
-        ServerSettings(MODEL),
-        tiny_llm_ref.make_sampler,
-        REF_CONSTRAINTS,
-    )
-    running = RunningServer(app)
-    try:
+def test_an_engine_that_raises_fails_in_anthropics_shape(embedded_model):
+    vocab_size = embedded_model[0].args.vocab_size
+    with broken_server(embedded_model[1], vocab_size) as running:
         broken = anthropic.Anthropic(
             base_url=running.url, api_key="none", max_retries=0, timeout=WAIT_S
         )
@@ -372,8 +344,6 @@ def test_an_engine_that_raises_fails_in_anthropics_shape(tokenizer, model):
             broken.messages.create(model=MODEL, messages=ASK, max_tokens=2)
         assert caught.value.status_code == 503
         assert "restart" in caught.value.body["error"]["message"]
-    finally:
-        running.stop()
 
 
 def test_an_unknown_model_is_a_404_in_anthropics_shape(client):

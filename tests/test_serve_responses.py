@@ -14,20 +14,16 @@ import json
 import jsonschema
 import openai
 import pytest
-import tiny_llm_ref
-
-from tiny_llm_serve import ServerSettings, create_app
 
 from .servers import (
     API_KEY,
     MAX_SEQ_LEN,
-    REF_CONSTRAINTS,
+    MODEL,
     WAIT_S,
-    BrokenEngine,
-    RunningServer,
+    broken_server,
+    reference_server,
 )
 
-MODEL = "test-model"
 QUESTION = "What is the capital of France?"
 WEATHER_PARAMETERS = {
     "type": "object",
@@ -54,29 +50,14 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def model(embedded_model):
-    # A model of its own, never run on this thread: its weights are still lazy, and
-    # the engine thread could not evaluate them unless the loop does it first.
-    return tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
-
-
-@pytest.fixture(scope="module")
-def client(model, embedded_model):
-    engine = tiny_llm_ref.Engine(
-        model,
-        embedded_model[1],
-        batch_size=4,
-        max_seq_len=MAX_SEQ_LEN,
-        policy="mixed",
-        kv_cache="paged",
-    )
-    settings = ServerSettings(MODEL, api_key=API_KEY)
-    app = create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
-    running = RunningServer(app)
-    yield openai.OpenAI(
-        base_url=running.url + "/v1", api_key=API_KEY, max_retries=0, timeout=WAIT_S
-    )
-    running.stop()
+def client(embedded_model):
+    with reference_server(embedded_model) as running:
+        yield openai.OpenAI(
+            base_url=running.url + "/v1",
+            api_key=API_KEY,
+            max_retries=0,
+            timeout=WAIT_S,
+        )
 
 
 def chat(client, messages, max_tokens, **extra):
@@ -382,15 +363,9 @@ def test_what_cannot_be_honoured_is_a_400_naming_the_field(
     assert error["type"] == "invalid_request_error"
 
 
-def test_an_engine_that_raises_ends_the_stream_with_an_error_event(tokenizer, model):
-    app = create_app(
-        BrokenEngine(tokenizer, model.vocab_size),
-        ServerSettings(MODEL),
-        tiny_llm_ref.make_sampler,
-        REF_CONSTRAINTS,
-    )
-    running = RunningServer(app)
-    try:
+def test_an_engine_that_raises_ends_the_stream_with_an_error_event(embedded_model):
+    vocab_size = embedded_model[0].args.vocab_size
+    with broken_server(embedded_model[1], vocab_size) as running:
         broken = openai.OpenAI(
             base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT_S
         )
@@ -408,5 +383,3 @@ def test_an_engine_that_raises_ends_the_stream_with_an_error_event(tokenizer, mo
             broken.responses.create(model=MODEL, input=QUESTION, max_output_tokens=2)
         assert caught.value.status_code == 503
         assert "restart" in caught.value.body["message"]
-    finally:
-        running.stop()

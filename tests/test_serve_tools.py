@@ -11,13 +11,9 @@ import json
 import jsonschema
 import openai
 import pytest
-import tiny_llm_ref
 
-from tiny_llm_serve import ServerSettings, create_app
+from .servers import API_KEY, MODEL, WAIT_S, reference_server
 
-from .servers import API_KEY, MAX_SEQ_LEN, REF_CONSTRAINTS, WAIT_S, RunningServer
-
-MODEL = "test-model"
 WEATHER = {
     "type": "function",
     "function": {
@@ -55,24 +51,13 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def client(embedded_model):
-    # A model of its own, never run on this thread: its weights are still lazy, and
-    # the engine thread could not evaluate them unless the loop does it first.
-    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
-    engine = tiny_llm_ref.Engine(
-        model,
-        embedded_model[1],
-        batch_size=4,
-        max_seq_len=MAX_SEQ_LEN,
-        policy="mixed",
-        kv_cache="paged",
-    )
-    settings = ServerSettings(MODEL, api_key=API_KEY)
-    app = create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
-    running = RunningServer(app)
-    yield openai.OpenAI(
-        base_url=running.url + "/v1", api_key=API_KEY, max_retries=0, timeout=WAIT_S
-    )
-    running.stop()
+    with reference_server(embedded_model) as running:
+        yield openai.OpenAI(
+            base_url=running.url + "/v1",
+            api_key=API_KEY,
+            max_retries=0,
+            timeout=WAIT_S,
+        )
 
 
 def assert_valid_call(call) -> None:

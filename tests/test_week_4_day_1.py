@@ -25,14 +25,11 @@ import pytest
 
 from . import tensor_parallel_worker as worker
 from .helpers import assert_within, sharpened
-from .launches import assert_no_rank_left, launch_command
+from .launches import LAUNCH_TIMEOUT, assert_no_rank_left, launch_command
 from .random_models import random_model
 from .solution import SOLUTION, tiny
 
 WORKER = Path(worker.__file__)
-# Seconds one launch may take (startup, 4 random models, the embedded model, three
-# engine runs) before it and its ranks are killed.
-LAUNCH_TIMEOUT = 150
 # Random models: logits ~0.5, float32, sums only reordered by the split.
 RANDOM_ATOL = 1e-4
 # The embedded model: logits up to ~40 (as week 2 day 1's float32 comparison).

@@ -31,14 +31,12 @@ from tiny_llm_base import load_model
 from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
 
 from .cli_runs import run_in_process
-from .helpers import free_port, sharpened
-from .launches import assert_no_rank_left, launch_command
+from .helpers import WAIT_S, free_port, sharpened
+from .launches import LAUNCH_TIMEOUT, assert_no_rank_left, launch_command
 from .random_models import random_model
 from .solution import SOLUTION, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
-# Seconds a launch may take (~10 s here).
-LAUNCH_TIMEOUT = 90
 MAX_TOKENS = 6
 # qwen2, hidden, heads, KV heads, intermediate, layers: the embedded model's heads.
 SMALL = ("qwen2", 144, 9, 3, 160, 2)
@@ -163,7 +161,7 @@ def test_batch_main_on_two_ranks_prints_one_ranks_table_once(tmp_path, model_fol
     assert stderr.count("tensor parallel over 2 ranks") == 1, stderr
 
 
-def post(port: int, body: dict, timeout: float = 60) -> tuple[int, dict]:
+def post(port: int, body: dict, timeout: float = WAIT_S) -> tuple[int, dict]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         connection.request(
@@ -236,7 +234,7 @@ def listeners(port: int) -> list[str]:
 
 def abort_a_stream(port: int) -> None:
     """A streamed answer the client leaves after its first chunk: an abort."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
     body = {
         "messages": [{"role": "user", "content": "Tell me a long story."}],
         "max_tokens": 48,
@@ -277,7 +275,7 @@ def test_server_on_two_ranks_answers_as_one_rank_and_leaves_nothing(
             assert status == 200, greedy
             status, sampled = sampled.result()
             assert status == 200, sampled  # ranks that sampled apart would stop
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
         connection.request("GET", "/metrics")
         metrics = connection.getresponse().read().decode()
         connection.close()
@@ -285,7 +283,7 @@ def test_server_on_two_ranks_answers_as_one_rank_and_leaves_nothing(
         pid = rank_pid(process.pid, 0)
         assert pid is not None
         os.kill(pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        process.wait(timeout=WAIT_S)
     finally:
         stop(process, tmp_path)
     stdout, stderr = output(tmp_path)
@@ -344,7 +342,7 @@ def test_a_lost_rank_gets_a_503_and_the_server_exits(
         status, reply = post(port, {"messages": question, "max_tokens": MAX_TOKENS})
         assert status == 503, reply
         assert any(w in reply["error"]["message"] for w in words), reply
-        deadline = time.monotonic() + 60  # rank 0 ends (a stopped rank 1 stays)
+        deadline = time.monotonic() + WAIT_S  # rank 0 ends (a stopped rank 1 stays)
         while Path(f"/proc/{zero}").exists() and process.poll() is None:
             assert time.monotonic() < deadline, "rank 0 is still running"
             time.sleep(0.2)

@@ -54,7 +54,10 @@ def main() -> int:
         workers = 1 if args.week else min(4, os.cpu_count() or 1)
     if workers < 1:
         sys.exit(f"error: --workers must be at least 1, got {workers}")
-    parallel = ["-n", str(workers), "--dist", "loadfile"] if workers > 1 else []
+    # Files in collection order (tests/conftest.py puts the long ones first), not
+    # xdist's default of the files with the most tests first.
+    parallel = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
+    parallel = parallel if workers > 1 else []
     return pytest.main([*test_files(args.week, args.day), *parallel, *pytest_args])
 
 

@@ -188,3 +188,40 @@ def test_run_to_end_returns_results_in_the_order_added():
 
     results = run_to_end(engine, ["a", "b", "c"], on_step)
     assert results == ["result 0", "result 1", "result 2", "result 3"]
+
+
+def _run(config: str, engine: str, stall: float, total: float, unfinished: int = 0):
+    from scripts.bench.benchlib.measure import Run
+
+    return Run(
+        config,
+        engine,
+        total,
+        0,
+        0,
+        0.0,
+        0.0,
+        0.0,
+        [],
+        0.0,
+        0.0,
+        stall,
+        0.0,
+        unfinished,
+        (0.0, 0.0),
+        [],
+    )
+
+
+def test_dominance_never_picks_a_cut_run_of_ours_and_names_a_cut_peer():
+    from scripts.bench.benchlib.measure import dominance_goals
+
+    peer = _run("mlx-lm 32", "mlx-lm", stall=2.0, total=60.0, unfinished=4)
+    cut = _run("alternate 32", "ours", stall=0.1, total=10.0, unfinished=1)
+    done = _run("alternate 128", "ours", stall=1.0, total=50.0)
+    [goal] = dominance_goals("b", [peer, cut, done])
+    assert "best of ours alternate 128" in goal.name
+    assert "cut with 4 unfinished" in goal.name
+    assert goal.value == pytest.approx(50.0 / 60.0)
+    [goal] = dominance_goals("b", [peer, cut])
+    assert not goal.met and "no run of ours finished" in goal.line()

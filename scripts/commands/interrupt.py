@@ -30,6 +30,14 @@ def unwind_on_interrupt() -> None:
     unwinding[0] = True
 
 
+def settle_mlx() -> None:
+    """Wait for MLX work still queued (the engine starts a forward a step ahead): a
+    process that exits with MLX work in flight aborts ("terminate called")."""
+    mx = sys.modules.get("mlx.core")
+    if mx is not None:
+        mx.synchronize()
+
+
 def exit_on_interrupt() -> None:
     """Make Ctrl-C end the program at once: one line on stderr, status 130, no traceback.
 
@@ -58,6 +66,7 @@ def exit_on_interrupt() -> None:
         if not unwinding[0]:
             announce_once()
             os._exit(INTERRUPTED_STATUS)
+        atexit.register(settle_mlx)
         atexit.register(announce_once)  # last: after progress bars clear their lines
         raise SystemExit(INTERRUPTED_STATUS)
 

@@ -173,9 +173,9 @@ class Engine:
         self.inbox.put(("abort", request_id, index, None))
 
     def close(self) -> None:
-        """The engine is done: the KV manager keeps what should outlive it (with
-        kv_disk_dir, every named block goes to disk, for the next engine on that
-        folder). Call it on the thread that steps the engine."""
+        """Ends queued MLX work (a forward started ahead) and closes the KV manager
+        (kv_disk_dir: named blocks go to disk); call it on the thread that steps."""
+        mx.synchronize()  # a process that exits with MLX work in flight aborts
         self.kv.close()
 
     def nothing_waits(self) -> bool:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import openai
 import tiny_llm_ref
 import uvicorn
 
@@ -68,6 +69,12 @@ class RunningServer:
         activity()) has ended: whatever the server does about them, log lines
         too, is done."""
         self.wait_until(lambda: not self.activity() - before, "finish its work")
+
+    def openai_client(self, api_key: str = API_KEY) -> openai.OpenAI:
+        """The official client on this server: no retries, WAIT_S to answer."""
+        return openai.OpenAI(
+            base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=WAIT_S
+        )
 
     def stop(self) -> None:
         self.server.should_exit = True

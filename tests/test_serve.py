@@ -92,9 +92,7 @@ def server(model, embedded_model, want):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(
-        base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=WAIT_S
-    )
+    return server.openai_client()
 
 
 @pytest.fixture
@@ -800,9 +798,7 @@ def test_models_health_and_chat_page(client, http):
 
 def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
     with broken_server(tokenizer, model.vocab_size) as running:
-        broken = openai.OpenAI(
-            base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT_S
-        )
+        broken = running.openai_client(api_key="none")
         stream = broken.chat.completions.create(
             model=MODEL, messages=HI, max_tokens=2, stream=True
         )

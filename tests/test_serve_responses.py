@@ -16,10 +16,8 @@ import openai
 import pytest
 
 from .servers import (
-    API_KEY,
     MAX_SEQ_LEN,
     MODEL,
-    WAIT_S,
     broken_server,
     reference_server,
 )
@@ -52,12 +50,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 @pytest.fixture(scope="module")
 def client(embedded_model):
     with reference_server(embedded_model) as running:
-        yield openai.OpenAI(
-            base_url=running.url + "/v1",
-            api_key=API_KEY,
-            max_retries=0,
-            timeout=WAIT_S,
-        )
+        yield running.openai_client()
 
 
 def chat(client, messages, max_tokens, **extra):
@@ -366,9 +359,7 @@ def test_what_cannot_be_honoured_is_a_400_naming_the_field(
 def test_an_engine_that_raises_ends_the_stream_with_an_error_event(embedded_model):
     vocab_size = embedded_model[0].args.vocab_size
     with broken_server(embedded_model[1], vocab_size) as running:
-        broken = openai.OpenAI(
-            base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT_S
-        )
+        broken = running.openai_client(api_key="none")
         stream = broken.responses.create(
             model=MODEL, input=QUESTION, max_output_tokens=2, stream=True
         )

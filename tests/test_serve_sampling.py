@@ -20,7 +20,7 @@ import tiny_llm_ref
 from tiny_llm_serve import ServerSettings, create_app
 
 from .helpers import mlx_lm_logprobs
-from .servers import REF_CONSTRAINTS, WAIT_S, RunningServer, chat_prompt
+from .servers import REF_CONSTRAINTS, RunningServer, chat_prompt
 
 MODEL = "test-model"
 QUESTION = "Write one sentence about the sea."
@@ -50,9 +50,7 @@ def server(embedded_model, embedded_week2_model):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(
-        base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=WAIT_S
-    )
+    return server.openai_client(api_key="none")
 
 
 def chat(client, max_tokens: int = 6, question: str = QUESTION, **options):

@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import jsonschema
-import openai
 import pytest
 
 import tiny_llm_ref
@@ -55,9 +54,7 @@ def server(embedded_model, embedded_week2_model):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(
-        base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=WAIT_S
-    )
+    return server.openai_client(api_key="none")
 
 
 def ask(client, question: str, max_tokens: int = 32, **options):

@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pytest
 
-from .servers import API_KEY, MODEL, WAIT_S, reference_server
+from .servers import MODEL, reference_server
 
 WEATHER = {
     "type": "function",
@@ -52,12 +52,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 @pytest.fixture(scope="module")
 def client(embedded_model):
     with reference_server(embedded_model) as running:
-        yield openai.OpenAI(
-            base_url=running.url + "/v1",
-            api_key=API_KEY,
-            max_retries=0,
-            timeout=WAIT_S,
-        )
+        yield running.openai_client()
 
 
 def assert_valid_call(call) -> None:

@@ -8,7 +8,11 @@ core, at most 4 (each holds its own copy of the model); `--workers 1` runs them 
 one process. A day's tests run in one process. Parallel workers share the cores'
 BLAS threads (OPENBLAS_NUM_THREADS, unless set): OpenBLAS starts a thread per core
 in every process, and with more threads than cores they spin-wait in the kernel
-(sys time was a quarter of the suite's CPU-seconds).
+(sys time was a quarter of the suite's CPU-seconds). The test processes write
+bytecode caches even where PYTHONDONTWRITEBYTECODE is set: the suite starts many
+interpreters (workers, servers, CLIs, ranks), and without the caches each one
+compiled every module it imported from source again (mlx-lm, transformers, the
+clients), twice the CPU time of its imports.
 """
 
 import argparse
@@ -52,6 +56,8 @@ def main() -> int:
     if pytest_args[:1] == ["--"]:
         pytest_args = pytest_args[1:]
     os.environ["TINY_LLM_SOLUTION"] = args.solution
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
     workers = args.workers
     if workers is None:
         workers = 1 if args.week else min(4, os.cpu_count() or 1)

@@ -133,12 +133,15 @@ class Planner:
         slots."""
         # Week 2 Day 6: slot_for: the free slots after leaving one per ready request;
         # None when there is none or a batch request would pass batch_slots
+        free = [i for i, slot in enumerate(self.slots) if slot is None]
+        if not free:  # before the waiting list: a long queue would cost its square
+            return None
         ready = [
             r
             for r in self.waiting  # also_ready's requests are waiting too: count once
             if (r.is_prefill_done or r in also_ready) and r is not request
         ]
-        free = [i for i, slot in enumerate(self.slots) if slot is None][len(ready) :]
+        free = free[len(ready) :]
         batch_held = sum(
             r.priority == "batch" for r in self.slots + ready if r is not None
         )

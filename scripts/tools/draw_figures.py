@@ -4,6 +4,7 @@ Pictures of ideas, drawn with matplotlib alone (Agg, no network) from the refere
 code's rules, named in a comment above each function. Into book/src/images (--out):
 
 - concept-mixed-step.png: one mixed forward, and the alternate policy (week 3 day 1).
+- concept-latency-sharing.png: a chat's first token beside a long prompt (week 3 day 1).
 - concept-block-table.png: block tables into a pool of KV blocks (week 3 day 2).
 - concept-prefix-cache.png: full blocks named by a hash chain, shared (week 3 day 3).
 - concept-draft-verification.png: prompt-lookup drafts checked in one forward (day 4).
@@ -144,6 +145,72 @@ def mixed_step(out: Path) -> Path:
             s.box(3.2 + i * 0.32, 0.17, 0.3, 0.26, "", BLUE)
     s.note(5.0, 0.8, "each forward reads every weight,\nthe decodes wait for the chunk")
     return s.save(out, "concept-mixed-step.png")
+
+
+# mixed_policy.py: chunk_limit: a chunk is the least of the tokens left, the chunk
+# size (prefill_step, 128 here) and, for a long prompt, long_prefill_token_threshold;
+# may_start: a new prompt starts only while fewer than max_num_partial_prefills are
+# partly prefilled. A step runs to its end: a chat that arrives during one joins the
+# next, and its first token comes at the end of the step that runs its prompt. The
+# step times are a model (a fixed cost plus one per token), not a measurement.
+def latency_sharing(out: Path) -> Path:
+    s = Sketch(10, 6.5, "Who shares a step: a short chat beside a long prompt")
+    scale, rows, chat, arrive = 0.95, 4, 40, 1.4  # inches a time unit; tokens
+    x0, height = 2.65, 0.75 / 128  # a lane's left edge; inches a token
+
+    def steps(threshold: int | None, one_at_a_time: bool):
+        """(start, length, document's chunk, chat's chunk) of each step."""
+        t, left, chat_left, plan = 0.0, 768, chat, []
+        while t < 7.5:
+            doc = min(left, 128, threshold or left)
+            may = chat_left and t >= arrive and not (one_at_a_time and left)
+            chat_part = chat_left if may else 0
+            length = 0.1 + 0.0075 * (rows + doc + chat_part)
+            plan.append((t, length, doc, chat_part))
+            t, left, chat_left = t + length, left - doc, chat_left - chat_part
+        return plan
+
+    lanes = [
+        ("one prompt at a time", "max_num_partial_prefills=1", None, True),
+        ("mixed, no cap", "chunks of 128", None, False),
+        ("serve's defaults", "threshold 64: chunks <= 64", 64, False),
+    ]
+    for lane, (name, how, threshold, one) in enumerate(lanes):
+        y = 4.5 - 1.5 * lane
+        s.text(0.25, y + 0.45, name, size=TEXT, weight="bold")
+        s.text(0.25, y + 0.18, how, GREY)
+        for t, length, doc, chat_part in steps(threshold, one):
+            x, w = x0 + t * scale, length * scale
+            if x + w > 9.9:
+                break
+            s.box(x, y, w - 0.03, 0.1, "", BLUE, fill=0.6)
+            if doc:
+                s.box(x, y + 0.1, w - 0.03, doc * height, "", ORANGE, fill=0.35)
+            if chat_part:
+                base = y + 0.1 + doc * height
+                s.box(x, base, w - 0.03, chat_part * height, "", GREEN, fill=0.6)
+                first = x + w - 0.03
+        a = x0 + arrive * scale
+        s.arrow(a, y + 1.35, a, y + 1.12, RED)
+        s.line([a, first], [y + 1.25, y + 1.25], RED)
+        s.circle(first, y + 1.25, 0.05, RED, 1)
+        ttft = f"first token after {(first - a) / scale:.1f} time units"
+        s.text(a + 0.1, y + 1.37, ttft, RED)
+    s.box(0.25, 0.12, 0.3, 0.1, "", BLUE, fill=0.6)
+    s.text(0.65, 0.17, "4 decode rows, 1 token each")
+    s.box(3.0, 0.1, 0.3, 0.14, "", ORANGE, fill=0.35)
+    s.text(3.4, 0.17, "long prompt's chunk (768 tokens in all)")
+    s.box(6.55, 0.1, 0.3, 0.14, "", GREEN, fill=0.6)
+    s.text(6.95, 0.17, "the chat's 40-token prompt")
+    note = "A box is one step: its width the time it runs (a fixed cost plus one per"
+    note += " token), its height the tokens it feeds."
+    s.note(
+        0.25,
+        0.75,
+        note,
+        "▼ the chat arrives: it joins the next step; ● its first token.",
+    )
+    return s.save(out, "concept-latency-sharing.png")
 
 
 # block_pool.py: position p of a request lives in block table[p // block_size] at
@@ -475,7 +542,7 @@ def tool_calls(out: Path) -> Path:
     return s.save(out, "concept-tool-calls.png")
 
 
-FIGURES = [mixed_step, block_table, prefix_cache, draft_verification]
+FIGURES = [mixed_step, latency_sharing, block_table, prefix_cache, draft_verification]
 FIGURES += [dfa_token_index, tensor_parallel, tool_calls]
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from .solution import SOLUTION
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -113,8 +115,9 @@ def piped(data: str | bytes) -> Iterator[io.TextIOWrapper]:
 
 
 class ServeCli:
-    """`python -m scripts.commands.serve ARGS` in a subprocess, for what only a
-    process shows (start-up lines, signals). Its stderr is read on a thread;
+    """`python -m scripts.commands.serve --solution SOLUTION ARGS` in a subprocess
+    (the package under test, tests/solution.py), for what only a process shows
+    (start-up lines, signals). Its stderr is read on a thread;
     wait_for blocks until a line starts with a prefix (a readiness signal, never a
     guessed delay) or the process ends. Use as a context manager: it is killed on
     the way out if it still runs."""
@@ -122,7 +125,8 @@ class ServeCli:
     def __init__(self, *args: str, timeout_s: float = 180.0):
         self.timeout_s = timeout_s
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "scripts.commands.serve", *args],
+            [sys.executable, "-m", "scripts.commands.serve", "--solution", SOLUTION]
+            + list(args),
             cwd=ROOT,
             env={k: v for k, v in os.environ.items() if k != "TINY_LLM_API_KEY"},
             stdout=subprocess.DEVNULL,

@@ -1,6 +1,7 @@
 """What the server tests (tests/test_serve*.py, test_client_check.py) share: uvicorn
-serving an app in a thread of the test process, the reference engine on the embedded
-model served as the client tests talk to it, an engine whose step raises, chat
+serving an app in a thread of the test process, the engine of the package under test
+(tests/solution.py: the reference, or yours with TINY_LLM_SOLUTION=learner) on the
+embedded model served as the client tests talk to it, an engine whose step raises, chat
 prompts as the server makes them, and waiting for the engine to go idle (bounded, on
 its own status)."""
 
@@ -11,13 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import openai
-import tiny_llm_ref
 import uvicorn
 
 from tiny_llm_base import EngineConfig, PromptSpec
 from tiny_llm_serve import ConstraintFactory, ServerSettings, create_app
 
 from .helpers import WAIT_S, free_port
+from .solution import tiny
 
 API_KEY = "test-key"
 MODEL = "test-model"  # the name the served model answers to
@@ -25,8 +26,8 @@ MAX_SEQ_LEN = 512
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 HI = [{"role": "user", "content": "Hi"}]
-# The reference's constraint kinds, passed to create_app beside its make_sampler.
-REF_CONSTRAINTS = ConstraintFactory.of(tiny_llm_ref)
+# The package's constraint kinds, passed to create_app beside its make_sampler.
+CONSTRAINTS = ConstraintFactory.of(tiny)
 SEA = "Write one sentence about the sea."  # a greedy answer long enough to cut
 
 
@@ -82,14 +83,14 @@ class RunningServer:
 
 
 @contextmanager
-def reference_server(embedded_model) -> Iterator[RunningServer]:
-    """The embedded model on the reference engine (mixed policy, paged cache, 4
+def package_server(embedded_model) -> Iterator[RunningServer]:
+    """The embedded model on the package's engine (mixed policy, paged cache, 4
     slots, MAX_SEQ_LEN), served as MODEL behind API_KEY: what the official-client
     tests talk to. Stopped on the way out."""
     # A model of its own, never run on this thread: its weights are still lazy, and
     # the engine thread could not evaluate them unless the loop does it first.
-    model = tiny_llm_ref.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
-    engine = tiny_llm_ref.Engine(
+    model = tiny.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    engine = tiny.Engine(
         model,
         embedded_model[1],
         batch_size=4,
@@ -99,7 +100,7 @@ def reference_server(embedded_model) -> Iterator[RunningServer]:
     )
     settings = ServerSettings(MODEL, api_key=API_KEY)
     running = RunningServer(
-        create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+        create_app(engine, settings, tiny.make_sampler, CONSTRAINTS)
     )
     try:
         yield running
@@ -173,8 +174,8 @@ def broken_server(tokenizer, vocab_size: int) -> Iterator[RunningServer]:
     app = create_app(
         BrokenEngine(tokenizer, vocab_size),
         ServerSettings(MODEL),
-        tiny_llm_ref.make_sampler,
-        REF_CONSTRAINTS,
+        tiny.make_sampler,
+        CONSTRAINTS,
     )
     running = RunningServer(app)
     try:

@@ -18,7 +18,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import tiny_llm_ref
 from scripts.commands import cli
 from scripts.commands.interrupt import READY_LINE, READY_VARIABLE
 
@@ -26,6 +25,11 @@ from .cli_runs import assert_one_line_error, run_in_process, run_in_subprocess
 from .helpers import WAIT_S
 from tiny_llm_base import fast_blas
 from tiny_llm_base import embedded_model as store
+
+tiny_llm_ref = pytest.importorskip(
+    "tiny_llm_ref",
+    reason="needs src/tiny_llm_ref: runs the commands on src/tiny_llm_ref's engine",
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 8192  # the embedded SmolLM2's max_position_embeddings (its GGUF metadata)

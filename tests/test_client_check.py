@@ -1,6 +1,7 @@
 """The clients `pdm run client-check` drives that are dev dependencies (openai and
 anthropic): each feature's usage, as the script runs it
-(scripts/tools/clients/), against the reference engine served in this process.
+(scripts/tools/clients/), against the package's engine (tests/solution.py) served
+in this process.
 The other clients install into virtualenvs of their own from PyPI, which the
 suite does not do; run the script for them."""
 
@@ -8,7 +9,7 @@ import pytest
 
 from scripts.tools.clients import Server, anthropic_client, openai_client
 
-from .servers import API_KEY, MODEL, reference_server
+from .servers import API_KEY, MODEL, package_server
 
 FEATURES = [
     (module, name)
@@ -19,7 +20,7 @@ FEATURES = [
 
 @pytest.fixture(scope="module")
 def server(embedded_model):
-    with reference_server(embedded_model) as running:
+    with package_server(embedded_model) as running:
         yield Server(running.url, MODEL, API_KEY)
 
 

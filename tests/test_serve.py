@@ -1,8 +1,9 @@
 """The OpenAI-compatible server (src/tiny_llm_serve), talked to as clients do.
 
 One server on 127.0.0.1 at a free port, in a thread of this process, serves the
-embedded model through the reference Engine (the server is infrastructure with no
-learner stubs, so it runs on tiny_llm_ref in the learner's run too). Clients: the
+embedded model through the Engine of the package under test (tests/solution.py: the
+reference, or yours in `pdm run test`'s run, TINY_LLM_SOLUTION=learner; the server
+itself has no stubs, so it serves the package it is given). Clients: the
 official `openai` package and httpx.
 
 What is checked: greedy answers equal batch_generate's for the same prompts (chat
@@ -26,7 +27,6 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import tiny_llm_ref
 from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
@@ -39,7 +39,7 @@ from .servers import (
     HI,
     MAX_SEQ_LEN,
     MODEL,
-    REF_CONSTRAINTS,
+    CONSTRAINTS,
     SEA,
     WAIT_S,
     HeldEngine,
@@ -49,6 +49,7 @@ from .servers import (
     content_pieces,
     wait_idle,
 )
+from .solution import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_BODY_BYTES = 64 * 1024
@@ -63,12 +64,12 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def model(embedded_week2_model):
-    return embedded_week2_model(True, "auto", tiny_llm_ref)
+    return embedded_week2_model(True, "auto", tiny)
 
 
 @pytest.fixture(scope="module")
 def server(model, embedded_model, want):
-    engine = tiny_llm_ref.Engine(
+    engine = tiny.Engine(
         model,
         embedded_model[1],
         batch_size=BATCH_SIZE,
@@ -82,9 +83,7 @@ def server(model, embedded_model, want):
         MODEL, api_key=API_KEY, max_waiting=64, max_body_bytes=MAX_BODY_BYTES
     )
     held = HeldEngine(engine)
-    running = RunningServer(
-        create_app(held, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
-    )
+    running = RunningServer(create_app(held, settings, tiny.make_sampler, CONSTRAINTS))
     running.settings, running.engine = settings, held
     yield running
     running.stop()
@@ -114,7 +113,7 @@ def want(model, tokenizer) -> dict[str, object]:
     specs = {q: PromptSpec(chat_prompt(tokenizer, q), MAX_TOKENS) for q in QUESTIONS}
     specs[SEA] = PromptSpec(chat_prompt(tokenizer, SEA), SEA_TOKENS)
     specs[RAW] = PromptSpec(list(tokenizer.encode(RAW)), MAX_TOKENS)
-    results = tiny_llm_ref.batch_generate(
+    results = tiny.batch_generate(
         model, tokenizer, list(specs.values()), batch_size=len(specs)
     )
     return dict(zip(specs, results))
@@ -875,12 +874,10 @@ def test_serve_says_and_reports_how_many_tokens_its_kv_memory_holds(model):
 
 
 def test_metrics_give_a_dense_cache_budget_and_no_pool(model, tokenizer):
-    engine = tiny_llm_ref.Engine(
+    engine = tiny.Engine(
         model, tokenizer, batch_size=2, max_seq_len=64, kv_cache="dense"
     )
-    app = create_app(
-        engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler, REF_CONSTRAINTS
-    )
+    app = create_app(engine, ServerSettings(MODEL), tiny.make_sampler, CONSTRAINTS)
     running = RunningServer(app)
     try:
         with httpx.Client(base_url=running.url, timeout=WAIT_S) as c:
@@ -897,7 +894,7 @@ def test_metrics_give_an_int8_pool_its_tokens_and_bytes(model, tokenizer):
     """An int8 pool: 64 + 2 x 2 x 4 bytes for each head's 64 numbers, against 256 in
     float32, so the same kv_memory holds 3.2x the tokens."""
     per_token = kv_bytes_a_token(model) * 80 // 256
-    engine = tiny_llm_ref.Engine(
+    engine = tiny.Engine(
         model,
         tokenizer,
         batch_size=2,
@@ -906,9 +903,7 @@ def test_metrics_give_an_int8_pool_its_tokens_and_bytes(model, tokenizer):
         kv_memory="16MiB",
         kv_dtype="int8",
     )
-    app = create_app(
-        engine, ServerSettings(MODEL), tiny_llm_ref.make_sampler, REF_CONSTRAINTS
-    )
+    app = create_app(engine, ServerSettings(MODEL), tiny.make_sampler, CONSTRAINTS)
     running = RunningServer(app)
     try:
         with httpx.Client(base_url=running.url, timeout=WAIT_S) as c:

@@ -24,7 +24,7 @@ from .servers import (
     WAIT_S,
     broken_server,
     chat_prompt,
-    reference_server,
+    package_server,
 )
 
 QUESTION = "What is the capital of France?"
@@ -54,7 +54,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def server(embedded_model):
-    with reference_server(embedded_model) as running:
+    with package_server(embedded_model) as running:
         yield running
 
 

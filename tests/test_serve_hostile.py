@@ -1,9 +1,9 @@
 """The server against hostile and careless clients (issue 16), on 127.0.0.1.
 
-Two servers in threads of this process over the reference engine: one without an
-API key (`open_server`), one with (`keyed`). Raw sockets send what no client
-library would: a body shorter than its Content-Length, a hang-up mid-body, a second
-request on a connection after a 500. The CLI itself (`python -m
+Two servers in threads of this process over the package's engine (tests/solution.py):
+one without an API key (`open_server`), one with (`keyed`). Raw sockets send what no
+client library would: a body shorter than its Content-Length, a hang-up mid-body, a
+second request on a connection after a 500. The CLI itself (`python -m
 scripts.commands.serve`) is started for what only a process shows: the start-up
 lines, and SIGTERM or Ctrl-C with a stream open; a port already in use runs its main
 in this process.
@@ -22,7 +22,6 @@ import httpx
 import openai
 import pytest
 
-import tiny_llm_ref
 from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
@@ -34,7 +33,7 @@ from .servers import (
     COMPLETIONS,
     HI,
     MAX_SEQ_LEN,
-    REF_CONSTRAINTS,
+    CONSTRAINTS,
     SEA,
     WAIT_S,
     BrokenEngine,
@@ -44,13 +43,14 @@ from .servers import (
     content_pieces,
     wait_idle,
 )
+from .solution import SOLUTION, tiny
 
 OPEN_MODEL = "local/tiny-model"  # a slash, as Hub ids have: GET /v1/models/{id}
 LONG_STORY = [{"role": "user", "content": "Tell me a very long story."}]
 
 
 def small_engine(model, tokenizer):
-    return tiny_llm_ref.Engine(
+    return tiny.Engine(
         model,
         tokenizer,
         batch_size=2,
@@ -64,10 +64,10 @@ def small_engine(model, tokenizer):
 
 @pytest.fixture(scope="module")
 def model(embedded_week2_model, tokenizer):
-    model = embedded_week2_model(True, "auto", tiny_llm_ref)
+    model = embedded_week2_model(True, "auto", tiny)
     # Run it once here: MLX cannot evaluate on the engine thread the arrays this
     # thread left lazy ("There is no Stream(cpu, 0) in current thread").
-    tiny_llm_ref.batch_generate(model, tokenizer, [PromptSpec([1, 2, 3], 1)])
+    tiny.batch_generate(model, tokenizer, [PromptSpec([1, 2, 3], 1)])
     return model
 
 
@@ -78,13 +78,11 @@ def open_server(model, tokenizer):
 
     def recording_sampler(temperature, top_p, top_k):
         sampled.append((temperature, top_p, top_k))
-        return tiny_llm_ref.make_sampler(temperature, top_p, top_k)
+        return tiny.make_sampler(temperature, top_p, top_k)
 
     settings = ServerSettings(OPEN_MODEL)
     held = HeldEngine(small_engine(model, tokenizer))
-    running = RunningServer(
-        create_app(held, settings, recording_sampler, REF_CONSTRAINTS)
-    )
+    running = RunningServer(create_app(held, settings, recording_sampler, CONSTRAINTS))
     running.settings, running.sampled, running.engine = settings, sampled, held
     yield running
     running.stop()
@@ -94,9 +92,7 @@ def open_server(model, tokenizer):
 def keyed(model, tokenizer):
     settings = ServerSettings(OPEN_MODEL, api_key=API_KEY)
     held = HeldEngine(small_engine(model, tokenizer))
-    running = RunningServer(
-        create_app(held, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
-    )
+    running = RunningServer(create_app(held, settings, tiny.make_sampler, CONSTRAINTS))
     running.engine = held
     yield running
     running.stop()
@@ -169,7 +165,7 @@ def test_usage_counts_the_tokens_up_to_the_stop_string(open_server, model, token
     """Whole and streamed, identical greedy requests count the same tokens: those
     up to the one that completed the stop string, none generated after it."""
     stop = "s"
-    (full,) = tiny_llm_ref.batch_generate(  # the stop comes in the first tokens
+    (full,) = tiny.batch_generate(  # the stop comes in the first tokens
         model, tokenizer, [PromptSpec(chat_prompt(tokenizer, SEA), 8)]
     )
     assert stop in full.text, full.text
@@ -243,8 +239,8 @@ def test_after_a_500_the_next_request_on_the_connection_works(tokenizer, server_
         create_app(
             engine,
             ServerSettings(OPEN_MODEL),
-            tiny_llm_ref.make_sampler,
-            REF_CONSTRAINTS,
+            tiny.make_sampler,
+            CONSTRAINTS,
         )
     )
     try:
@@ -475,7 +471,8 @@ def test_a_port_in_use_is_one_error_line_and_status_1():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run_in_process("scripts.commands.serve", *serve_options(port))
+        options = ["--solution", SOLUTION, *serve_options(port)]
+        result = run_in_process("scripts.commands.serve", *options)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 1, result.stderr
     assert not any(line.startswith("serving") for line in lines), result.stderr

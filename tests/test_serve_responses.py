@@ -19,7 +19,7 @@ from .servers import (
     MAX_SEQ_LEN,
     MODEL,
     broken_server,
-    reference_server,
+    package_server,
 )
 
 QUESTION = "What is the capital of France?"
@@ -49,7 +49,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def client(embedded_model):
-    with reference_server(embedded_model) as running:
+    with package_server(embedded_model) as running:
         yield running.openai_client()
 
 

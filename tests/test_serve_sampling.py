@@ -1,6 +1,6 @@
 """Logprobs, echo, n, seed, penalties and logit_bias on the server, talked to with the
 official openai client: one server on 127.0.0.1 at a free port, in a thread of this
-process, serving the embedded model in float32 through the reference Engine (paged
+process, serving the embedded model in float32 through the package's Engine (tests/solution.py; paged
 KV cache, prefix caching, mixed policy: `pdm run serve`'s defaults).
 
 Log-probabilities are checked against mlx-lm's own model holding the same float32
@@ -16,11 +16,11 @@ import numpy as np
 import openai
 import pytest
 
-import tiny_llm_ref
 from tiny_llm_serve import ServerSettings, create_app
 
 from .helpers import mlx_lm_logprobs
-from .servers import REF_CONSTRAINTS, RunningServer, chat_prompt
+from .servers import CONSTRAINTS, RunningServer, chat_prompt
+from .solution import tiny
 
 MODEL = "test-model"
 QUESTION = "Write one sentence about the sea."
@@ -29,11 +29,11 @@ TOLERANCE = 2e-3  # our fast float32 kernels against mlx-lm's, in log-probabilit
 
 @pytest.fixture(scope="module")
 def server(embedded_model, embedded_week2_model):
-    model = embedded_week2_model(True, "float32", tiny_llm_ref)
+    model = embedded_week2_model(True, "float32", tiny)
     # One run here first: the model's lazily built arrays are evaluated on this
     # thread, not first on the engine's (MLX streams belong to a thread).
-    tiny_llm_ref.batch_generate(model, embedded_model[1], [[1, 2, 3]], max_tokens=2)
-    engine = tiny_llm_ref.Engine(
+    tiny.batch_generate(model, embedded_model[1], [[1, 2, 3]], max_tokens=2)
+    engine = tiny.Engine(
         model,
         embedded_model[1],
         batch_size=4,
@@ -42,7 +42,7 @@ def server(embedded_model, embedded_week2_model):
         kv_cache="paged",
     )
     settings = ServerSettings(MODEL)
-    app = create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+    app = create_app(engine, settings, tiny.make_sampler, CONSTRAINTS)
     running = RunningServer(app)
     yield running
     running.stop()

@@ -1,6 +1,6 @@
 """Structured outputs on the server (week 3 day 5), talked to as clients do: one server
 on 127.0.0.1 at a free port, in a thread of this process, serving the embedded model
-through the reference Engine (as tests/test_serve.py does).
+through the package's Engine (tests/solution.py, as tests/test_serve.py does).
 
 OpenAI's response_format json_schema (strict) and json_object through the `openai`
 package; vLLM's guided_choice, guided_regex, guided_json and structured_outputs as
@@ -19,10 +19,10 @@ import httpx
 import jsonschema
 import pytest
 
-import tiny_llm_ref
 from tiny_llm_serve import ServerSettings, create_app
 
-from .servers import REF_CONSTRAINTS, WAIT_S, BrokenEngine, RunningServer
+from .servers import CONSTRAINTS, WAIT_S, BrokenEngine, RunningServer
+from .solution import tiny
 
 SCHEMA = {
     "type": "object",
@@ -37,16 +37,16 @@ SCHEMA = {
 
 @pytest.fixture(scope="module")
 def server(embedded_model, embedded_week2_model):
-    model = embedded_week2_model(True, "auto", tiny_llm_ref)
+    model = embedded_week2_model(True, "auto", tiny)
     # One run here first: the model's lazily built arrays are evaluated on this
     # thread, not first on the engine's (MLX streams belong to a thread).
-    tiny_llm_ref.batch_generate(model, embedded_model[1], [[1, 2, 3]], max_tokens=2)
-    engine = tiny_llm_ref.Engine(
+    tiny.batch_generate(model, embedded_model[1], [[1, 2, 3]], max_tokens=2)
+    engine = tiny.Engine(
         model, embedded_model[1], batch_size=4, max_seq_len=256, policy="mixed"
     )
     settings = ServerSettings("test-model")
     running = RunningServer(
-        create_app(engine, settings, tiny_llm_ref.make_sampler, REF_CONSTRAINTS)
+        create_app(engine, settings, tiny.make_sampler, CONSTRAINTS)
     )
     yield running
     running.stop()
@@ -306,12 +306,10 @@ def test_a_package_without_structured_outputs_gets_a_501(tokenizer):
     def unwritten(constraint, tokenizer, vocab_size):
         raise NotImplementedError("Week 3 Day 5: start_constraint")
 
-    factory = dataclasses.replace(REF_CONSTRAINTS, start=unwritten)
+    factory = dataclasses.replace(CONSTRAINTS, start=unwritten)
     engine = BrokenEngine(tokenizer, tokenizer.vocab_size)
     settings = ServerSettings("test-model")
-    running = RunningServer(
-        create_app(engine, settings, tiny_llm_ref.make_sampler, factory)
-    )
+    running = RunningServer(create_app(engine, settings, tiny.make_sampler, factory))
     try:
         body = {"messages": [{"role": "user", "content": "Hi"}], "guided_regex": "a+"}
         response = httpx.post(

@@ -12,7 +12,7 @@ import jsonschema
 import openai
 import pytest
 
-from .servers import MODEL, reference_server
+from .servers import MODEL, package_server
 
 WEATHER = {
     "type": "function",
@@ -51,7 +51,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def client(embedded_model):
-    with reference_server(embedded_model) as running:
+    with package_server(embedded_model) as running:
         yield running.openai_client()
 
 

@@ -1,9 +1,11 @@
-"""Draw the concept figures of weeks 3 and 4: `python -m scripts.tools.draw_figures`.
+"""Draw the book's concept figures: `python -m scripts.tools.draw_figures`.
 
 Pictures of ideas, drawn with matplotlib alone (Agg, no network) from the reference
 code's rules, named in a comment above each function. Into book/src/images (--out):
 
+- concept-fast-paths.png: fast_exp's bits and cpu_attention's blocks (week 2 day 3).
 - concept-mixed-step.png: one mixed forward, and the alternate policy (week 3 day 1).
+- concept-latency-sharing.png: a chat's first token beside a long prompt (week 3 day 1).
 - concept-block-table.png: block tables into a pool of KV blocks (week 3 day 2).
 - concept-prefix-cache.png: full blocks named by a hash chain, shared (week 3 day 3).
 - concept-draft-verification.png: prompt-lookup drafts checked in one forward (day 4).
@@ -91,6 +93,62 @@ class Sketch:
         return out / name
 
 
+# cpu_kernels.py: fast_exp: x clipped to [-127 ln2, 128 ln2], n = round(x / ln2) by
+# adding and subtracting ROUND_TO_INTEGER, 2^n as the float32 bits (n + 127) << 23
+# read with mx.view (which ends a compiled loop), n again from the bits, e^g's Taylor
+# polynomial of degree 6. cpu_attention: a causal chunk of L = 1024 queries in blocks
+# of QUERY_BLOCK = 128, each attend_block against the keys its last query sees,
+# scores k @ q^T (keys down the rows), the mask written over the last n - 1 keys only.
+def fast_paths(out: Path) -> Path:
+    s = Sketch(
+        10, 5.6, "The CPU fast path: an exp of plain arithmetic, attention in blocks"
+    )
+    s.text(0.3, 4.95, "fast_exp(x): exp(x) = 2ⁿ · eᵍ", size=TEXT, weight="bold")
+    s.text(0.3, 4.55, "n = round(x / ln2),  g = x - n ln2,  |g| ≤ ln2 / 2")
+    for x, w, label, color in [
+        (0.3, 0.35, "0", GREY),
+        (0.65, 1.5, "exponent: n + 127", BLUE),
+        (2.15, 2.35, "mantissa: 0 … 0", GREY),
+    ]:
+        s.box(x, 3.75, w, 0.4, label, color, fill=0.2)
+    s.text(0.3, 3.55, "sign | 8 bits | 23 bits: the float32 2ⁿ, exactly", GREY)
+    s.box(0.3, 2.7, 4.2, 0.45, "eᵍ ≈ 1 + g + g²/2! + … + g⁶/6!   (error < 3e-7)", GREEN)
+    s.box(0.3, 1.55, 1.85, 0.75, "loop 1: clip, n\n(+ and - 1.5·2²³),\nbits", ORANGE)
+    s.box(2.65, 1.55, 1.85, 0.75, "loop 2: n from bits,\ng, polynomial, · 2ⁿ", ORANGE)
+    s.arrow(2.15, 1.92, 2.65, 1.92, INK)
+    s.text(2.4, 2.42, "mx.view", ha="center")
+    s.note(
+        0.3,
+        1.3,
+        "mx.compile fuses each side of the view into one loop",
+        "the C++ compiler vectorizes. -inf clips to n = -127:",
+        "every bit 0, so exp gives exactly 0.0, no NaN.",
+    )
+    x0, y_top, side, blocks = 5.6, 4.5, 3.5, 8
+    s.text(
+        5.2, 4.95, "cpu_attention: a causal 1024-token chunk", size=TEXT, weight="bold"
+    )
+    s.box(x0, y_top - side, side, side, "", GREY, fill=0.03, dash=True)
+    w = side / blocks
+    for b in range(blocks):
+        x, seen = x0 + b * w, b * w
+        if seen:
+            s.box(x, y_top - seen, w, seen, "", BLUE, fill=0.3)
+        s.box(x, y_top - seen - w, w, w, "", ORANGE, fill=0.35)
+        s.line([x, x + w], [y_top - seen, y_top - seen - w], RED, lw=1)
+    s.text(x0 + side / 2, y_top + 0.12, "queries →, blocks of 128", ha="center")
+    s.text(x0 - 0.1, y_top - side / 2, "keys ↓", ha="right")
+    s.note(
+        5.2,
+        0.9,
+        "A chunk at position 0. Blue: every query of the block sees these",
+        "keys. Orange: the block's own keys, the only rows written again under",
+        "the mask. Below: never computed. 36 of 64 tiles: 56% of the scores.",
+        size=9,
+    )
+    return s.save(out, "concept-fast-paths.png")
+
+
 # mixed_step.py: split_parts: the B decode rows first, then the chunks;
 # runner.ModelRunner.run_mixed feeds `chunks + draft_parts(plan)`, each request's
 # drafts a part of their own (row_view of its batch-cache row from offset + 1, all
@@ -144,6 +202,72 @@ def mixed_step(out: Path) -> Path:
             s.box(3.2 + i * 0.32, 0.17, 0.3, 0.26, "", BLUE)
     s.note(5.0, 0.8, "each forward reads every weight,\nthe decodes wait for the chunk")
     return s.save(out, "concept-mixed-step.png")
+
+
+# mixed_policy.py: chunk_limit: a chunk is the least of the tokens left, the chunk
+# size (prefill_step, 128 here) and, for a long prompt, long_prefill_token_threshold;
+# may_start: a new prompt starts only while fewer than max_num_partial_prefills are
+# partly prefilled. A step runs to its end: a chat that arrives during one joins the
+# next, and its first token comes at the end of the step that runs its prompt. The
+# step times are a model (a fixed cost plus one per token), not a measurement.
+def latency_sharing(out: Path) -> Path:
+    s = Sketch(10, 6.5, "Who shares a step: a short chat beside a long prompt")
+    scale, rows, chat, arrive = 0.95, 4, 40, 1.4  # inches a time unit; tokens
+    x0, height = 2.65, 0.75 / 128  # a lane's left edge; inches a token
+
+    def steps(threshold: int | None, one_at_a_time: bool):
+        """(start, length, document's chunk, chat's chunk) of each step."""
+        t, left, chat_left, plan = 0.0, 768, chat, []
+        while t < 7.5:
+            doc = min(left, 128, threshold or left)
+            may = chat_left and t >= arrive and not (one_at_a_time and left)
+            chat_part = chat_left if may else 0
+            length = 0.1 + 0.0075 * (rows + doc + chat_part)
+            plan.append((t, length, doc, chat_part))
+            t, left, chat_left = t + length, left - doc, chat_left - chat_part
+        return plan
+
+    lanes = [
+        ("one prompt at a time", "max_num_partial_prefills=1", None, True),
+        ("mixed, no cap", "chunks of 128", None, False),
+        ("serve's defaults", "threshold 64: chunks <= 64", 64, False),
+    ]
+    for lane, (name, how, threshold, one) in enumerate(lanes):
+        y = 4.5 - 1.5 * lane
+        s.text(0.25, y + 0.45, name, size=TEXT, weight="bold")
+        s.text(0.25, y + 0.18, how, GREY)
+        for t, length, doc, chat_part in steps(threshold, one):
+            x, w = x0 + t * scale, length * scale
+            if x + w > 9.9:
+                break
+            s.box(x, y, w - 0.03, 0.1, "", BLUE, fill=0.6)
+            if doc:
+                s.box(x, y + 0.1, w - 0.03, doc * height, "", ORANGE, fill=0.35)
+            if chat_part:
+                base = y + 0.1 + doc * height
+                s.box(x, base, w - 0.03, chat_part * height, "", GREEN, fill=0.6)
+                first = x + w - 0.03
+        a = x0 + arrive * scale
+        s.arrow(a, y + 1.35, a, y + 1.12, RED)
+        s.line([a, first], [y + 1.25, y + 1.25], RED)
+        s.circle(first, y + 1.25, 0.05, RED, 1)
+        ttft = f"first token after {(first - a) / scale:.1f} time units"
+        s.text(a + 0.1, y + 1.37, ttft, RED)
+    s.box(0.25, 0.12, 0.3, 0.1, "", BLUE, fill=0.6)
+    s.text(0.65, 0.17, "4 decode rows, 1 token each")
+    s.box(3.0, 0.1, 0.3, 0.14, "", ORANGE, fill=0.35)
+    s.text(3.4, 0.17, "long prompt's chunk (768 tokens in all)")
+    s.box(6.55, 0.1, 0.3, 0.14, "", GREEN, fill=0.6)
+    s.text(6.95, 0.17, "the chat's 40-token prompt")
+    note = "A box is one step: its width the time it runs (a fixed cost plus one per"
+    note += " token), its height the tokens it feeds."
+    s.note(
+        0.25,
+        0.75,
+        note,
+        "▼ the chat arrives: it joins the next step; ● its first token.",
+    )
+    return s.save(out, "concept-latency-sharing.png")
 
 
 # block_pool.py: position p of a request lives in block table[p // block_size] at
@@ -475,7 +599,14 @@ def tool_calls(out: Path) -> Path:
     return s.save(out, "concept-tool-calls.png")
 
 
-FIGURES = [mixed_step, block_table, prefix_cache, draft_verification]
+FIGURES = [
+    fast_paths,
+    mixed_step,
+    latency_sharing,
+    block_table,
+    prefix_cache,
+    draft_verification,
+]
 FIGURES += [dfa_token_index, tensor_parallel, tool_calls]
 
 

@@ -63,17 +63,29 @@ def assert_valid_call(call) -> None:
     )
 
 
+# One call required, greedy or sampled; max_tokens holds the whole call.
+REQUIRED = dict(
+    model=MODEL,
+    messages=ASK,
+    tools=TOOLS,
+    tool_choice="required",
+    parallel_tool_calls=False,
+    max_tokens=64,
+)
+
+
+@pytest.fixture(scope="module")
+def greedy_required(client):
+    """The greedy answer to REQUIRED, asked once: two tests read the same tokens."""
+    return client.chat.completions.create(**REQUIRED, temperature=0)
+
+
 @pytest.mark.parametrize("temperature", [0, 1.0])
-def test_required_calls_validate(client, temperature):
-    response = client.chat.completions.create(
-        model=MODEL,
-        messages=ASK,
-        tools=TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=False,
-        temperature=temperature,
-        max_tokens=64,
-    )
+def test_required_calls_validate(client, greedy_required, temperature):
+    if temperature == 0:
+        response = greedy_required
+    else:
+        response = client.chat.completions.create(**REQUIRED, temperature=temperature)
     [choice] = response.choices
     assert choice.finish_reason == "tool_calls"
     [call] = choice.message.tool_calls
@@ -185,17 +197,8 @@ def test_none_never_calls_and_auto_answers_in_text_or_calls(client):
         assert "<tool_call>" not in (message.content or "")
 
 
-def test_a_call_and_its_result_go_back_into_the_conversation(client):
-    first = client.chat.completions.create(
-        model=MODEL,
-        messages=ASK,
-        tools=TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=False,
-        temperature=0,
-        max_tokens=64,
-    )
-    [call] = first.choices[0].message.tool_calls
+def test_a_call_and_its_result_go_back_into_the_conversation(client, greedy_required):
+    [call] = greedy_required.choices[0].message.tool_calls
     history = ASK + [
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": '{"celsius": 21}'},

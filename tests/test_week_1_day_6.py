@@ -17,12 +17,11 @@ from .solution import tiny
 # Greedy decoding is compared token for token, so every prompt here was checked to
 # have no near-tie (top-two logit gap >= 0.08, against differences of ~0.02 between
 # the two models) among its first 12 tokens. Prompt -> max_tokens: the first one ends
-# with EOS, its eighth token, before its max_tokens; the others stop at max_tokens,
+# with EOS, its eighth token, before its max_tokens; the other stops at max_tokens,
 # kept short because every step without a cache runs the whole sequence again.
 MAX_TOKENS = {
     "What is the capital of France?": 12,
     "Explain gravity in one sentence.": 8,
-    "Who wrote Hamlet?": 8,
 }
 PROMPTS = list(MAX_TOKENS)
 

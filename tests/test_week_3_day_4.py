@@ -353,6 +353,11 @@ def test_rows_hold_exactly_the_accepted_tokens(pair, tokenizer, kv_cache):
     assert metrics.draft_tokens > metrics.accepted_draft_tokens > 0
 
 
+# The quote drafts from its second step on: 16 tokens hold several drafted and
+# verified rounds beside the plain row (mean accepted length 3.2 here, 2.5 at 24).
+QUOTED_TOKENS = 16
+
+
 def test_the_embedded_model_quotes_faster_with_the_same_tokens(
     embedded_model, embedded_week2_model, embedded_float32_reference
 ):
@@ -374,7 +379,7 @@ def test_the_embedded_model_quotes_faster_with_the_same_tokens(
         policy="mixed",
         kv_cache="paged",
         batch_size=2,
-        max_tokens=24,
+        max_tokens=QUOTED_TOKENS,
         max_seq_len=256,
         speculative="ngram",
     )
@@ -391,7 +396,7 @@ def test_the_embedded_model_quotes_faster_with_the_same_tokens(
     quoted = results[ids[0]]
     for prompt, request_id in zip(prompts, ids):
         tokens, gaps = expected_tokens(
-            embedded_float32_reference, [prompt], 24, tokenizer
+            embedded_float32_reference, [prompt], QUOTED_TOKENS, tokenizer
         )[0]
         assert_same_tokens(results[request_id].tokens, tokens, gaps, "embedded")
     assert quoted.metrics.accepted_draft_tokens >= len(quoted.tokens) // 2

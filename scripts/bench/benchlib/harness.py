@@ -2,11 +2,11 @@
 machine it ran on, the model it loads, its goals and its JSON record.
 
     bench = Bench(__doc__, quick=True, out="bench-results/x.json", repeats=(3, "..."))
-    bench.parser.add_argument("--cases", ...)     # the benchmark's own options
+    bench.option("--tokens", 48, "tokens per prompt", least=1)  # its own, checked
     args = bench.parse()                          # --solution chosen: course.X
     console = bench.start()                       # the machine line, load before
     models = bench.models()                       # the embedded model, each form
-    ...                                           # the experiment
+    bench.table(title, {"column": cell}, items)   # the experiment, its tables
     return bench.finish(record, goals)            # goals, JSON, the exit status
 
 A goal is a named ratio with a bound; a missed one says what limited it and makes
@@ -31,7 +31,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from scripts.commands.cli import option_parser, require_at_least, require_positive
+from scripts.commands.cli import (
+    option_parser,
+    require_at_least,
+    require_fraction,
+    require_positive,
+)
 
 from .course import add_option, course, use
 
@@ -80,6 +85,13 @@ def identical(name: str, same: int, of: int) -> Goal:
     """Every one of `of` outputs the same: the share that is, at least 1."""
     why = f"{same} of {of} the same" if of else "nothing compared"
     return Goal(name, same / of if of else None, 1.0, why)
+
+
+def same_tokens(name: str, outputs: list, reference: list) -> Goal:
+    """Every output equal to the reference's at its place (identical's counts)."""
+    return identical(
+        name, sum(a == b for a, b in zip(outputs, reference)), len(reference)
+    )
 
 
 def machine() -> dict:
@@ -222,14 +234,11 @@ class Bench:
         asked); repeats: a --repeats option, (its default, what it repeats);
         time_limit: a --time-limit option in seconds, (its default, its help)."""
         self.parser = option_parser(doc.strip().splitlines()[0])
+        self.checks: list[Callable[[argparse.Namespace], None]] = []
         if repeats is not None:
-            self.parser.add_argument(
-                "--repeats", type=int, default=repeats[0], help=repeats[1]
-            )
+            self.option("--repeats", repeats[0], repeats[1], type=int, least=1)
         if time_limit is not None:
-            self.parser.add_argument(
-                "--time-limit", type=float, default=time_limit[0], help=time_limit[1]
-            )
+            self.option("--time-limit", time_limit[0], time_limit[1], positive=True)
         if quick:
             self.parser.add_argument(
                 "--quick", action="store_true", help="smaller sizes: a smoke run"
@@ -250,15 +259,42 @@ class Bench:
         add_option(self.parser)
         self.out = None if out is None else Path(out)
 
+    def option(
+        self,
+        name: str,
+        default=None,
+        help: str | None = None,
+        *,
+        least: int | None = None,
+        positive: bool = False,
+        fraction: bool = False,
+        **settings,
+    ) -> None:
+        """An option of the benchmark's own and its range, checked by parse() in one
+        `error:` line. Its type is its default's (a list: one or more of its items'
+        type; False: a flag) unless settings give one; least: at least this;
+        positive: a finite number above 0; fraction: from 0 to 1."""
+        if default is False:
+            settings.setdefault("action", "store_true")
+        elif isinstance(default, list):
+            settings = dict(type=type(default[0]), nargs="+") | settings
+        elif default is not None:
+            settings.setdefault("type", type(default))
+        self.parser.add_argument(name, default=default, help=help, **settings)
+        if least is not None:
+            self.checks.append(lambda args: require_at_least(args, least, name))
+        if positive:
+            self.checks.append(lambda args: require_positive(args, name))
+        if fraction:
+            self.checks.append(lambda args: require_fraction(args, name))
+
     def parse(self) -> argparse.Namespace:
-        """The options, --solution's package chosen (course.X); a quick run's
-        default record is named -quick."""
+        """The options, --solution's package chosen (course.X), each option's range
+        checked; a quick run's default record is named -quick."""
         self.args = self.parser.parse_args()
         use(self.args)
-        if "repeats" in self.args:
-            require_at_least(self.args, 1, "--repeats")
-        if "time_limit" in self.args:
-            require_positive(self.args, "--time-limit")
+        for check in self.checks:
+            check(self.args)
         if self.args.out is None and self.out is not None:
             quick = getattr(self.args, "quick", False)
             self.args.out = self.out.with_stem(self.out.stem + "-quick" * quick)
@@ -289,6 +325,13 @@ class Bench:
             f"{m['load_average']['before'][0]:.1f}"
         )
         return self.console
+
+    def table(self, title: str, columns, rows) -> None:
+        """render.grid's table on the console: columns a list of headers and rows of
+        cells, or {header: cell(row)} and rows of anything; None: a section line."""
+        from .render import grid  # render reads this module's goals
+
+        self.console.print(grid(title, columns, rows))
 
     def models(self) -> Models:
         with self.console.status("loading the embedded model"):

@@ -2,6 +2,7 @@
 Nothing here measures; the pictures are in plots.py."""
 
 import math
+from collections.abc import Callable, Iterable
 
 from rich.table import Table
 
@@ -59,17 +60,19 @@ def table(title: str, runs: list[Run]) -> Table:
     return result
 
 
-def grid(title: str, columns: list[str], rows: list) -> Table:
-    """A plain table: the first column left-aligned, the others right; each row a
-    list of cells, None between rows for a section line."""
+def grid(title: str, columns: list[str] | dict[str, Callable], rows: Iterable) -> Table:
+    """A plain table: the first column left-aligned, the others right. columns: the
+    headers, each row a list of cells; or {header: cell(row)}, each row what those
+    functions read. None between rows: a section line."""
     result = Table(title=title)
     for i, column in enumerate(columns):
         result.add_column(column, justify="right" if i else "left")
-    for cells in rows:
-        if cells is None:
+    cell = columns.values() if isinstance(columns, dict) else None
+    for row in rows:
+        if row is None:
             result.add_section()
         else:
-            result.add_row(*cells)
+            result.add_row(*(row if cell is None else [f(row) for f in cell]))
     return result
 
 

@@ -15,6 +15,7 @@ from scripts.bench.benchlib.prompt_texts import (
     CODE_SNIPPETS,
     GROUNDED_TASKS,
     NOTE_TOPICS,
+    NOTES_QUESTIONS,
     OPEN_QUESTIONS,
     PASSAGES,
     SHORT_QUESTIONS,
@@ -95,6 +96,23 @@ def long_prompt(tokenizer, tokens: int, seed: int) -> list[int]:
             f"Note {len(notes) + 1}: on day {rng.integers(1, 29)} {topic} changed by "
             f"{rng.integers(2, 90)} percent, after {rng.integers(1, 12)} quiet weeks."
         )
+
+
+def shared_system_prompt(tokenizer, tokens: int, requests: int) -> list[list[int]]:
+    """Requests sharing one system prompt of about `tokens` tokens (numbered notes),
+    each with its own short question about them (NOTES_QUESTIONS, at most 16)."""
+    notes = []
+    while len(tokenizer.encode("\n".join(notes))) < tokens:
+        i = len(notes)
+        notes.append(
+            f"Note {i + 1}: on day {i % 28 + 1} {NOTE_TOPICS[i % len(NOTE_TOPICS)]} "
+            f"changed by {(7 * i) % 88 + 2} percent after {i % 11 + 1} quiet weeks."
+        )
+    system = {"role": "system", "content": "\n".join(notes)}
+    return [
+        chat(tokenizer, [system, {"role": "user", "content": question}])
+        for question in NOTES_QUESTIONS[:requests]
+    ]
 
 
 def mixed_workload(tokenizer, quick: bool) -> Workload:

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 from scripts.bench.benchlib.course import run_benchmark
 from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
 from scripts.bench.benchlib.runners import paged_engine, run_to_end
-from scripts.bench.benchlib.workloads import agent_session, chat, common_prefix
+from scripts.bench.benchlib.chats import reusable
+from scripts.bench.benchlib.workloads import agent_session, chat
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
@@ -168,10 +169,10 @@ def main() -> int:
         f"{compute_ms:.1f} ms computed (the fresh engine's prefill of turn "
         f"{restart_after + 1} over its blocks)"
     )
+    previous = run["prompts"][restart_after - 1]
     shareable = (
-        min(common_prefix(first_prompt, run["prompts"][restart_after - 1] + before.tokens),
-            len(first_prompt) - 1) // BLOCK_SIZE * BLOCK_SIZE
-    )  # fmt: skip
+        reusable(first_prompt, previous, before.tokens) // BLOCK_SIZE * BLOCK_SIZE
+    )
     goals = [
         at_most(
             f"TTFT turn {restart_after + 1} (after the restart) / turn {restart_after}",

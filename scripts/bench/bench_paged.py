@@ -29,7 +29,6 @@ import statistics
 import time
 
 import mlx.core as mx
-from mlx_lm.server import LRUPromptCache
 
 from scripts.bench.benchlib import plots, render
 from scripts.bench.benchlib.course import course, run_benchmark
@@ -41,30 +40,21 @@ from scripts.bench.benchlib.harness import (
     interleaved,
     medians,
 )
-from scripts.bench.benchlib.runners import (
-    mlx_lm_cached,
-    paged_engine,
-    peak_memory_run,
-    run_to_end,
+from scripts.bench.benchlib.chats import (
+    engine_replies,
+    mlx_lm_replies,
+    replay,
+    reusable,
 )
-from scripts.bench.benchlib.workloads import common_prefix, long_prompt, replay_chat
+from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
+from scripts.bench.benchlib.runners import paged_engine, peak_memory_run, run_to_end
+from scripts.bench.benchlib.workloads import long_prompt
 from scripts.bench.loadlib.workload import make_workload
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.memory import kv_bytes_per_token
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
-CHAT_TURNS = [
-    "Tell me about lighthouses.",
-    "Why were they painted in stripes?",
-    "Who kept them running?",
-    "How did the keepers get food?",
-    "What did a keeper do on a stormy night?",
-    "Which lighthouse is the oldest still standing?",
-    "How far can its light be seen?",
-    "What replaced the oil lamps?",
-    "Are any lighthouses still staffed?",
-    "Give me one sentence to remember them by.",
-]
+CHAT_TURNS = LIGHTHOUSE_TURNS
 
 
 # --- step: a mixed step's time against the pool's size ----------------------------
@@ -241,25 +231,19 @@ def soak_questions(count: int) -> list[str]:
 
 
 def chat_turns(tokenizer, answer) -> dict:
-    """One replay of CHAT_TURNS; answer(prompt) -> (tokens, text, TTFT, tokens found
-    cached). Per turn: those, and the reusable tokens: the prompt's common prefix
-    with everything the previous turn computed (its prompt and all but its last
-    generated token), never the prompt's last token (always computed)."""
-    turns = dict(ttft=[], cached=[], reusable=[], tokens=[])
-    computed = []
-
-    def turn(prompt: list[int]) -> str:
-        nonlocal computed
-        tokens, text, ttft, cached = answer(prompt)
-        turns["ttft"].append(ttft)
-        turns["cached"].append(cached)
-        turns["reusable"].append(min(common_prefix(prompt, computed), len(prompt) - 1))
-        turns["tokens"].append(tokens)
-        computed = prompt + tokens[:-1]
-        return text
-
-    replay_chat(tokenizer, CHAT_TURNS, turn)
-    return turns
+    """One replay of CHAT_TURNS (answer(prompt) -> Reply): per turn its TTFT, the
+    tokens found cached, the reusable tokens (chats.reusable) and its tokens."""
+    replies = replay(tokenizer, CHAT_TURNS, answer)
+    before = [None, *replies]
+    return dict(
+        ttft=[r.ttft for r in replies],
+        cached=[r.cached for r in replies],
+        reusable=[
+            reusable(r.prompt, b.prompt, b.tokens) if b else 0
+            for r, b in zip(replies, before)
+        ],
+        tokens=[r.tokens for r in replies],
+    )
 
 
 def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
@@ -267,20 +251,12 @@ def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
     engine = paged_engine(
         model, tokenizer, batch_size=4, max_seq_len=4096, prefix_caching=caching
     )
-
-    def answer(prompt: list[int]):
-        [r] = run_to_end(engine, [PromptSpec(prompt, max_tokens=max_tokens)])
-        return r.tokens, r.text, r.metrics.time_to_first_token, r.metrics.cached_tokens
-
-    return chat_turns(tokenizer, answer)
+    return chat_turns(tokenizer, engine_replies(engine, max_tokens))
 
 
 def chat_mlx_lm(peer, tokenizer, max_tokens: int) -> dict:
     """The same replay through mlx-lm's generate_step and its server's LRUPromptCache."""
-    lru = LRUPromptCache()
-    return chat_turns(
-        tokenizer, lambda p: mlx_lm_cached(peer, tokenizer, lru, p, max_tokens)
-    )
+    return chat_turns(tokenizer, mlx_lm_replies(peer, tokenizer, max_tokens))
 
 
 def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dict:

@@ -17,22 +17,17 @@ it (into book/src/images with --book-figures).
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
-import functools
 import time
-from dataclasses import asdict, dataclass, field
-
-from mlx_lm.server import LRUPromptCache
+from dataclasses import asdict, dataclass
 
 from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import run_benchmark
 from scripts.bench.benchlib.harness import Bench, at_least, at_most, same_tokens
 from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
-from scripts.bench.benchlib.runners import mlx_lm_cached, paged_engine, run_to_end
-from scripts.bench.benchlib.workloads import (
-    common_prefix,
-    replay_chat,
-    shared_system_prompt,
-)
+from scripts.bench.benchlib.chats import Reply, common_prefix, engine_replies
+from scripts.bench.benchlib.chats import mlx_lm_replies, replay
+from scripts.bench.benchlib.runners import paged_engine, run_to_end
+from scripts.bench.benchlib.workloads import shared_system_prompt
 from tiny_llm_base import PromptSpec
 
 BATCH_SIZE = 4
@@ -44,14 +39,14 @@ class Result:
     """One run of a workload: per-request TTFT and tokens, and the run's counts."""
 
     runner: str
-    ttft: list[float] = field(default_factory=list)
-    tokens: list[list[int]] = field(default_factory=list)
-    prompt_tokens: int = 0
-    computed_tokens: int = 0
-    cached_tokens: int = 0
-    peak_kv_tokens: int | None = None
+    ttft: list[float]
+    tokens: list[list[int]]
+    prompt_tokens: int
+    computed_tokens: int
+    cached_tokens: int
+    seconds: float
+    peak_kv_tokens: int | None = None  # ours only
     dense_kv_tokens: int | None = None
-    seconds: float = 0.0
 
     @property
     def hit_rate(self) -> float:
@@ -61,13 +56,18 @@ class Result:
         ordered = sorted(self.ttft)
         return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
-    def add(self, prompt, tokens, text, ttft: float, cached: int) -> None:
-        """One request of mlx-lm's (mlx_lm_cached) counted."""
-        self.ttft.append(ttft)
-        self.tokens.append(tokens)
-        self.prompt_tokens += len(prompt)
-        self.computed_tokens += len(prompt) - cached
-        self.cached_tokens += cached
+    @classmethod
+    def of(cls, runner: str, replies: list[Reply], seconds: float, metrics=None):
+        """A run's Result from its replies; metrics: our engine's, which counts the
+        tokens it computed and found cached, and the KV cache's peak."""
+        prompt = sum(len(r.prompt) for r in replies)
+        cached = sum(r.cached for r in replies)
+        ttft, tokens = [r.ttft for r in replies], [r.tokens for r in replies]
+        if metrics is None:
+            return cls(runner, ttft, tokens, prompt, prompt - cached, cached, seconds)
+        computed, cached = metrics.prefill_tokens, metrics.prefix_cached_tokens
+        kv = metrics.kv_peak_tokens, metrics.kv_dense_tokens
+        return cls(runner, ttft, tokens, prompt, computed, cached, seconds, *kv)
 
     def record(self) -> dict:
         return dict(
@@ -79,25 +79,26 @@ class Result:
 
 
 def ours(model, tokenizer, caching: bool, max_seq_len: int, send) -> Result:
-    """Our paged Engine on what send(engine) sends it (their results, in order)."""
+    """Our paged Engine on what send(engine) sends it, its replies in order."""
     engine = paged_engine(
         model, tokenizer, batch_size=BATCH_SIZE, max_seq_len=max_seq_len,
         block_size=BLOCK_SIZE, prefix_caching=caching,
     )  # fmt: skip
     start = time.perf_counter()
-    results = send(engine)
-    metrics = engine.metrics
-    return Result(
-        f"ours, caching {'on' if caching else 'off'}",
-        [r.metrics.time_to_first_token for r in results],
-        [r.tokens for r in results],
-        sum(r.metrics.prompt_tokens for r in results),
-        metrics.prefill_tokens,
-        metrics.prefix_cached_tokens,
-        metrics.kv_peak_tokens,
-        metrics.kv_dense_tokens,
-        time.perf_counter() - start,
-    )
+    replies = send(engine)
+    seconds = time.perf_counter() - start
+    name = f"ours, caching {'on' if caching else 'off'}"
+    return Result.of(name, replies, seconds, engine.metrics)
+
+
+def mlx_lm(peer, tokenizer, max_tokens: int, send) -> Result:
+    """mlx-lm alone with its server's LRUPromptCache, one request after another:
+    send(answer) sends the workload, answer(prompt) -> Reply."""
+    answer = mlx_lm_replies(peer, tokenizer, max_tokens)
+    start = time.perf_counter()
+    replies = send(answer)
+    seconds = time.perf_counter() - start
+    return Result.of("mlx-lm, LRUPromptCache", replies, seconds)
 
 
 def at_steps(prompts: list, arrivals: list[int], max_tokens: int):
@@ -106,35 +107,7 @@ def at_steps(prompts: list, arrivals: list[int], max_tokens: int):
         PromptSpec(p, max_tokens=max_tokens, arrival_step=a)
         for p, a in zip(prompts, arrivals)
     ]
-    return lambda engine: run_to_end(engine, specs)
-
-
-def chat_through(engine, tokenizer, turns: list[str], max_tokens: int) -> list:
-    """A chat through the engine, each turn sent once the previous one is answered."""
-    results = []
-
-    def answer(prompt: list[int]) -> str:
-        results.extend(run_to_end(engine, [PromptSpec(prompt, max_tokens=max_tokens)]))
-        return results[-1].text
-
-    replay_chat(tokenizer, turns, answer)
-    return results
-
-
-def mlx_lm(peer, tokenizer, max_tokens: int, send) -> Result:
-    """mlx-lm alone with its server's LRUPromptCache; send(answer) sends the
-    workload one request after another, answer(prompt) returning the reply's text."""
-    result, lru = Result("mlx-lm, LRUPromptCache"), LRUPromptCache()
-
-    def answer(prompt: list[int]) -> str:
-        reply = mlx_lm_cached(peer, tokenizer, lru, prompt, max_tokens)
-        result.add(prompt, *reply)
-        return reply[1]
-
-    start = time.perf_counter()
-    send(answer)
-    result.seconds = time.perf_counter() - start
-    return result
+    return lambda engine: list(map(Reply.of, prompts, run_to_end(engine, specs)))
 
 
 def goals(a: list[Result], shareable: int) -> list:
@@ -201,10 +174,13 @@ def main() -> int:
         mlx_lm(peer, tokenizer, max_tokens, lambda ask: list(map(ask, prompts)))
     )
     turns = LIGHTHOUSE_TURNS[:4]
-    b = functools.partial(chat_through, tokenizer=tokenizer, turns=turns, max_tokens=24)
+
+    def b(engine):  # the chat, each turn once the one before is answered
+        return replay(tokenizer, turns, engine_replies(engine, 24))
+
     case_b = [ours(model, tokenizer, on, 2048, b) for on in (False, True)]
     case_b.append(
-        mlx_lm(peer, tokenizer, 24, lambda ask: replay_chat(tokenizer, turns, ask))
+        mlx_lm(peer, tokenizer, 24, lambda ask: replay(tokenizer, turns, ask))
     )
     title = f"a: {requests} requests, {len(prompts[0])}-token prompts sharing {shared}"
     bench.table(title, COLUMNS, case_a)

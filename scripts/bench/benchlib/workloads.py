@@ -64,24 +64,6 @@ def chat(tokenizer, messages: list[dict]) -> list[int]:
     return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
-def replay_chat(tokenizer, questions: list[str], answer) -> None:
-    """A chat replayed: each question a user turn after the conversation so far;
-    answer(the whole conversation's ids) returns the reply's text, the assistant's
-    turn. The prompt is resent whole every turn, as a chat client does."""
-    messages = []
-    for question in questions:
-        messages.append({"role": "user", "content": question})
-        text = answer(chat(tokenizer, messages))
-        messages.append({"role": "assistant", "content": text})
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many tokens a and b share from their start."""
-    return next(
-        (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))
-    )
-
-
 def long_prompt(tokenizer, tokens: int, seed: int) -> list[int]:
     """A chat prompt of about `tokens` tokens: numbered notes, then a question."""
     rng = np.random.default_rng(seed)

@@ -118,11 +118,11 @@ def main() -> int:
     roofline = bandwidth / bytes_per_token
 
     median = {name: medians(by_contender) for name, by_contender in runs.items()}
-    columns = {"measure": lambda name: name}
+    columns = {"measure": lambda name, _: name}
     for c in runners:
-        columns[c] = lambda name, c=c: f"{median[name][c]:.1f} ({len(runs[name][c])})"
+        columns[c] = lambda name, by, c=c: f"{by[c]:.1f} ({len(runs[name][c])})"
     for c, peer in (("fast / f32", "mlx-lm f32"), ("fast / q4", "mlx-lm q4")):
-        columns[c] = lambda n, p=peer: f"{median[n]['tiny fast'] / median[n][p]:.2f}x"
+        columns[c] = lambda _, by, p=peer: f"{by['tiny fast'] / by[p]:.2f}x"
     title = "tokens/s: median of interleaved runs (number of runs)"
     bench.table(title, columns, median)
     decode = median[f"decode {args.decode_tokens}"]

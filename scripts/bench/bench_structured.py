@@ -267,10 +267,10 @@ def main() -> int:
 
     cold = cold_states(tokenizer, vocab_size)
     columns = {
-        "pattern": escape,
-        "allowed tokens": lambda p: str(cold["patterns"][p]["allowed"]),
-        "cold ms": lambda p: f"{cold['patterns'][p]['cold_ms']:.0f}",
-        "warm ms": lambda p: f"{cold['patterns'][p]['warm_ms']:.3f}",
+        "pattern": lambda pattern, _: escape(pattern),
+        "allowed tokens": lambda _, r: str(r["allowed"]),
+        "cold ms": lambda _, r: f"{r['cold_ms']:.0f}",
+        "warm ms": lambda _, r: f"{r['warm_ms']:.3f}",
     }
     title = "first use of a state (course TokenIndex) vs warm"
     bench.table(title, columns, cold["patterns"])
@@ -283,9 +283,9 @@ def main() -> int:
     tokens, repeats = (24, 1) if args.quick else (TOKENS, 3)
     ms = overhead(model, tokenizer, models.no_eos, tokens, repeats)
     columns = {
-        "kind": str,
-        "ms/token": lambda kind: f"{ms[kind]:.1f}",
-        "vs unconstrained": lambda kind: f"{ms[kind] / ms['unconstrained']:.2f}x",
+        "kind": lambda kind, _: kind,
+        "ms/token": lambda _, value: f"{value:.1f}",
+        "vs unconstrained": lambda _, value: f"{value / ms['unconstrained']:.2f}x",
     }
     bench.table(
         f"batch {BATCH}, {tokens} tokens each: time per output token", columns, ms
@@ -293,12 +293,12 @@ def main() -> int:
 
     jumps = jump_forward(model, tokenizer, repeats=1 if args.quick else 2)
     columns = {
-        "kind": lambda kind: kind,
-        "without s": lambda kind: f"{jumps[kind]['plain_s']:.1f}",
-        "with s": lambda kind: f"{jumps[kind]['jump_s']:.1f}",
-        "speed-up": lambda kind: f"{jumps[kind]['speedup']:.2f}x",
-        "accepted": lambda kind: "{accepted}/{drafts}".format(**jumps[kind]),
-        "same": lambda kind: "{same_tokens}/{requests}".format(**jumps[kind]),
+        "kind": lambda kind, _: kind,
+        "without s": lambda _, r: f"{r['plain_s']:.1f}",
+        "with s": lambda _, r: f"{r['jump_s']:.1f}",
+        "speed-up": lambda _, r: f"{r['speedup']:.2f}x",
+        "accepted": lambda _, r: f"{r['accepted']}/{r['drafts']}",
+        "same": lambda _, r: f"{r['same_tokens']}/{r['requests']}",
     }
     title = f"jump-forward: {JUMP_REQUESTS} customer records, batch {BATCH_JUMP}"
     bench.table(title, columns, jumps)
@@ -306,10 +306,10 @@ def main() -> int:
     valid = validity(suite, peer=not args.no_peer)
     rates = {n: share(run["answers"], "valid") for n, run in valid.items()}
     columns = {
-        "server": lambda n: n,
-        "valid": lambda n: f"{rates[n]:.0%}",
-        "lenient": lambda n: f"{share(valid[n]['answers'], 'lenient'):.0%}",
-        "seconds": lambda n: f"{valid[n]['seconds']:.0f}",
+        "server": lambda name, _: name,
+        "valid": lambda name, _: f"{rates[name]:.0%}",
+        "lenient": lambda _, run: f"{share(run['answers'], 'lenient'):.0%}",
+        "seconds": lambda _, run: f"{run['seconds']:.0f}",
     }
     title = f"{len(suite)} schemas, response_format json_schema, greedy"
     bench.table(title, columns, valid)

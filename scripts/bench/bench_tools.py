@@ -114,6 +114,11 @@ def run_peer(sets: list, temperatures: dict) -> dict:
     return out
 
 
+def share(run: dict) -> float:
+    """The share of a run's answers holding a valid call."""
+    return run["valid"] / run["answers"]
+
+
 def run(model, tokenizer, sets, sampler, constrained: bool) -> dict:
     specs = [
         PromptSpec(
@@ -160,18 +165,16 @@ def main() -> int:
         samplers["sampled"] = course.make_sampler(TEMPERATURE)
     runs, goals = {}, []
     columns = {
-        "answers": lambda kind: kind,
-        "a call parsed": lambda kind: "{parsed}/{answers}".format(**runs[kind]),
-        "a valid call": lambda kind: "{valid}/{answers} ({share:.0%})".format(
-            **runs[kind], share=runs[kind]["valid"] / runs[kind]["answers"]
-        ),
-        "tokens/s": lambda kind: f"{runs[kind]['tokens'] / runs[kind]['seconds']:.1f}",
-        "errors": lambda kind: str(len(runs[kind]["errors"])),
+        "answers": lambda kind, _: kind,
+        "a call parsed": lambda _, r: f"{r['parsed']}/{r['answers']}",
+        "a valid call": lambda _, r: f"{r['valid']}/{r['answers']} ({share(r):.0%})",
+        "tokens/s": lambda _, r: f"{r['tokens'] / r['seconds']:.1f}",
+        "errors": lambda _, r: str(len(r["errors"])),
     }
 
     def row(kind: str, r: dict) -> None:  # a long run's progress
         runs[kind] = r
-        cells = [cell(kind) for cell in list(columns.values())[1:]]
+        cells = [cell(kind, r) for cell in list(columns.values())[1:]]
         console.print(f"{kind}: " + ", ".join(cells))
 
     for name, sampler in samplers.items():
@@ -181,9 +184,10 @@ def main() -> int:
                 r = run(model, tokenizer, sets, sampler, constrained)
             row(kind, r)
             if constrained:
-                n = r["answers"]
-                why = f"{r['valid']} of {n} answers; errors: {r['errors'][:2]}"
-                goals.append(at_least(f"{name}: calls valid", r["valid"] / n, 1.0, why))
+                why = (
+                    f"{r['valid']} of {r['answers']} answers; errors: {r['errors'][:2]}"
+                )
+                goals.append(at_least(f"{name}: calls valid", share(r), 1.0, why))
     if not args.no_peer:
         temperatures = {"greedy": 0.0, "sampled": TEMPERATURE}
         temperatures = {name: temperatures[name] for name in samplers}

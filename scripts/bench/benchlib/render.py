@@ -60,19 +60,25 @@ def table(title: str, runs: list[Run]) -> Table:
     return result
 
 
-def grid(title: str, columns: list[str] | dict[str, Callable], rows: Iterable) -> Table:
+def grid(
+    title: str, columns: list[str] | dict[str, Callable], rows: Iterable | dict
+) -> Table:
     """A plain table: the first column left-aligned, the others right. columns: the
-    headers, each row a list of cells; or {header: cell(row)}, each row what those
-    functions read. None between rows: a section line."""
+    headers, each row a list of cells; or {header: cell function}, each row what
+    the functions read (rows a dict: each key and value, cell(key, value)). None
+    between rows: a section line."""
     result = Table(title=title)
     for i, column in enumerate(columns):
         result.add_column(column, justify="right" if i else "left")
-    cell = columns.values() if isinstance(columns, dict) else None
-    for row in rows:
+    pairs = isinstance(rows, dict)
+    cells = columns.values() if isinstance(columns, dict) else None
+    for row in rows.items() if pairs else rows:
         if row is None:
             result.add_section()
+        elif cells is None:
+            result.add_row(*row)
         else:
-            result.add_row(*(row if cell is None else [f(row) for f in cell]))
+            result.add_row(*(cell(*row) if pairs else cell(row) for cell in cells))
     return result
 
 

@@ -30,7 +30,7 @@ import time
 
 import mlx.core as mx
 
-from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.harness import (
     Bench,
@@ -315,69 +315,46 @@ def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dic
 PARTS = ("step", "soak", "budget", "chat")
 
 
-def tables(console, parts: dict) -> None:
-    """One table for each part that ran."""
+def tables(bench, parts: dict) -> None:
+    """One table for each part that ran, a row per runner."""
+    runner = {"runner": lambda name, _: name}
     if step := parts.get("step"):
         title = "step: 4 decodes + a 32-token chunk, one mixed step"
-        rows = [[n, f"{1000 * sec:.0f} ms"] for n, sec in step["seconds"].items()]
-        console.print(render.grid(title, ["runner", "median step"], rows))
+        median = {"median step": lambda _, seconds: f"{1000 * seconds:.0f} ms"}
+        bench.table(title, runner | median, step["seconds"])
     if soak := parts.get("soak"):
         title = f"soak: {soak['requests']} requests at batch 4, max_seq_len 4096"
-        rows = [
-            [n, f"{peak / 2**20:,.0f} MiB"] for n, peak in soak["peak_bytes"].items()
-        ]
-        columns = ["runner", "peak MLX memory above the start"]
-        console.print(render.grid(title, columns, rows))
+        peak = {"peak MLX memory above the start": lambda _, b: f"{b / 2**20:,.0f} MiB"}
+        bench.table(title, runner | peak, soak["peak_bytes"])
     if budget := parts.get("budget"):
         title = (
             f"budget: {budget['budget_bytes'] / 2**20:,.0f} MiB = "
             f"{budget['budget_tokens']:,} tokens, 2 long + short prompts"
         )
-        columns = [
-            "runner",
-            "batch_size",
-            "most decoding at once",
-            "preemptions",
-            "total",
-        ]
-        rows = [
-            [
-                name, str(run["batch_size"]), str(run["most_decoding"]),
-                str(run["preemptions"]), f"{run['seconds']:.1f} s",
-            ]
-            for name, run in budget["runs"].items()
-        ]  # fmt: skip
-        console.print(render.grid(title, columns, rows))
+        columns = runner | {
+            "batch_size": lambda _, run: str(run["batch_size"]),
+            "most decoding at once": lambda _, run: str(run["most_decoding"]),
+            "preemptions": lambda _, run: str(run["preemptions"]),
+            "total": lambda _, run: f"{run['seconds']:.1f} s",
+        }
+        bench.table(title, columns, budget["runs"])
     if chats := parts.get("chat"):
         title = "chat: a 10-turn replay (TTFT: median of the replays)"
-        columns = [
-            "runner",
-            "hit (turns 2-10)",
-            "TTFT turn 2",
-            "TTFT turn 10",
-            "10 / 2",
-        ]
-        rows = [
-            [
-                name, f"{100 * run['hit']:.0f}%", f"{1000 * run['ttft'][1]:.0f} ms",
-                f"{1000 * run['ttft'][-1]:.0f} ms", f"{run['turn10_over_turn2']:.2f}",
-            ]
-            for name, run in chats["turns"].items()
-        ]  # fmt: skip
-        console.print(render.grid(title, columns, rows))
+        columns = runner | {
+            "hit (turns 2-10)": lambda _, run: f"{run['hit']:.0%}",
+            "TTFT turn 2": lambda _, run: f"{1000 * run['ttft'][1]:.0f} ms",
+            "TTFT turn 10": lambda _, run: f"{1000 * run['ttft'][-1]:.0f} ms",
+            "10 / 2": lambda _, run: f"{run['turn10_over_turn2']:.2f}",
+        }
+        bench.table(title, columns, chats["turns"])
 
 
 def main() -> int:
     bench = Bench(__doc__, quick=True, out="bench-results/paged.json")
-    bench.parser.add_argument(
-        "--parts",
-        nargs="+",
-        choices=PARTS,
-        default=list(PARTS),
-        help="the parts to run (default: all four; the chat part needs week 3 day 3)",
-    )
+    help = "the parts to run (default: all four; the chat part needs week 3 day 3)"
+    bench.option("--parts", list(PARTS), help, choices=PARTS)
     args = bench.parse()
-    console = bench.start()
+    bench.start()
     models = bench.models()
     served, exact, tokenizer = models.served, models.float32, models.tokenizer
     sampler = models.no_eos
@@ -392,25 +369,16 @@ def main() -> int:
         ),
     }
     parts = {name: runs[name]() for name in PARTS if name in args.parts}
-    tables(console, parts)
+    tables(bench, parts)
     goals = [g for part in parts.values() for g in part.pop("goals")]
     wrote = []
     if len(parts) == len(PARTS):
         wrote.append(bench.image("week3-02-paged.png"))
         plots.plot_paged(*parts.values(), wrote[0])
     record = dict(quick=args.quick, **parts)
-    if "budget" in parts:
-        runs = {
-            k: {x: y for x, y in v.items() if x != "tokens"}
-            for k, v in parts["budget"]["runs"].items()
-        }
-        record["budget"] = {**parts["budget"], "runs": runs}
     if "chat" in parts:
-        record["chat"] = {
-            name: {k: v for k, v in run.items() if k != "tokens"}
-            for name, run in parts["chat"]["turns"].items()
-        }
-    return bench.finish(record, goals, wrote)
+        record["chat"] = parts["chat"]["turns"]
+    return bench.finish(record, goals, wrote, leave_out="tokens")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,15 @@ def machine() -> dict:
     )
 
 
+def without(value, key: str | None):
+    """value with `key` left out of every dict within it."""
+    if isinstance(value, dict):
+        return {k: without(v, key) for k, v in value.items() if k != key}
+    if isinstance(value, list):
+        return [without(v, key) for v in value]
+    return value
+
+
 def to_json(value):
     """json.dumps' default: a record() method, a dataclass, else its text."""
     if hasattr(value, "record"):
@@ -338,10 +347,15 @@ class Bench:
             return Models(*course.load_model())
 
     def finish(
-        self, record: dict, goals: Iterable[Goal] = (), wrote: Iterable = ()
+        self,
+        record: dict,
+        goals: Iterable[Goal] = (),
+        wrote: Iterable = (),
+        leave_out: str | None = None,
     ) -> int:
         """The load average after, every goal one line, the JSON record (--out)
-        with the machine, the command and the goals; 1 when a goal was missed."""
+        with the machine, the command and the goals; 1 when a goal was missed.
+        leave_out: a key left out of every dict in the record (token ids)."""
         goals = list(goals)
         load = self.machine["load_average"]
         load["after"] = os.getloadavg()
@@ -361,7 +375,7 @@ class Bench:
                     command=command,
                     date=time.strftime("%Y-%m-%d %H:%M"),
                     machine=self.machine,
-                    **record,
+                    **without(record, leave_out),
                     goals=goals,
                 ),
             )

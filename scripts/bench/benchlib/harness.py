@@ -164,12 +164,17 @@ def timed(
 
 
 def interleaved(
-    jobs: dict, repeats: int, budget_s: float = math.inf, console=None
+    jobs: dict,
+    repeats: int,
+    budget_s: float = math.inf,
+    console=None,
+    line: Callable[[object, object], str] | None = None,
 ) -> dict:
     """{name: [each round's result]}: every round runs every job once, in turn, so
     that a busy spell of the machine slows one run of each, not every run of one.
     A job whose runs took more than budget_s stops repeating; console: a status
-    line naming the round and the job."""
+    line naming the round and the job, and line(name, result) printed after each
+    run (a long benchmark's progress)."""
     results = {name: [] for name in jobs}
     spent = dict.fromkeys(jobs, 0.0)
     for round_number in range(1, repeats + 1):
@@ -183,6 +188,8 @@ def interleaved(
                 label = ", ".join(map(str, name)) if isinstance(name, tuple) else name
                 with console.status(f"round {round_number}/{repeats}: {label}"):
                     results[name].append(job())
+                if line is not None:
+                    console.print(line(name, results[name][-1]))
             spent[name] += time.perf_counter() - start
     return results
 

@@ -50,7 +50,7 @@ from scripts.bench.benchlib.traces import (
     trace_table,
 )
 from scripts.bench.benchlib.workloads import long_prompt, warmup_workload
-from scripts.commands.cli import MIXED_STEP_DEFAULTS, newest_kv_cache, require_positive
+from scripts.commands.cli import MIXED_STEP_DEFAULTS, newest_kv_cache
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
@@ -137,20 +137,12 @@ def sweep_points() -> list[tuple[str, dict]]:
 
 
 def parse_args(bench: Bench):
-    parser = bench.parser
-    parser.add_argument("--sweep", action="store_true", help="also run SWEEP's grid")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="[NAME:]KEY=VALUE",
-        help="an engine setting of 'defaults' (or of row NAME); repeatable",
-    )
-    parser.add_argument(
-        "--rate", type=float, help="short requests a second (full 0.25, quick 1)"
-    )
+    bench.option("--sweep", False, "also run SWEEP's grid")
+    help = "an engine setting of 'defaults' (or of row NAME); repeatable"
+    bench.option("--set", [], help, action="append", metavar="[NAME:]KEY=VALUE")
+    help = "short requests a second (full 0.25, quick 1)"
+    bench.option("--rate", None, help, type=float, positive=True)
     args = bench.parse()
-    require_positive(args, "--rate")
     args.sizes = QUICK if args.quick else FULL
     if args.rate is not None:
         args.sizes = dataclasses.replace(args.sizes, rate=args.rate)

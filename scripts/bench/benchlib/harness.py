@@ -288,13 +288,15 @@ class Bench:
     ) -> None:
         """An option of the benchmark's own and its range, checked by parse() in one
         `error:` line. Its type is its default's (a list: one or more of its items'
-        type; False: a flag) unless settings give one; least: at least this;
-        positive: a finite number above 0; fraction: from 0 to 1."""
+        type; False: a flag) unless settings give it or an action; least: at least
+        this; positive: a finite number above 0; fraction: from 0 to 1."""
         if default is False:
             settings.setdefault("action", "store_true")
+        elif "action" in settings or default is None:
+            pass
         elif isinstance(default, list):
             settings = dict(type=type(default[0]), nargs="+") | settings
-        elif default is not None:
+        else:
             settings.setdefault("type", type(default))
         self.parser.add_argument(name, default=default, help=help, **settings)
         if least is not None:

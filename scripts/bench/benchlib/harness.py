@@ -254,7 +254,8 @@ class Bench:
         if repeats is not None:
             self.option("--repeats", repeats[0], repeats[1], type=int, least=1)
         if time_limit is not None:
-            self.option("--time-limit", time_limit[0], time_limit[1], positive=True)
+            limit, help = time_limit
+            self.option("--time-limit", limit, help, type=float, positive=True)
         if quick:
             self.parser.add_argument(
                 "--quick", action="store_true", help="smaller sizes: a smoke run"

@@ -22,11 +22,10 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, clocked, identical
 from scripts.bench.benchlib.runners import paged_engine, run_to_end
 from scripts.bench.benchlib.chats import reusable
 from scripts.bench.benchlib.workloads import agent_session, chat
@@ -87,13 +86,12 @@ def replay(model, tokenizer, system, messages, restart_after, folder) -> dict:
     prompts, turns, restart = [], [], {}
     for number, message in enumerate(messages, 1):
         if number == restart_after + 1:
-            start = time.perf_counter()
-            engines[-1].close()
-            restart["close_s"] = time.perf_counter() - start
+            _, restart["close_s"] = clocked(engines[-1].close)
             restart["blocks_written"] = engines[-1].kv.disk.blocks_written
-            start = time.perf_counter()
-            engines.append(make_engine(model, tokenizer, kv_disk_dir=folder))
-            restart["new_engine_s"] = time.perf_counter() - start
+            engine, restart["new_engine_s"] = clocked(
+                make_engine, model, tokenizer, kv_disk_dir=folder
+            )
+            engines.append(engine)
         engine = engines[-1]
         conversation.append({"role": "user", "content": message})
         prompt = chat(tokenizer, conversation)

@@ -17,12 +17,12 @@ it (into book/src/images with --book-figures).
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
-import time
 from dataclasses import asdict, dataclass
 
 from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, same_tokens
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, clocked
+from scripts.bench.benchlib.harness import same_tokens
 from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
 from scripts.bench.benchlib.chats import Reply, common_prefix, engine_replies
 from scripts.bench.benchlib.chats import mlx_lm_replies, replay
@@ -84,9 +84,7 @@ def ours(model, tokenizer, caching: bool, max_seq_len: int, send) -> Result:
         model, tokenizer, batch_size=BATCH_SIZE, max_seq_len=max_seq_len,
         block_size=BLOCK_SIZE, prefix_caching=caching,
     )  # fmt: skip
-    start = time.perf_counter()
-    replies = send(engine)
-    seconds = time.perf_counter() - start
+    replies, seconds = clocked(send, engine)
     name = f"ours, caching {'on' if caching else 'off'}"
     return Result.of(name, replies, seconds, engine.metrics)
 
@@ -95,9 +93,7 @@ def mlx_lm(peer, tokenizer, max_tokens: int, send) -> Result:
     """mlx-lm alone with its server's LRUPromptCache, one request after another:
     send(answer) sends the workload, answer(prompt) -> Reply."""
     answer = mlx_lm_replies(peer, tokenizer, max_tokens)
-    start = time.perf_counter()
-    replies = send(answer)
-    seconds = time.perf_counter() - start
+    replies, seconds = clocked(send, answer)
     return Result.of("mlx-lm, LRUPromptCache", replies, seconds)
 
 

@@ -36,7 +36,6 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 # isort: split
 import json
 import statistics
-import time
 
 import jsonschema
 import mlx.core as mx
@@ -44,7 +43,8 @@ from rich.markup import escape
 
 from scripts.bench.benchlib import servers
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, identical, interleaved
+from scripts.bench.benchlib.harness import Bench, at_least, clocked, identical
+from scripts.bench.benchlib.harness import interleaved
 from scripts.bench.benchlib.runners import run_to_end
 from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE, obj
 from tiny_llm_base import JsonSchema, PromptSpec
@@ -136,9 +136,8 @@ def validity(suite: list, peer: bool) -> dict:
     out = {}
     for name, start in starts.items():
         with start(servers.free_port()) as server:
-            began = time.perf_counter()
-            replies = server.chat([body(r, schema) for _, schema, r in suite], BATCH)
-            seconds = time.perf_counter() - began
+            bodies = [body(request, schema) for _, schema, request in suite]
+            replies, seconds = clocked(server.chat, bodies, BATCH)
         answers = [graded(n, sc, *reply) for (n, sc, _), reply in zip(suite, replies)]
         out[name] = dict(answers=answers, seconds=seconds)
     return out
@@ -187,27 +186,20 @@ def overhead(model, tokenizer, sampler, tokens: int, repeats: int) -> dict:
 def cold_states(tokenizer, vocab_size: int) -> dict:
     """The course TokenIndex's first and second allowed() of permissive states, and
     llguidance's first mask, in ms; the Vocabulary build once, in s."""
-    start = time.perf_counter()
-    course.vocabulary_of(tokenizer, vocab_size)
-    vocabulary_s = time.perf_counter() - start
+    _, vocabulary_s = clocked(course.vocabulary_of, tokenizer, vocab_size)
     out = dict(vocabulary_s=vocabulary_s, patterns={})
     for pattern in (r".*", PERMISSIVE, r"[a-z]+( [a-z]+)*", r'"[^"]*"'):
         regex = course.Regex(pattern)
-        start = time.perf_counter()
-        state = course.start_constraint(regex, tokenizer, vocab_size)
-        cold = time.perf_counter() - start
-        start = time.perf_counter()
-        state.allowed()
-        warm = time.perf_counter() - start
+        state, cold = clocked(course.start_constraint, regex, tokenizer, vocab_size)
+        allowed, warm = clocked(state.allowed)
         out["patterns"][pattern] = dict(
-            cold_ms=1000 * cold, warm_ms=1000 * warm, allowed=state.allowed().count
+            cold_ms=1000 * cold, warm_ms=1000 * warm, allowed=allowed.count
         )
-    start = time.perf_counter()
-    guidance_tokenizer(tokenizer, vocab_size)
-    out["llguidance_tokenizer_s"] = time.perf_counter() - start
-    start = time.perf_counter()
-    JsonSchema(STORY).start(tokenizer, vocab_size)
-    out["llguidance_start_ms"] = 1000 * (time.perf_counter() - start)
+    _, out["llguidance_tokenizer_s"] = clocked(
+        guidance_tokenizer, tokenizer, vocab_size
+    )
+    _, start_s = clocked(lambda: JsonSchema(STORY).start(tokenizer, vocab_size))
+    out["llguidance_start_ms"] = 1000 * start_s
     return out
 
 
@@ -227,19 +219,17 @@ def jump_forward(model, tokenizer, repeats: int) -> dict:
             PromptSpec(p, max_tokens=MAX_TOKENS, constraint=constraint) for p in prompts
         ]
 
-        def run(jump: bool, specs=specs) -> tuple[float, list]:
-            start = time.perf_counter()
-            results = course.batch_generate(
-                model, tokenizer, specs, batch_size=BATCH_JUMP, policy="mixed",
-                jump_forward=jump,
+        def run(jump: bool, specs=specs) -> tuple[list, float]:
+            return clocked(
+                course.batch_generate, model, tokenizer, specs,
+                batch_size=BATCH_JUMP, policy="mixed", jump_forward=jump,
             )  # fmt: skip
-            return time.perf_counter() - start, results
 
         runs = interleaved(
-            {False: lambda: run(False), True: lambda: run(True)}, repeats
+            {jump: lambda j=jump: run(j) for jump in (False, True)}, repeats
         )
-        runs = {jump: min(r, key=lambda run: run[0]) for jump, r in runs.items()}
-        (plain_s, plain), (jump_s, jumped) = runs[False], runs[True]
+        runs = {jump: min(r, key=lambda run: run[1]) for jump, r in runs.items()}
+        (plain, plain_s), (jumped, jump_s) = runs[False], runs[True]
         out[kind] = dict(
             plain_s=plain_s,
             jump_s=jump_s,

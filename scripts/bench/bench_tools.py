@@ -20,13 +20,12 @@ beside it.
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 import json
-import time
 
 import jsonschema
 
 from scripts.bench.benchlib import servers
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least
+from scripts.bench.benchlib.harness import Bench, at_least, clocked
 from scripts.bench.benchlib.tool_sets import CALL_MAX_TOKENS, TOOL_SETS
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.tool_prompts import hermes_messages, tool_chat_token_ids
@@ -96,9 +95,7 @@ def run_peer(sets: list, temperatures: dict) -> dict:
                 }
                 for tools in sets
             ]
-            start = time.perf_counter()
-            replies = server.chat(bodies, BATCH)
-            seconds = time.perf_counter() - start
+            replies, seconds = clocked(server.chat, bodies, BATCH)
             answers = [peer_answer(t, r) for t, (r, _) in zip(sets, replies)]
             fine = [a for a in answers if "error" not in a]
             out[name] = {
@@ -129,18 +126,11 @@ def run(model, tokenizer, sets, sampler, constrained: bool) -> dict:
         )
         for tools in sets
     ]
-    start = time.perf_counter()
-    results = course.batch_generate(
-        model,
-        tokenizer,
-        specs,
-        batch_size=BATCH,
-        max_tokens=CALL_MAX_TOKENS,
-        max_seq_len=MAX_SEQ_LEN,
-        sampler=sampler,
+    results, seconds = clocked(
+        course.batch_generate, model, tokenizer, specs, batch_size=BATCH,
+        max_tokens=CALL_MAX_TOKENS, max_seq_len=MAX_SEQ_LEN, sampler=sampler,
         policy="mixed",
-    )
-    seconds = time.perf_counter() - start
+    )  # fmt: skip
     found = [counts(tools, r.text) for tools, r in zip(sets, results)]
     return {
         "answers": len(sets),

@@ -144,6 +144,14 @@ def write_json(path: Path, record: dict) -> None:
     path.write_text(json.dumps(record, indent=2, default=to_json) + "\n")
 
 
+def clocked(fn: Callable, *args, **kwargs) -> tuple[object, float]:
+    """fn(*args, **kwargs)'s result and the wall seconds it took (MLX work it
+    leaves lazy is not counted: fn evaluates what it times)."""
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start
+
+
 def timed(
     fn: Callable[[], object], repeats: int, warmups: int = 1, budget_s: float = math.inf
 ) -> list[float]:

@@ -27,8 +27,8 @@ from dataclasses import asdict, dataclass
 from scripts.bench.benchlib.course import run_benchmark
 from scripts.bench.benchlib.harness import Bench, at_least, at_most, clocked, identical
 from scripts.bench.benchlib.runners import paged_engine, run_to_end
-from scripts.bench.benchlib.chats import reusable
-from scripts.bench.benchlib.workloads import agent_session, chat
+from scripts.bench.benchlib.chats import Reply, engine_replies, replay, reusable
+from scripts.bench.benchlib.workloads import agent_session
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
@@ -78,45 +78,38 @@ def make_engine(model, tokenizer, **settings):
     )
 
 
-def replay(model, tokenizer, system, messages, restart_after, folder) -> dict:
+def session(model, tokenizer, system, messages, restart_after, folder) -> dict:
     """The session's turns, the engine closed and made again after restart_after
     turns; the prompts, the turns and what the restart cost."""
     engines = [make_engine(model, tokenizer, kv_disk_dir=folder)]
-    conversation = [{"role": "system", "content": system}]
-    prompts, turns, restart = [], [], {}
-    for number, message in enumerate(messages, 1):
-        if number == restart_after + 1:
+    turns, restart = [], {}
+
+    def answer(prompt: list[int]) -> Reply:
+        if len(turns) == restart_after:
             _, restart["close_s"] = clocked(engines[-1].close)
             restart["blocks_written"] = engines[-1].kv.disk.blocks_written
             engine, restart["new_engine_s"] = clocked(
                 make_engine, model, tokenizer, kv_disk_dir=folder
             )
             engines.append(engine)
-        engine = engines[-1]
-        conversation.append({"role": "user", "content": message})
-        prompt = chat(tokenizer, conversation)
-        loaded = engine.kv.blocks_loaded
-        (result,) = run_to_end(engine, [PromptSpec(prompt)])
+        kv = engines[-1].kv
+        loaded = kv.blocks_loaded
+        r = engine_replies(engines[-1], MAX_TOKENS)(prompt)
+        from_disk = (kv.blocks_loaded - loaded) * BLOCK_SIZE
+        number, count = len(turns) + 1, len(engines)
         turns.append(
-            Turn(
-                number,
-                len(prompt),
-                result.cached_tokens,
-                (engine.kv.blocks_loaded - loaded) * BLOCK_SIZE,
-                result.metrics.time_to_first_token,
-                result.tokens,
-                len(engines),
-            )
+            Turn(number, len(prompt), r.cached, from_disk, r.ttft, r.tokens, count)
         )
-        prompts.append(prompt)
-        conversation.append({"role": "assistant", "content": result.text})
+        return r
+
+    replies = replay(tokenizer, messages, answer, system)
     after = engines[-1].kv
     restart["load_s"], restart["blocks_loaded"] = (
         after.load_seconds,
         after.blocks_loaded,
     )
     restart["read_s"] = after.disk.read_seconds  # of load_s: files read and checked
-    return dict(prompts=prompts, turns=turns, restart=restart)
+    return dict(prompts=[r.prompt for r in replies], turns=turns, restart=restart)
 
 
 def recompute(model, tokenizer, prompt: list[int], number: int) -> Turn:
@@ -140,7 +133,7 @@ def main() -> int:
         run_to_end(warm, [PromptSpec(chat_ids(tokenizer, "Hi"))])
     with tempfile.TemporaryDirectory() as folder:
         with console.status(f"{turns} turns, a restart after turn {restart_after}"):
-            run = replay(model, tokenizer, system, messages, restart_after, folder)
+            run = session(model, tokenizer, system, messages, restart_after, folder)
     before, after = run["turns"][restart_after - 1], run["turns"][restart_after]
     first_prompt = run["prompts"][restart_after]
     with console.status(f"turn {restart_after + 1} on a fresh engine, no cache"):

@@ -79,10 +79,14 @@ def mlx_lm_replies(peer, tokenizer, max_tokens: int) -> Callable[[list[int]], Re
     return answer
 
 
-def replay(tokenizer, questions: list[str], answer) -> list[Reply]:
-    """A chat: each question a user turn after the conversation so far, its reply
-    the assistant's turn; answer(the whole conversation's ids) -> Reply."""
-    messages, replies = [], []
+def replay(
+    tokenizer, questions: list[str], answer, system: str | None = None
+) -> list[Reply]:
+    """A chat: each question a user turn after the conversation so far (from the
+    system prompt, if any), its reply the assistant's turn; answer(the whole
+    conversation's ids) -> Reply."""
+    messages = [{"role": "system", "content": system}] if system else []
+    replies = []
     for question in questions:
         messages.append({"role": "user", "content": question})
         replies.append(answer(chat(tokenizer, messages)))

@@ -4,6 +4,7 @@ into a fresh cache, then one greedy token a forward, each evaluated before the n
     decoder = Decoder(model)               # ours: it counts the offsets
     decoder = MlxLmDecoder(mlx_lm_model)   # mlx-lm's: its cache counts them
     seconds = decode_times(decoder, prompt, 64)   # each step's, after the prefill
+    tokens, last = greedy(Decoder(model, chunk=128), prompt, 8)
 
 Ours needs each call's offset; mlx-lm's KV cache keeps its own. A prompt is an
 mx.array [B, L] of token ids; logits are [B, L, vocab].
@@ -16,15 +17,22 @@ from mlx_lm.models.cache import make_prompt_cache
 
 
 class Decoder:
-    """Drives a Qwen2ModelWeek2 (or any model called as model(x, offset, cache))."""
+    """Drives a Qwen2ModelWeek2 (or any model called as model(x, offset, cache)).
+    chunk: the prompt prefilled in chunks of that many tokens, each forward's
+    last position only (a chunk's logits [B, 1, vocab], as the engine does)."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, chunk: int | None = None):
+        self.model, self.chunk = model, chunk
 
     def prefill(self, prompt: mx.array) -> mx.array:
         self.cache = self.model.create_kv_cache()
         self.offset = prompt.shape[1]
-        return self.model(prompt, 0, self.cache)
+        if self.chunk is None:
+            return self.model(prompt, 0, self.cache)
+        for start in range(0, self.offset, self.chunk):
+            part = prompt[:, start : start + self.chunk]
+            logits = self.model(part, start, self.cache, last_position_only=True)
+        return logits
 
     def step(self, token: mx.array) -> mx.array:
         """token [B]: the next logits [B, 1, vocab]."""
@@ -49,6 +57,18 @@ def prefill_seconds(decoder: Decoder, prompt: mx.array) -> float:
     start = time.perf_counter()
     mx.eval(decoder.prefill(prompt))
     return time.perf_counter() - start
+
+
+def greedy(decoder: Decoder, prompt: mx.array, tokens: int) -> tuple[list, mx.array]:
+    """`tokens` greedy tokens after `prompt` [1, L], and the prompt's last logits
+    [vocab]."""
+    logits = decoder.prefill(prompt)[:, -1]
+    last, out = logits[0], []
+    for _ in range(tokens):
+        token = mx.argmax(logits, axis=-1)
+        out.append(token.item())
+        logits = decoder.step(token)[:, -1]
+    return out, last
 
 
 def decode_times(decoder: Decoder, prompt: mx.array, tokens: int) -> list[float]:

@@ -37,7 +37,7 @@ from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.harness import Bench, Goal, at_most, identical
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
-from scripts.bench.benchlib.runners import run_to_end
+from scripts.bench.benchlib.runners import all_decoding, run_to_end
 from scripts.bench.benchlib.settings import check_rows, parse_sets
 from scripts.bench.benchlib.traces import (
     describe,
@@ -183,13 +183,9 @@ def priority_part(model, tokenizer, sampler, settings: dict, sizes: Sizes) -> di
         """specs to the end; `then` added once all of them decode. The results in
         the order added, and the engine's preemptions."""
         engine = course.Engine(model, tokenizer, sampler=sampler, **settings)
-        for spec in specs:
-            engine.add_request(spec)
-        while then and len(engine.planner.decoding()) < len(specs):
-            engine.step()
         if then:
-            engine.add_request(then)
-        return run_to_end(engine), engine.metrics.preemptions
+            all_decoding(engine, specs)
+        return run_to_end(engine, [then] if then else specs), engine.metrics.preemptions
 
     idle = [
         run([interactive])[0][0].metrics.time_to_first_token

@@ -47,7 +47,8 @@ from scripts.bench.benchlib.chats import (
     reusable,
 )
 from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
-from scripts.bench.benchlib.runners import paged_engine, peak_memory_run, run_to_end
+from scripts.bench.benchlib.runners import all_decoding, paged_engine
+from scripts.bench.benchlib.runners import peak_memory_run, run_to_end
 from scripts.bench.benchlib.workloads import long_prompt
 from scripts.bench.loadlib.workload import make_workload
 from tiny_llm_base import PromptSpec
@@ -77,10 +78,7 @@ def step_seconds(model, tokenizer, sampler, kv_cache: str, pool_blocks: int | No
         **settings,
     )
     short = [chat_ids(tokenizer, q) for q in CHAT_TURNS[:4]]
-    for prompt in short:
-        engine.add_request(PromptSpec(prompt, max_tokens=400))
-    while len(engine.planner.decoding()) < 4:
-        engine.step()
+    all_decoding(engine, [PromptSpec(prompt, max_tokens=400) for prompt in short])
     if pool_blocks:
         for layer in engine.kv.layer_blocks:
             _, H, _, D = layer.keys.shape

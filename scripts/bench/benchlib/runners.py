@@ -139,6 +139,15 @@ def peak_memory_run(model, tokenizer, specs, **settings) -> tuple[int, list]:
     return peak, [r.tokens for r in results]
 
 
+def all_decoding(engine, specs) -> None:
+    """The specs added, the engine stepped until every one of them decodes: a full
+    batch held before the request a benchmark times arrives."""
+    for spec in specs:
+        engine.add_request(spec)
+    while len(engine.planner.decoding()) < len(specs):
+        engine.step()
+
+
 def run_to_end(engine, specs=(), on_step=None) -> list:
     """The specs added, the engine stepped until nothing is left; returns the results
     of every request that finished, in the order added (request ids count up).

@@ -31,12 +31,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from scripts.commands.cli import (
-    option_parser,
-    require_at_least,
-    require_fraction,
-    require_positive,
-)
+from scripts.commands import cli
 
 from .course import add_option, course, use
 
@@ -257,7 +252,7 @@ class Bench:
         """quick: a --quick option; out: --out's default (None: no record unless
         asked); repeats: a --repeats option, (its default, what it repeats);
         time_limit: a --time-limit option in seconds, (its default, its help)."""
-        self.parser = option_parser(doc.strip().splitlines()[0])
+        self.parser = cli.option_parser(doc.strip().splitlines()[0])
         self.checks: list[Callable[[argparse.Namespace], None]] = []
         if repeats is not None:
             self.option("--repeats", repeats[0], repeats[1], type=int, least=1)
@@ -309,11 +304,11 @@ class Bench:
             settings.setdefault("type", type(default))
         self.parser.add_argument(name, default=default, help=help, **settings)
         if least is not None:
-            self.checks.append(lambda args: require_at_least(args, least, name))
+            self.checks.append(lambda args: cli.require_at_least(args, least, name))
         if positive:
-            self.checks.append(lambda args: require_positive(args, name))
+            self.checks.append(lambda args: cli.require_positive(args, name))
         if fraction:
-            self.checks.append(lambda args: require_fraction(args, name))
+            self.checks.append(lambda args: cli.require_fraction(args, name))
 
     def parse(self) -> argparse.Namespace:
         """The options, --solution's package chosen (course.X), each option's range

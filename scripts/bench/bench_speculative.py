@@ -212,11 +212,11 @@ def table(title: str, rows: dict[str, dict]):
 
 def cost_table(cost: dict):
     columns = {
-        "k": str,
-        "ms": lambda k: f"{cost[k]['ms']:.0f}",
-        "x one token": lambda k: f"{cost[k]['ratio']:.2f}x",
-        "extra per token": lambda k: f"{(cost[k]['ratio'] - 1) / max(k - 1, 1):.3f}",
-        "runs": lambda k: str(cost[k]["runs"]),
+        "k": lambda k, _: str(k),
+        "ms": lambda _, c: f"{c['ms']:.0f}",
+        "x one token": lambda _, c: f"{c['ratio']:.2f}x",
+        "extra per token": lambda k, c: f"{(c['ratio'] - 1) / max(k - 1, 1):.3f}",
+        "runs": lambda _, c: str(c["runs"]),
     }
     title = f"one forward feeding k tokens at {CONTEXT} tokens of context"
     return render.grid(title, columns, cost)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import anthropic
 import openai
 import uvicorn
 
@@ -75,6 +76,12 @@ class RunningServer:
         """The official client on this server: no retries, WAIT_S to answer."""
         return openai.OpenAI(
             base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=WAIT_S
+        )
+
+    def anthropic_client(self, api_key: str = API_KEY) -> anthropic.Anthropic:
+        """openai_client's twin for /v1/messages: no retries, WAIT_S to answer."""
+        return anthropic.Anthropic(
+            base_url=self.url, api_key=api_key, max_retries=0, timeout=WAIT_S
         )
 
     def stop(self) -> None:

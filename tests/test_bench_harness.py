@@ -3,7 +3,9 @@ goal is met on its side of the bound and missed otherwise (never measured: misse
 a missed one says what limited it and makes the exit status 1; the JSON record
 holds the machine, the load average before and after, the command and every goal;
 interleaved runs give every job one run a round; run_to_end returns every result
-in the order the requests were added, whatever order they finish in."""
+in the order the requests were added, whatever order they finish in; an option is
+typed by its default and refused out of its range in one line; a table reads its
+rows through column functions; a chat turn's reusable tokens."""
 
 import io
 import json
@@ -225,3 +227,69 @@ def test_dominance_never_picks_a_cut_run_of_ours_and_names_a_cut_peer():
     assert goal.value == pytest.approx(50.0 / 60.0)
     [goal] = dominance_goals("b", [peer, cut])
     assert not goal.met and "no run of ours finished" in goal.line()
+
+
+def test_an_option_is_typed_by_its_default_and_refused_out_of_range(
+    monkeypatch, capsys
+):
+    def parse(*argv: str):
+        monkeypatch.setattr(sys, "argv", ["bench_x.py", "--solution", SOLUTION, *argv])
+        bench = Bench("A benchmark.")
+        bench.option("--tokens", 48, "per prompt", least=1)
+        bench.option("--rate", 1.0, positive=True)
+        bench.option("--share", 0.5, fraction=True)
+        bench.option("--lengths", [128, 1024], least=1)
+        bench.option("--no-peer", False, "skip the peer")
+        return bench.parse()
+
+    args = parse("--tokens", "3", "--lengths", "8", "9", "--no-peer")
+    assert (args.tokens, args.rate, args.lengths, args.no_peer) == (
+        3,
+        1.0,
+        [8, 9],
+        True,
+    )
+    for argv, message in [
+        (["--tokens", "0"], "--tokens must be at least 1, got 0"),
+        (["--rate", "0"], "--rate must be more than 0, got 0.0"),
+        (["--share", "1.5"], "--share must be between 0 and 1, got 1.5"),
+        (["--lengths", "8", "0"], "--lengths must be at least 1, got 0"),
+    ]:
+        with pytest.raises(SystemExit) as exit:
+            parse(*argv)
+        assert exit.value.code == 2
+        assert capsys.readouterr().err.strip() == f"error: {message}"
+
+
+def test_a_table_reads_its_rows_through_column_functions():
+    from scripts.bench.benchlib.render import grid
+
+    console = Console(file=io.StringIO(), width=80)
+    columns = {"runner": lambda name, _: name, "ms": lambda _, s: f"{1e3 * s:.0f}"}
+    console.print(grid("steps", columns, {"dense": 0.25, "paged": 0.5}))
+    lines = console.file.getvalue().splitlines()
+    assert any("dense" in line and "250" in line for line in lines)
+    assert any("paged" in line and "500" in line for line in lines)
+
+
+def test_the_record_leaves_out_the_key_asked_wherever_it_is(tmp_path, monkeypatch):
+    path = tmp_path / "record.json"
+    argv = ["bench_x.py", "--solution", SOLUTION, "--out", str(path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench = Bench("A benchmark.")
+    bench.parse()
+    bench.start()
+    runs = {"dense": {"tokens": [[1, 2]], "seconds": 1.0}, "list": [{"tokens": []}]}
+    bench.finish({"runs": runs}, leave_out="tokens")
+    record = json.loads(path.read_text())
+    assert record["runs"] == {"dense": {"seconds": 1.0}, "list": [{}]}
+
+
+def test_a_turn_reuses_what_the_turn_before_computed_but_its_last_token():
+    from scripts.bench.benchlib.chats import reusable
+
+    # The answer's last token is sampled, never fed: it is not in the cache.
+    assert reusable([1, 2, 3, 4, 5, 6], previous=[1, 2, 3], answer=[4, 5]) == 4
+    # The prompt's last token is always computed, for its logits.
+    assert reusable([1, 2, 3], previous=[1, 2, 3], answer=[7]) == 2
+    assert reusable([9, 2], previous=[1, 2], answer=[3]) == 0

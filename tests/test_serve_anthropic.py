@@ -60,9 +60,7 @@ def server(embedded_model):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return anthropic.Anthropic(
-        base_url=server.url, api_key=API_KEY, max_retries=0, timeout=WAIT_S
-    )
+    return server.anthropic_client()
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +279,7 @@ def test_max_tokens_past_the_context_ends_where_the_context_does(
 
 
 def test_the_api_key_comes_as_x_api_key(server):
-    wrong = anthropic.Anthropic(base_url=server.url, api_key="wrong", max_retries=0)
+    wrong = server.anthropic_client(api_key="wrong")
     with pytest.raises(anthropic.AuthenticationError) as caught:
         wrong.messages.create(model=MODEL, messages=ASK, max_tokens=1)
     assert caught.value.body["error"]["type"] == "authentication_error"
@@ -332,9 +330,7 @@ def test_a_bad_body_is_a_400_in_anthropics_shape(client, change, message):
 def test_an_engine_that_raises_fails_in_anthropics_shape(embedded_model):
     vocab_size = embedded_model[0].args.vocab_size
     with broken_server(embedded_model[1], vocab_size) as running:
-        broken = anthropic.Anthropic(
-            base_url=running.url, api_key="none", max_retries=0, timeout=WAIT_S
-        )
+        broken = running.anthropic_client(api_key="none")
         with pytest.raises(anthropic.APIStatusError) as caught:  # mid-stream
             with broken.messages.stream(model=MODEL, messages=ASK, max_tokens=2) as s:
                 list(s)

@@ -30,95 +30,28 @@ Goal: tiny fast at least 0.9x mlx-lm f32's tokens/s on every measure (the same
 weights); a missed one makes the exit status 1.
 """
 
-import argparse
-import time
-
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
+import argparse
+
 import mlx.core as mx
-from mlx import nn
-from mlx_lm.models.cache import make_prompt_cache
 
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, interleaved, medians
-from scripts.bench.benchlib.render import grid
-from scripts.bench.benchlib.roofline import read_bandwidth, weight_bytes_per_token
-from scripts.commands.cli import (
-    context_length,
-    fail,
-    require_at_least,
-    require_positive,
+from scripts.bench.benchlib.decoding import (
+    Decoder,
+    MlxLmDecoder,
+    decode_times,
+    prefill_seconds,
 )
-from tiny_llm_base.mlx_lm_reference import float32_copy
+from scripts.bench.benchlib.harness import Bench, at_least, interleaved, medians
+from scripts.bench.benchlib.roofline import read_bandwidth, weight_bytes_per_token
+from scripts.commands.cli import context_length, fail
 
 DECODE_PROMPT_TOKENS = 16
 # The goal: on the same float32 weights the fast path keeps up with mlx-lm on every
 # measure (within the 10% two runs on a shared machine differ by).
 GOAL_RATIO = 0.9
-
-
-class TinyRunner:
-    """Drives a Qwen2ModelWeek2: it needs the offset of every call."""
-
-    def __init__(self, model):  # the package's Qwen2ModelWeek2
-        self.model = model
-
-    def prefill(self, prompt: mx.array) -> mx.array:
-        self.cache = self.model.create_kv_cache()
-        self.offset = prompt.shape[1]
-        return self.model(prompt, 0, self.cache)
-
-    def step(self, token: mx.array) -> mx.array:
-        logits = self.model(token[:, None], self.offset, self.cache)
-        self.offset += 1
-        return logits
-
-
-class MlxLmRunner:
-    """Drives an mlx-lm model: its own KV cache counts the offset."""
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-
-    def prefill(self, prompt: mx.array) -> mx.array:
-        self.cache = make_prompt_cache(self.model)
-        return self.model(prompt, cache=self.cache)
-
-    def step(self, token: mx.array) -> mx.array:
-        return self.model(token[:, None], cache=self.cache)
-
-
-def time_prefill(runner, prompt: mx.array) -> float:
-    start = time.perf_counter()
-    mx.eval(runner.prefill(prompt))
-    return prompt.shape[1] / (time.perf_counter() - start)
-
-
-def time_decode(runner, prompt: mx.array, tokens: int) -> float:
-    token = mx.argmax(runner.prefill(prompt)[:, -1], axis=-1)
-    mx.eval(token)
-    start = time.perf_counter()
-    for _ in range(tokens):
-        token = mx.argmax(runner.step(token)[:, -1], axis=-1)
-        mx.eval(token)
-    return tokens / (time.perf_counter() - start)
-
-
-def parse_args(bench: Bench) -> argparse.Namespace:
-    parser = bench.parser
-    parser.add_argument("--prompt-lengths", type=int, nargs="+", default=[128, 1024])
-    parser.add_argument("--decode-tokens", type=int, default=64)
-    parser.add_argument(
-        "--budget-s",
-        type=float,
-        default=30.0,
-        help="stop repeating a contender's measure after this many seconds",
-    )
-    args = bench.parse()
-    require_at_least(args, 1, "--prompt-lengths", "--decode-tokens")
-    require_positive(args, "--budget-s")
-    return args
 
 
 def check_context(args: argparse.Namespace, context: int) -> None:
@@ -140,19 +73,22 @@ def check_context(args: argparse.Namespace, context: int) -> None:
 
 def main() -> int:
     bench = Bench(__doc__, repeats=(5, "interleaved rounds of every measure"))
-    args = parse_args(bench)
+    bench.option("--prompt-lengths", [128, 1024], least=1)
+    bench.option("--decode-tokens", 64, least=1)
+    help = "stop repeating a contender's measure after this many seconds"
+    bench.option("--budget-s", 30.0, help, positive=True)
+    args = bench.parse()
     console = bench.start()
-    quantized = bench.models().mlx_model
+    models = bench.models()
+    quantized = models.mlx_model
     check_context(args, context_length(quantized))
     with console.status("a float32 copy"):
-        float32 = float32_copy(quantized)
+        float32 = models.peer
     runners = {
-        "tiny fast": TinyRunner(
-            course.Qwen2ModelWeek2(quantized, weights="float32", use_fast_kernels=True)
-        ),
-        "tiny": TinyRunner(course.Qwen2ModelWeek2(quantized, weights="float32")),
-        "mlx-lm f32": MlxLmRunner(float32),
-        "mlx-lm q4": MlxLmRunner(quantized),
+        "tiny fast": Decoder(models.float32),
+        "tiny": Decoder(course.Qwen2ModelWeek2(quantized, weights="float32")),
+        "mlx-lm f32": MlxLmDecoder(float32),
+        "mlx-lm q4": MlxLmDecoder(quantized),
     }
     vocab = quantized.args.vocab_size
     mx.random.seed(0)
@@ -160,15 +96,14 @@ def main() -> int:
     decode_prompt = mx.random.randint(0, vocab, (1, DECODE_PROMPT_TOKENS))
     with console.status("warming up (dequantizing, compiling)"):
         for runner in runners.values():
-            time_decode(runner, decode_prompt, 2)
+            decode_times(runner, decode_prompt, 2)
 
-    jobs = {
-        f"prefill {n}": (lambda runner, p=prompt: time_prefill(runner, p))
+    jobs = {  # tokens/s
+        f"prefill {n}": lambda r, p=prompt, n=n: n / prefill_seconds(r, p)
         for n, prompt in prompts.items()
     }
-    jobs[f"decode {args.decode_tokens}"] = lambda runner: time_decode(
-        runner, decode_prompt, args.decode_tokens
-    )
+    n = args.decode_tokens
+    jobs[f"decode {n}"] = lambda r: n / sum(decode_times(r, decode_prompt, n))
     flat = {
         (name, contender): lambda job=job, runner=runner: job(runner)
         for name, job in jobs.items()
@@ -183,17 +118,13 @@ def main() -> int:
     roofline = bandwidth / bytes_per_token
 
     median = {name: medians(by_contender) for name, by_contender in runs.items()}
-    rows = [
-        [
-            name,
-            *(f"{by[c]:.1f} ({len(runs[name][c])})" for c in runners),
-            f"{by['tiny fast'] / by['mlx-lm f32']:.2f}x",
-            f"{by['tiny fast'] / by['mlx-lm q4']:.2f}x",
-        ]
-        for name, by in median.items()
-    ]
+    columns = {"measure": lambda name, _: name}
+    for c in runners:
+        columns[c] = lambda name, by, c=c: f"{by[c]:.1f} ({len(runs[name][c])})"
+    for c, peer in (("fast / f32", "mlx-lm f32"), ("fast / q4", "mlx-lm q4")):
+        columns[c] = lambda _, by, p=peer: f"{by['tiny fast'] / by[p]:.2f}x"
     title = "tokens/s: median of interleaved runs (number of runs)"
-    console.print(grid(title, ["measure", *runners, "fast / f32", "fast / q4"], rows))
+    bench.table(title, columns, median)
     decode = median[f"decode {args.decode_tokens}"]
     console.print(
         f"decode roofline: {bandwidth / 1e9:.1f} GB/s read bandwidth / "

@@ -35,6 +35,7 @@ from collections.abc import Callable
 import mlx.core as mx
 
 from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.decoding import Decoder, greedy
 from scripts.bench.benchlib.fast_path_before import (
     CHUNK,
     PATHS,
@@ -271,23 +272,6 @@ def mixed_step_goal(model, decode_rows: int, repeats: int) -> dict:
     )
 
 
-def greedy(model, prompt: list[int]) -> tuple[list[int], mx.array]:
-    """The prompt prefilled in CHUNK-token chunks, then DECODE_TOKENS greedy tokens;
-    returns them and the prompt's last logits."""
-    cache = model.create_kv_cache()
-    for start in range(0, len(prompt), CHUNK):
-        chunk = mx.array([prompt[start : start + CHUNK]])
-        logits = model(chunk, start, cache, last_position_only=True)
-    last = logits[0, -1]
-    tokens, offset = [], len(prompt)
-    for _ in range(DECODE_TOKENS):
-        token = mx.argmax(logits[0, -1]).item()
-        tokens.append(token)
-        logits = model(mx.array([[token]]), offset, cache)
-        offset += 1
-    return tokens, last
-
-
 def tokens_check(model, tokenizer, long_tokens: int, console) -> list[dict]:
     prompts = [chat_ids(tokenizer, q) for q in SHORT_QUESTIONS[:3]]
     if long_tokens:
@@ -298,7 +282,8 @@ def tokens_check(model, tokenizer, long_tokens: int, console) -> list[dict]:
             results = {}
             for name, path in PATHS.items():
                 with path():
-                    results[name] = greedy(model, prompt)
+                    decoder = Decoder(model, chunk=CHUNK)
+                    results[name] = greedy(decoder, mx.array([prompt]), DECODE_TOKENS)
         (old, old_last), (new, new_last) = results["before"], results["after"]
         rows.append(
             {

@@ -44,7 +44,7 @@ import mlx.core as mx
 
 from scripts.bench.benchlib import plots, render
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench
+from scripts.bench.benchlib.harness import Bench, interleaved
 from scripts.bench.benchlib.measure import (
     Run,
     dominance_goals,
@@ -137,6 +137,13 @@ def parse_timeline(text: str) -> tuple[str, list[str]]:
         fail(f"--timeline: {error}")
 
 
+def progress(label: str, done: Run) -> str:
+    return (
+        f"  {label}: {done.total_s:.1f} s, stall {done.longest_stall_s:.2f} s "
+        f"(load {done.load_average[0]:.1f})"
+    )
+
+
 def fresh() -> None:
     gc.collect()
     mx.clear_cache()
@@ -181,21 +188,8 @@ def main() -> int:
         workload = WORKLOADS[case](tokenizer, args.quick)
         title = f"case {CASE_TITLES[case]}: {workload.describe()}"
         console.print(title)
-        # Rounds, each running every configuration once: a busy spell of the
-        # machine then slows one run of each, not every run of one.
-        repeats = {config.label: [] for config in args.configs}
-        for round_number in range(1, args.repeats + 1):
-            for config in args.configs:
-                with console.status(
-                    f"case {case}, round {round_number}, {config.label}"
-                ):
-                    done = run(workload, config)
-                repeats[config.label].append(done)
-                console.print(
-                    f"  round {round_number}, {config.label}: {done.total_s:.1f} s, "
-                    f"stall {done.longest_stall_s:.2f} s "
-                    f"(load {done.load_average[0]:.1f})"
-                )
+        jobs = {c.label: lambda c=c, w=workload: run(w, c) for c in args.configs}
+        repeats = interleaved(jobs, args.repeats, console=console, line=progress)
         runs = [median_run(repeats[config.label]) for config in args.configs]
         console.print(render.table(title, runs))
         met = dominance_goals(case, runs) + memory_goals(case, runs)

@@ -25,11 +25,10 @@ import statistics
 from scripts.bench.benchlib import engine_speed as es
 from scripts.bench.benchlib import paged_step as ps
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, same_tokens
 from scripts.bench.benchlib.harness import interleaved, medians
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
-from scripts.bench.benchlib.render import grid
-from scripts.commands.cli import context_length, fail, require_at_least
+from scripts.commands.cli import context_length, fail
 
 SHORT_ROWS = [200, 200, 200]
 
@@ -56,7 +55,6 @@ def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
         c: statistics.median(s for r in runs[c] for s in r.decode_steps)
         for c in ("ours", "ours sync")
     }
-    same = sum(a == b for a, b in zip(runs["ours"][0].tokens, runs["mlx-lm"][0].tokens))
     row = dict(
         batch=batch,
         tokens_per_s=medians(speed),
@@ -79,7 +77,11 @@ def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
             1.1,
             why,
         ),
-        identical(f"tokens equal to mlx-lm's, batch {batch}", same, batch),
+        same_tokens(
+            f"tokens equal to mlx-lm's, batch {batch}",
+            runs["ours"][0].tokens,
+            runs["mlx-lm"][0].tokens,
+        ),
     ]
     return row, goals
 
@@ -105,19 +107,14 @@ def paged(bench, models, args) -> tuple[dict, list]:
         k: 1e3 * v for k, v in medians(interleaved(jobs, max(args.repeats, 5))).items()
     }
     ratio = {way: ms[way, "mixed"] / ms[way, "alone"] for way in ("grouped", "padded")}
-    rows = [
-        [
-            way,
-            f"{ms[way, 'alone']:.1f}",
-            f"{ms[way, 'mixed']:.1f}",
-            f"{ratio[way]:.2f}x",
-        ]
-        for way in ratio
-    ]
+    columns = {
+        "attention": lambda way, _: way,
+        "alone": lambda way, _: f"{ms[way, 'alone']:.1f}",
+        "with 3 short": lambda way, _: f"{ms[way, 'mixed']:.1f}",
+        "ratio": lambda _, r: f"{r:.2f}x",
+    }
     title = f"paged decode step, ms: {args.long_row} tokens alone, and with three {SHORT_ROWS[0]}-token rows"
-    bench.console.print(
-        grid(title, ["attention", "alone", "with 3 short", "ratio"], rows)
-    )
+    bench.table(title, columns, ratio)
     why = f"{ms['grouped', 'mixed']:.0f} ms against {ms['grouped', 'alone']:.0f} ms (padded: {ratio['padded']:.2f}x)"
     goal = at_most(
         f"paged step with 3 short rows / the {args.long_row}-token row alone",
@@ -135,15 +132,9 @@ def main() -> int:
         out="bench-results/engine.json",
         repeats=(3, "interleaved rounds"),
     )
-    bench.parser.add_argument(
-        "--tokens", type=int, default=48, help="tokens per prompt"
-    )
-    bench.parser.add_argument(
-        "--long-row", type=int, default=6000, help="the long row's tokens"
-    )
+    bench.option("--tokens", 48, "tokens per prompt", least=1)
+    bench.option("--long-row", 6000, "the long row's tokens", least=SHORT_ROWS[0])
     args = bench.parse()
-    require_at_least(args, 1, "--tokens")
-    require_at_least(args, SHORT_ROWS[0], "--long-row")
     if args.quick:
         args.repeats, args.tokens, args.long_row = 1, 16, 2000
     console = bench.start()
@@ -159,30 +150,18 @@ def main() -> int:
         console.print(f"batch {batch}: {row}")
         rows.append(row)
         goals += batch_goals
-    table = [
-        [
-            str(r["batch"]),
-            *(f"{r['tokens_per_s'][c]:.1f}" for c in ("ours", "ours sync", "mlx-lm")),
-            f"{statistics.median(r['ours_over_mlx_lm']):.2f}x",
-            f"{r['step_ms']['ours sync']:.1f} -> {r['step_ms']['ours']:.1f}",
-            f"{r['forward_alone_ms']:.1f}",
-        ]
-        for r in rows
-    ]
-    head = [
-        "batch",
-        "ours",
-        "ours sync",
-        "mlx-lm",
-        "ours / mlx-lm",
-        "decode step ms (sync -> ours)",
-        "forward alone ms",
-    ]
-    console.print(
-        grid(
-            f"generated tokens/s, {args.tokens} tokens a prompt (medians)", head, table
-        )
-    )
+    columns = {"batch": lambda r: str(r["batch"])}
+    for c in ("ours", "ours sync", "mlx-lm"):
+        columns[c] = lambda r, c=c: f"{r['tokens_per_s'][c]:.1f}"
+    columns |= {
+        "ours / mlx-lm": lambda r: f"{statistics.median(r['ours_over_mlx_lm']):.2f}x",
+        "decode step ms (sync -> ours)": lambda r: " -> ".join(
+            f"{r['step_ms'][c]:.1f}" for c in ("ours sync", "ours")
+        ),
+        "forward alone ms": lambda r: f"{r['forward_alone_ms']:.1f}",
+    }
+    title = f"generated tokens/s, {args.tokens} tokens a prompt (medians)"
+    bench.table(title, columns, rows)
     paged_record, paged_goals = paged(bench, models, args)
     return bench.finish(
         dict(end_to_end=rows, paged_step=paged_record), goals + paged_goals

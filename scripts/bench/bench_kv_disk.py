@@ -22,14 +22,13 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 
-from scripts.bench.benchlib import render
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, clocked, identical
 from scripts.bench.benchlib.runners import paged_engine, run_to_end
-from scripts.bench.benchlib.workloads import agent_session, chat, common_prefix
+from scripts.bench.benchlib.chats import Reply, engine_replies, replay, reusable
+from scripts.bench.benchlib.workloads import agent_session
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
@@ -41,12 +40,28 @@ MAX_TOKENS = 32
 class Turn:
     """One turn: its prompt, where its cached tokens came from, its TTFT."""
 
+    number: int
     prompt_tokens: int
     cached_tokens: int
     from_disk: int
     ttft: float
     tokens: list[int]
-    engine: int  # 1 before the restart, 2 after
+    engine: int  # 1 before the restart, 2 after; 0 a fresh engine with no cache
+
+    def label(self, restart_after: int) -> str:
+        if self.engine == 0:
+            return f"{self.number}, a fresh engine with no cache"
+        after = self.number == restart_after + 1
+        return f"{self.number}{' (after the restart)' if after else ''}"
+
+
+COLUMNS = {
+    "prompt": lambda t: f"{t.prompt_tokens:,}",
+    "from memory": lambda t: f"{t.cached_tokens - t.from_disk:,}",
+    "from disk": lambda t: f"{t.from_disk:,}",
+    "computed": lambda t: f"{t.prompt_tokens - t.cached_tokens:,}",
+    "TTFT": lambda t: f"{t.ttft:.2f} s",
+}
 
 
 def make_engine(model, tokenizer, **settings):
@@ -63,52 +78,46 @@ def make_engine(model, tokenizer, **settings):
     )
 
 
-def replay(model, tokenizer, system, messages, restart_after, folder) -> dict:
+def session(model, tokenizer, system, messages, restart_after, folder) -> dict:
     """The session's turns, the engine closed and made again after restart_after
     turns; the prompts, the turns and what the restart cost."""
     engines = [make_engine(model, tokenizer, kv_disk_dir=folder)]
-    conversation = [{"role": "system", "content": system}]
-    prompts, turns, restart = [], [], {}
-    for number, message in enumerate(messages, 1):
-        if number == restart_after + 1:
-            start = time.perf_counter()
-            engines[-1].close()
-            restart["close_s"] = time.perf_counter() - start
+    turns, restart = [], {}
+
+    def answer(prompt: list[int]) -> Reply:
+        if len(turns) == restart_after:
+            _, restart["close_s"] = clocked(engines[-1].close)
             restart["blocks_written"] = engines[-1].kv.disk.blocks_written
-            start = time.perf_counter()
-            engines.append(make_engine(model, tokenizer, kv_disk_dir=folder))
-            restart["new_engine_s"] = time.perf_counter() - start
-        engine = engines[-1]
-        conversation.append({"role": "user", "content": message})
-        prompt = chat(tokenizer, conversation)
-        loaded = engine.kv.blocks_loaded
-        (result,) = run_to_end(engine, [PromptSpec(prompt)])
-        turns.append(
-            Turn(
-                len(prompt),
-                result.cached_tokens,
-                (engine.kv.blocks_loaded - loaded) * BLOCK_SIZE,
-                result.metrics.time_to_first_token,
-                result.tokens,
-                len(engines),
+            engine, restart["new_engine_s"] = clocked(
+                make_engine, model, tokenizer, kv_disk_dir=folder
             )
+            engines.append(engine)
+        kv = engines[-1].kv
+        loaded = kv.blocks_loaded
+        r = engine_replies(engines[-1], MAX_TOKENS)(prompt)
+        from_disk = (kv.blocks_loaded - loaded) * BLOCK_SIZE
+        number, count = len(turns) + 1, len(engines)
+        turns.append(
+            Turn(number, len(prompt), r.cached, from_disk, r.ttft, r.tokens, count)
         )
-        prompts.append(prompt)
-        conversation.append({"role": "assistant", "content": result.text})
+        return r
+
+    replies = replay(tokenizer, messages, answer, system)
     after = engines[-1].kv
     restart["load_s"], restart["blocks_loaded"] = (
         after.load_seconds,
         after.blocks_loaded,
     )
     restart["read_s"] = after.disk.read_seconds  # of load_s: files read and checked
-    return dict(prompts=prompts, turns=turns, restart=restart)
+    return dict(prompts=[r.prompt for r in replies], turns=turns, restart=restart)
 
 
-def recompute(model, tokenizer, prompt: list[int]) -> tuple[list[int], float]:
-    """A fresh engine with no cache on `prompt`: its tokens and its TTFT."""
+def recompute(model, tokenizer, prompt: list[int], number: int) -> Turn:
+    """Turn `number`'s prompt on a fresh engine with no cache."""
     engine = make_engine(model, tokenizer, prefix_caching=False)
     (result,) = run_to_end(engine, [PromptSpec(prompt)])
-    return result.tokens, result.metrics.time_to_first_token
+    ttft = result.metrics.time_to_first_token
+    return Turn(number, len(prompt), 0, 0, ttft, result.tokens, engine=0)
 
 
 def main() -> int:
@@ -124,42 +133,20 @@ def main() -> int:
         run_to_end(warm, [PromptSpec(chat_ids(tokenizer, "Hi"))])
     with tempfile.TemporaryDirectory() as folder:
         with console.status(f"{turns} turns, a restart after turn {restart_after}"):
-            run = replay(model, tokenizer, system, messages, restart_after, folder)
+            run = session(model, tokenizer, system, messages, restart_after, folder)
     before, after = run["turns"][restart_after - 1], run["turns"][restart_after]
     first_prompt = run["prompts"][restart_after]
     with console.status(f"turn {restart_after + 1} on a fresh engine, no cache"):
-        fresh_tokens, fresh_ttft = recompute(model, tokenizer, first_prompt)
-    rows = [
-        [
-            f"{i}{' (after the restart)' if i == restart_after + 1 else ''}",
-            f"{t.prompt_tokens:,}",
-            f"{t.cached_tokens - t.from_disk:,}",
-            f"{t.from_disk:,}",
-            f"{t.prompt_tokens - t.cached_tokens:,}",
-            f"{t.ttft:.2f} s",
-        ]
-        for i, t in enumerate(run["turns"], 1)
-    ]
-    rows.append(None)
-    rows.append(
-        [
-            f"{restart_after + 1}, a fresh engine with no cache",
-            f"{after.prompt_tokens:,}",
-            "0",
-            "0",
-            f"{after.prompt_tokens:,}",
-            f"{fresh_ttft:.2f} s",
-        ]
-    )
-    columns = ["turn", "prompt", "from memory", "from disk", "computed", "TTFT"]
+        fresh = recompute(model, tokenizer, first_prompt, restart_after + 1)
+    columns = {"turn": lambda t: t.label(restart_after), **COLUMNS}
     title = (
         f"a {turns}-turn coding agent, ~{tool_tokens}-token tool results, "
         f"restarted after turn {restart_after}"
     )
-    console.print(render.grid(title, columns, rows))
+    bench.table(title, columns, [*run["turns"], None, fresh])
     restart = run["restart"]
     read_ms = 1000 * restart["load_s"] / max(1, restart["blocks_loaded"])
-    compute_ms = 1000 * fresh_ttft / (after.prompt_tokens / BLOCK_SIZE)
+    compute_ms = 1000 * fresh.ttft / (after.prompt_tokens / BLOCK_SIZE)
     console.print(
         f"restart: close wrote {restart['blocks_written']} blocks in "
         f"{restart['close_s']:.2f} s, the new engine took {restart['new_engine_s']:.2f}"
@@ -173,21 +160,21 @@ def main() -> int:
         f"{compute_ms:.1f} ms computed (the fresh engine's prefill of turn "
         f"{restart_after + 1} over its blocks)"
     )
+    previous = run["prompts"][restart_after - 1]
     shareable = (
-        min(common_prefix(first_prompt, run["prompts"][restart_after - 1] + before.tokens),
-            len(first_prompt) - 1) // BLOCK_SIZE * BLOCK_SIZE
-    )  # fmt: skip
+        reusable(first_prompt, previous, before.tokens) // BLOCK_SIZE * BLOCK_SIZE
+    )
     goals = [
         at_most(
             f"TTFT turn {restart_after + 1} (after the restart) / turn {restart_after}",
             after.ttft / before.ttft,
             1.5,
             f"{after.ttft:.2f} s vs {before.ttft:.2f} s; the fresh engine "
-            f"{fresh_ttft:.2f} s",
+            f"{fresh.ttft:.2f} s",
         ),
         identical(
             f"turn {restart_after + 1}'s tokens, disk tier vs a fresh engine",
-            int(after.tokens == fresh_tokens),
+            int(after.tokens == fresh.tokens),
             1,
         ),
         at_least(
@@ -209,7 +196,7 @@ def main() -> int:
         turns=[asdict(t) for t in run["turns"]],
         restart_after=restart_after,
         restart=restart,
-        fresh=dict(ttft=fresh_ttft, tokens=fresh_tokens),
+        fresh=dict(ttft=fresh.ttft, tokens=fresh.tokens),
         block_read_ms=read_ms,
         block_compute_ms=compute_ms,
     )

@@ -37,7 +37,7 @@ from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.harness import Bench, Goal, at_most, identical
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
-from scripts.bench.benchlib.runners import run_to_end
+from scripts.bench.benchlib.runners import all_decoding, run_to_end
 from scripts.bench.benchlib.settings import check_rows, parse_sets
 from scripts.bench.benchlib.traces import (
     describe,
@@ -50,7 +50,7 @@ from scripts.bench.benchlib.traces import (
     trace_table,
 )
 from scripts.bench.benchlib.workloads import long_prompt, warmup_workload
-from scripts.commands.cli import MIXED_STEP_DEFAULTS, newest_kv_cache, require_positive
+from scripts.commands.cli import MIXED_STEP_DEFAULTS, newest_kv_cache
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
@@ -137,20 +137,12 @@ def sweep_points() -> list[tuple[str, dict]]:
 
 
 def parse_args(bench: Bench):
-    parser = bench.parser
-    parser.add_argument("--sweep", action="store_true", help="also run SWEEP's grid")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="[NAME:]KEY=VALUE",
-        help="an engine setting of 'defaults' (or of row NAME); repeatable",
-    )
-    parser.add_argument(
-        "--rate", type=float, help="short requests a second (full 0.25, quick 1)"
-    )
+    bench.option("--sweep", False, "also run SWEEP's grid")
+    help = "an engine setting of 'defaults' (or of row NAME); repeatable"
+    bench.option("--set", [], help, action="append", metavar="[NAME:]KEY=VALUE")
+    help = "short requests a second (full 0.25, quick 1)"
+    bench.option("--rate", None, help, type=float, positive=True)
     args = bench.parse()
-    require_positive(args, "--rate")
     args.sizes = QUICK if args.quick else FULL
     if args.rate is not None:
         args.sizes = dataclasses.replace(args.sizes, rate=args.rate)
@@ -191,13 +183,9 @@ def priority_part(model, tokenizer, sampler, settings: dict, sizes: Sizes) -> di
         """specs to the end; `then` added once all of them decode. The results in
         the order added, and the engine's preemptions."""
         engine = course.Engine(model, tokenizer, sampler=sampler, **settings)
-        for spec in specs:
-            engine.add_request(spec)
-        while then and len(engine.planner.decoding()) < len(specs):
-            engine.step()
         if then:
-            engine.add_request(then)
-        return run_to_end(engine), engine.metrics.preemptions
+            all_decoding(engine, specs)
+        return run_to_end(engine, [then] if then else specs), engine.metrics.preemptions
 
     idle = [
         run([interactive])[0][0].metrics.time_to_first_token

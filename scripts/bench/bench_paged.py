@@ -29,9 +29,8 @@ import statistics
 import time
 
 import mlx.core as mx
-from mlx_lm.server import LRUPromptCache
 
-from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.harness import (
     Bench,
@@ -41,30 +40,22 @@ from scripts.bench.benchlib.harness import (
     interleaved,
     medians,
 )
-from scripts.bench.benchlib.runners import (
-    mlx_lm_cached,
-    paged_engine,
-    peak_memory_run,
-    run_to_end,
+from scripts.bench.benchlib.chats import (
+    engine_replies,
+    mlx_lm_replies,
+    replay,
+    reusable,
 )
-from scripts.bench.benchlib.workloads import common_prefix, long_prompt, replay_chat
+from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
+from scripts.bench.benchlib.runners import all_decoding, paged_engine
+from scripts.bench.benchlib.runners import peak_memory_run, run_to_end
+from scripts.bench.benchlib.workloads import long_prompt
 from scripts.bench.loadlib.workload import make_workload
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.memory import kv_bytes_per_token
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
-CHAT_TURNS = [
-    "Tell me about lighthouses.",
-    "Why were they painted in stripes?",
-    "Who kept them running?",
-    "How did the keepers get food?",
-    "What did a keeper do on a stormy night?",
-    "Which lighthouse is the oldest still standing?",
-    "How far can its light be seen?",
-    "What replaced the oil lamps?",
-    "Are any lighthouses still staffed?",
-    "Give me one sentence to remember them by.",
-]
+CHAT_TURNS = LIGHTHOUSE_TURNS
 
 
 # --- step: a mixed step's time against the pool's size ----------------------------
@@ -87,10 +78,7 @@ def step_seconds(model, tokenizer, sampler, kv_cache: str, pool_blocks: int | No
         **settings,
     )
     short = [chat_ids(tokenizer, q) for q in CHAT_TURNS[:4]]
-    for prompt in short:
-        engine.add_request(PromptSpec(prompt, max_tokens=400))
-    while len(engine.planner.decoding()) < 4:
-        engine.step()
+    all_decoding(engine, [PromptSpec(prompt, max_tokens=400) for prompt in short])
     if pool_blocks:
         for layer in engine.kv.layer_blocks:
             _, H, _, D = layer.keys.shape
@@ -241,25 +229,19 @@ def soak_questions(count: int) -> list[str]:
 
 
 def chat_turns(tokenizer, answer) -> dict:
-    """One replay of CHAT_TURNS; answer(prompt) -> (tokens, text, TTFT, tokens found
-    cached). Per turn: those, and the reusable tokens: the prompt's common prefix
-    with everything the previous turn computed (its prompt and all but its last
-    generated token), never the prompt's last token (always computed)."""
-    turns = dict(ttft=[], cached=[], reusable=[], tokens=[])
-    computed = []
-
-    def turn(prompt: list[int]) -> str:
-        nonlocal computed
-        tokens, text, ttft, cached = answer(prompt)
-        turns["ttft"].append(ttft)
-        turns["cached"].append(cached)
-        turns["reusable"].append(min(common_prefix(prompt, computed), len(prompt) - 1))
-        turns["tokens"].append(tokens)
-        computed = prompt + tokens[:-1]
-        return text
-
-    replay_chat(tokenizer, CHAT_TURNS, turn)
-    return turns
+    """One replay of CHAT_TURNS (answer(prompt) -> Reply): per turn its TTFT, the
+    tokens found cached, the reusable tokens (chats.reusable) and its tokens."""
+    replies = replay(tokenizer, CHAT_TURNS, answer)
+    before = [None, *replies]
+    return dict(
+        ttft=[r.ttft for r in replies],
+        cached=[r.cached for r in replies],
+        reusable=[
+            reusable(r.prompt, b.prompt, b.tokens) if b else 0
+            for r, b in zip(replies, before)
+        ],
+        tokens=[r.tokens for r in replies],
+    )
 
 
 def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
@@ -267,20 +249,12 @@ def chat_engine(model, tokenizer, caching: bool, max_tokens: int) -> dict:
     engine = paged_engine(
         model, tokenizer, batch_size=4, max_seq_len=4096, prefix_caching=caching
     )
-
-    def answer(prompt: list[int]):
-        [r] = run_to_end(engine, [PromptSpec(prompt, max_tokens=max_tokens)])
-        return r.tokens, r.text, r.metrics.time_to_first_token, r.metrics.cached_tokens
-
-    return chat_turns(tokenizer, answer)
+    return chat_turns(tokenizer, engine_replies(engine, max_tokens))
 
 
 def chat_mlx_lm(peer, tokenizer, max_tokens: int) -> dict:
     """The same replay through mlx-lm's generate_step and its server's LRUPromptCache."""
-    lru = LRUPromptCache()
-    return chat_turns(
-        tokenizer, lambda p: mlx_lm_cached(peer, tokenizer, lru, p, max_tokens)
-    )
+    return chat_turns(tokenizer, mlx_lm_replies(peer, tokenizer, max_tokens))
 
 
 def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dict:
@@ -339,69 +313,46 @@ def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dic
 PARTS = ("step", "soak", "budget", "chat")
 
 
-def tables(console, parts: dict) -> None:
-    """One table for each part that ran."""
+def tables(bench, parts: dict) -> None:
+    """One table for each part that ran, a row per runner."""
+    runner = {"runner": lambda name, _: name}
     if step := parts.get("step"):
         title = "step: 4 decodes + a 32-token chunk, one mixed step"
-        rows = [[n, f"{1000 * sec:.0f} ms"] for n, sec in step["seconds"].items()]
-        console.print(render.grid(title, ["runner", "median step"], rows))
+        median = {"median step": lambda _, seconds: f"{1000 * seconds:.0f} ms"}
+        bench.table(title, runner | median, step["seconds"])
     if soak := parts.get("soak"):
         title = f"soak: {soak['requests']} requests at batch 4, max_seq_len 4096"
-        rows = [
-            [n, f"{peak / 2**20:,.0f} MiB"] for n, peak in soak["peak_bytes"].items()
-        ]
-        columns = ["runner", "peak MLX memory above the start"]
-        console.print(render.grid(title, columns, rows))
+        peak = {"peak MLX memory above the start": lambda _, b: f"{b / 2**20:,.0f} MiB"}
+        bench.table(title, runner | peak, soak["peak_bytes"])
     if budget := parts.get("budget"):
         title = (
             f"budget: {budget['budget_bytes'] / 2**20:,.0f} MiB = "
             f"{budget['budget_tokens']:,} tokens, 2 long + short prompts"
         )
-        columns = [
-            "runner",
-            "batch_size",
-            "most decoding at once",
-            "preemptions",
-            "total",
-        ]
-        rows = [
-            [
-                name, str(run["batch_size"]), str(run["most_decoding"]),
-                str(run["preemptions"]), f"{run['seconds']:.1f} s",
-            ]
-            for name, run in budget["runs"].items()
-        ]  # fmt: skip
-        console.print(render.grid(title, columns, rows))
+        columns = runner | {
+            "batch_size": lambda _, run: str(run["batch_size"]),
+            "most decoding at once": lambda _, run: str(run["most_decoding"]),
+            "preemptions": lambda _, run: str(run["preemptions"]),
+            "total": lambda _, run: f"{run['seconds']:.1f} s",
+        }
+        bench.table(title, columns, budget["runs"])
     if chats := parts.get("chat"):
         title = "chat: a 10-turn replay (TTFT: median of the replays)"
-        columns = [
-            "runner",
-            "hit (turns 2-10)",
-            "TTFT turn 2",
-            "TTFT turn 10",
-            "10 / 2",
-        ]
-        rows = [
-            [
-                name, f"{100 * run['hit']:.0f}%", f"{1000 * run['ttft'][1]:.0f} ms",
-                f"{1000 * run['ttft'][-1]:.0f} ms", f"{run['turn10_over_turn2']:.2f}",
-            ]
-            for name, run in chats["turns"].items()
-        ]  # fmt: skip
-        console.print(render.grid(title, columns, rows))
+        columns = runner | {
+            "hit (turns 2-10)": lambda _, run: f"{run['hit']:.0%}",
+            "TTFT turn 2": lambda _, run: f"{1000 * run['ttft'][1]:.0f} ms",
+            "TTFT turn 10": lambda _, run: f"{1000 * run['ttft'][-1]:.0f} ms",
+            "10 / 2": lambda _, run: f"{run['turn10_over_turn2']:.2f}",
+        }
+        bench.table(title, columns, chats["turns"])
 
 
 def main() -> int:
     bench = Bench(__doc__, quick=True, out="bench-results/paged.json")
-    bench.parser.add_argument(
-        "--parts",
-        nargs="+",
-        choices=PARTS,
-        default=list(PARTS),
-        help="the parts to run (default: all four; the chat part needs week 3 day 3)",
-    )
+    help = "the parts to run (default: all four; the chat part needs week 3 day 3)"
+    bench.option("--parts", list(PARTS), help, choices=PARTS)
     args = bench.parse()
-    console = bench.start()
+    bench.start()
     models = bench.models()
     served, exact, tokenizer = models.served, models.float32, models.tokenizer
     sampler = models.no_eos
@@ -416,25 +367,16 @@ def main() -> int:
         ),
     }
     parts = {name: runs[name]() for name in PARTS if name in args.parts}
-    tables(console, parts)
+    tables(bench, parts)
     goals = [g for part in parts.values() for g in part.pop("goals")]
     wrote = []
     if len(parts) == len(PARTS):
         wrote.append(bench.image("week3-02-paged.png"))
         plots.plot_paged(*parts.values(), wrote[0])
     record = dict(quick=args.quick, **parts)
-    if "budget" in parts:
-        runs = {
-            k: {x: y for x, y in v.items() if x != "tokens"}
-            for k, v in parts["budget"]["runs"].items()
-        }
-        record["budget"] = {**parts["budget"], "runs": runs}
     if "chat" in parts:
-        record["chat"] = {
-            name: {k: v for k, v in run.items() if k != "tokens"}
-            for name, run in parts["chat"]["turns"].items()
-        }
-    return bench.finish(record, goals, wrote)
+        record["chat"] = parts["chat"]["turns"]
+    return bench.finish(record, goals, wrote, leave_out="tokens")
 
 
 if __name__ == "__main__":

@@ -17,45 +17,21 @@ it (into book/src/images with --book-figures).
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
-from mlx_lm.server import LRUPromptCache
-
-from scripts.bench.benchlib import plots, render
+from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
-from scripts.bench.benchlib.runners import mlx_lm_cached, paged_engine, run_to_end
-from scripts.bench.benchlib.workloads import chat, replay_chat
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, clocked
+from scripts.bench.benchlib.harness import same_tokens
+from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
+from scripts.bench.benchlib.chats import Reply, common_prefix, engine_replies
+from scripts.bench.benchlib.chats import mlx_lm_replies, replay
+from scripts.bench.benchlib.runners import paged_engine, run_to_end
+from scripts.bench.benchlib.workloads import shared_system_prompt
 from tiny_llm_base import PromptSpec
 
 BATCH_SIZE = 4
 BLOCK_SIZE = 16
-QUESTIONS = [
-    "Which note mentions the river?",
-    "Summarize the notes in one line.",
-    "What changed the most?",
-    "Name one quiet week.",
-    "Which topic comes up twice?",
-    "What is the first note about?",
-    "Give the last note's number.",
-    "Is anything about bread?",
-    "Which percent is the largest?",
-    "Pick a note to read aloud.",
-    "What happened on day 3?",
-    "Are there more than ten notes?",
-    "Which note is the shortest?",
-    "Say one word about the notes.",
-    "What would you ask next?",
-    "Which note sounds odd?",
-]
-CHAT_TURNS = [
-    "Tell me about lighthouses.",
-    "Why were they painted in stripes?",
-    "Who kept them running?",
-    "Are any still staffed today?",
-]
-TOPICS = ["the river level", "bread prices", "the bus timetable", "garden rain"]
 
 
 @dataclass
@@ -63,14 +39,14 @@ class Result:
     """One run of a workload: per-request TTFT and tokens, and the run's counts."""
 
     runner: str
-    ttft: list[float] = field(default_factory=list)
-    tokens: list[list[int]] = field(default_factory=list)
-    prompt_tokens: int = 0
-    computed_tokens: int = 0
-    cached_tokens: int = 0
-    peak_kv_tokens: int | None = None
+    ttft: list[float]
+    tokens: list[list[int]]
+    prompt_tokens: int
+    computed_tokens: int
+    cached_tokens: int
+    seconds: float
+    peak_kv_tokens: int | None = None  # ours only
     dense_kv_tokens: int | None = None
-    seconds: float = 0.0
 
     @property
     def hit_rate(self) -> float:
@@ -80,13 +56,18 @@ class Result:
         ordered = sorted(self.ttft)
         return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
-    def add(self, prompt, tokens, text, ttft: float, cached: int) -> None:
-        """One request of mlx-lm's (mlx_lm_cached) counted."""
-        self.ttft.append(ttft)
-        self.tokens.append(tokens)
-        self.prompt_tokens += len(prompt)
-        self.computed_tokens += len(prompt) - cached
-        self.cached_tokens += cached
+    @classmethod
+    def of(cls, runner: str, replies: list[Reply], seconds: float, metrics=None):
+        """A run's Result from its replies; metrics: our engine's, which counts the
+        tokens it computed and found cached, and the KV cache's peak."""
+        prompt = sum(len(r.prompt) for r in replies)
+        cached = sum(r.cached for r in replies)
+        ttft, tokens = [r.ttft for r in replies], [r.tokens for r in replies]
+        if metrics is None:
+            return cls(runner, ttft, tokens, prompt, prompt - cached, cached, seconds)
+        computed, cached = metrics.prefill_tokens, metrics.prefix_cached_tokens
+        kv = metrics.kv_peak_tokens, metrics.kv_dense_tokens
+        return cls(runner, ttft, tokens, prompt, computed, cached, seconds, *kv)
 
     def record(self) -> dict:
         return dict(
@@ -97,97 +78,36 @@ class Result:
         )
 
 
-def system_prompt(tokens: int, tokenizer) -> str:
-    """Numbered notes until the text is about `tokens` tokens long."""
-    notes = []
-    while len(tokenizer.encode("\n".join(notes))) < tokens:
-        i = len(notes)
-        notes.append(
-            f"Note {i + 1}: on day {i % 28 + 1} {TOPICS[i % len(TOPICS)]} changed by "
-            f"{(7 * i) % 88 + 2} percent after {(i % 11) + 1} quiet weeks."
-        )
-    return "\n".join(notes)
+def ours(model, tokenizer, caching: bool, max_seq_len: int, send) -> Result:
+    """Our paged Engine on what send(engine) sends it, its replies in order."""
+    engine = paged_engine(
+        model, tokenizer, batch_size=BATCH_SIZE, max_seq_len=max_seq_len,
+        block_size=BLOCK_SIZE, prefix_caching=caching,
+    )  # fmt: skip
+    replies, seconds = clocked(send, engine)
+    name = f"ours, caching {'on' if caching else 'off'}"
+    return Result.of(name, replies, seconds, engine.metrics)
 
 
-def make_engine(model, tokenizer, max_seq_len: int, caching: bool):
-    return paged_engine(
-        model,
-        tokenizer,
-        batch_size=BATCH_SIZE,
-        max_seq_len=max_seq_len,
-        block_size=BLOCK_SIZE,
-        prefix_caching=caching,
-    )
+def mlx_lm(peer, tokenizer, max_tokens: int, send) -> Result:
+    """mlx-lm alone with its server's LRUPromptCache, one request after another:
+    send(answer) sends the workload, answer(prompt) -> Reply."""
+    answer = mlx_lm_replies(peer, tokenizer, max_tokens)
+    replies, seconds = clocked(send, answer)
+    return Result.of("mlx-lm, LRUPromptCache", replies, seconds)
 
 
-def run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching) -> Result:
-    """All prompts through one paged Engine, each admitted at its arrival step."""
-    max_seq_len = max(len(p) for p in prompts) + max_tokens
-    engine = make_engine(model, tokenizer, max_seq_len, caching)
-    start = time.perf_counter()
+def at_steps(prompts: list, arrivals: list[int], max_tokens: int):
+    """What ours() sends: the prompts, each added at its arrival step."""
     specs = [
         PromptSpec(p, max_tokens=max_tokens, arrival_step=a)
         for p, a in zip(prompts, arrivals)
     ]
-    results = run_to_end(engine, specs)
-    return summarize(caching, results, engine.metrics, time.perf_counter() - start)
-
-
-def summarize(caching: bool, results, metrics, seconds: float) -> Result:
-    """Our run's Result from its results and the engine's metrics."""
-    return Result(
-        f"ours, caching {'on' if caching else 'off'}",
-        [r.metrics.time_to_first_token for r in results],
-        [r.tokens for r in results],
-        sum(r.metrics.prompt_tokens for r in results),
-        metrics.prefill_tokens,
-        metrics.prefix_cached_tokens,
-        metrics.kv_peak_tokens,
-        metrics.kv_dense_tokens,
-        seconds,
-    )
-
-
-def run_chat_engine(model, tokenizer, turns, max_tokens, caching) -> Result:
-    """A chat through one Engine: each turn waits for the previous answer."""
-    engine = make_engine(model, tokenizer, 2048, caching)
-    results = []
-
-    def answer(prompt: list[int]) -> str:
-        results.extend(run_to_end(engine, [PromptSpec(prompt, max_tokens=max_tokens)]))
-        return results[-1].text
-
-    start = time.perf_counter()
-    replay_chat(tokenizer, turns, answer)
-    return summarize(caching, results, engine.metrics, time.perf_counter() - start)
-
-
-def run_mlx_lm(peer, tokenizer, prompts, max_tokens) -> Result:
-    result, lru = Result("mlx-lm, LRUPromptCache"), LRUPromptCache()
-    start = time.perf_counter()
-    for prompt in prompts:
-        result.add(prompt, *mlx_lm_cached(peer, tokenizer, lru, prompt, max_tokens))
-    result.seconds = time.perf_counter() - start
-    return result
-
-
-def run_chat_mlx_lm(peer, tokenizer, turns, max_tokens) -> Result:
-    result, lru = Result("mlx-lm, LRUPromptCache"), LRUPromptCache()
-
-    def answer(prompt: list[int]) -> str:
-        reply = mlx_lm_cached(peer, tokenizer, lru, prompt, max_tokens)
-        result.add(prompt, *reply)
-        return reply[1]
-
-    start = time.perf_counter()
-    replay_chat(tokenizer, turns, answer)
-    result.seconds = time.perf_counter() - start
-    return result
+    return lambda engine: list(map(Reply.of, prompts, run_to_end(engine, specs)))
 
 
 def goals(a: list[Result], shareable: int) -> list:
     off, on = a[0], a[1]
-    same = sum(x == y for x, y in zip(on.tokens, off.tokens))
     return [
         at_least(
             "TTFT p50, caching off / on (a)",
@@ -207,72 +127,60 @@ def goals(a: list[Result], shareable: int) -> list:
             0.5,
             f"{on.peak_kv_tokens} of {on.dense_kv_tokens} positions",
         ),
-        identical(
-            "output tokens identical with caching on and off (a)", same, len(on.tokens)
+        same_tokens(
+            "output tokens identical with caching on and off (a)", on.tokens, off.tokens
         ),
     ]
 
 
-def table(title: str, results: list[Result]):
-    columns = [
-        "runner", "TTFT p50", "TTFT p99", "prompt tokens", "computed", "hit rate",
-        "peak KV / dense", "total",
-    ]  # fmt: skip
-    rows = [
-        [
-            r.runner, f"{r.percentile(50):.2f} s", f"{r.percentile(99):.2f} s",
-            str(r.prompt_tokens), str(r.computed_tokens), f"{100 * r.hit_rate:.0f}%",
-            "-" if r.peak_kv_tokens is None
-            else f"{r.peak_kv_tokens} / {r.dense_kv_tokens} positions",
-            f"{r.seconds:.1f} s",
-        ]
-        for r in results
-    ]  # fmt: skip
-    return render.grid(title, columns, rows)
+COLUMNS = {
+    "runner": lambda r: r.runner,
+    "TTFT p50": lambda r: f"{r.percentile(50):.2f} s",
+    "TTFT p99": lambda r: f"{r.percentile(99):.2f} s",
+    "prompt tokens": lambda r: str(r.prompt_tokens),
+    "computed": lambda r: str(r.computed_tokens),
+    "hit rate": lambda r: f"{r.hit_rate:.0%}",
+    "peak KV / dense": lambda r: (
+        "-"
+        if r.peak_kv_tokens is None
+        else f"{r.peak_kv_tokens} / {r.dense_kv_tokens} positions"
+    ),
+    "total": lambda r: f"{r.seconds:.1f} s",
+}
 
 
 def main() -> int:
     bench = Bench(__doc__, quick=True, out="bench-results/prefix_cache.json")
     args = bench.parse()
-    console = bench.start()
+    bench.start()
     models = bench.models()
-    model, reference, tokenizer = models.float32, models.peer, models.tokenizer
+    model, peer, tokenizer = models.float32, models.peer, models.tokenizer
     system_tokens, requests, max_tokens = (600, 8, 6) if args.quick else (1500, 16, 8)
-    system = system_prompt(system_tokens, tokenizer)
-    prompts = [
-        chat(
-            tokenizer,
-            [{"role": "system", "content": system}, {"role": "user", "content": q}],
-        )
-        for q in QUESTIONS[:requests]
-    ]
-    shared = min(
-        next(i for i, (x, y) in enumerate(zip(prompts[0], p)) if x != y)
-        for p in prompts[1:]
-    )
+    prompts = shared_system_prompt(tokenizer, system_tokens, requests)
+    shared = min(common_prefix(prompts[0], p) for p in prompts[1:])
     shareable = (requests - 1) * (shared // BLOCK_SIZE * BLOCK_SIZE)
     # The first prefills alone (512-token chunks); the others arrive a step apart.
     first_done = -(-len(prompts[0]) // 512) + 1
     arrivals = [0] + [first_done + i for i in range(requests - 1)]
-    run_engine(model, tokenizer, prompts[:2], [0, 0], 2, True)  # warm up
-    case_a = [
-        run_engine(model, tokenizer, prompts, arrivals, max_tokens, caching)
-        for caching in (False, True)
-    ]
-    case_a.append(run_mlx_lm(reference, tokenizer, prompts, max_tokens))
-    turns = CHAT_TURNS
-    case_b = [
-        run_chat_engine(model, tokenizer, turns, 24, caching)
-        for caching in (False, True)
-    ]
-    case_b.append(run_chat_mlx_lm(reference, tokenizer, turns, 24))
-    console.print(
-        table(
-            f"a: {requests} requests, {len(prompts[0])}-token prompts sharing {shared}",
-            case_a,
-        )
+    longest = max(map(len, prompts)) + max_tokens
+    ours(model, tokenizer, True, longest, at_steps(prompts[:2], [0, 0], 2))  # warm-up
+    a = at_steps(prompts, arrivals, max_tokens)
+    case_a = [ours(model, tokenizer, on, longest, a) for on in (False, True)]
+    case_a.append(
+        mlx_lm(peer, tokenizer, max_tokens, lambda ask: list(map(ask, prompts)))
     )
-    console.print(table(f"b: a {len(turns)}-turn chat, resent whole each turn", case_b))
+    turns = LIGHTHOUSE_TURNS[:4]
+
+    def b(engine):  # the chat, each turn once the one before is answered
+        return replay(tokenizer, turns, engine_replies(engine, 24))
+
+    case_b = [ours(model, tokenizer, on, 2048, b) for on in (False, True)]
+    case_b.append(
+        mlx_lm(peer, tokenizer, 24, lambda ask: replay(tokenizer, turns, ask))
+    )
+    title = f"a: {requests} requests, {len(prompts[0])}-token prompts sharing {shared}"
+    bench.table(title, COLUMNS, case_a)
+    bench.table(f"b: a {len(turns)}-turn chat, resent whole each turn", COLUMNS, case_b)
     image = bench.image("week3-03-prefix-cache.png")
     cases = {"a: shared system prompt": case_a, "b: multi-turn chat": case_b}
     plots.plot_prefix_cache(cases, image)

@@ -17,7 +17,6 @@ book/src/images with --book-figures).
 
 import argparse
 import asyncio
-import time
 from pathlib import Path
 
 from scripts.bench.benchlib.course import run_benchmark
@@ -26,12 +25,7 @@ from scripts.bench.benchlib.servers import Server, free_port, ours, peer
 from scripts.bench.loadlib import report
 from scripts.bench.loadlib.client import run_load
 from scripts.bench.loadlib.workload import make_workload
-from scripts.commands.cli import (
-    fail,
-    require_at_least,
-    require_fraction,
-    require_positive,
-)
+from scripts.commands.cli import fail
 from scripts.commands.load_test import (
     add_workload_arguments,
     check_workload_arguments,
@@ -86,8 +80,7 @@ def side_by_side_goals(mine: dict, theirs: dict) -> list[Goal]:
 def soak(args, console, image: Path) -> tuple[dict, list[Goal]]:
     """300 requests, 20% cancelled early, against a fresh server of ours; the plot
     to `image`."""
-    server = start_ours(args, free_port())
-    try:
+    with start_ours(args, free_port()) as server:
         warm = make_workload(args.batch_size, 50.0, 8, long_fraction=0.5, seed=98)
         asyncio.run(run_load(server.url, warm, args.batch_size, 300))
         before = server.metrics()
@@ -103,18 +96,7 @@ def soak(args, console, image: Path) -> tuple[dict, list[Goal]]:
         outcomes, wall = asyncio.run(
             run_load(server.url, requests, args.concurrency, args.soak_time_limit)
         )
-        deadline = time.monotonic() + 60
-        while True:
-            after = server.metrics()
-            busy = (
-                after["tiny_llm:num_requests_running"]
-                + after["tiny_llm:num_requests_waiting"]
-            )
-            if not busy or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-    finally:
-        server.stop()
+        after = server.settled(60)
     summary = report.summarize("tiny-llm soak", outcomes, wall)
 
     def grew(name: str) -> float:
@@ -133,15 +115,11 @@ def soak(args, console, image: Path) -> tuple[dict, list[Goal]]:
         server_errors=server_errors,
         aborted_by_server=aborted,
     )
-    n, errors, examples = (
-        summary["requests"],
-        summary["errors"],
-        summary["error_examples"],
-    )
+    n, errors, examples = (summary[k] for k in ("requests", "errors", "error_examples"))
     mib = f"{summary['memory_before_mb']:.0f} -> {summary['memory_after_mb']:.0f} MiB"
     change = abs(summary["memory_change"])
     running, waiting = summary["running_after"], summary["waiting_after"]
-    left = f"running {running:.0f}, waiting {waiting:.0f}"
+    busy, left = running + waiting, f"running {running:.0f}, waiting {waiting:.0f}"
     goals = [
         at_most(
             "soak: server errors / requests",
@@ -175,62 +153,38 @@ def soak(args, console, image: Path) -> tuple[dict, list[Goal]]:
 def check_options(args: argparse.Namespace) -> None:
     """Every option in range before a server starts: one `error:` line, status 2."""
     check_workload_arguments(args)
-    require_at_least(args, 1, "--batch-size", "--peer-concurrency")
-    require_at_least(args, 1, "--soak-requests", "--soak-max-tokens")
-    require_at_least(args, 0, "--token-budget")
     if args.policy != "alternate" and 0 < args.token_budget <= args.batch_size:
         fail(
             f"--token-budget must be more than --batch-size ({args.batch_size}), or "
             f"0 for no limit, got {args.token_budget}"
         )
-    require_positive(args, "--soak-rate", "--soak-time-limit")
-    require_fraction(args, "--soak-cancel")
     if args.skip_soak and args.soak_only:
         fail("--skip-soak and --soak-only leave nothing to run: give one of them")
 
 
 def main() -> int:
     bench = Bench(__doc__, out="bench-serve.json")
-    parser = bench.parser
-    add_workload_arguments(parser)
-    parser.set_defaults(requests=30, rate=0.3, max_tokens=24, long_notes=8)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument(
-        "--policy",
-        choices=("alternate", "mixed"),
-        help="ours' policy (default: what pdm run serve picks)",
-    )
-    parser.add_argument(
-        "--token-budget",
-        type=int,
-        default=0,
-        help="ours, mixed policy (default 0: no limit, as pdm run serve)",
-    )
-    parser.add_argument(
-        "--kv-cache",
-        choices=("paged", "dense"),
-        help="ours' KV cache (default: what pdm run serve picks)",
-    )
-    parser.add_argument(
-        "--peer-concurrency",
-        type=int,
-        help="mlx_lm.server's --decode-concurrency and --prompt-concurrency "
-        "(default: --batch-size)",
-    )
-    parser.add_argument(
-        "--peer-weights",
-        default="folder",
-        choices=("folder", "float32"),
-        help="folder: the embedded folder as it is (4-bit); float32: the same "
-        "weights as ours, dequantized",
-    )
-    parser.add_argument("--skip-soak", action="store_true")
-    parser.add_argument("--soak-only", action="store_true")
-    parser.add_argument("--soak-requests", type=int, default=300)
-    parser.add_argument("--soak-rate", type=float, default=3.0)
-    parser.add_argument("--soak-max-tokens", type=int, default=8)
-    parser.add_argument("--soak-cancel", type=float, default=0.2)
-    parser.add_argument("--soak-time-limit", type=float, default=900.0)
+    add_workload_arguments(bench.parser)
+    bench.parser.set_defaults(requests=30, rate=0.3, max_tokens=24, long_notes=8)
+    bench.option("--batch-size", 8, least=1)
+    help = "ours' policy (default: what pdm run serve picks)"
+    bench.option("--policy", None, help, choices=("alternate", "mixed"))
+    help = "ours, mixed policy (default 0: no limit, as pdm run serve)"
+    bench.option("--token-budget", 0, help, least=0)
+    help = "ours' KV cache (default: what pdm run serve picks)"
+    bench.option("--kv-cache", None, help, choices=("paged", "dense"))
+    help = "mlx_lm.server's --decode-concurrency and --prompt-concurrency (default: "
+    bench.option("--peer-concurrency", None, help + "--batch-size)", type=int, least=1)
+    help = "folder: the embedded folder as it is (4-bit); float32: the same weights "
+    help += "as ours, dequantized"
+    bench.option("--peer-weights", "folder", help, choices=("folder", "float32"))
+    bench.option("--skip-soak", False)
+    bench.option("--soak-only", False)
+    bench.option("--soak-requests", 300, least=1)
+    bench.option("--soak-rate", 3.0, positive=True)
+    bench.option("--soak-max-tokens", 8, least=1)
+    bench.option("--soak-cancel", 0.2, fraction=True)
+    bench.option("--soak-time-limit", 900.0, positive=True)
     args = bench.parse()
     check_options(args)
     console = bench.start()
@@ -240,11 +194,8 @@ def main() -> int:
         requests = workload_of(args)
         runs, summaries = {}, []
         for start in (start_ours, start_peer):
-            server = start(args, free_port())
-            try:
+            with start(args, free_port()) as server:
                 outcomes, summary = load(server, requests, args)
-            finally:
-                server.stop()
             runs[server.name] = outcomes
             summaries.append(summary)
         title = (

@@ -33,7 +33,8 @@ import mlx.core as mx
 
 from scripts.bench.benchlib import plots, render
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, identical, interleaved
+from scripts.bench.benchlib.harness import Bench, at_least, identical
+from scripts.bench.benchlib.harness import interleaved, medians
 from scripts.bench.benchlib.measure import Run, decode_tps
 from scripts.bench.benchlib.runners import Config, run_mlx_lm_alone, run_ours
 from scripts.bench.benchlib.workloads import (
@@ -70,18 +71,17 @@ def feed_cost(model, tokenizer, repeats: int, time_limit_s: float) -> dict:
     cache = model.create_kv_cache()
     mx.eval(model(mx.array([context]), 0, cache))
     fed = context[-max(FEED) :]
-    times = {k: [] for k in FEED}
-    start = time.perf_counter()
-    for _ in range(repeats):
-        if time.perf_counter() - start > time_limit_s:
-            break
-        for k in FEED:
-            for layer in cache:  # forget the tokens fed last time
-                layer.offset = CONTEXT
-            tic = time.perf_counter()
-            mx.eval(model(mx.array([fed[:k]]), CONTEXT, cache))
-            times[k].append(time.perf_counter() - tic)
-    median = {k: statistics.median(t) for k, t in times.items()}
+
+    def feed(k: int) -> float:
+        for layer in cache:  # forget the tokens fed last time
+            layer.offset = CONTEXT
+        start = time.perf_counter()
+        mx.eval(model(mx.array([fed[:k]]), CONTEXT, cache))
+        return time.perf_counter() - start
+
+    jobs = {k: lambda k=k: feed(k) for k in FEED}
+    times = interleaved(jobs, repeats, time_limit_s / len(FEED))
+    median = medians(times)
     return {
         k: dict(ms=1e3 * median[k], ratio=median[k] / median[1], runs=len(times[k]))
         for k in FEED
@@ -211,17 +211,15 @@ def table(title: str, rows: dict[str, dict]):
 
 
 def cost_table(cost: dict):
-    rows = [
-        [
-            str(k), f"{c['ms']:.0f}", f"{c['ratio']:.2f}x",
-            f"{(c['ratio'] - 1) / (k - 1) if k > 1 else 0.0:.3f}", str(c["runs"]),
-        ]
-        for k, c in cost.items()
-    ]  # fmt: skip
+    columns = {
+        "k": lambda k, _: str(k),
+        "ms": lambda _, c: f"{c['ms']:.0f}",
+        "x one token": lambda _, c: f"{c['ratio']:.2f}x",
+        "extra per token": lambda k, c: f"{(c['ratio'] - 1) / max(k - 1, 1):.3f}",
+        "runs": lambda _, c: str(c["runs"]),
+    }
     title = f"one forward feeding k tokens at {CONTEXT} tokens of context"
-    return render.grid(
-        title, ["k", "ms", "x one token", "extra per token", "runs"], rows
-    )
+    return render.grid(title, columns, cost)
 
 
 def goals_of(results: dict[str, dict], batch: int) -> list:

@@ -36,37 +36,28 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 # isort: split
 import json
 import statistics
-import time
-from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import jsonschema
 import mlx.core as mx
 from rich.markup import escape
 
 from scripts.bench.benchlib import servers
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, identical, interleaved
-from scripts.bench.benchlib.render import grid
+from scripts.bench.benchlib.harness import Bench, at_least, clocked, identical
+from scripts.bench.benchlib.harness import interleaved
 from scripts.bench.benchlib.runners import run_to_end
-from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE
+from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE, obj
 from tiny_llm_base import JsonSchema, PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 from tiny_llm_base.structured import guidance_tokenizer
 
 BATCH = 8
 TOKENS = 48  # per request in the overhead runs
-STORY = {
-    "type": "object",
-    "properties": {"story": {"type": "string", "minLength": 2000}},
-    "required": ["story"],
-    "additionalProperties": False,
-}
+STORY = obj({"story": {"type": "string", "minLength": 2000}})
 PERMISSIVE = r"[A-Za-z0-9 ,.;:'\-]+"
 TOPICS = ["a dragon", "the sea", "a robot", "a city", "winter", "a garden", "a train"]
-LONG_KEYS = {  # most of an answer is its keys: what jump-forward skips
-    "type": "object",
-    "properties": {
+LONG_KEYS = obj(  # most of an answer is its keys: what jump-forward skips
+    {
         "customer_full_name": {"type": "string", "maxLength": 24},
         "customer_shipping_address_first_line": {"type": "string", "maxLength": 32},
         "number_of_orders_placed_this_year": {
@@ -75,15 +66,8 @@ LONG_KEYS = {  # most of an answer is its keys: what jump-forward skips
             "maximum": 999,
         },
         "customer_has_an_active_loyalty_membership": {"type": "boolean"},
-    },
-    "required": [
-        "customer_full_name",
-        "customer_shipping_address_first_line",
-        "number_of_orders_placed_this_year",
-        "customer_has_an_active_loyalty_membership",
-    ],
-    "additionalProperties": False,
-}
+    }
+)
 LONG_KEYS_PATTERN = (
     r'\{"customer_full_name": "[A-Z][a-z]{1,10}( [A-Z][a-z]{1,12})?", '
     r'"customer_shipping_address_first_line": "[0-9]{1,4}( [A-Z][a-z]{1,12}){1,3}", '
@@ -116,52 +100,46 @@ def verdict(schema: dict, text: str) -> tuple[bool, bool]:
     return valid(text), valid(text) or valid(fenced)
 
 
-def ask_all(url: str, suite: list, constrained: bool) -> list[dict]:
-    """Every schema's request, BATCH at a time, greedy."""
+def share(answers: list[dict], key: str) -> float:
+    """The share of answers valid (key "valid") or valid once unfenced ("lenient")."""
+    return sum(a.get(key, False) for a in answers) / len(answers)
 
-    def one(entry) -> dict:
-        name, schema, request = entry
-        body = {
-            "messages": [{"role": "user", "content": question(request, schema)}],
-            "max_tokens": MAX_TOKENS,
-            "temperature": 0,
-        }
-        if constrained:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "answer", "schema": schema, "strict": True},
-            }
-        start = time.perf_counter()
-        response = httpx.post(url + "/v1/chat/completions", json=body, timeout=600)
-        seconds = time.perf_counter() - start
-        if response.status_code != 200:
-            return dict(name=name, text="", error=response.text, seconds=seconds)
-        text = response.json()["choices"][0]["message"]["content"]
-        strict, lenient = verdict(schema, text)
-        return dict(name=name, text=text, valid=strict, lenient=lenient, s=seconds)
 
-    with ThreadPoolExecutor(BATCH) as pool:
-        return list(pool.map(one, suite))
+def body(request: str, schema: dict) -> dict:
+    """The chat request for one schema, greedy, under response_format json_schema."""
+    return {
+        "messages": [{"role": "user", "content": question(request, schema)}],
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": schema, "strict": True},
+        },
+    }
+
+
+def graded(name: str, schema: dict, response, seconds: float) -> dict:
+    """One answer: its text and whether it is valid as sent and once unfenced."""
+    if response.status_code != 200:
+        return dict(name=name, text="", error=response.text, seconds=seconds)
+    text = response.json()["choices"][0]["message"]["content"]
+    strict, lenient = verdict(schema, text)
+    return dict(name=name, text=text, valid=strict, lenient=lenient, s=seconds)
 
 
 def validity(suite: list, peer: bool) -> dict:
-    """Our server and (peer) mlx_lm.server on the suite."""
-    starts = {
-        "tiny-llm": lambda port: servers.ours(
-            port, course.solution, "--batch-size", str(BATCH)
-        )
-    }
+    """Our server and (peer) mlx_lm.server on the suite, BATCH requests at a time."""
+    options = ("--batch-size", str(BATCH))
+    starts = {"tiny-llm": lambda port: servers.ours(port, course.solution, *options)}
     if peer:
         starts["mlx_lm.server"] = lambda port: servers.peer(port, BATCH, float32=True)
     out = {}
     for name, start in starts.items():
-        server = start(servers.free_port())
-        try:
-            began = time.perf_counter()
-            answers = ask_all(server.url, suite, constrained=True)
-            out[name] = dict(answers=answers, seconds=time.perf_counter() - began)
-        finally:
-            server.stop()
+        with start(servers.free_port()) as server:
+            bodies = [body(request, schema) for _, schema, request in suite]
+            replies, seconds = clocked(server.chat, bodies, BATCH)
+        answers = [graded(n, sc, *reply) for (n, sc, _), reply in zip(suite, replies)]
+        out[name] = dict(answers=answers, seconds=seconds)
     return out
 
 
@@ -208,27 +186,20 @@ def overhead(model, tokenizer, sampler, tokens: int, repeats: int) -> dict:
 def cold_states(tokenizer, vocab_size: int) -> dict:
     """The course TokenIndex's first and second allowed() of permissive states, and
     llguidance's first mask, in ms; the Vocabulary build once, in s."""
-    start = time.perf_counter()
-    course.vocabulary_of(tokenizer, vocab_size)
-    vocabulary_s = time.perf_counter() - start
+    _, vocabulary_s = clocked(course.vocabulary_of, tokenizer, vocab_size)
     out = dict(vocabulary_s=vocabulary_s, patterns={})
     for pattern in (r".*", PERMISSIVE, r"[a-z]+( [a-z]+)*", r'"[^"]*"'):
         regex = course.Regex(pattern)
-        start = time.perf_counter()
-        state = course.start_constraint(regex, tokenizer, vocab_size)
-        cold = time.perf_counter() - start
-        start = time.perf_counter()
-        state.allowed()
-        warm = time.perf_counter() - start
+        state, cold = clocked(course.start_constraint, regex, tokenizer, vocab_size)
+        allowed, warm = clocked(state.allowed)
         out["patterns"][pattern] = dict(
-            cold_ms=1000 * cold, warm_ms=1000 * warm, allowed=state.allowed().count
+            cold_ms=1000 * cold, warm_ms=1000 * warm, allowed=allowed.count
         )
-    start = time.perf_counter()
-    guidance_tokenizer(tokenizer, vocab_size)
-    out["llguidance_tokenizer_s"] = time.perf_counter() - start
-    start = time.perf_counter()
-    JsonSchema(STORY).start(tokenizer, vocab_size)
-    out["llguidance_start_ms"] = 1000 * (time.perf_counter() - start)
+    _, out["llguidance_tokenizer_s"] = clocked(
+        guidance_tokenizer, tokenizer, vocab_size
+    )
+    _, start_s = clocked(lambda: JsonSchema(STORY).start(tokenizer, vocab_size))
+    out["llguidance_start_ms"] = 1000 * start_s
     return out
 
 
@@ -248,19 +219,17 @@ def jump_forward(model, tokenizer, repeats: int) -> dict:
             PromptSpec(p, max_tokens=MAX_TOKENS, constraint=constraint) for p in prompts
         ]
 
-        def run(jump: bool, specs=specs) -> tuple[float, list]:
-            start = time.perf_counter()
-            results = course.batch_generate(
-                model, tokenizer, specs, batch_size=BATCH_JUMP, policy="mixed",
-                jump_forward=jump,
+        def run(jump: bool, specs=specs) -> tuple[list, float]:
+            return clocked(
+                course.batch_generate, model, tokenizer, specs,
+                batch_size=BATCH_JUMP, policy="mixed", jump_forward=jump,
             )  # fmt: skip
-            return time.perf_counter() - start, results
 
         runs = interleaved(
-            {False: lambda: run(False), True: lambda: run(True)}, repeats
+            {jump: lambda j=jump: run(j) for jump in (False, True)}, repeats
         )
-        runs = {jump: min(r, key=lambda run: run[0]) for jump, r in runs.items()}
-        (plain_s, plain), (jump_s, jumped) = runs[False], runs[True]
+        runs = {jump: min(r, key=lambda run: run[1]) for jump, r in runs.items()}
+        (plain, plain_s), (jumped, jump_s) = runs[False], runs[True]
         out[kind] = dict(
             plain_s=plain_s,
             jump_s=jump_s,
@@ -277,9 +246,7 @@ def jump_forward(model, tokenizer, repeats: int) -> dict:
 
 def main() -> int:
     bench = Bench(__doc__, quick=True, out="bench-results/structured.json")
-    bench.parser.add_argument(
-        "--no-peer", action="store_true", help="skip mlx_lm.server"
-    )
+    bench.option("--no-peer", False, "skip mlx_lm.server")
     args = bench.parse()
     console = bench.start()
     suite = SUITE[::4] + SUITE[1:2] if args.quick else SUITE
@@ -289,19 +256,14 @@ def main() -> int:
     console.print(f"embedded model, float32, vocabulary {vocab_size}")
 
     cold = cold_states(tokenizer, vocab_size)
-    rows = [
-        [
-            escape(pattern),
-            str(r["allowed"]),
-            f"{r['cold_ms']:.0f}",
-            f"{r['warm_ms']:.3f}",
-        ]
-        for pattern, r in cold["patterns"].items()
-    ]
-    columns = ["pattern", "allowed tokens", "cold ms", "warm ms"]
-    console.print(
-        grid("first use of a state (course TokenIndex) vs warm", columns, rows)
-    )
+    columns = {
+        "pattern": lambda pattern, _: escape(pattern),
+        "allowed tokens": lambda _, r: str(r["allowed"]),
+        "cold ms": lambda _, r: f"{r['cold_ms']:.0f}",
+        "warm ms": lambda _, r: f"{r['warm_ms']:.3f}",
+    }
+    title = "first use of a state (course TokenIndex) vs warm"
+    bench.table(title, columns, cold["patterns"])
     console.print(
         f"course vocabulary built once in {cold['vocabulary_s']:.2f} s, llguidance's "
         f"tokenizer in {cold['llguidance_tokenizer_s']:.2f} s; then a schema compiled "
@@ -310,36 +272,37 @@ def main() -> int:
 
     tokens, repeats = (24, 1) if args.quick else (TOKENS, 3)
     ms = overhead(model, tokenizer, models.no_eos, tokens, repeats)
-    rows = [
-        [kind, f"{value:.1f}", f"{value / ms['unconstrained']:.2f}x"]
-        for kind, value in ms.items()
-    ]
-    title = f"batch {BATCH}, {tokens} tokens each: time per output token"
-    console.print(grid(title, ["kind", "ms/token", "vs unconstrained"], rows))
+    columns = {
+        "kind": lambda kind, _: kind,
+        "ms/token": lambda _, value: f"{value:.1f}",
+        "vs unconstrained": lambda _, value: f"{value / ms['unconstrained']:.2f}x",
+    }
+    bench.table(
+        f"batch {BATCH}, {tokens} tokens each: time per output token", columns, ms
+    )
 
     jumps = jump_forward(model, tokenizer, repeats=1 if args.quick else 2)
-    columns = ["kind", "without s", "with s", "speed-up", "accepted", "same"]
-    rows = [
-        [
-            kind, f"{r['plain_s']:.1f}", f"{r['jump_s']:.1f}", f"{r['speedup']:.2f}x",
-            f"{r['accepted']}/{r['drafts']}", f"{r['same_tokens']}/{r['requests']}",
-        ]
-        for kind, r in jumps.items()
-    ]  # fmt: skip
+    columns = {
+        "kind": lambda kind, _: kind,
+        "without s": lambda _, r: f"{r['plain_s']:.1f}",
+        "with s": lambda _, r: f"{r['jump_s']:.1f}",
+        "speed-up": lambda _, r: f"{r['speedup']:.2f}x",
+        "accepted": lambda _, r: f"{r['accepted']}/{r['drafts']}",
+        "same": lambda _, r: f"{r['same_tokens']}/{r['requests']}",
+    }
     title = f"jump-forward: {JUMP_REQUESTS} customer records, batch {BATCH_JUMP}"
-    console.print(grid(title, columns, rows))
+    bench.table(title, columns, jumps)
 
     valid = validity(suite, peer=not args.no_peer)
-    rates, rows = {}, []
-    for name, run in valid.items():
-        answers = run["answers"]
-        rates[name] = sum(a.get("valid", False) for a in answers) / len(answers)
-        lenient = sum(a.get("lenient", False) for a in answers) / len(answers)
-        rows.append(
-            [name, f"{rates[name]:.0%}", f"{lenient:.0%}", f"{run['seconds']:.0f}"]
-        )
+    rates = {n: share(run["answers"], "valid") for n, run in valid.items()}
+    columns = {
+        "server": lambda name, _: name,
+        "valid": lambda name, _: f"{rates[name]:.0%}",
+        "lenient": lambda _, run: f"{share(run['answers'], 'lenient'):.0%}",
+        "seconds": lambda _, run: f"{run['seconds']:.0f}",
+    }
     title = f"{len(suite)} schemas, response_format json_schema, greedy"
-    console.print(grid(title, ["server", "valid", "lenient", "seconds"], rows))
+    bench.table(title, columns, valid)
 
     ours = valid["tiny-llm"]["answers"]
     invalid = [a["name"] for a in ours if not a.get("valid", False)]

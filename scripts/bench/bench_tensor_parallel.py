@@ -22,13 +22,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from statistics import median
 
 import mlx.core as mx
 
 from scripts.bench.benchlib.course import course, run_benchmark
+from scripts.bench.benchlib.decoding import Decoder, decode_times
 from scripts.bench.benchlib.harness import Bench, timed
 from scripts.commands.cli import fail
 from tiny_llm_base import load_model
@@ -44,26 +44,12 @@ def all_sum_seconds(group, shape: tuple[int, ...], repeats: int) -> float:
     return median(timed(lambda: mx.distributed.all_sum(x, group=group), repeats, 3))
 
 
-def decode_step_seconds(model, repeats: int) -> float:
-    """Median seconds of one decode step (batch 1) after a PROMPT_TOKENS prompt."""
-    cache = model.create_kv_cache()
-    token = mx.array([[1] * PROMPT_TOKENS])
-    mx.eval(model(token, 0, cache))
-    offset, times = PROMPT_TOKENS, []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        logits = model(mx.array([[2]]), offset, cache)
-        mx.eval(logits)
-        times.append(time.perf_counter() - start)
-        offset += 1
-    return median(times)
-
-
 def worker(args: argparse.Namespace) -> None:
     group = mx.distributed.init()
     mlx_model, _ = load_model()
     model = course.ShardedQwen2Model(mlx_model, group, "float32", use_fast_kernels=True)
     hidden = model.args.hidden_size
+    prompt, steps = mx.array([[1] * PROMPT_TOKENS]), args.repeats  # batch 1
     result = {
         "ranks": group.size(),
         "hidden": hidden,
@@ -73,7 +59,7 @@ def worker(args: argparse.Namespace) -> None:
         }
         if group.size() > 1
         else {},
-        "decode_step_seconds": decode_step_seconds(model, args.repeats),
+        "decode_step_seconds": median(decode_times(Decoder(model), prompt, steps)),
     }
     if group.rank() == 0:
         Path(args.json_out).write_text(json.dumps(result))
@@ -142,10 +128,9 @@ def report(results: list[dict]) -> str:
 
 def main() -> int:
     bench = Bench(__doc__, repeats=(20, "timed all_sums and decode steps"))
-    parser = bench.parser
-    parser.add_argument("--ranks", default="1,2,3", help="rank counts, e.g. 2,3")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--json-out", help=argparse.SUPPRESS)
+    bench.option("--ranks", "1,2,3", "rank counts, e.g. 2,3")
+    bench.option("--worker", False, argparse.SUPPRESS)
+    bench.option("--json-out", help=argparse.SUPPRESS)
     args = bench.parse()
     if args.worker:
         return worker(args)

@@ -20,17 +20,12 @@ beside it.
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 import json
-import time
-from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
 
-import httpx
 import jsonschema
 
 from scripts.bench.benchlib import servers
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least
-from scripts.bench.benchlib.render import grid
+from scripts.bench.benchlib.harness import Bench, at_least, clocked
 from scripts.bench.benchlib.tool_sets import CALL_MAX_TOKENS, TOOL_SETS
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.tool_prompts import hermes_messages, tool_chat_token_ids
@@ -65,15 +60,8 @@ def valid_calls(tools: list[dict], calls: list[tuple]) -> tuple[bool, bool]:
     return bool(calls), False
 
 
-def peer_answer(url: str, tools: list[dict], temperature: float) -> dict:
-    """One tool set's request to mlx_lm.server: (returned calls, content calls)."""
-    body = {
-        "messages": hermes_messages(question(tools), tools),
-        "tools": tools,
-        "max_tokens": CALL_MAX_TOKENS,
-        "temperature": temperature,
-    }
-    response = httpx.post(url + "/v1/chat/completions", json=body, timeout=900)
+def peer_answer(tools: list[dict], response) -> dict:
+    """One tool set's answer from mlx_lm.server: (returned calls, content calls)."""
     if response.status_code != 200:
         return {"error": f"{response.status_code}: {response.text[:200]}"}
     answer = response.json()
@@ -93,17 +81,22 @@ def peer_answer(url: str, tools: list[dict], temperature: float) -> dict:
 
 
 def run_peer(sets: list, temperatures: dict) -> dict:
-    """mlx_lm.server on every set, for each named temperature."""
-    server = servers.peer(servers.free_port(), BATCH, float32=True)
+    """mlx_lm.server on every set (the same chat, with `tools`), BATCH at a time,
+    for each named temperature."""
     out = {}
-    try:
+    with servers.peer(servers.free_port(), BATCH, float32=True) as server:
         for name, temperature in temperatures.items():
-            start = time.perf_counter()
-            with ThreadPoolExecutor(BATCH) as pool:
-                answers = list(
-                    pool.map(peer_answer, repeat(server.url), sets, repeat(temperature))
-                )
-            seconds = time.perf_counter() - start
+            bodies = [
+                {
+                    "messages": hermes_messages(question(tools), tools),
+                    "tools": tools,
+                    "max_tokens": CALL_MAX_TOKENS,
+                    "temperature": temperature,
+                }
+                for tools in sets
+            ]
+            replies, seconds = clocked(server.chat, bodies, BATCH)
+            answers = [peer_answer(t, r) for t, (r, _) in zip(sets, replies)]
             fine = [a for a in answers if "error" not in a]
             out[name] = {
                 "answers": len(sets),
@@ -115,9 +108,12 @@ def run_peer(sets: list, temperatures: dict) -> dict:
                 "seconds": seconds,
                 "errors": [a["error"] for a in answers if "error" in a],
             }
-    finally:
-        server.stop()
     return out
+
+
+def share(run: dict) -> float:
+    """The share of a run's answers holding a valid call."""
+    return run["valid"] / run["answers"]
 
 
 def run(model, tokenizer, sets, sampler, constrained: bool) -> dict:
@@ -130,18 +126,11 @@ def run(model, tokenizer, sets, sampler, constrained: bool) -> dict:
         )
         for tools in sets
     ]
-    start = time.perf_counter()
-    results = course.batch_generate(
-        model,
-        tokenizer,
-        specs,
-        batch_size=BATCH,
-        max_tokens=CALL_MAX_TOKENS,
-        max_seq_len=MAX_SEQ_LEN,
-        sampler=sampler,
+    results, seconds = clocked(
+        course.batch_generate, model, tokenizer, specs, batch_size=BATCH,
+        max_tokens=CALL_MAX_TOKENS, max_seq_len=MAX_SEQ_LEN, sampler=sampler,
         policy="mixed",
-    )
-    seconds = time.perf_counter() - start
+    )  # fmt: skip
     found = [counts(tools, r.text) for tools, r in zip(sets, results)]
     return {
         "answers": len(sets),
@@ -155,9 +144,7 @@ def run(model, tokenizer, sets, sampler, constrained: bool) -> dict:
 
 def main() -> int:
     bench = Bench(__doc__, quick=True, out="bench-results/tools.json")
-    bench.parser.add_argument(
-        "--no-peer", action="store_true", help="skip mlx_lm.server"
-    )
+    bench.option("--no-peer", False, "skip mlx_lm.server")
     args = bench.parse()
     console = bench.start()
     sets = TOOL_SETS[::4] if args.quick else TOOL_SETS
@@ -166,49 +153,47 @@ def main() -> int:
     samplers = {"greedy": course.make_sampler(0.0)}
     if not args.quick:
         samplers["sampled"] = course.make_sampler(TEMPERATURE)
-    runs, rows, goals = {}, [], []
+    runs, goals = {}, []
+    columns = {
+        "answers": lambda kind, _: kind,
+        "a call parsed": lambda _, r: f"{r['parsed']}/{r['answers']}",
+        "a valid call": lambda _, r: f"{r['valid']}/{r['answers']} ({share(r):.0%})",
+        "tokens/s": lambda _, r: f"{r['tokens'] / r['seconds']:.1f}",
+        "errors": lambda _, r: str(len(r["errors"])),
+    }
 
-    def row(kind: str, r: dict) -> None:
-        n = r["answers"]
-        rows.append(
-            [
-                kind,
-                f"{r['parsed']}/{n}",
-                f"{r['valid']}/{n} ({100 * r['valid'] / n:.0f}%)",
-                f"{r['tokens'] / r['seconds']:.1f}",
-                str(len(r["errors"])),
-            ]
-        )
-        console.print(f"{kind}: " + ", ".join(rows[-1][1:]))  # a long run's progress
+    def row(kind: str, r: dict) -> None:  # a long run's progress
+        runs[kind] = r
+        cells = [cell(kind, r) for cell in list(columns.values())[1:]]
+        console.print(f"{kind}: " + ", ".join(cells))
 
     for name, sampler in samplers.items():
         for constrained in (True, False):
             kind = f"{name}, {'grammar' if constrained else 'free'}"
             with console.status(kind):
-                r = runs[kind] = run(model, tokenizer, sets, sampler, constrained)
+                r = run(model, tokenizer, sets, sampler, constrained)
             row(kind, r)
             if constrained:
-                n = r["answers"]
-                why = f"{r['valid']} of {n} answers; errors: {r['errors'][:2]}"
-                goals.append(at_least(f"{name}: calls valid", r["valid"] / n, 1.0, why))
+                why = (
+                    f"{r['valid']} of {r['answers']} answers; errors: {r['errors'][:2]}"
+                )
+                goals.append(at_least(f"{name}: calls valid", share(r), 1.0, why))
     if not args.no_peer:
         temperatures = {"greedy": 0.0, "sampled": TEMPERATURE}
         temperatures = {name: temperatures[name] for name in samplers}
         with console.status("mlx_lm.server"):
             peer = run_peer(sets, temperatures)
         for name, r in peer.items():
-            runs[f"{name}, mlx_lm.server"] = r
             row(f"{name}, mlx_lm.server", r)
             console.print(
                 f"{name}, mlx_lm.server: calls in its content that parse_tool_calls "
                 f"finds: {r['parsed_in_content']}/{r['answers']}, valid "
                 f"{r['valid_in_content']}/{r['answers']}"
             )
-    columns = ["answers", "a call parsed", "a valid call", "tokens/s", "errors"]
     title = (
         f"{len(sets)} tool sets, the embedded model, {CALL_MAX_TOKENS} tokens at most"
     )
-    console.print(grid(title, columns, rows))
+    bench.table(title, columns, runs)
     return bench.finish({"tool_sets": len(sets), "runs": runs}, goals)
 
 

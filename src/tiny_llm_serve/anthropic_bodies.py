@@ -21,6 +21,7 @@ from .errors import json_type, short
 from .openai_bodies import at_least_one, top_k_limit
 from .request import ConstraintRequest, GenerationRequest
 from .structured_options import Schema
+from .tool_options import refuse_unknown_tool
 from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
@@ -167,12 +168,9 @@ class PromptBody(RefusesUnhonoured):
         choice = self.tool_choice
         if choice and choice.type != "none" and not self.tools:
             raise Refusal("needs tools: give the tools to call", field="tool_choice")
-        names = [tool.get("name") for tool in self.tools or []]
-        if choice and choice.type == "tool" and choice.name not in names:
-            raise Refusal(
-                f"is {short(choice.name)}, which is not in tools: name one of {names}",
-                field="tool_choice.name",
-            )
+        if choice and choice.type == "tool":
+            names = [tool.get("name") for tool in self.tools]
+            refuse_unknown_tool(choice.name, names, "tool_choice.name", lead="is")
         if self.tools and self.format_constraint() is not None:
             raise Refusal(
                 "cannot be combined with tools: the answer follows one grammar; "

@@ -19,7 +19,7 @@ from .openai_bodies import at_least_one
 from .request import ConstraintRequest, GenerationRequest
 from .responses_input import InputItem, chat_messages, input_value
 from .structured_options import Schema
-from .tool_options import TOOL_CHOICES, parallel_calls
+from .tool_options import TOOL_CHOICES, parallel_calls, refuse_unknown_tool
 from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
@@ -171,13 +171,9 @@ class ResponsesBody(RefusesUnhonoured):
                 field="tool_choice",
             )
         if isinstance(choice, dict):
-            names = [tool.get("name") for tool in self.tools]
-            if choice["name"] not in names:
-                raise Refusal(
-                    f"names {short(choice['name'])}, which is not in tools: name "
-                    f"one of {names}",
-                    field="tool_choice",
-                )
+            refuse_unknown_tool(
+                choice["name"], [tool.get("name") for tool in self.tools]
+            )
         if self.tools and self.format_constraint() is not None:
             raise Refusal(
                 "cannot be combined with tools: the answer follows one grammar; "

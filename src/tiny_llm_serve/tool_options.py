@@ -49,6 +49,20 @@ def tool_choice_value(choice) -> Any:
     )
 
 
+def refuse_unknown_tool(
+    named: str, names: list, field: str = "tool_choice", lead: str = "names"
+) -> None:
+    """A tool_choice that names a tool must name one of `names`, the tools given
+    (chat, responses and messages bodies alike): else a Refusal of `field` saying
+    which it named and which it may. lead: the message's verb, "names" where the
+    field is the choice object, "is" where it is the name itself."""
+    if named not in names:
+        raise Refusal(
+            f"{lead} {short(named)}, which is not in tools: name one of {names}",
+            field=field,
+        )
+
+
 def parallel_calls(parallel_tool_calls: bool | None, tool_choice) -> bool:
     """Whether an answer may hold several calls: parallel_tool_calls (default
     true), except under a named tool_choice, which asks for one call of that
@@ -98,9 +112,4 @@ class ToolFields(RequestModel):
             )
         if isinstance(self.tool_choice, dict) and self.tools:
             names = [(t.get("function") or {}).get("name") for t in self.tools]
-            named = self.tool_choice["function"]["name"]
-            if named not in names:
-                raise Refusal(
-                    f"names {short(named)}, which is not in tools: name one of {names}",
-                    field="tool_choice",
-                )
+            refuse_unknown_tool(self.tool_choice["function"]["name"], names)

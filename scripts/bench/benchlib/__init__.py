@@ -6,6 +6,8 @@ workloads: the requests a benchmark sends (prompts, lengths, when each arrives);
 prompt_texts: the texts they are built from.
 runners: the engines that serve them, ours and mlx-lm's, each timed the same way;
 traces: requests arriving over time through a fresh Engine, and their latency.
+chats: requests answered one after another and chats replayed, each reply measured.
+decoding: a model driven token by token, ours and mlx-lm's.
 servers: ours and mlx_lm.server in subprocesses, for the HTTP benchmarks.
 measure: the numbers a run yields (TTFT, inter-token gaps, stalls) and their goals;
 roofline: the decode step's bound from the weights' bytes and the read bandwidth.

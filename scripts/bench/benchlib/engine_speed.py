@@ -12,6 +12,7 @@ max_tokens and both do the same work).
 A run's figure is generated tokens over its wall time, prefill included.
 """
 
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, stream_generate
 
 from scripts.bench.benchlib.course import course
+from scripts.bench.benchlib.decoding import Decoder, decode_times
 from tiny_llm_base import PromptSpec
 
 
@@ -97,15 +99,5 @@ def run_mlx_lm(peer, tokenizer, prompts, max_tokens, sampler) -> Generated:
 def forward_alone(model, rows: int, context: int, steps: int = 8) -> float:
     """The median seconds of a decode forward of `rows` rows at about `context`
     positions (a full cache of random prompts), each evaluated alone."""
-    cache = model.create_kv_cache()
     prompt = mx.random.randint(0, model.vocab_size, (rows, context))
-    logits = model(prompt, 0, cache)
-    token = mx.argmax(logits[:, -1], axis=-1)
-    mx.eval(token)
-    times = []
-    for step in range(steps):
-        began = time.perf_counter()
-        token = mx.argmax(model(token[:, None], context + step, cache)[:, -1], axis=-1)
-        mx.eval(token)
-        times.append(time.perf_counter() - began)
-    return sorted(times)[len(times) // 2]
+    return statistics.median(decode_times(Decoder(model), prompt, steps))

@@ -2,11 +2,11 @@
 machine it ran on, the model it loads, its goals and its JSON record.
 
     bench = Bench(__doc__, quick=True, out="bench-results/x.json", repeats=(3, "..."))
-    bench.parser.add_argument("--cases", ...)     # the benchmark's own options
+    bench.option("--tokens", 48, "tokens per prompt", least=1)  # its own, checked
     args = bench.parse()                          # --solution chosen: course.X
     console = bench.start()                       # the machine line, load before
     models = bench.models()                       # the embedded model, each form
-    ...                                           # the experiment
+    bench.table(title, {"column": cell}, items)   # the experiment, its tables
     return bench.finish(record, goals)            # goals, JSON, the exit status
 
 A goal is a named ratio with a bound; a missed one says what limited it and makes
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from scripts.commands.cli import option_parser, require_at_least, require_positive
+from scripts.commands import cli
 
 from .course import add_option, course, use
 
@@ -82,6 +82,13 @@ def identical(name: str, same: int, of: int) -> Goal:
     return Goal(name, same / of if of else None, 1.0, why)
 
 
+def same_tokens(name: str, outputs: list, reference: list) -> Goal:
+    """Every output equal to the reference's at its place (identical's counts)."""
+    return identical(
+        name, sum(a == b for a, b in zip(outputs, reference)), len(reference)
+    )
+
+
 def machine() -> dict:
     """The CPU, its cores, MLX and its device, the BLAS and the load average now."""
     import mlx.core as mx
@@ -109,6 +116,15 @@ def machine() -> dict:
     )
 
 
+def without(value, key: str | None):
+    """value with `key` left out of every dict within it."""
+    if isinstance(value, dict):
+        return {k: without(v, key) for k, v in value.items() if k != key}
+    if isinstance(value, list):
+        return [without(v, key) for v in value]
+    return value
+
+
 def to_json(value):
     """json.dumps' default: a record() method, a dataclass, else its text."""
     if hasattr(value, "record"):
@@ -121,6 +137,14 @@ def to_json(value):
 def write_json(path: Path, record: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, default=to_json) + "\n")
+
+
+def clocked(fn: Callable, *args, **kwargs) -> tuple[object, float]:
+    """fn(*args, **kwargs)'s result and the wall seconds it took (MLX work it
+    leaves lazy is not counted: fn evaluates what it times)."""
+    start = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - start
 
 
 def timed(
@@ -143,12 +167,17 @@ def timed(
 
 
 def interleaved(
-    jobs: dict, repeats: int, budget_s: float = math.inf, console=None
+    jobs: dict,
+    repeats: int,
+    budget_s: float = math.inf,
+    console=None,
+    line: Callable[[object, object], str] | None = None,
 ) -> dict:
     """{name: [each round's result]}: every round runs every job once, in turn, so
     that a busy spell of the machine slows one run of each, not every run of one.
     A job whose runs took more than budget_s stops repeating; console: a status
-    line naming the round and the job."""
+    line naming the round and the job, and line(name, result) printed after each
+    run (a long benchmark's progress)."""
     results = {name: [] for name in jobs}
     spent = dict.fromkeys(jobs, 0.0)
     for round_number in range(1, repeats + 1):
@@ -162,6 +191,8 @@ def interleaved(
                 label = ", ".join(map(str, name)) if isinstance(name, tuple) else name
                 with console.status(f"round {round_number}/{repeats}: {label}"):
                     results[name].append(job())
+                if line is not None:
+                    console.print(line(name, results[name][-1]))
             spent[name] += time.perf_counter() - start
     return results
 
@@ -221,15 +252,13 @@ class Bench:
         """quick: a --quick option; out: --out's default (None: no record unless
         asked); repeats: a --repeats option, (its default, what it repeats);
         time_limit: a --time-limit option in seconds, (its default, its help)."""
-        self.parser = option_parser(doc.strip().splitlines()[0])
+        self.parser = cli.option_parser(doc.strip().splitlines()[0])
+        self.checks: list[Callable[[argparse.Namespace], None]] = []
         if repeats is not None:
-            self.parser.add_argument(
-                "--repeats", type=int, default=repeats[0], help=repeats[1]
-            )
+            self.option("--repeats", repeats[0], repeats[1], type=int, least=1)
         if time_limit is not None:
-            self.parser.add_argument(
-                "--time-limit", type=float, default=time_limit[0], help=time_limit[1]
-            )
+            limit, help = time_limit
+            self.option("--time-limit", limit, help, type=float, positive=True)
         if quick:
             self.parser.add_argument(
                 "--quick", action="store_true", help="smaller sizes: a smoke run"
@@ -250,15 +279,44 @@ class Bench:
         add_option(self.parser)
         self.out = None if out is None else Path(out)
 
+    def option(
+        self,
+        name: str,
+        default=None,
+        help: str | None = None,
+        *,
+        least: int | None = None,
+        positive: bool = False,
+        fraction: bool = False,
+        **settings,
+    ) -> None:
+        """An option of the benchmark's own and its range, checked by parse() in one
+        `error:` line. Its type is its default's (a list: one or more of its items'
+        type; False: a flag) unless settings give it or an action; least: at least
+        this; positive: a finite number above 0; fraction: from 0 to 1."""
+        if default is False:
+            settings.setdefault("action", "store_true")
+        elif "action" in settings or default is None:
+            pass
+        elif isinstance(default, list):
+            settings = dict(type=type(default[0]), nargs="+") | settings
+        else:
+            settings.setdefault("type", type(default))
+        self.parser.add_argument(name, default=default, help=help, **settings)
+        if least is not None:
+            self.checks.append(lambda args: cli.require_at_least(args, least, name))
+        if positive:
+            self.checks.append(lambda args: cli.require_positive(args, name))
+        if fraction:
+            self.checks.append(lambda args: cli.require_fraction(args, name))
+
     def parse(self) -> argparse.Namespace:
-        """The options, --solution's package chosen (course.X); a quick run's
-        default record is named -quick."""
+        """The options, --solution's package chosen (course.X), each option's range
+        checked; a quick run's default record is named -quick."""
         self.args = self.parser.parse_args()
         use(self.args)
-        if "repeats" in self.args:
-            require_at_least(self.args, 1, "--repeats")
-        if "time_limit" in self.args:
-            require_positive(self.args, "--time-limit")
+        for check in self.checks:
+            check(self.args)
         if self.args.out is None and self.out is not None:
             quick = getattr(self.args, "quick", False)
             self.args.out = self.out.with_stem(self.out.stem + "-quick" * quick)
@@ -290,15 +348,27 @@ class Bench:
         )
         return self.console
 
+    def table(self, title: str, columns, rows) -> None:
+        """render.grid's table on the console: columns a list of headers and rows of
+        cells, or {header: cell(row)} and rows of anything; None: a section line."""
+        from .render import grid  # render reads this module's goals
+
+        self.console.print(grid(title, columns, rows))
+
     def models(self) -> Models:
         with self.console.status("loading the embedded model"):
             return Models(*course.load_model())
 
     def finish(
-        self, record: dict, goals: Iterable[Goal] = (), wrote: Iterable = ()
+        self,
+        record: dict,
+        goals: Iterable[Goal] = (),
+        wrote: Iterable = (),
+        leave_out: str | None = None,
     ) -> int:
         """The load average after, every goal one line, the JSON record (--out)
-        with the machine, the command and the goals; 1 when a goal was missed."""
+        with the machine, the command and the goals; 1 when a goal was missed.
+        leave_out: a key left out of every dict in the record (token ids)."""
         goals = list(goals)
         load = self.machine["load_average"]
         load["after"] = os.getloadavg()
@@ -318,7 +388,7 @@ class Bench:
                     command=command,
                     date=time.strftime("%Y-%m-%d %H:%M"),
                     machine=self.machine,
-                    **record,
+                    **without(record, leave_out),
                     goals=goals,
                 ),
             )

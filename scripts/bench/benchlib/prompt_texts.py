@@ -13,6 +13,20 @@ SHORT_QUESTIONS = [
     "Who wrote Romeo and Juliet?",
     "What is the boiling point of water?",
 ]
+# A chat about one thing, each turn building on the last (bench-paged's ten turns,
+# bench-prefix-cache's first four).
+LIGHTHOUSE_TURNS = [
+    "Tell me about lighthouses.",
+    "Why were they painted in stripes?",
+    "Who kept them running?",
+    "How did the keepers get food?",
+    "What did a keeper do on a stormy night?",
+    "Which lighthouse is the oldest still standing?",
+    "How far can its light be seen?",
+    "What replaced the oil lamps?",
+    "Are any lighthouses still staffed?",
+    "Give me one sentence to remember them by.",
+]
 NOTE_TOPICS = [
     "the river level",
     "the bakery queue",
@@ -22,6 +36,25 @@ NOTE_TOPICS = [
     "the bridge repairs",
     "the market prices",
     "the school concert",
+]
+# Short questions about numbered notes, each after the same notes (bench-prefix-cache).
+NOTES_QUESTIONS = [
+    "Which note mentions the river?",
+    "Summarize the notes in one line.",
+    "What changed the most?",
+    "Name one quiet week.",
+    "Which topic comes up twice?",
+    "What is the first note about?",
+    "Give the last note's number.",
+    "Is anything about bread?",
+    "Which percent is the largest?",
+    "Pick a note to read aloud.",
+    "What happened on day 3?",
+    "Are there more than ten notes?",
+    "Which note is the shortest?",
+    "Say one word about the notes.",
+    "What would you ask next?",
+    "Which note sounds odd?",
 ]
 
 # Input-grounded requests (bench-speculative): the answer repeats much of the text

@@ -2,6 +2,7 @@
 Nothing here measures; the pictures are in plots.py."""
 
 import math
+from collections.abc import Callable, Iterable
 
 from rich.table import Table
 
@@ -59,17 +60,25 @@ def table(title: str, runs: list[Run]) -> Table:
     return result
 
 
-def grid(title: str, columns: list[str], rows: list) -> Table:
-    """A plain table: the first column left-aligned, the others right; each row a
-    list of cells, None between rows for a section line."""
+def grid(
+    title: str, columns: list[str] | dict[str, Callable], rows: Iterable | dict
+) -> Table:
+    """A plain table: the first column left-aligned, the others right. columns: the
+    headers, each row a list of cells; or {header: cell function}, each row what
+    the functions read (rows a dict: each key and value, cell(key, value)). None
+    between rows: a section line."""
     result = Table(title=title)
     for i, column in enumerate(columns):
         result.add_column(column, justify="right" if i else "left")
-    for cells in rows:
-        if cells is None:
+    pairs = isinstance(rows, dict)
+    cells = columns.values() if isinstance(columns, dict) else None
+    for row in rows.items() if pairs else rows:
+        if row is None:
             result.add_section()
+        elif cells is None:
+            result.add_row(*row)
         else:
-            result.add_row(*cells)
+            result.add_row(*(cell(*row) if pairs else cell(row) for cell in cells))
     return result
 
 

@@ -10,7 +10,7 @@ max_tokens for every request.
 
 The loops every benchmark drives an Engine with live here once: run_to_end (add,
 step until nothing is left) and drive (hand each request over when it arrives, abort
-at the time limit); paged_engine is the paged benchmarks' Engine; mlx_lm_cached is mlx-lm alone with its server's prompt cache.
+at the time limit); paged_engine is the paged benchmarks' Engine.
 """
 
 import os
@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, generate_step
-from mlx_lm.models.cache import make_prompt_cache
-from mlx_lm.server import LRUPromptCache
 
 from scripts.bench.benchlib.course import course
 from tiny_llm_base import PromptSpec
@@ -139,6 +137,15 @@ def peak_memory_run(model, tokenizer, specs, **settings) -> tuple[int, list]:
     peak = mx.get_peak_memory() - start
     mx.clear_cache()
     return peak, [r.tokens for r in results]
+
+
+def all_decoding(engine, specs) -> None:
+    """The specs added, the engine stepped until every one of them decodes: a full
+    batch held before the request a benchmark times arrives."""
+    for spec in specs:
+        engine.add_request(spec)
+    while len(engine.planner.decoding()) < len(specs):
+        engine.step()
 
 
 def run_to_end(engine, specs=(), on_step=None) -> list:
@@ -367,25 +374,3 @@ def run_mlx_lm_alone(
         mx.get_peak_memory() - base,
         (load, os.getloadavg()[0]),
     )
-
-
-def mlx_lm_cached(
-    peer, tokenizer, lru: LRUPromptCache, prompt: list[int], max_tokens: int
-) -> tuple[list[int], str, float, int]:
-    """One request on mlx-lm alone (generate_step), from the nearest entry of its
-    server's LRUPromptCache, stored back after it: (tokens, their text without EOS,
-    TTFT in seconds, prompt tokens found cached)."""
-    start = time.perf_counter()
-    cache, rest = lru.fetch_nearest_cache("model", prompt)
-    if cache is None:
-        cache = make_prompt_cache(peer)
-    tokens, first = [], None
-    for token, _ in generate_step(
-        mx.array(rest), peer, max_tokens=max_tokens, prompt_cache=cache
-    ):
-        first = first or time.perf_counter()
-        tokens.append(token)
-    lru.insert_cache("model", (prompt + tokens)[: cache[0].offset], cache)
-    eos = set(tokenizer.eos_token_ids)
-    text = tokenizer.decode([t for t in tokens if t not in eos])
-    return tokens, text, first - start, len(prompt) - len(rest)

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -34,7 +35,7 @@ def free_port() -> int:
 
 class Server:
     """A server in a subprocess on 127.0.0.1, its output in a log file; ready once
-    `ready_path` answers 200 (at most START_TIMEOUT_S)."""
+    `ready_path` answers 200 (at most START_TIMEOUT_S). `with` stops it."""
 
     def __init__(self, name: str, command: list[str], port: int, ready_path: str):
         self.name = name
@@ -59,6 +60,12 @@ class Server:
                 raise RuntimeError(f"{name} did not start in {START_TIMEOUT_S} s")
             time.sleep(0.5)
 
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self.process.terminate()
         try:
@@ -75,6 +82,32 @@ class Server:
             if match and not line.startswith("#"):
                 values[match[1]] = float(match[2])
         return values
+
+    def settled(self, timeout_s: float) -> dict[str, float]:
+        """metrics() once no request is running or waiting (or at timeout_s)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = self.metrics()
+            busy = (
+                now["tiny_llm:num_requests_running"]
+                + now["tiny_llm:num_requests_waiting"]
+            )
+            if not busy or time.monotonic() > deadline:
+                return now
+            time.sleep(0.5)
+
+    def chat(self, bodies: list[dict], concurrency: int) -> list[tuple]:
+        """Each body posted to /v1/chat/completions, `concurrency` at a time: its
+        (response, seconds), in order."""
+
+        def post(body: dict) -> tuple:
+            start = time.perf_counter()
+            url = self.url + "/v1/chat/completions"
+            response = httpx.post(url, json=body, timeout=900)
+            return response, time.perf_counter() - start
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            return list(pool.map(post, bodies))
 
 
 def ours(port: int, solution: str, *options: str) -> Server:

@@ -15,6 +15,7 @@ from scripts.bench.benchlib.prompt_texts import (
     CODE_SNIPPETS,
     GROUNDED_TASKS,
     NOTE_TOPICS,
+    NOTES_QUESTIONS,
     OPEN_QUESTIONS,
     PASSAGES,
     SHORT_QUESTIONS,
@@ -63,24 +64,6 @@ def chat(tokenizer, messages: list[dict]) -> list[int]:
     return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
-def replay_chat(tokenizer, questions: list[str], answer) -> None:
-    """A chat replayed: each question a user turn after the conversation so far;
-    answer(the whole conversation's ids) returns the reply's text, the assistant's
-    turn. The prompt is resent whole every turn, as a chat client does."""
-    messages = []
-    for question in questions:
-        messages.append({"role": "user", "content": question})
-        text = answer(chat(tokenizer, messages))
-        messages.append({"role": "assistant", "content": text})
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many tokens a and b share from their start."""
-    return next(
-        (i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))
-    )
-
-
 def long_prompt(tokenizer, tokens: int, seed: int) -> list[int]:
     """A chat prompt of about `tokens` tokens: numbered notes, then a question."""
     rng = np.random.default_rng(seed)
@@ -95,6 +78,23 @@ def long_prompt(tokenizer, tokens: int, seed: int) -> list[int]:
             f"Note {len(notes) + 1}: on day {rng.integers(1, 29)} {topic} changed by "
             f"{rng.integers(2, 90)} percent, after {rng.integers(1, 12)} quiet weeks."
         )
+
+
+def shared_system_prompt(tokenizer, tokens: int, requests: int) -> list[list[int]]:
+    """Requests sharing one system prompt of about `tokens` tokens (numbered notes),
+    each with its own short question about them (NOTES_QUESTIONS, at most 16)."""
+    notes = []
+    while len(tokenizer.encode("\n".join(notes))) < tokens:
+        i = len(notes)
+        notes.append(
+            f"Note {i + 1}: on day {i % 28 + 1} {NOTE_TOPICS[i % len(NOTE_TOPICS)]} "
+            f"changed by {(7 * i) % 88 + 2} percent after {i % 11 + 1} quiet weeks."
+        )
+    system = {"role": "system", "content": "\n".join(notes)}
+    return [
+        chat(tokenizer, [system, {"role": "user", "content": question}])
+        for question in NOTES_QUESTIONS[:requests]
+    ]
 
 
 def mixed_workload(tokenizer, quick: bool) -> Workload:

@@ -357,6 +357,7 @@ def test_draft_options_keep_their_defaults_when_not_given():
     [
         ({"jump_forward": "no"}, TypeError, "jump_forward must be True or False"),
         ({"prefix_caching": 0}, TypeError, "prefix_caching must be True or False"),
+        ({"step_ahead": "off"}, TypeError, "step_ahead must be True or False"),
         ({"num_speculative_tokens": 8}, ValueError, "speculative is None"),
         ({"policy": "alternate", "speculative": "ngram"}, ValueError, "mixed step"),
     ],

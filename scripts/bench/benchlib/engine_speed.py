@@ -44,11 +44,10 @@ def chat_prompts(tokenizer, questions: list[str]) -> list[list[int]]:
     ]
 
 
-def run_ours(model, tokenizer, prompts, max_tokens, sampler, sync=False) -> Generated:
-    """batch_generate's loop, batch_size len(prompts), each step timed."""
-    engine = course.Engine(model, tokenizer, batch_size=len(prompts))
-    if sync:
-        engine.runner = course.ModelRunner(model, engine.clock, engine.kv)
+def run_ours(model, tokenizer, prompts, max_tokens, sampler, **settings) -> Generated:
+    """batch_generate's loop, batch_size len(prompts) and the Engine `settings`,
+    each step timed."""
+    engine = course.Engine(model, tokenizer, batch_size=len(prompts), **settings)
     chunked = []
     engine.on_forward = lambda record: chunked.append(bool(record.chunks))
     start = time.perf_counter()

@@ -26,9 +26,10 @@ step late, fed in the next forward started ahead.
 
 A mixed plan with chunks, made while a forward runs ahead (a request arrived or
 a row freed since it started), takes its rows' logits from that forward and runs
-its chunks in a forward of their own (ModelRunner.run_mixed without rows). A plan
-with drafts runs as ModelRunner.run_mixed does: no forward runs ahead under
-speculative decoding (the drafts depend on the token read).
+its chunks in a forward of their own (ModelRunner.run_mixed without rows); drafts
+planned then are not fed (each row decodes one token: the same output). No forward
+starts ahead under speculative decoding (a row's drafts depend on the token read),
+so a plan with drafts runs as ModelRunner.run_mixed does.
 
 A step runs as ModelRunner.decode does, synchronously, when some row cannot go
 ahead: a constraint (it masks the next logits by the token), sampling options

@@ -346,6 +346,15 @@ def test_draft_options_without_drafting_are_refused(capsys, argv, words):
     assert words in capsys.readouterr().err
 
 
+def test_step_ahead_option_reaches_the_engine_settings():
+    from scripts.commands import cli
+
+    for argv, expected in (([], True), (["--step-ahead", "off"], False)):
+        args = scheduling_args(*argv)
+        settings = cli.scheduling_settings(args, "alternate", package=None)
+        assert settings["step_ahead"] is expected
+
+
 def test_draft_options_keep_their_defaults_when_not_given():
     args = scheduling_args("--speculative", "ngram", "--prompt-lookup-min", "2")
     assert (args.num_speculative_tokens, args.prompt_lookup_max) == (4, 3)
@@ -357,6 +366,7 @@ def test_draft_options_keep_their_defaults_when_not_given():
     [
         ({"jump_forward": "no"}, TypeError, "jump_forward must be True or False"),
         ({"prefix_caching": 0}, TypeError, "prefix_caching must be True or False"),
+        ({"step_ahead": "off"}, TypeError, "step_ahead must be True or False"),
         ({"num_speculative_tokens": 8}, ValueError, "speculative is None"),
         ({"policy": "alternate", "speculative": "ngram"}, ValueError, "mixed step"),
     ],

@@ -17,8 +17,8 @@ def prompts(vocab: int) -> list[list[int]]:
     return [rng.integers(3, vocab, n).tolist() for n in (5, 9, 3, 12)]
 
 
-def engine(pair, tokenizer, kv_cache: str):
-    settings = dict(batch_size=4, max_seq_len=64, prefill_step=None)
+def engine(pair, tokenizer, kv_cache: str, **settings):
+    settings = dict(batch_size=4, max_seq_len=64, prefill_step=None, **settings)
     if kv_cache == "paged":
         settings.update(
             kv_cache="paged", block_size=4, num_blocks=64, prefix_caching=False
@@ -41,24 +41,31 @@ def test_tokens_equal_mlx_lm_through_finishes_arrivals_and_an_abort(
     check_tokens(pair, tokenizer, no_eos, "dense")
 
 
-def check_tokens(pair, tokenizer, no_eos, kv_cache: str) -> None:
-    """The first test's checks on a dense or (week 3 day 2) paged cache."""
+def check_tokens(pair, tokenizer, no_eos, kv_cache: str, **settings) -> list[bool]:
+    """The first test's checks on a dense or (week 3 day 2) paged cache, with the
+    engine `settings` (week 3 day 1: the mixed policy). Returns, per step, whether
+    it ran prefill chunks while a forward ran ahead."""
     sampler, banned = no_eos
     mlx_model, _ = pair
     texts = prompts(mlx_model.args.vocab_size)
     lengths = [7, 12, 4, 9]
-    run = engine(pair, tokenizer, kv_cache)
+    chunked = []
+    settings["on_forward"] = lambda record: chunked.append(bool(record.chunks))
+    run = engine(pair, tokenizer, kv_cache, **settings)
     ids = [
         run.add_request(PromptSpec(p, max_tokens=n, sampler=sampler))
         for p, n in zip(texts[:3], lengths)
     ]
     ran_ahead = []
     aborted = run.add_request(PromptSpec(texts[0], max_tokens=30, sampler=sampler))
-    results = {}
+    results, chunks_beside_ahead = {}, []
     for step in range(200):
+        chunked.clear()
+        pending = run.runner.ahead is not None
         for output in run.step():
             if output.result is not None:
                 results[output.request_id] = output.result
+        chunks_beside_ahead.append(pending and any(chunked))
         ran_ahead.append(run.runner.ahead is not None)
         if step == 4:  # arrives while the others decode a step ahead
             ids.append(
@@ -77,11 +84,21 @@ def check_tokens(pair, tokenizer, no_eos, kv_cache: str) -> None:
         assert results[request_id].finish_reason == "length"
     assert results[aborted].finish_reason == "abort"
     assert 0 < len(results[aborted].tokens) < 30
+    return chunks_beside_ahead
 
 
 def test_eos_and_a_failing_sampler_land_as_without_the_step_ahead(pair, tokenizer):
     """Greedy with EOS allowed, and a sampler that raises on its 4th call: the same
     tokens, finish reasons and error as the plain ModelRunner's."""
+    ahead = engine_results(pair, tokenizer, plain=False)
+    assert ahead == engine_results(pair, tokenizer, plain=True)
+    assert ahead[0][1] == "error" and "sampler broke" in ahead[0][2]
+
+
+def engine_results(pair, tokenizer, plain: bool, **settings) -> list[tuple]:
+    """(tokens, finish_reason, error) of each of the four prompts, the first with a
+    sampler that raises on its 4th call, the others greedy with EOS allowed; the
+    plain ModelRunner (step_ahead=False) or the step ahead."""
     texts = prompts(pair[0].args.vocab_size)
     calls = 0
 
@@ -92,20 +109,10 @@ def test_eos_and_a_failing_sampler_land_as_without_the_step_ahead(pair, tokenize
             raise RuntimeError("sampler broke")
         return greedy(logprobs)
 
-    def run(plain: bool):
-        nonlocal calls
-        calls = 0
-        one = engine(pair, tokenizer, "dense")
-        if plain:
-            one.runner = tiny.ModelRunner(one.model, one.clock, one.kv)
-        one.add_request(PromptSpec(texts[0], max_tokens=12, sampler=breaks_on_4))
-        for text in texts[1:]:
-            one.add_request(PromptSpec(text, max_tokens=20))
-        results = drain(one)
-        return [
-            (r.tokens, r.finish_reason, r.error) for _, r in sorted(results.items())
-        ]
-
-    ahead, plain = run(False), run(True)
-    assert ahead == plain
-    assert ahead[0][1] == "error" and "sampler broke" in ahead[0][2]
+    one = engine(pair, tokenizer, "dense", step_ahead=not plain, **settings)
+    assert (type(one.runner) is tiny.ModelRunner) == plain
+    one.add_request(PromptSpec(texts[0], max_tokens=12, sampler=breaks_on_4))
+    for text in texts[1:]:
+        one.add_request(PromptSpec(text, max_tokens=20))
+    results = drain(one)
+    return [(r.tokens, r.finish_reason, r.error) for _, r in sorted(results.items())]

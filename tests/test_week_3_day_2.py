@@ -539,7 +539,9 @@ def test_parts_sharing_a_layer_are_written_in_one_scatter():
 
 def test_a_mixed_step_writes_each_layer_once(pair, tokenizer, no_eos):
     """Decodes and two prefill chunks in every step: each layer's pool takes one
-    write a step, however many parts the step has, and the tokens are mlx-lm's."""
+    write a step, however many parts the step has, and the tokens are mlx-lm's.
+    Without the step ahead, so that a step runs one forward (step_ahead.py starts
+    the next step's decode forward in this one)."""
     mlx_model, model = pair
     sampler, banned = no_eos
     rng = np.random.default_rng(9)
@@ -554,6 +556,7 @@ def test_a_mixed_step_writes_each_layer_once(pair, tokenizer, no_eos):
         max_tokens=8,
         sampler=sampler,
         block_size=4,
+        step_ahead=False,
     )
     writes, parts = [0], []  # writes[i]: step i's writes to layer 0
     layer = engine.kv.layer_blocks[0]

@@ -4,9 +4,11 @@ whose rows differ in length, side by side in one run.
     pdm run bench-engine [--quick] [--repeats 3] [--tokens 48] [--out FILE]
 
 1. Generated tokens/s, greedy chat prompts (EOS never picked), --tokens each, the
-   same float32 weights: ours (batch_generate's loop over the Engine, whose decode
-   forwards start a step ahead), ours sync (the plain ModelRunner: the engine
-   before that), mlx-lm (stream_generate at batch 1, BatchGenerator at batch 8),
+   same float32 weights: ours (batch_generate's loop over the Engine under the mixed
+   policy, serve's, which prefills the waiting prompts in one forward as
+   BatchGenerator does; decode forwards started a step ahead), ours sync (the same
+   engine with step_ahead=False), mlx-lm (stream_generate at batch 1,
+   BatchGenerator at batch 8),
    interleaved --repeats rounds; and the step timeline: a decode step of the engine
    against the model's forward alone at that batch, the rest being the time
    outside the forward (planning, sampling, accepting, detokenizing).
@@ -40,8 +42,10 @@ def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
     prompts = es.chat_prompts(tok, SHORT_QUESTIONS[:batch])
     ours, peer, n = models.float32, models.peer, args.tokens
     jobs = {
-        "ours": lambda: es.run_ours(ours, tok, prompts, n, sampler),
-        "ours sync": lambda: es.run_ours(ours, tok, prompts, n, sampler, sync=True),
+        "ours": lambda: es.run_ours(ours, tok, prompts, n, sampler, step_ahead=True),
+        "ours sync": lambda: es.run_ours(
+            ours, tok, prompts, n, sampler, step_ahead=False
+        ),
         "mlx-lm": lambda: es.run_mlx_lm(peer, tok, prompts, n, sampler),
         "forward": lambda: es.forward_alone(ours, batch, len(prompts[0]) + n // 2),
     }

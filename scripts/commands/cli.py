@@ -224,6 +224,15 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
         "JSON key, punctuation) as drafts, verified in the mixed step, same output "
         "(week 3 day 5; the default once the package has it, with the mixed policy)",
     )
+    parser.add_argument(
+        "--step-ahead",
+        choices=("on", "off"),
+        default="on",
+        help="on: a decode forward starts before the step's tokens are read, so the "
+        "engine's Python runs while the model computes (same tokens; not beside "
+        "--speculative ngram); off: every step read before the next starts "
+        "(default: on)",
+    )
 
 
 # The draft options and their defaults (EngineConfig's).
@@ -285,8 +294,8 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
 
 
 def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
-    """The Engine's keyword settings for the policy, the limits, the patience and
-    speculation: a limit not given is MIXED_STEP_DEFAULTS' under the mixed policy and
+    """The Engine's keyword settings for the policy, the limits, the patience, the
+    step ahead and speculation: a limit not given is MIXED_STEP_DEFAULTS' under the mixed policy and
     None under the alternate one; speculation is on under the mixed policy unless
     --speculative none (or the package has no week 3 day 4 yet), and jump-forward
     unless --jump-forward off (or no week 3 day 5 yet)."""
@@ -294,6 +303,7 @@ def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
     settings = {
         "policy": policy,
         "batch_patience": DEFAULT_BATCH_PATIENCE if patience is None else patience,
+        "step_ahead": args.step_ahead == "on",
     }
     for name, default in MIXED_STEP_DEFAULTS.items():
         value = getattr(args, name)

@@ -4,6 +4,8 @@ Pictures of ideas, drawn with matplotlib alone (Agg, no network) from the refere
 code's rules, named in a comment above each function. Into book/src/images (--out):
 
 - concept-fast-paths.png: fast_exp's bits and cpu_attention's blocks (week 2 day 3).
+- concept-step-ahead.png: the engine's steps in sequence and a step ahead (week 2
+  day 6's given step_ahead.py, and the mixed step's decode-only steps).
 - concept-mixed-step.png: one mixed forward, and the alternate policy (week 3 day 1).
 - concept-latency-sharing.png: a chat's first token beside a long prompt (week 3 day 1).
 - concept-block-table.png: block tables into a pool of KV blocks (week 3 day 2).
@@ -147,6 +149,43 @@ def fast_paths(out: Path) -> Path:
         size=9,
     )
     return s.save(out, "concept-fast-paths.png")
+
+
+# step_ahead.py: StepAheadRunner.decode: the logits of the forward started last step,
+# each row's token drawn lazily and started (mx.async_eval), the next forward built
+# on those lazy tokens at offset + 1 and started, and only then the tokens read and
+# accepted; then the engine plans the next step. runner.ModelRunner.decode: build,
+# mx.eval, accept, in sequence.
+def step_ahead(out: Path) -> Path:
+    s = Sketch(9, 4.6, "The step ahead: the engine's Python while the model computes")
+    s.text(0.25, 3.85, "in sequence (step_ahead=False): build, evaluate, read", INK)
+    title = "a step ahead (the default): forward n+1 runs while step n is read"
+    s.text(0.25, 2.1, title, INK)
+    for y, name in [(3.45, "model"), (2.95, "Python"), (1.7, "model"), (1.2, "Python")]:
+        s.text(1.05, y, name, GREY, ha="right")
+    x = 1.2
+    for n in range(1, 4):
+        s.box(x, 3.25, 1.6, 0.4, f"forward {n}", BLUE)
+        s.box(x + 1.6, 2.75, 0.75, 0.4, f"step {n}", ORANGE, size=9)
+        x += 2.35
+    x = 1.2
+    for n in range(1, 5):
+        s.box(x, 1.5, 1.55, 0.4, f"forward {n}", BLUE)
+        if n > 1:
+            s.box(x + 0.1, 1.0, 0.75, 0.4, f"step {n - 1}", ORANGE, size=9)
+        x += 1.6
+    s.text(x + 0.05, 1.7, "...", GREY)
+    s.note(
+        0.25,
+        0.75,
+        "step n's Python (read its tokens, accept, detokenize, plan) runs once "
+        "forward n+1 is started on its tokens drawn lazily.",
+        "In sequence instead: a row that cannot go ahead (a constraint, penalties "
+        "or seeds, its last token),",
+        "a request waiting for a row, or drafts (speculative decoding).",
+        size=9,
+    )
+    return s.save(out, "concept-step-ahead.png")
 
 
 # mixed_step.py: split_parts: the B decode rows first, then the chunks;
@@ -601,6 +640,7 @@ def tool_calls(out: Path) -> Path:
 
 FIGURES = [
     fast_paths,
+    step_ahead,
     mixed_step,
     latency_sharing,
     block_table,

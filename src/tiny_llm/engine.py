@@ -88,7 +88,8 @@ class Engine:
     The state: model, tokenizer, config, clock, on_forward as given; kv, the KV
     manager (make_kv_manager); planner, the Planner (slots, waiting); runner, a
     StepAheadRunner (given, step_ahead.py: your ModelRunner with decode forwards
-    started a step ahead, same tokens); inbox, a queue.SimpleQueue of notes from
+    started a step ahead, same tokens), or your ModelRunner when
+    config.step_ahead is False; inbox, a queue.SimpleQueue of notes from
     add_request and abort; next_id, the request ids 0, 1, 2, ...; ids: request -> id,
     for every request read from the inbox and not yet reported finished; reported:
     request -> how many of its tokens an output already carried; arriving:
@@ -144,10 +145,12 @@ class Engine:
         self.kv.close()
 
     def nothing_waits(self) -> bool:
-        """True when no request can take a row next step: none in the inbox or
-        arriving, and none waiting while a slot is free."""
+        """True when the next plan can only decode the rows of this one: none in the
+        inbox or arriving, none waiting while a slot is free, and no drafts
+        (config.speculative: a row's drafts depend on the token read)."""
         waiting = self.planner.waiting and None in self.planner.slots
-        return not (self.arriving or waiting or not self.inbox.empty())
+        busy = self.arriving or waiting or not self.inbox.empty()
+        return not (busy or self.config.speculative)
 
     def has_unfinished(self) -> bool:
         """True while a request has not been reported finished, or a note waits in

@@ -79,6 +79,9 @@ class EngineConfig:
         KV_GROUP_SIZE numbers sharing a float32 scale and bias, 3.2x / 5.3x the
         tokens of float32 in the same kv_memory (the embedded model's head_dim 64),
         and less accurate (book: the paged-cache chapter).
+    step_ahead: start the next decode forward before this step's tokens are read,
+        so the engine's Python runs while the model computes (step_ahead.py; same
+        tokens); False: every step evaluated and read before the next is built.
     """
 
     batch_size: int = 5
@@ -106,6 +109,7 @@ class EngineConfig:
     kv_disk_dir: str | os.PathLike | None = None
     kv_disk_budget: int | str = DEFAULT_KV_DISK_BUDGET
     kv_dtype: str = "float32"
+    step_ahead: bool = True
 
     def __post_init__(self) -> None:
         check_settings(self)

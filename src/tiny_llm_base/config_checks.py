@@ -101,8 +101,8 @@ def check_prefill_limits(config: "EngineConfig") -> None:
 
 
 def check_speculative(config: "EngineConfig") -> None:
-    """speculative, the draft settings (meaningless without it), jump_forward
-    and prefix_caching's type; drafts need the mixed policy."""
+    """speculative, the draft settings (meaningless without it), the types of
+    jump_forward, prefix_caching and step_ahead; drafts need the mixed policy."""
     if config.speculative not in SPECULATIVE:
         raise ValueError(
             f"speculative must be None or 'ngram' (prompt lookup), got "
@@ -111,7 +111,7 @@ def check_speculative(config: "EngineConfig") -> None:
     check_int("num_speculative_tokens", config.num_speculative_tokens, 1)
     check_int("prompt_lookup_min", config.prompt_lookup_min, 1)
     check_int("prompt_lookup_max", config.prompt_lookup_max, config.prompt_lookup_min)
-    for name in ("jump_forward", "prefix_caching"):
+    for name in ("jump_forward", "prefix_caching", "step_ahead"):
         value = getattr(config, name)
         if not isinstance(value, bool):
             raise TypeError(

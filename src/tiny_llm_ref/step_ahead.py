@@ -7,7 +7,8 @@ Given code: a fast path of the model runner (runner.py), which stays the one pla
 step's results land. The Engine runs it; ModelRunner alone (week 2 day 6) is the
 synchronous path it falls back to, and gives the same tokens.
 
-A decode step of the alternate policy (a plan of decode rows only) runs as:
+A plan of decode rows only (the alternate policy's decode forward; a mixed plan
+without chunks or drafts, whose forward is the same) runs as:
 1. its logits: the forward started last step when it fits this plan (each of its
    requests still in the same row, at the position it was fed; a row may have
    emptied since), else a forward of its own;
@@ -22,6 +23,13 @@ A step starts the next forward only while no request can take a row next step
 that left its row in between (EOS, an abort, a failure, a preemption) has its row
 ignored; one placed in a row in between (it arrived from another thread) decodes a
 step late, fed in the next forward started ahead.
+
+A mixed plan with chunks, made while a forward runs ahead (a request arrived or
+a row freed since it started), takes its rows' logits from that forward and runs
+its chunks in a forward of their own (ModelRunner.run_mixed without rows); drafts
+planned then are not fed (each row decodes one token: the same output). No forward
+starts ahead under speculative decoding (a row's drafts depend on the token read),
+so a plan with drafts runs as ModelRunner.run_mixed does.
 
 A step runs as ModelRunner.decode does, synchronously, when some row cannot go
 ahead: a constraint (it masks the next logits by the token), sampling options
@@ -114,6 +122,21 @@ class StepAheadRunner(ModelRunner):
             self.start_ahead(rows, tokens, late)
         mx.eval(tokens)
         self.land(landing, drawn)
+
+    def run_mixed(self, plan: Plan) -> list[tuple[Request, int, int]]:
+        """A mixed plan: decode rows alone as decode (the same forward); with chunks
+        while a forward runs ahead, its rows from that forward, then the chunks'
+        own forward; else ModelRunner.run_mixed."""
+        if not plan.chunks and not plan.drafts:
+            self.decode(plan)
+            return []
+        if self.ahead is None:
+            return super().run_mixed(plan)
+        if plan.rows:
+            self.decode(Plan(rows=plan.rows))
+        if plan.chunks:
+            super().run_mixed(Plan(chunks=plan.chunks, mixed=True))
+        return []
 
     def take_ahead(
         self, rows: list[Request | None]

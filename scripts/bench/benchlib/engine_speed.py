@@ -2,9 +2,10 @@
 weights and the same greedy sampler (EOS never picked, so every request runs to
 max_tokens and both do the same work).
 
-- ours: batch_generate's loop over an Engine (add every prompt, step until done),
-  each step timed; `sync` swaps in the plain ModelRunner (every step evaluated and
-  read before the next starts: the engine before the step ahead).
+- ours: batch_generate's loop over an Engine under the mixed policy (add every
+  prompt, step until done; the first step prefills them together), each step
+  timed; step_ahead=False: the plain ModelRunner (every step evaluated and read
+  before the next starts).
 - mlx-lm: stream_generate for one prompt, BatchGenerator for several.
 - the forward alone: decode steps of the model on a [B, 1] batch with a full cache,
   each evaluated: what a step costs without the engine around it.
@@ -46,11 +47,11 @@ def chat_prompts(tokenizer, questions: list[str]) -> list[list[int]]:
     ]
 
 
-def run_ours(model, tokenizer, prompts, max_tokens, sampler, sync=False) -> Generated:
-    """batch_generate's loop, batch_size len(prompts), each step timed."""
-    engine = course.Engine(model, tokenizer, batch_size=len(prompts))
-    if sync:
-        engine.runner = course.ModelRunner(model, engine.clock, engine.kv)
+def run_ours(model, tokenizer, prompts, max_tokens, sampler, **settings) -> Generated:
+    """batch_generate's loop, batch_size len(prompts), the mixed policy and the
+    Engine `settings`, each step timed."""
+    settings = dict(batch_size=len(prompts), policy="mixed", **settings)
+    engine = course.Engine(model, tokenizer, **settings)
     chunked = []
     engine.on_forward = lambda record: chunked.append(bool(record.chunks))
     start = time.perf_counter()

@@ -165,13 +165,15 @@ def main() -> int:
         "--tokens", type=int, default=48, help="tokens per prompt"
     )
     bench.parser.add_argument(
-        "--long-row", type=int, default=6000, help="the long row's tokens"
+        "--long-row", type=int, help="the long row's tokens (6,000; 2,000 quick)"
     )
     args = bench.parse()
     require_at_least(args, 1, "--tokens")
-    require_at_least(args, SHORT_ROWS[0], "--long-row")
     if args.quick:
-        args.repeats, args.tokens, args.long_row = 1, 16, 2000
+        args.repeats, args.tokens = 1, 16
+    if args.long_row is None:
+        args.long_row = 2000 if args.quick else 6000
+    require_at_least(args, SHORT_ROWS[0], "--long-row")
     console = bench.start()
     models = bench.models()
     context = context_length(models.mlx_model)

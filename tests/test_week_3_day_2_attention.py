@@ -84,17 +84,17 @@ def fill_rows(layer, rng, lengths, H, D, free):
     return views, history
 
 
+@pytest.mark.parametrize("lengths", [[300, 5, 0, 290], [300, 290, 5, 0]])
 @pytest.mark.parametrize("L", [1, 3])
-def test_decode_rows_attend_by_length(L):
-    """Rows of 300, 5, an empty slot and 290 positions: attend_staged equals mx.fast's
-    attention over each row's own keys alone (the chunk mask for L > 1), and
-    attention is asked once per group, its keys gathered only as far as that group's
-    longest row."""
+def test_decode_rows_attend_by_length(L, lengths):
+    """Rows of 300, 5, an empty slot and 290 positions (a group's rows apart, or
+    each group a run of rows): attend_staged equals mx.fast's attention over each
+    row's own keys alone (the chunk mask for L > 1), and attention is asked once per
+    group, its keys gathered only as far as that group's longest row."""
     H, H_q, D = 2, 4, 8
     rng = np.random.default_rng(L)
     layer = tiny.LayerBlocks(200, 4)
     free = [int(b) for b in rng.permutation(200)]
-    lengths = [300, 5, 0, 290]
     views, history = fill_rows(layer, rng, lengths, H, D, free)
     batch = tiny.PagedBatchingKvCache(4, 400)
     for slot, view in enumerate(views):

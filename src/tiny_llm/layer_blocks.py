@@ -107,7 +107,7 @@ class LayerBlocks:
         raise NotImplementedError(
             "Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length / "
             "block_size) blocks (a table may hold blocks reserved past length; pad "
-            "with block 0), index the pool with the [B, width] table array -> [B, "
-            "width, H, block_size, D], move the heads before the blocks, reshape to "
-            "[B, H, width * block_size, D] and cut to length"
+            "with block 0); index the pool with the [B, 1, width] table array and the"
+            " [1, H, 1] heads -> [B, H, width, block_size, D], reshape to [B, H, "
+            "width * block_size, D] and cut to length"
         )

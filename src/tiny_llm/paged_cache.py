@@ -99,6 +99,13 @@ def group_rows(
     )
 
 
+def take_rows(x: mx.array, rows: list[int]) -> mx.array:
+    """x's rows `rows` (sorted): a slice, no copy, when they are a run."""
+    if rows == list(range(rows[0], rows[-1] + 1)):
+        return x[rows[0] : rows[-1] + 1]
+    return x[mx.array(rows)]
+
+
 class PagedBatchingKvCache(TinyKvCache):
     """One layer's decode rows, like BatchingKvCache, but a slot holds a request's
     PagedKvCache instead of a copy of its keys: moving a prefilled request into a
@@ -186,10 +193,12 @@ class PagedBatchingKvCache(TinyKvCache):
         chunk mask ("causal", or None for L = 1)."""
         raise NotImplementedError(
             "Week 3 Day 2: attend_staged: the lengths after the step (kept offsets + "
-            "L); for each group of group_rows(lengths): gather its tables to its "
-            "longest length through the layer of an occupied view, batch_causal_mask "
-            "from its kept offsets (or the chunk mask when its lengths are equal), "
-            "attention on its rows of q; the groups' outputs back in row order"
+            "L); for each group of group_rows(lengths), taken in order of their first"
+            " rows: gather its tables to its longest length through the layer of an "
+            "occupied view, batch_causal_mask from its kept offsets (or the chunk "
+            "mask when its lengths are equal), attention on its rows of q "
+            "(take_rows); the groups' outputs concatenated, put back in row order "
+            "only when they are not already"
         )
 
     def update_and_fetch(

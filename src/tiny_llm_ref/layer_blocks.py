@@ -136,17 +136,19 @@ class LayerBlocks:
         """
         # Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length /
         # block_size) blocks (a table may hold blocks reserved past length; pad with
-        # block 0), index the pool with the [B, width] table array -> [B,
-        # width, H, block_size, D], move the heads before the blocks, reshape to [B, H,
-        # width * block_size, D] and cut to length
+        # block 0); index the pool with the [B, 1, width] table array and the [1, H,
+        # 1] heads -> [B, H, width, block_size, D], reshape to [B, H, width *
+        # block_size, D] and cut to length
         self.flush()
         width = blocks_needed(length, self.block_size)
         padded = mx.array([(t + [0] * width)[:width] for t in tables])  # [B, width]
+        heads = mx.arange(self.keys.shape[1])[None, :, None]  # [1, H, 1]
 
         def read(pool: mx.array) -> mx.array:
-            blocks = pool[padded]  # [B, width, H, block_size, D]
-            B, _, H, size, D = blocks.shape
-            flat = blocks.transpose(0, 2, 1, 3, 4).reshape(B, H, width * size, D)
-            return flat[:, :, :length, :]
+            # Heads indexed with the blocks: the copy comes out head-major, so the
+            # reshape is free (blocks then a transpose would copy twice).
+            blocks = pool[padded[:, None, :], heads]  # [B, H, width, size, D]
+            B, H, _, size, D = blocks.shape
+            return blocks.reshape(B, H, width * size, D)[:, :, :length, :]
 
         return read(self.keys), read(self.values)

@@ -118,6 +118,13 @@ def group_rows(
     return [sorted(rows) for rows in groups]
 
 
+def take_rows(x: mx.array, rows: list[int]) -> mx.array:
+    """x's rows `rows` (sorted): a slice, no copy, when they are a run."""
+    if rows == list(range(rows[0], rows[-1] + 1)):
+        return x[rows[0] : rows[-1] + 1]
+    return x[mx.array(rows)]
+
+
 class PagedBatchingKvCache(TinyKvCache):
     """One layer's decode rows, like BatchingKvCache, but a slot holds a request's
     PagedKvCache instead of a copy of its keys: moving a prefilled request into a
@@ -225,16 +232,17 @@ class PagedBatchingKvCache(TinyKvCache):
         longest one. A group whose rows all hold the same length needs only the
         chunk mask ("causal", or None for L = 1)."""
         # Week 3 Day 2: attend_staged: the lengths after the step (kept offsets + L);
-        # for each group of group_rows(lengths): gather its tables to its longest
-        # length through the layer of an occupied view, batch_causal_mask from its kept
-        # offsets (or the chunk mask when its lengths are equal), attention on its rows
-        # of q; the groups' outputs back in row order
+        # for each group of group_rows(lengths), taken in order of their first rows:
+        # gather its tables to its longest length through the layer of an occupied
+        # view, batch_causal_mask from its kept offsets (or the chunk mask when its
+        # lengths are equal), attention on its rows of q (take_rows); the groups'
+        # outputs concatenated, put back in row order only when they are not already
         L, offsets = self.staged_length, self.step_offsets
         views = self.slots[: len(offsets)]
         layer = next(view.layer for view in views if view is not None)
         tables = [[] if view is None else view.table.blocks for view in views]
         lengths = [offset + L for offset in offsets]
-        groups = group_rows(lengths, CALL_POSITIONS)
+        groups = sorted(group_rows(lengths, CALL_POSITIONS))  # by first row
         outs = []
         for rows in groups:
             S = max(lengths[b] for b in rows)
@@ -244,13 +252,13 @@ class PagedBatchingKvCache(TinyKvCache):
             else:
                 row_offsets = mx.array([offsets[b] for b in rows])
                 mask = batch_causal_mask(row_offsets, L, S, keys.dtype)
-            part = q if len(rows) == len(offsets) else q[mx.array(rows)]
-            outs.append(attention(part, keys, values, mask))
-        if len(groups) == 1:
-            return outs[0]
+            outs.append(attention(take_rows(q, rows), keys, values, mask))
+        out = outs[0] if len(groups) == 1 else mx.concatenate(outs)
         order = [b for rows in groups for b in rows]
+        if order == sorted(order):
+            return out
         where = sorted(range(len(order)), key=order.__getitem__)  # row b's place
-        return mx.concatenate(outs)[mx.array(where)]
+        return out[mx.array(where)]
 
     def update_and_fetch(
         self, keys: mx.array, values: mx.array

@@ -85,20 +85,16 @@ class Engine:
     reading of it. on_forward: called with a ForwardRecord after every forward (for
     timelines).
 
-    The state: model, tokenizer, config, clock, on_forward as given; kv, the KV
-    manager (make_kv_manager); planner, the Planner (slots, waiting); runner, a
-    StepAheadRunner (given, step_ahead.py: your ModelRunner with decode forwards
-    started a step ahead, same tokens), or your ModelRunner when
-    config.step_ahead is False; inbox, a queue.SimpleQueue of notes from
-    add_request and abort; next_id, the request ids 0, 1, 2, ...; ids: request -> id,
-    for every request read from the inbox and not yet reported finished; reported:
-    request -> how many of its tokens an output already carried; arriving:
-    (arrival_step, request) of requests read but not admitted yet; added: requests
-    read so far; steps_done; started: the clock at the first step (None before);
-    prefilled: the request whose prefill chunk ran in the latest step while its
-    prefill is not done (snapshot); metrics: the RunMetrics, with the KV manager's
-    figures from the start (the peak memory is reset).
-    """
+    The state: model, tokenizer, config, clock, on_forward as given; kv
+    (make_kv_manager); planner, the Planner; runner, your ModelRunner, or with
+    config.step_ahead the given StepAheadRunner (step_ahead.py: decode forwards
+    started a step ahead, same tokens); inbox, a queue.SimpleQueue of notes from
+    add_request and abort; next_id: ids 0, 1, 2, ...; ids: request -> id until it is
+    reported finished; reported: request -> tokens its outputs carried; arriving:
+    (arrival_step, request) read, not admitted; added: requests read; steps_done;
+    started: the clock at the first step (None before); prefilled: the request whose
+    chunk ran last step, prefill not done (snapshot); metrics: the RunMetrics, with
+    the KV manager's figures from the start (the peak memory is reset)."""
 
     def __init__(
         self,
@@ -145,9 +141,8 @@ class Engine:
         self.kv.close()
 
     def nothing_waits(self) -> bool:
-        """True when the next plan can only decode the rows of this one: none in the
-        inbox or arriving, none waiting while a slot is free, and no drafts
-        (config.speculative: a row's drafts depend on the token read)."""
+        """True when the next plan can only decode this one's rows: no note, arrival
+        or request waiting for a free slot, no drafts (they need the token read)."""
         waiting = self.planner.waiting and None in self.planner.slots
         busy = self.arriving or waiting or not self.inbox.empty()
         return not (busy or self.config.speculative)

@@ -381,6 +381,37 @@ def test_batch_main_says_how_many_tokens_its_kv_memory_holds(
     assert f"positions of a {tokens:,}-token budget" in summary
 
 
+def test_an_int8_pool_says_its_tokens_against_float32s(tmp_path, kv_bytes_a_token):
+    """int8 keeps each head's 64 numbers in 64 bytes and two float32s per group of
+    32 (80 bytes against 256), so the KV line says the tokens 64 MiB holds at 80
+    bytes and at 256, and their ratio."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hi!\n")
+    result = run_in_process(
+        "batch-main.py",
+        "--prompts-file",
+        str(prompts),
+        "--max-tokens",
+        "2",
+        "--kv-cache",
+        "paged",
+        "--kv-memory",
+        "64MiB",
+        "--kv-dtype",
+        "int8",
+    )
+    assert result.returncode == 0, result.stderr
+    per_token = kv_bytes_a_token * 80 // 256
+    blocks = 64 * 2**20 // (per_token * 16)
+    float32 = 64 * 2**20 // (kv_bytes_a_token * 16) * 16
+    assert result.stdout.splitlines()[0] == (
+        f"KV cache: paged, budget 64.0 MiB = {blocks * 16:,} tokens ({blocks:,} "
+        f"blocks of 16) at {per_token:,} bytes a token (int8: "
+        f"{blocks * 16 / float32:.1f}x float32's {float32:,}); the pool grows as it "
+        "is used"
+    )
+
+
 def test_batch_main_says_a_dense_cache_holds_batch_size_x_max_seq_len(
     tmp_path, kv_bytes_a_token
 ):

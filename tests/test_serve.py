@@ -913,3 +913,7 @@ def test_metrics_give_an_int8_pool_its_tokens_and_bytes(model, tokenizer):
     assert samples["tiny_llm:kv_bytes_per_token{kv_dtype=int8}"] == per_token
     blocks = 16 * 2**20 // (per_token * 16)
     assert samples["tiny_llm:kv_budget_tokens"] == blocks * 16
+    by_dtype = "tiny_llm:kv_budget_tokens_by_dtype{kv_dtype=%s}"
+    assert samples[by_dtype % "int8"] == blocks * 16
+    f32_blocks = blocks * 16 * per_token // (kv_bytes_a_token(model) * 16)
+    assert samples[by_dtype % "float32"] == f32_blocks * 16

@@ -186,6 +186,21 @@ def test_quantized_rows_decode_within_one_step(kv_dtype, bits):
     assert (error <= step * 1.0001 + 1e-6).all()
 
 
+@pytest.mark.parametrize("kv_dtype, bits", [("int8", 8), ("int4", 4)])
+def test_quantized_rows_decode_as_mx_dequantize(kv_dtype, bits):
+    """decode writes scale * q + bias out (the chapter's faster form); its numbers
+    are mx.dequantize's of the same packed words, scales and biases, in any leading
+    shape (a gather's [B, H, S, W])."""
+    layer = tiny.QuantizedLayerBlocks(8, 4, kv_dtype)
+    rows = mx.random.normal((2, 3, 7, 64), key=mx.random.key(bits)) * 3 + 1
+    stored = layer.encode(rows)
+    packed, scales, biases = mx.quantize(rows, group_size=KV_GROUP_SIZE, bits=bits)
+    want = mx.dequantize(packed, scales, biases, group_size=KV_GROUP_SIZE, bits=bits)
+    np.testing.assert_allclose(
+        np.array(layer.decode(stored)), np.array(want), rtol=1e-6, atol=1e-6
+    )
+
+
 def test_float16_rows_decode_as_a_cast():
     layer = tiny.QuantizedLayerBlocks(8, 4, "float16")
     rows = mx.random.normal((5, 3, 24)) * 10

@@ -18,7 +18,13 @@ Four parts, each on the embedded model, same weights and workload for every runn
   prefix caching (and without, for scale) beside mlx-lm's LRUPromptCache. Goals: at
   least 90% of the reusable prompt tokens from the cache, turn 10's time to first
   token within 1.3x turn 2's (each the median of the replays).
-Writes a table per part, JSON (--out) and, when every part ran, the plot
+- kv: each kv_dtype beside float32 keys and values (benchlib/kv_dtypes.py): tokens
+  that fit and requests running at one budget, a decode step of rows 2,000, 500,
+  500 and 500 long, and on 20 chat prompts whether greedy decoding keeps float32's
+  256 tokens, with the max logit error. Goals (each quantized dtype): at least 1.8x
+  the requests running, the decode step within 1.1x, float32's tokens on at least
+  90% of the prompts.
+Writes a table per part, JSON (--out) and, when the first four parts ran, the plot
 (week3-02-paged.png beside the JSON; into book/src/images with --book-figures).
 """
 
@@ -46,6 +52,7 @@ from scripts.bench.benchlib.chats import (
     replay,
     reusable,
 )
+from scripts.bench.benchlib.kv_dtypes import kv_part, kv_table
 from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
 from scripts.bench.benchlib.runners import all_decoding, paged_engine
 from scripts.bench.benchlib.runners import peak_memory_run, run_to_end
@@ -310,7 +317,8 @@ def chat_part(model, mlx_model, tokenizer, replays: int, max_tokens: int) -> dic
 # --- report -------------------------------------------------------------------------
 
 
-PARTS = ("step", "soak", "budget", "chat")
+PARTS = ("step", "soak", "budget", "chat", "kv")
+PLOTTED = PARTS[:4]
 
 
 def tables(bench, parts: dict) -> None:
@@ -345,11 +353,13 @@ def tables(bench, parts: dict) -> None:
             "10 / 2": lambda _, run: f"{run['turn10_over_turn2']:.2f}",
         }
         bench.table(title, columns, chats["turns"])
+    if kv := parts.get("kv"):
+        kv_table(bench.console, kv)
 
 
 def main() -> int:
     bench = Bench(__doc__, quick=True, out="bench-results/paged.json")
-    help = "the parts to run (default: all four; the chat part needs week 3 day 3)"
+    help = "the parts to run (default: all five; the chat part needs week 3 day 3)"
     bench.option("--parts", list(PARTS), help, choices=PARTS)
     args = bench.parse()
     bench.start()
@@ -365,14 +375,15 @@ def main() -> int:
         "chat": lambda: chat_part(
             exact, models.peer, tokenizer, 1 if args.quick else 3, 32
         ),
+        "kv": lambda: kv_part(exact, tokenizer, sampler, args.quick),
     }
     parts = {name: runs[name]() for name in PARTS if name in args.parts}
     tables(bench, parts)
     goals = [g for part in parts.values() for g in part.pop("goals")]
     wrote = []
-    if len(parts) == len(PARTS):
+    if all(name in parts for name in PLOTTED):
         wrote.append(bench.image("week3-02-paged.png"))
-        plots.plot_paged(*parts.values(), wrote[0])
+        plots.plot_paged(*(parts[name] for name in PLOTTED), wrote[0])
     record = dict(quick=args.quick, **parts)
     if "chat" in parts:
         record["chat"] = parts["chat"]["turns"]

@@ -391,15 +391,19 @@ def kv_cache_line(
     dense cache's batch_size x max_seq_len. The bytes a token are the model's, at
     kv_dtype (a quantized pool's are fewer, so the same budget holds more tokens).
     source: what sized the pool, when not kv_memory, num_blocks or the default."""
-    from tiny_llm_base.memory import format_bytes, kv_bytes_per_token
+    from tiny_llm_base.memory import format_bytes, kv_bytes_per_token, tokens_by_dtype
 
     per_token = kv_bytes_per_token(model, kv_dtype)
     at = f" at {per_token:,} bytes a token" if per_token else ""
-    if kv_dtype != "float32":
-        at += f" ({kv_dtype})"
     if metrics.kv_blocks_total:
         blocks, size = metrics.kv_blocks_total, metrics.kv_block_size
         tokens = blocks * size
+        fits = tokens_by_dtype(model, kv_memory or tokens * (per_token or 0), size)
+        if kv_dtype != "float32":
+            at += f" ({kv_dtype}"
+            if fits.get("float32"):
+                at += f": {tokens / fits['float32']:.1f}x float32's {fits['float32']:,}"
+            at += ")"
         if kv_memory is not None:
             budget = f"budget {format_bytes(kv_memory)} = "
         elif per_token:

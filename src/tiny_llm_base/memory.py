@@ -75,6 +75,18 @@ def kv_bytes_per_token(model, kv_dtype: str = "float32") -> int | None:
     return kv_bytes_per_position(model, kv_element_size(model), kv_dtype)
 
 
+def tokens_by_dtype(model, budget: int, block_size: int) -> dict[str, int]:
+    """The tokens `budget` bytes of KV blocks hold at each of KV_DTYPES: whole
+    blocks of block_size tokens ({} for a model that hides its layers)."""
+    fits = {}
+    for kv_dtype in KV_DTYPES:
+        per_token = kv_bytes_per_token(model, kv_dtype)
+        if per_token is None:
+            return {}
+        fits[kv_dtype] = budget // (per_token * block_size) * block_size
+    return fits
+
+
 def kv_element_size(model) -> int:
     """Bytes of one cached number: the size of the model's activation dtype (its
     embedding table's), 4 when the model does not show it."""

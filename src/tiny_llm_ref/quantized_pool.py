@@ -71,22 +71,26 @@ class QuantizedLayerBlocks(LayerBlocks):
 
     def decode(self, stored: mx.array) -> mx.array:
         """encode undone: [..., D] float16 or [..., W] uint32 -> [..., D] in the
-        encoded rows' dtype."""
+        encoded rows' dtype. Quantized rows are x = scale * q + bias written out:
+        the packed words read as bytes (two 4-bit numbers a byte, the low one first),
+        each group times its scale plus its bias; on a CPU that is about twice as
+        fast as mx.dequantize, to the same bits."""
         # Week 3 Day 2: decode: float16: cast back to self.dtype; else cut the last
         # axis at words = head_dim * bits / 32 and words + groups (groups = head_dim /
-        # KV_GROUP_SIZE), read scales and biases back with mx.view(..., mx.float32),
-        # mx.dequantize with the same group size and bits, cast to self.dtype
+        # KV_GROUP_SIZE), read scales and biases back with mx.view(..., mx.float32);
+        # the words through mx.view(..., mx.uint8) (4 bits: each byte's low and high
+        # four bits, in that order) as float32 numbers [..., groups, KV_GROUP_SIZE];
+        # numbers * scales + biases, reshaped to [..., head_dim], cast to self.dtype
         if self.bits is None:
             return stored.astype(self.dtype)
         words = self.head_dim * self.bits // 32
         groups = self.head_dim // KV_GROUP_SIZE
         scales = mx.view(stored[..., words : words + groups], mx.float32)
         biases = mx.view(stored[..., words + groups :], mx.float32)
-        rows = mx.dequantize(
-            stored[..., :words],
-            scales,
-            biases,
-            group_size=KV_GROUP_SIZE,
-            bits=self.bits,
-        )
-        return rows.astype(self.dtype)
+        numbers = mx.view(stored[..., :words], mx.uint8)
+        if self.bits == 4:
+            numbers = mx.stack([numbers & 15, numbers >> 4], axis=-1)
+        lead = stored.shape[:-1]
+        numbers = numbers.astype(mx.float32).reshape(*lead, groups, KV_GROUP_SIZE)
+        rows = numbers * scales[..., None] + biases[..., None]
+        return rows.reshape(*lead, self.head_dim).astype(self.dtype)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import mlx.core as mx
 
 from tiny_llm_base import PromptSpec, SchedulerSnapshot
-from tiny_llm_base.memory import kv_bytes_per_token
+from tiny_llm_base.memory import kv_bytes_per_token, tokens_by_dtype
 
 from .metrics import ServerMetrics
 from .stop_strings import StopStrings
@@ -249,14 +249,21 @@ class EngineLoop:
 
     def record_kv(self, run) -> None:
         """The KV cache's budget in tokens, the paged pool's bytes and the bytes a
-        token takes in it (at its kv_dtype), from the engine's RunMetrics `run`
-        (None: an engine without them, sized from its config)."""
+        token takes in it (at its kv_dtype), and a paged budget's tokens at each
+        kv_dtype, from the engine's RunMetrics `run` (None: an engine without them,
+        sized from its config)."""
         config = self.engine.config
-        self.metrics.kv_budget_tokens.set(kv_budget_tokens(run, config))
+        tokens = kv_budget_tokens(run, config)
+        self.metrics.kv_budget_tokens.set(tokens)
         self.metrics.kv_pool_bytes.set(getattr(run, "kv_pool_bytes", 0))
         kv_dtype = getattr(config, "kv_dtype", "float32")
-        per_token = kv_bytes_per_token(getattr(self.engine, "model", None), kv_dtype)
+        model = getattr(self.engine, "model", None)
+        per_token = kv_bytes_per_token(model, kv_dtype)
         self.metrics.kv_bytes_per_token.labels(kv_dtype).set(per_token or 0)
+        if getattr(run, "kv_blocks_total", 0) and per_token:
+            budget, size = tokens * per_token, run.kv_block_size
+            for name, fit in tokens_by_dtype(model, budget, size).items():
+                self.metrics.kv_budget_tokens_by_dtype.labels(name).set(fit)
 
     def fail_all(self, message: str, status: int = 500) -> None:
         """engine.step() raised: every open request ends with the error, and later

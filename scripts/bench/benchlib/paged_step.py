@@ -19,9 +19,9 @@ BLOCK_SIZE = 16
 ROOM = 64  # positions past each row's length: the steps a benchmark may time
 
 
-def paged_batch(model, lengths: list[int]) -> list:
+def paged_batch(model, lengths: list[int], kv_dtype: str = "float32") -> list:
     """One PagedBatchingKvCache per layer, row i holding lengths[i] positions of
-    random keys and values in its own blocks."""
+    random keys and values in its own blocks, stored as kv_dtype says."""
     layers = model.create_kv_cache()
     H = model.args.num_key_value_heads
     D = model.args.hidden_size // model.args.num_attention_heads
@@ -32,11 +32,14 @@ def paged_batch(model, lengths: list[int]) -> list:
         first += count
     batch = []
     for _ in layers:
-        blocks = course.LayerBlocks(first, BLOCK_SIZE)
-        blocks.grow(first, H, D, mx.float32)
-        shape = blocks.keys.shape
-        blocks.keys = mx.random.normal(shape) * 0.5
-        blocks.values = mx.random.normal(shape) * 0.5
+        shape = (first, H, BLOCK_SIZE, D)
+        keys, values = (mx.random.normal(shape) * 0.5 for _ in range(2))
+        if kv_dtype == "float32":
+            blocks = course.LayerBlocks(first, BLOCK_SIZE)
+        else:
+            blocks = course.QuantizedLayerBlocks(first, BLOCK_SIZE, kv_dtype)
+            keys, values = blocks.encode(keys), blocks.encode(values)
+        blocks.keys, blocks.values = keys, values
         cache = course.PagedBatchingKvCache(len(lengths), max(lengths) + ROOM)
         for slot, (table, length) in enumerate(zip(tables, lengths)):
             cache.add_request(course.PagedKvCache(blocks, table, length), slot)

@@ -25,7 +25,7 @@ from tiny_llm_serve import ServerSettings, create_app
 from .helpers import assert_like_mlx_lm, sharpened, token_ids
 from .paged_checks import assert_pool_empty, run_engine
 from .random_models import random_model
-from .servers import HI, REF_CONSTRAINTS, WAIT_S, RunningServer
+from .servers import CONSTRAINTS, HI, WAIT_S, RunningServer
 from .solution import tiny
 
 BLOCK = 4
@@ -339,7 +339,7 @@ def test_a_restarted_server_finds_the_conversation(
         )
         settings = ServerSettings("test-model")
         running = RunningServer(
-            create_app(engine, settings, tiny.make_sampler, REF_CONSTRAINTS)
+            create_app(engine, settings, tiny.make_sampler, CONSTRAINTS)
         )
         try:
             with httpx.Client(base_url=running.url, timeout=WAIT_S) as client:

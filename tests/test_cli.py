@@ -352,23 +352,22 @@ def kv_bytes_a_token(embedded_model) -> int:
     return 2 * args.num_key_value_heads * head_dim * args.num_hidden_layers * element
 
 
+def paged_batch_main(tmp_path, prompts_text: str, *options: str):
+    """batch-main on these prompts, 2 tokens each, a paged cache of 64 MiB."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(prompts_text)
+    result = run_in_process(
+        *("batch-main.py", "--prompts-file", str(prompts), "--max-tokens", "2"),
+        *("--kv-cache", "paged", "--kv-memory", "64MiB", *options),
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def test_batch_main_says_how_many_tokens_its_kv_memory_holds(
     tmp_path, kv_bytes_a_token
 ):
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("Hi!\nWhat is 2 plus 2?\n")
-    result = run_in_process(
-        "batch-main.py",
-        "--prompts-file",
-        str(prompts),
-        "--max-tokens",
-        "2",
-        "--kv-cache",
-        "paged",
-        "--kv-memory",
-        "64MiB",
-    )
-    assert result.returncode == 0, result.stderr
+    result = paged_batch_main(tmp_path, "Hi!\nWhat is 2 plus 2?\n")
     blocks = 64 * 2**20 // (kv_bytes_a_token * 16)
     tokens = blocks * 16
     lines = result.stdout.splitlines()
@@ -385,22 +384,7 @@ def test_an_int8_pool_says_its_tokens_against_float32s(tmp_path, kv_bytes_a_toke
     """int8 keeps each head's 64 numbers in 64 bytes and two float32s per group of
     32 (80 bytes against 256), so the KV line says the tokens 64 MiB holds at 80
     bytes and at 256, and their ratio."""
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("Hi!\n")
-    result = run_in_process(
-        "batch-main.py",
-        "--prompts-file",
-        str(prompts),
-        "--max-tokens",
-        "2",
-        "--kv-cache",
-        "paged",
-        "--kv-memory",
-        "64MiB",
-        "--kv-dtype",
-        "int8",
-    )
-    assert result.returncode == 0, result.stderr
+    result = paged_batch_main(tmp_path, "Hi!\n", "--kv-dtype", "int8")
     per_token = kv_bytes_a_token * 80 // 256
     blocks = 64 * 2**20 // (per_token * 16)
     float32 = 64 * 2**20 // (kv_bytes_a_token * 16) * 16

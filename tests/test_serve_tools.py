@@ -142,13 +142,8 @@ def test_a_named_function_is_called_once_even_with_parallel_calls(client):
 
 def test_a_streamed_call_arrives_whole_as_a_tool_call_delta(client):
     stream = client.chat.completions.create(
-        model=MODEL,
-        messages=ASK,
-        tools=TOOLS,
-        tool_choice="required",
-        parallel_tool_calls=False,
+        **REQUIRED,
         temperature=0,
-        max_tokens=64,
         stream=True,
     )
     deltas, text, reasons = [], "", []

@@ -38,6 +38,19 @@ def settle_mlx() -> None:
         mx.synchronize()
 
 
+def leave_now() -> None:
+    """End an interrupted process once its own exit handlers have run, before the
+    interpreter's finalization: a C++ library's static objects torn down beside a
+    thread still alive in it abort the process ("terminate called", seen on Ctrl-C
+    under load), where status 130 and one line are due."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
+    os._exit(INTERRUPTED_STATUS)
+
+
 def exit_on_interrupt() -> None:
     """Make Ctrl-C end the program at once: one line on stderr, status 130, no traceback.
 
@@ -66,6 +79,7 @@ def exit_on_interrupt() -> None:
         if not unwinding[0]:
             announce_once()
             os._exit(INTERRUPTED_STATUS)
+        atexit.register(leave_now)  # handlers run last first: after the two below
         atexit.register(settle_mlx)
         atexit.register(announce_once)  # last: after progress bars clear their lines
         raise SystemExit(INTERRUPTED_STATUS)

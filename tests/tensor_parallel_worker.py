@@ -34,12 +34,12 @@ from tests.solution import tiny  # noqa: I001  (first: fast BLAS before mlx)
 import json  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
+import mlx.nn as nn  # noqa: E402
 import numpy as np  # noqa: E402
 from mlx_lm.utils import load_tokenizer  # noqa: E402
 
 from tests.helpers import sharpened  # noqa: E402
 from tests.random_models import random_model  # noqa: E402
-from tiny_llm_base import load_model  # noqa: E402
 from tiny_llm_base.embedded_model import ensure_embedded_model  # noqa: E402
 
 # The random models: (architecture, hidden, heads, kv_heads, intermediate, layers,
@@ -53,11 +53,10 @@ SIZES = [
 ]
 # A prompt of 5 tokens, a decode step, a chunk of 3: the cache grows as in serving.
 PIECES = [5, 1, 3]
-TEXT = "The capital of France is Paris. Write a haiku about the sea and the sky."
-# Rank counts that shard the embedded model too: its 9 query and 3 KV heads split
-# unevenly over 2 ranks (6 and 3). Loading it on 3 ranks of this 2-core machine
-# costs ~20 s, and the random models already split evenly over 3.
-EMBEDDED_RANKS = (2,)
+# A model with the embedded model's heads (9 query, 3 KV: 6 and 3 on two ranks, 3 and
+# 3 on three), 4-bit quantized as the embedded checkpoint is and kept quantized, so
+# the ranks slice packed weights, scales and biases (output_rows, input_columns).
+QUANTIZED = ("qwen2", 288, 9, 3, 192, 2, 211, False)
 # The engine runs: (policy, kv_cache); paged with explicit blocks, the same on
 # every rank.
 ENGINES = [("alternate", "dense"), ("mixed", "dense"), ("mixed", "paged")]
@@ -79,12 +78,6 @@ def feed(model, inputs: mx.array) -> tuple[mx.array, list]:
     return mx.concatenate(logits, axis=1), cache
 
 
-def embedded_logits(model, tokenizer) -> mx.array:
-    """Logits [1, L, V] of the first tokens of TEXT as one prompt: 2 x 30 sums."""
-    tokens = mx.array([tokenizer.encode(TEXT)[: sum(PIECES)]])
-    return model(tokens, 0, model.create_kv_cache())
-
-
 def random_inputs(vocab: int, seed: int) -> mx.array:
     rng = np.random.default_rng(seed)
     return mx.array(rng.integers(0, vocab, (2, sum(PIECES))))
@@ -95,6 +88,14 @@ def random_models():
     rank and in the test."""
     for seed, size in enumerate(SIZES):
         yield seed, random_model(*size, seed=seed), seed % 2 == 1
+
+
+def quantized_model() -> nn.Module:
+    """QUANTIZED's mlx-lm model, quantized in groups of 32 at 4 bits."""
+    model = random_model(*QUANTIZED, seed=len(SIZES))
+    nn.quantize(model, group_size=32, bits=4)
+    mx.eval(model.parameters())
+    return model
 
 
 def generations(model, tokenizer) -> dict[str, list[list[int]]]:
@@ -141,17 +142,14 @@ def check(out: Path, group) -> None:
         logits, cache = feed(model, random_inputs(model.vocab_size, seed))
         arrays[f"random{seed}"] = np.array(logits)
         facts["kv_heads"][f"random{seed}"] = cache[0].keys.shape[1]
-    facts["random_seconds"] = time.perf_counter() - start
-    if group.size() in EMBEDDED_RANKS:
-        mlx_model, tokenizer = load_model()
-        model = tiny.ShardedQwen2Model(mlx_model, group, weights="float32")
-        arrays["embedded"] = np.array(embedded_logits(model, tokenizer))
-    else:
-        tokenizer = embedded_tokenizer()
+    model = tiny.ShardedQwen2Model(quantized_model(), group, "quantized")
+    logits, cache = feed(model, random_inputs(model.vocab_size, len(SIZES)))
+    arrays["quantized"] = np.array(logits)
+    facts["kv_heads"]["quantized"] = cache[0].keys.shape[1]
     small = tiny.ShardedQwen2Model(
         sharpened(random_model(*SIZES[0], seed=0)), group, "float32", True
     )
-    facts["embedded_seconds"] = time.perf_counter() - start
+    tokenizer = embedded_tokenizer()
     facts["generated"] = generations(small, tokenizer)
     facts["seconds"] = time.perf_counter() - start
     rank = group.rank()

@@ -2,8 +2,13 @@
 anthropic): each feature's usage, as the script runs it
 (scripts/tools/clients/), against the package's engine (tests/solution.py) served
 in this process.
+The features run side by side, as many users' clients would: the engine batches
+their steps (each feature is greedy and checks only what its client promises, so
+batching changes nothing it asserts), and each test reports its own feature.
 The other clients install into virtualenvs of their own from PyPI, which the
 suite does not do; run the script for them."""
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -19,9 +24,19 @@ FEATURES = [
 
 
 @pytest.fixture(scope="module")
-def server(embedded_model):
+def outcomes(embedded_model) -> dict:
+    """(module, feature name) -> the future of that feature's run; all started at
+    once against one server."""
     with package_server(embedded_model) as running:
-        yield Server(running.url, MODEL, API_KEY)
+        server = Server(running.url, MODEL, API_KEY)
+        with ThreadPoolExecutor(len(FEATURES)) as pool:
+            futures = {
+                (module, name): pool.submit(module.FEATURES[name], server)
+                for module, name in FEATURES
+            }
+            for future in futures.values():
+                future.exception()  # every run ends before the server stops
+        yield futures
 
 
 @pytest.mark.parametrize(
@@ -29,5 +44,5 @@ def server(embedded_model):
     FEATURES,
     ids=[f"{m.__name__.rsplit('.', 1)[-1]}: {n}" for m, n in FEATURES],
 )
-def test_the_client_usage_works(server, module, name):
-    module.FEATURES[name](server)
+def test_the_client_usage_works(outcomes, module, name):
+    outcomes[module, name].result()  # the feature's own error, if it raised

@@ -1,0 +1,2 @@
+"""The book's concept figures, one module per week's ideas; drawn by
+`python -m scripts.tools.draw_figures`."""

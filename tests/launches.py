@@ -1,6 +1,7 @@
 """mlx.launch on local ranks, as the week 4 tests start them: the ring backend on
 127.0.0.1 from a free port, each launch in a session of its own so that no rank
-outlives it."""
+outlives it. The launcher is MLX's own, run by scripts/commands/calm_launch.py so
+that it does not spin a core beside the ranks."""
 
 import os
 import signal
@@ -12,7 +13,7 @@ import pytest
 
 from .helpers import free_port
 
-LAUNCH = Path(sys.executable).with_name("mlx.launch")
+CALM_LAUNCH = Path(__file__).parents[1] / "scripts" / "commands" / "calm_launch.py"
 # Seconds a launch may take before it and its ranks are killed: a bound for a
 # launch that hangs, never a speed goal (a 2-rank launch took ~10 s quiet and ~2 min
 # at a load of 20 on a 2-core machine).
@@ -23,7 +24,7 @@ def launch_command(ranks: int, *command: str) -> list[str]:
     """mlx.launch running `command` (a script and its arguments) on `ranks` local
     ranks: ring backend, 127.0.0.1, a free starting port."""
     return [
-        str(LAUNCH),
+        sys.executable, str(CALM_LAUNCH),
         "--hosts", "127.0.0.1",
         "-n", str(ranks),
         "--backend", "ring",

@@ -1,6 +1,7 @@
 """What tensor parallelism's communication costs here: `pdm run bench-tensor-parallel`.
 
-Launches itself with `mlx.launch --backend ring` on 127.0.0.1, once per rank count,
+Launches itself with mlx.launch's code (scripts/commands/calm_launch.py: its launcher
+without the busy loop) with `--backend ring` on 127.0.0.1, once per rank count,
 and reports from rank 0:
 - bytes all-reduced per layer per token (two all_sums of one hidden vector each),
 - the median latency of one ring all_sum of the sizes a forward of the embedded
@@ -36,6 +37,9 @@ from tiny_llm_base import load_model
 TOKENS = [1, 16, 128]
 PROMPT_TOKENS = 32
 LAUNCH_TIMEOUT = 300
+
+
+CALM_LAUNCH = Path(__file__).parents[1] / "commands" / "calm_launch.py"
 
 
 def all_sum_seconds(group, shape: tuple[int, ...], repeats: int) -> float:
@@ -77,7 +81,7 @@ def launch(ranks: int, repeats: int, solution: str) -> dict:
         ]  # fmt: skip
         if ranks > 1:  # one rank runs alone: the ring needs two
             command[:1] = [
-                Path(sys.executable).with_name("mlx.launch"),
+                sys.executable, CALM_LAUNCH,
                 "--hosts", "127.0.0.1", "-n", str(ranks), "--backend", "ring",
                 "--python", sys.executable,
             ]  # fmt: skip

@@ -62,7 +62,12 @@ def run_in_process(
     root) run as __main__ with `args`, its exit status and output captured. stdin
     None is nothing on standard input; text or bytes come through a pipe, as `echo
     ... |` gives them. env: variables set for the run. Ctrl-C handling is left out:
-    it would take over this process's SIGINT."""
+    it would take over this process's SIGINT. The embedded model (no --model) is
+    loaded once per test process and handed to every run (embedded_once): loading
+    it is most of a short run's time, and the runs only read it; a --model folder
+    is loaded each time, as the user's command does."""
+    import tiny_llm_base
+
     from scripts.commands import interrupt
 
     if target.endswith(".py"):
@@ -74,6 +79,7 @@ def run_in_process(
         patch.setattr(interrupt, "exit_on_interrupt", lambda: None)
         patch.setattr(interrupt, "unwind_on_interrupt", lambda: None)
         patch.setattr(sys, "argv", [path, *args])
+        patch.setattr(tiny_llm_base, "load_model", embedded_once)
         for name, value in (env or {}).items():
             patch.setenv(name, value)
         if stdin is None:  # no file number: read as nothing piped
@@ -91,6 +97,22 @@ def run_in_process(
     return subprocess.CompletedProcess(
         [target, *args], status, out.getvalue(), err.getvalue()
     )
+
+
+_loaded: dict = {}
+
+
+def embedded_once(name=None, progress=None):
+    """tiny_llm_base.load_model, with the embedded model's (mlx_model, tokenizer)
+    loaded once per TINY_LLM_MODELS folder and kept."""
+    from tiny_llm_base import loader
+
+    if name is not None:
+        return loader.load_model(name, progress)
+    key = os.environ.get("TINY_LLM_MODELS")
+    if key not in _loaded:
+        _loaded[key] = loader.load_model(None, progress)
+    return _loaded[key]
 
 
 @contextmanager

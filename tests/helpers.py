@@ -1,12 +1,13 @@
 """What the test files share: closeness of arrays, NumPy oracles of attention and of
 the sampling penalties, random models made to decide clearly, generated tokens
-compared with mlx-lm's, and a free port.
+compared with mlx-lm's, a free port, and one TLS context for the HTTP clients.
 
 The mlx-lm side (the float32 reference model, chat prompts, greedy generation alone)
 lives in tiny_llm_base.mlx_lm_reference, which the benchmarks use too.
 """
 
 import socket
+import ssl
 
 import mlx.core as mx
 import numpy as np
@@ -18,6 +19,10 @@ from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
 # for what hangs, never a speed goal; a step of the embedded model can take seconds
 # on a 2-core machine at a load of 20.
 WAIT_S = 300
+# The HTTP clients' TLS context (httpx's verify=), made once: httpx makes one for each
+# client otherwise, loading the CA bundle (~28 ms of CPU), though the servers under
+# test speak plain HTTP on 127.0.0.1.
+TLS = ssl.create_default_context()
 TOLERANCE = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
 # Where mlx-lm's best two logits are closer than this, float32 rounding may pick
 # either token: a divergence is accepted there (and the rest of that sequence with it).

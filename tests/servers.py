@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anthropic
+import httpx
 import openai
 import uvicorn
 
 from tiny_llm_base import EngineConfig, PromptSpec
 from tiny_llm_serve import ConstraintFactory, ServerSettings, create_app
 
-from .helpers import WAIT_S, free_port
+from .helpers import TLS, WAIT_S, free_port
 from .solution import tiny
 
 API_KEY = "test-key"
@@ -75,7 +76,11 @@ class RunningServer:
     def openai_client(self, api_key: str = API_KEY) -> openai.OpenAI:
         """The official client on this server: no retries, WAIT_S to answer."""
         return openai.OpenAI(
-            base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=WAIT_S
+            base_url=self.url + "/v1",
+            api_key=api_key,
+            max_retries=0,
+            timeout=WAIT_S,
+            http_client=httpx.Client(verify=TLS),
         )
 
     def anthropic_client(self, api_key: str = API_KEY) -> anthropic.Anthropic:

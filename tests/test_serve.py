@@ -31,7 +31,7 @@ from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
 from .cli_runs import ServeCli
-from .helpers import free_port, kv_bytes_a_token
+from .helpers import TLS, free_port, kv_bytes_a_token
 from .servers import (
     API_KEY,
     CHAT,
@@ -97,7 +97,9 @@ def client(server):
 @pytest.fixture
 def http(server):
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    with httpx.Client(base_url=server.url, headers=headers, timeout=WAIT_S) as c:
+    with httpx.Client(
+        base_url=server.url, verify=TLS, headers=headers, timeout=WAIT_S
+    ) as c:
         yield c
 
 
@@ -763,7 +765,7 @@ def test_past_max_waiting_requests_get_503_with_retry_after(server, http):
 
 
 def test_a_missing_or_wrong_api_key_gets_401(server):
-    with httpx.Client(base_url=server.url, timeout=WAIT_S) as bare:
+    with httpx.Client(base_url=server.url, verify=TLS, timeout=WAIT_S) as bare:
         for headers in (
             {},
             {"Authorization": "Bearer wrong"},
@@ -803,7 +805,7 @@ def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
         )
         with pytest.raises(openai.APIError, match="Week 2 Day 6"):
             list(stream)
-        with httpx.Client(base_url=running.url, timeout=WAIT_S) as c:
+        with httpx.Client(base_url=running.url, verify=TLS, timeout=WAIT_S) as c:
             assert c.get("/health").status_code == 503
             again = c.post(CHAT, json={"messages": HI, "max_tokens": 2})
             assert again.status_code == 503
@@ -857,7 +859,9 @@ def test_serve_says_and_reports_how_many_tokens_its_kv_memory_holds(model):
             "used\n"
         )
         server.wait_for("serving")
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S) as c:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", verify=TLS, timeout=WAIT_S
+        ) as c:
             before = scrape(c)
             assert before["tiny_llm:kv_budget_tokens"] == blocks * 16
             assert before["tiny_llm:kv_pool_bytes"] == 0  # nothing written yet
@@ -880,7 +884,7 @@ def test_metrics_give_a_dense_cache_budget_and_no_pool(model, tokenizer):
     app = create_app(engine, ServerSettings(MODEL), tiny.make_sampler, CONSTRAINTS)
     running = RunningServer(app)
     try:
-        with httpx.Client(base_url=running.url, timeout=WAIT_S) as c:
+        with httpx.Client(base_url=running.url, verify=TLS, timeout=WAIT_S) as c:
             samples = scrape(c)
     finally:
         running.stop()
@@ -906,7 +910,7 @@ def test_metrics_give_an_int8_pool_its_tokens_and_bytes(model, tokenizer):
     app = create_app(engine, ServerSettings(MODEL), tiny.make_sampler, CONSTRAINTS)
     running = RunningServer(app)
     try:
-        with httpx.Client(base_url=running.url, timeout=WAIT_S) as c:
+        with httpx.Client(base_url=running.url, verify=TLS, timeout=WAIT_S) as c:
             samples = scrape(c)
     finally:
         running.stop()

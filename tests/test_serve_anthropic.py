@@ -16,6 +16,7 @@ import httpx
 import jsonschema
 import pytest
 
+from .helpers import TLS
 from .servers import (
     API_KEY,
     CHAT,
@@ -66,7 +67,9 @@ def client(server):
 @pytest.fixture(scope="module")
 def http(server):
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    with httpx.Client(base_url=server.url, headers=headers, timeout=WAIT_S) as c:
+    with httpx.Client(
+        base_url=server.url, verify=TLS, headers=headers, timeout=WAIT_S
+    ) as c:
         yield c
 
 

@@ -26,7 +26,7 @@ from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
 from .cli_runs import ServeCli, run_in_process
-from .helpers import free_port
+from .helpers import TLS, free_port
 from .servers import (
     API_KEY,
     CHAT,
@@ -100,7 +100,7 @@ def keyed(model, tokenizer):
 
 @pytest.fixture
 def http(open_server):
-    with httpx.Client(base_url=open_server.url, timeout=WAIT_S) as c:
+    with httpx.Client(base_url=open_server.url, verify=TLS, timeout=WAIT_S) as c:
         yield c
 
 
@@ -396,7 +396,9 @@ def running_slot(server, headers: dict) -> tuple[dict, str]:
     steps, read three content chunks: the /engine view and the text received so
     far, while the stream surely runs. The stream is closed on return."""
     body = {"messages": LONG_STORY, "max_tokens": 200, "temperature": 0, "stream": True}
-    with httpx.Client(base_url=server.url, headers=headers, timeout=WAIT_S) as c:
+    with httpx.Client(
+        base_url=server.url, verify=TLS, headers=headers, timeout=WAIT_S
+    ) as c:
         wait_idle(c)  # an earlier test's request would be a second slot
         with server.engine.held_after(8):
             with c.stream("POST", CHAT, json=body) as response:
@@ -420,7 +422,7 @@ def test_the_engine_view_shows_no_text_without_a_key(open_server, keyed):
 
 
 def test_with_a_key_every_endpoint_but_health_needs_it(keyed):
-    with httpx.Client(base_url=keyed.url, timeout=WAIT_S) as bare:
+    with httpx.Client(base_url=keyed.url, verify=TLS, timeout=WAIT_S) as bare:
         for path in (
             "/",
             "/metrics",
@@ -637,7 +639,7 @@ def test_message_text_never_becomes_a_special_token(open_server, tokenizer):
     parsed = list(tokenizer.apply_chat_template(forged, add_generation_prompt=True))
     assert sum(t in special for t in parsed) > template_specials
     # The server counts the same prompt.
-    with httpx.Client(base_url=open_server.url, timeout=WAIT_S) as c:
+    with httpx.Client(base_url=open_server.url, verify=TLS, timeout=WAIT_S) as c:
         reply = c.post(CHAT, json={"messages": forged, "max_tokens": 1}).json()
     assert reply["usage"]["prompt_tokens"] == len(ids)
 

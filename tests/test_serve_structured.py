@@ -21,6 +21,7 @@ import pytest
 
 from tiny_llm_serve import ServerSettings, create_app
 
+from .helpers import TLS
 from .servers import CONSTRAINTS, WAIT_S, BrokenEngine, RunningServer
 from .solution import tiny
 
@@ -262,7 +263,9 @@ def test_hostile_constraints_get_one_400_in_the_clients_terms(
     """Refused before any work, in the client's terms: never a crash, a 500 after
     the request started, or the library's wording (Rust names, "anyOf")."""
     body = {"messages": [{"role": "user", "content": "Hi"}], **fields}
-    response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=60)
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions", json=body, timeout=60, verify=TLS
+    )
     assert response.status_code == 400, response.text[:500]
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
@@ -313,7 +316,7 @@ def test_a_package_without_structured_outputs_gets_a_501(tokenizer):
     try:
         body = {"messages": [{"role": "user", "content": "Hi"}], "guided_regex": "a+"}
         response = httpx.post(
-            f"{running.url}/v1/chat/completions", json=body, timeout=WAIT_S
+            f"{running.url}/v1/chat/completions", json=body, timeout=WAIT_S, verify=TLS
         )
     finally:
         running.stop()
@@ -338,7 +341,9 @@ def test_schema_true_means_any_json_value(client):
 @pytest.mark.parametrize("fields, param, words", BAD)
 def test_bad_constraints_get_a_400_saying_what_is_wrong(server, fields, param, words):
     body = {"messages": [{"role": "user", "content": "Hi"}], **fields}
-    response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions", json=body, timeout=30, verify=TLS
+    )
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
@@ -348,7 +353,9 @@ def test_bad_constraints_get_a_400_saying_what_is_wrong(server, fields, param, w
 
 def test_completions_take_the_same_options(server):
     body = {"prompt": "Answer:", "max_tokens": 8, "guided_choice": ["alpha", "beta"]}
-    response = httpx.post(f"{server.url}/v1/completions", json=body, timeout=WAIT_S)
+    response = httpx.post(
+        f"{server.url}/v1/completions", json=body, timeout=WAIT_S, verify=TLS
+    )
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["text"] in ("alpha", "beta")
 

@@ -22,7 +22,7 @@ from tiny_llm_base import EngineConfig
 from tiny_llm_base.kv_disk import model_identity
 from tiny_llm_serve import ServerSettings, create_app
 
-from .helpers import assert_like_mlx_lm, sharpened, token_ids
+from .helpers import TLS, assert_like_mlx_lm, sharpened, token_ids
 from .paged_checks import assert_pool_empty, run_engine
 from .random_models import random_model
 from .servers import CONSTRAINTS, HI, WAIT_S, RunningServer
@@ -342,7 +342,9 @@ def test_a_restarted_server_finds_the_conversation(
             create_app(engine, settings, tiny.make_sampler, CONSTRAINTS)
         )
         try:
-            with httpx.Client(base_url=running.url, timeout=WAIT_S) as client:
+            with httpx.Client(
+                base_url=running.url, verify=TLS, timeout=WAIT_S
+            ) as client:
                 body = dict(messages=messages, max_tokens=6, temperature=0)
                 answer = client.post("/v1/chat/completions", json=body)
                 assert answer.status_code == 200, answer.text

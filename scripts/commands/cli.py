@@ -145,7 +145,10 @@ def parse_kv_memory(value: str | None) -> int | None:
 # What a mixed step runs with unless told otherwise: the threshold and the number of
 # partial prefills are the best row of `pdm run bench-latency --sweep` (book:
 # week3-01-latency.md). Long ones may take all places but one: with 1, every prompt
-# past 64 tokens (a chat's later turns) would queue behind one long prompt.
+# past 64 tokens (a chat's later turns) would queue behind one long prompt. The
+# attention budget is a full 64-token chunk's scores at position 960: deeper, the
+# chunk shrinks (11 tokens at 5,900), so a step that carries one costs about what
+# it costs there instead of growing with the position.
 MIXED_STEP_DEFAULTS = {
     "long_prefill_token_threshold": 64,
     "max_num_partial_prefills": 4,

@@ -823,6 +823,19 @@ def test_an_engine_that_raises_fails_its_requests_and_health(tokenizer, model):
             ["--policy", "alternate", "--max-long-partial-prefills", "1"],
             "limits a mixed step",
         ),
+        (
+            [
+                "--long-prefill-token-threshold",
+                "none",
+                "--long-prefill-attention-budget",
+                "4096",
+            ],
+            "no prompt is long",
+        ),
+        (
+            ["--long-prefill-attention-budget", "0"],
+            "--long-prefill-attention-budget must be a number of at least 1",
+        ),
         (["--batch-patience", "nan"], "--batch-patience must be a finite number"),
         (["--batch-patience", "-1"], "--batch-patience must be at least 0"),
         (["--solution", "mine"], "choose ref or learner"),

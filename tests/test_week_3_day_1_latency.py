@@ -1,6 +1,7 @@
 """Week 3 Day 1: who shares a mixed step (mixed_policy.py).
 
-A long prompt's chunks are capped at long_prefill_token_threshold; at most
+A long prompt's chunks are capped at long_prefill_token_threshold, and by their
+attention scores at long_prefill_attention_budget; at most
 max_num_partial_prefills requests are partly prefilled at once, at most
 max_long_partial_prefills of them long; a short prompt gets through while a long one
 is in progress; an interactive request with no free slot preempts a decoding batch
@@ -60,6 +61,56 @@ def test_a_long_prompts_chunks_are_capped_at_the_threshold(pair, tokenizer, no_e
             chunks.setdefault(request_id, []).append(tokens)
     assert chunks[0] == [8] * 5  # 40 tokens, long: five chunks of 8
     assert chunks[1] == [SHORT] and chunks[2] == [8, 1]  # 9 > 8: long too
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+
+
+def budgeted_chunks(prompt: int, threshold: int, budget: int) -> list[int]:
+    """The chunks the budget rule gives a long prompt of `prompt` tokens, by search:
+    from the threshold (or the tokens left) down to 1, the first size whose scores
+    against every position up to its end fit."""
+    chunks, offset = [], 0
+    while offset < prompt:
+        size = min(threshold, prompt - offset)
+        size = next(
+            n for n in range(size, 0, -1) if n * (offset + n) <= budget or n == 1
+        )
+        chunks.append(size)
+        offset += size
+    return chunks
+
+
+@pytest.mark.parametrize("budget", [200, 1])
+def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
+    pair, tokenizer, no_eos, budget
+):
+    """A 40-token prompt, threshold 16: its chunks are cut where L x (offset + L)
+    would pass the budget (200: 14, 8, 6, 5, 5, 2), never below one token (budget
+    1); the short prompt beside it is not long and is not cut."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(14)
+    specs = specs_of(rng, mlx_model.args.vocab_size, (LONG, 12))
+    forwards = []
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        prefill_step=None,
+        policy="mixed",
+        long_prefill_token_threshold=16,
+        long_prefill_attention_budget=budget,
+        sampler=sampler,
+        on_forward=forwards.append,
+    )
+    results = run_engine(engine, specs)
+    chunks = {}
+    for forward in forwards:
+        for request_id, tokens in forward.chunks:
+            chunks.setdefault(request_id, []).append(tokens)
+    expected = budgeted_chunks(LONG, 16, budget)
+    assert chunks[0] == expected
+    assert expected == ([14, 8, 6, 5, 5, 2] if budget == 200 else [1] * LONG)
+    assert chunks[1] == [12]  # 12 <= 16: not long, 144 scores or not
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
 
 
@@ -232,6 +283,16 @@ def test_preempted_batch_requests_finish_with_their_tokens_on_the_embedded_model
         (dict(long_prefill_token_threshold=64), ValueError),
         (dict(policy="mixed", max_num_partial_prefills=0), ValueError),
         (dict(policy="mixed", long_prefill_token_threshold=2.5), TypeError),
+        (dict(long_prefill_attention_budget=4096), ValueError),
+        (
+            dict(
+                policy="mixed",
+                long_prefill_token_threshold=64,
+                long_prefill_attention_budget=0,
+            ),
+            ValueError,
+        ),
+        (dict(policy="mixed", long_prefill_attention_budget=4096), ValueError),
         (
             dict(
                 policy="mixed", max_num_partial_prefills=2, max_long_partial_prefills=3

@@ -145,11 +145,15 @@ def parse_kv_memory(value: str | None) -> int | None:
 # What a mixed step runs with unless told otherwise: the threshold and the number of
 # partial prefills are the best row of `pdm run bench-latency --sweep` (book:
 # week3-01-latency.md). Long ones may take all places but one: with 1, every prompt
-# past 64 tokens (a chat's later turns) would queue behind one long prompt.
+# past 64 tokens (a chat's later turns) would queue behind one long prompt. The
+# attention budget is a full 64-token chunk's scores at position 960: deeper, the
+# chunk shrinks (11 tokens at 5,900), so a step that carries one costs about what
+# it costs there instead of growing with the position.
 MIXED_STEP_DEFAULTS = {
     "long_prefill_token_threshold": 64,
     "max_num_partial_prefills": 4,
     "max_long_partial_prefills": 3,
+    "long_prefill_attention_budget": 64 * 1024,
 }
 STEP_LIMIT_OPTIONS = tuple(
     "--" + name.replace("_", "-") for name in MIXED_STEP_DEFAULTS
@@ -174,6 +178,9 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
         "max_num_partial_prefills": "at most this many prompts partly prefilled at "
         "once (1: one at a time, first come first served)",
         "max_long_partial_prefills": "at most this many of them long",
+        "long_prefill_attention_budget": "a long prompt's chunk of L tokens at "
+        "offset o keeps L x (o + L) attention scores within this many (at least one "
+        "token a chunk)",
     }
     for name, text in limits.items():
         parser.add_argument(
@@ -259,6 +266,15 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
         setattr(args, name, int(value))
         if args.policy == "alternate":
             fail(f"{option} limits a mixed step: add --policy mixed, or leave it out")
+    if (
+        args.long_prefill_token_threshold == NO_LIMIT
+        and args.long_prefill_attention_budget not in (None, NO_LIMIT)
+    ):
+        fail(
+            "--long-prefill-attention-budget caps a long prompt's chunks, and with "
+            "--long-prefill-token-threshold none no prompt is long: give a threshold, "
+            "or leave the budget out"
+        )
     if args.batch_patience is not None:
         require_finite("--batch-patience", args.batch_patience)
         if args.batch_patience < 0:
@@ -310,6 +326,8 @@ def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
         if value is None:
             value = default if policy == "mixed" else None
         settings[name] = None if value == NO_LIMIT else value
+    if settings["long_prefill_token_threshold"] is None:  # no prompt is long
+        settings["long_prefill_attention_budget"] = None
     if args.speculative == "ngram" or (
         args.speculative is None and policy == "mixed" and has_speculation(package)
     ):

@@ -51,6 +51,10 @@ class EngineConfig:
         most max_num_partial_prefills requests are partly prefilled at once (1: one
         prompt at a time, first come first served), at most
         max_long_partial_prefills of them long. None: no such limit.
+    long_prefill_attention_budget (mixed policy, needs the threshold): a long
+        prompt's chunk of L tokens at offset o keeps L x (o + L), its attention
+        scores per head and layer, within this many (at least 1 token a chunk), so
+        its chunks shrink as the prompt goes deeper. None: tokens alone cap it.
     speculative: None, or "ngram" (mixed policy, week 3 day 4): each decoding request
         proposes up to num_speculative_tokens draft tokens by prompt lookup (what
         followed the latest earlier occurrence of its last prompt_lookup_max down to
@@ -98,6 +102,7 @@ class EngineConfig:
     long_prefill_token_threshold: int | None = None
     max_num_partial_prefills: int | None = None
     max_long_partial_prefills: int | None = None
+    long_prefill_attention_budget: int | None = None
     batch_patience: float = 30.0
     speculative: str | None = None
     num_speculative_tokens: int = 4

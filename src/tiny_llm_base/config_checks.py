@@ -20,11 +20,12 @@ POLICIES = ("alternate", "mixed")
 KV_CACHES = ("dense", "paged")
 SPECULATIVE = (None, "ngram")
 DEFAULT_KV_DISK_BUDGET = 4 * 2**30
-# The mixed step's partial-prefill limits (vLLM's names), each an int >= 1 or None.
+# The mixed step's limits (the first three vLLM's names), each an int >= 1 or None.
 STEP_LIMITS = (
     "long_prefill_token_threshold",
     "max_num_partial_prefills",
     "max_long_partial_prefills",
+    "long_prefill_attention_budget",
 )
 
 
@@ -83,6 +84,15 @@ def check_prefill_limits(config: "EngineConfig") -> None:
             raise ValueError(
                 f"{name} limits a mixed step: pass policy='mixed' or leave it None"
             )
+    if (
+        config.long_prefill_attention_budget is not None
+        and config.long_prefill_token_threshold is None
+    ):
+        raise ValueError(
+            "long_prefill_attention_budget caps a long prompt's chunks, and with "
+            "long_prefill_token_threshold None no prompt is long: pass a threshold "
+            "too, or leave the budget None"
+        )
     most, long = config.max_num_partial_prefills, config.max_long_partial_prefills
     if most is not None and long is not None and long > most:
         raise ValueError(

@@ -7,10 +7,14 @@ for prefill chunks, most urgent first, within `token_budget`. The model runner
 
 Left alone, one long prompt sets the pace of every step it is in: each of its
 chunks is a full prefill_step at an ever longer context, and a short chat that
-arrives behind it waits for those steps. Three limits decide who waits (vLLM's names):
+arrives behind it waits for those steps. Four limits decide who waits (the first
+three are vLLM's names):
 
 - long_prefill_token_threshold: a prompt of more tokens than this is long, and a long
   prompt's chunk is at most this many tokens, so the steps it shares stay short;
+- long_prefill_attention_budget: a long prompt's chunk of L tokens at offset o also
+  keeps its attention scores, L x (o + L), within this budget, so the chunk shrinks
+  as it goes deeper and its steps stay short where attention dominates;
 - max_num_partial_prefills: at most this many requests partly prefilled at once; a
   request that has not started waits (1: one prompt at a time, in arrival order);
 - max_long_partial_prefills: at most this many of them long, so a few long prompts
@@ -72,14 +76,24 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
 def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
     """The request's next chunk: the prompt tokens it has left, at most `size` (the
     chunk size policy's answer; None: no cap) and, for a long prompt, at most
-    long_prefill_token_threshold."""
+    long_prefill_token_threshold and at most the most tokens L whose attention
+    scores, L x (offset + L) (each of the chunk's tokens against every position up
+    to the chunk's end), stay within long_prefill_attention_budget (None: no such
+    cap), but always at least 1 token."""
     # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, when
-    # is_long, the threshold
+    # is_long, the threshold and (unless None) the largest L >= 1 with
+    # L * (request.offset + L) <= long_prefill_attention_budget
     tokens = len(request.prefill_tokens) - request.offset
     if size is not None:
         tokens = min(tokens, size)
     if is_long(planner, request):
-        tokens = min(tokens, planner.config.long_prefill_token_threshold)
+        config = planner.config
+        tokens = min(tokens, config.long_prefill_token_threshold)
+        budget = config.long_prefill_attention_budget
+        while budget is not None and tokens > 1:
+            if tokens * (request.offset + tokens) <= budget:
+                break
+            tokens -= 1
     return tokens
     # ANCHOR_END: chunk_limit
 

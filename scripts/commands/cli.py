@@ -106,14 +106,13 @@ def add_kv_memory_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-memory", metavar="SIZE", help=KV_MEMORY_HELP)
     parser.add_argument(
         "--kv-dtype",
-        choices=("float32", "float16", "bfloat16", "int8", "int4", "bfloat16-int8"),
+        choices=("float32", "float16", "int8", "int4"),
         default="float32",
         help="with --kv-cache paged: how the pool stores keys and values: float32 "
-        "(default: as the model computes them); float16 / bfloat16: 2x the tokens "
-        "in the same memory; int8 / int4, quantized in groups of 32 numbers: 3.2x "
-        "/ 5.3x the tokens (the embedded model); bfloat16-int8: bfloat16 keys, int8 "
-        "values, 2.5x; the quantized ones less accurate (the paged-cache chapter "
-        "measures each)",
+        "(default: as the model computes them); float16: 2x the tokens in the same "
+        "memory; int8 / int4, quantized in groups of 32 numbers: 3.2x / 5.3x the "
+        "tokens (the embedded model), less accurate (the paged-cache chapter "
+        "measures it)",
     )
 
 

@@ -84,28 +84,19 @@ class LayerBlocks:
             "nothing staged afterwards"
         )
 
-    def grow(
-        self,
-        blocks: int,
-        H: int,
-        D: int,
-        dtype: mx.Dtype,
-        values: tuple[int, mx.Dtype] | None = None,
-    ) -> None:
+    def grow(self, blocks: int, H: int, D: int, dtype: mx.Dtype) -> None:
         """Arrays of at least `blocks` blocks: the capacity doubles (from
         FIRST_POSITIONS positions' worth, at most num_blocks) and the old arrays are
-        copied in. H, D, dtype: the keys' rows; values: the values' last axis and
-        dtype when they are not the keys' (a pool keeping the two in different
-        forms). The first growth checks that the whole budget could fit the
+        copied in. The first growth checks that the whole budget could fit the
         machine (check_memory). More than num_blocks blocks is a bug in the caller:
         ValueError "block {blocks - 1} is past the pool's {num_blocks} blocks"."""
         raise NotImplementedError(
             "Week 3 Day 2: grow: nothing to do when blocks <= capacity; ValueError "
             "past num_blocks (the docstring's words); else the first time "
-            "check_memory(num_blocks x block_size x H x (D x dtype.size + the values'"
-            " D x dtype.size) bytes, num_blocks x block_size positions); new capacity"
-            " max(blocks, 2 x capacity, blocks_needed(FIRST_POSITIONS, block_size)), "
-            "at most num_blocks; concatenate zeros after the old arrays"
+            "check_memory(2 x num_blocks x block_size x H x D x dtype.size bytes, "
+            "num_blocks x block_size positions); new capacity max(blocks, 2 x "
+            "capacity, blocks_needed(FIRST_POSITIONS, block_size)), at most "
+            "num_blocks; concatenate zeros after the old arrays"
         )
 
     def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:

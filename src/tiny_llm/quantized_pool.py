@@ -1,20 +1,14 @@
 """Week 3 day 2: the paged pool's keys and values in fewer bytes.
 
 A float32 key row of one head, D numbers, takes 4 D bytes. EngineConfig.kv_dtype
-picks a smaller form (kv_forms: one for the keys, one for the values):
-- "float16" / "bfloat16": each number cast to 16 bits: 2 D bytes, half. float16
-  keeps 11 bits of precision, bfloat16 8 bits and float32's range; on a CPU without
-  float16 instructions, casting float16 back to float32 is a slow conversion, while
-  bfloat16's is float32's top 16 bits shifted back into place.
+picks a smaller form:
+- "float16": each number cast to 16 bits: 2 D bytes, half.
 - "int8" / "int4": quantized in groups of KV_GROUP_SIZE numbers, each group keeping
   its numbers as 8- or 4-bit integers and two float32s, a scale and a bias (x ~
   scale * q + bias: mx.quantize's affine form, the one quantized weights use since
   week 2 day 2). For the embedded model's D = 64 and groups of 32, a row takes 64 +
   16 = 80 bytes in int8, 32 + 16 = 48 in int4, against 256: 3.2x or 5.3x the
   tokens in the same memory.
-- "bfloat16-int8": bfloat16 keys, int8 values (128 + 80 bytes against 512: 2.5x).
-  A key's error moves every score of its position (and softmax's choice with it); a
-  value's error is averaged by the attention weights: the keys need the precision.
 
 Each row is stored on its own, so a block filled one decode token at a time never
 has to be quantized again. A quantized row's three parts are kept side by side as
@@ -27,24 +21,23 @@ dtype, so attention sees ordinary keys.
 
 import mlx.core as mx
 
-from tiny_llm_base.memory import KV_BITS, KV_GROUP_SIZE, kv_forms
+from tiny_llm_base.memory import KV_BITS, KV_GROUP_SIZE
 
 from .layer_blocks import LayerBlocks
 
 
 class QuantizedLayerBlocks(LayerBlocks):
     """A LayerBlocks whose keys and values arrays hold rows encoded as kv_dtype says
-    (kv_forms: key_form and value_form, each "float16", "bfloat16", "int8" or
-    "int4"): [capacity, H, block_size, D] of a 16-bit float, or [capacity, H,
-    block_size, W] of uint32 (see the module's docstring).
+    ("float16", "int8" or "int4"): [capacity, H, block_size, D] of float16, or
+    [capacity, H, block_size, W] of uint32 (see the module's docstring).
 
-    head_dim and dtype: the D and dtype of the rows encode was given last, which
-    decode gives back.
+    bits: 8 or 4 (None for float16). head_dim and dtype: the D and dtype of the rows
+    encode was given last, which decode gives back.
     """
 
     def __init__(self, num_blocks: int, block_size: int, kv_dtype: str):
         super().__init__(num_blocks, block_size)
-        self.key_form, self.value_form = kv_forms(kv_dtype)
+        self.bits = KV_BITS.get(kv_dtype)
         self.head_dim: int | None = None
         self.dtype: mx.Dtype | None = None
 
@@ -52,38 +45,37 @@ class QuantizedLayerBlocks(LayerBlocks):
         self, blocks: list[int], slots: list[int], keys: mx.array, values: mx.array
     ) -> None:
         """As LayerBlocks.stage, the rows [n, H, D] encoded first."""
-        keys = self.encode(keys, self.key_form)
-        super().stage(blocks, slots, keys, self.encode(values, self.value_form))
+        super().stage(blocks, slots, self.encode(keys), self.encode(values))
 
     def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:
         """As LayerBlocks.gather: keys and values [B, H, length, D], decoded."""
         keys, values = super().gather(tables, length)
-        return self.decode(keys, self.key_form), self.decode(values, self.value_form)
+        return self.decode(keys), self.decode(values)
 
-    def encode(self, rows: mx.array, form: str) -> mx.array:
-        """rows: [..., D] -> [..., D] float16 / bfloat16; or, form "int8" / "int4",
-        [..., W] uint32: each row's packed integers, then its scales, then its biases
-        (float32 bits, through mx.view). Keeps D and the rows' dtype for decode."""
+    def encode(self, rows: mx.array) -> mx.array:
+        """rows: [..., D] -> float16 [..., D]; or, quantized, [..., W] uint32: each
+        row's packed integers, then its scales, then its biases (float32 bits,
+        through mx.view). Keeps D and the rows' dtype for decode."""
         raise NotImplementedError(
-            "Week 3 Day 2: encode: keep head_dim and dtype; a 16-bit float form: the "
-            "rows cast to it (getattr(mx, form)); else mx.quantize the rows as "
-            "float32 with group_size KV_GROUP_SIZE and bits KV_BITS[form], and "
-            "concatenate the packed words, mx.view(scales, mx.uint32) and "
-            "mx.view(biases, mx.uint32) along the last axis"
+            "Week 3 Day 2: encode: keep head_dim and dtype; float16 (bits None): the "
+            "rows as float16; else mx.quantize the rows as float32 with group_size "
+            "KV_GROUP_SIZE and self.bits, and concatenate the packed words, "
+            "mx.view(scales, mx.uint32) and mx.view(biases, mx.uint32) along the last"
+            " axis"
         )
 
-    def decode(self, stored: mx.array, form: str) -> mx.array:
-        """encode undone: [..., D] float16 / bfloat16 or [..., W] uint32 -> [..., D]
-        in the encoded rows' dtype. Quantized rows are x = scale * q + bias written
-        out: the packed words read as bytes (two 4-bit numbers a byte, the low one
-        first), each group times its scale plus its bias; on a CPU that is about
-        twice as fast as mx.dequantize, to the same bits."""
+    def decode(self, stored: mx.array) -> mx.array:
+        """encode undone: [..., D] float16 or [..., W] uint32 -> [..., D] in the
+        encoded rows' dtype. Quantized rows are x = scale * q + bias written out:
+        the packed words read as bytes (two 4-bit numbers a byte, the low one first),
+        each group times its scale plus its bias; on a CPU that is about twice as
+        fast as mx.dequantize, to the same bits."""
         raise NotImplementedError(
-            "Week 3 Day 2: decode: a 16-bit float: cast back to self.dtype; else "
-            "(bits = KV_BITS[form]) cut the last axis at words = head_dim * bits / 32"
-            " and words + groups (groups = head_dim / KV_GROUP_SIZE), read scales and"
-            " biases back with mx.view(..., mx.float32); the words through "
-            "mx.view(..., mx.uint8) (4 bits: each byte's low and high four bits, in "
-            "that order) as float32 numbers [..., groups, KV_GROUP_SIZE]; numbers * "
-            "scales + biases, reshaped to [..., head_dim], cast to self.dtype"
+            "Week 3 Day 2: decode: float16: cast back to self.dtype; else cut the "
+            "last axis at words = head_dim * bits / 32 and words + groups (groups = "
+            "head_dim / KV_GROUP_SIZE), read scales and biases back with mx.view(...,"
+            " mx.float32); the words through mx.view(..., mx.uint8) (4 bits: each "
+            "byte's low and high four bits, in that order) as float32 numbers [..., "
+            "groups, KV_GROUP_SIZE]; numbers * scales + biases, reshaped to [..., "
+            "head_dim], cast to self.dtype"
         )

@@ -20,7 +20,6 @@ from .memory import (
     available_memory,
     format_bytes,
     kv_bytes_per_token,
-    kv_forms,
 )
 from .prompts import PromptSpec, Sampler, check_int, is_int
 
@@ -146,13 +145,13 @@ class EngineConfig:
                 f"{model.context_length}"
             )
         layers = getattr(model, "layers", None)
-        if set(kv_forms(self.kv_dtype)) & set(KV_BITS) and layers:
+        if self.kv_dtype in KV_BITS and layers:
             head_dim = layers[0].attention.head_dim
             if head_dim % KV_GROUP_SIZE:
                 raise ValueError(
                     f"kv_dtype {self.kv_dtype!r} quantizes keys in groups of "
                     f"{KV_GROUP_SIZE} numbers, but this model's heads have {head_dim}: "
-                    "use kv_dtype 'bfloat16', 'float16' or 'float32'"
+                    "use kv_dtype 'float16' or 'float32'"
                 )
 
     def pool_blocks(self, model) -> int:

@@ -31,32 +31,22 @@ def available_memory() -> int:
 
 
 # How the paged pool may store keys and values (EngineConfig.kv_dtype): "float32"
-# as the model computes them; a 16-bit float ("float16", "bfloat16"); quantized to
-# KV_BITS bits in groups of KV_GROUP_SIZE numbers, each group with a float32 scale
-# and bias ("int8", "int4"); or "KEYS-VALUES", the keys in one form and the values in
-# another ("bfloat16-int8": the keys carry most of quantization's error).
-KV_DTYPES = ("float32", "float16", "bfloat16", "int8", "int4", "bfloat16-int8")
+# as the model computes them, "float16", or quantized to KV_BITS bits in groups of
+# KV_GROUP_SIZE numbers, each group with a float32 scale and bias.
+KV_DTYPES = ("float32", "float16", "int8", "int4")
 KV_BITS = {"int8": 8, "int4": 4}
 KV_GROUP_SIZE = 32
 
 
-def kv_forms(kv_dtype: str) -> tuple[str, str]:
-    """The form of a kv_dtype's keys and of its values: "bfloat16-int8" ->
-    ("bfloat16", "int8"); "int8" -> ("int8", "int8")."""
-    keys, _, values = kv_dtype.partition("-")
-    return keys, values or keys
-
-
-def kv_row_bytes(head_dim: int, element_size: int, form: str = "float32") -> int:
-    """Bytes of one head's key (or value) at one position in `form` (one of
-    kv_forms'): head_dim numbers of element_size bytes (float32: the model's own),
-    2 bytes each in a 16-bit float, or, quantized, head_dim * bits / 8 bytes and a
+def kv_row_bytes(head_dim: int, element_size: int, kv_dtype: str = "float32") -> int:
+    """Bytes of one head's key (or value) at one position: head_dim numbers of
+    element_size bytes (2 in float16), or, quantized, head_dim * bits / 8 bytes and a
     float32 scale and bias for each group of KV_GROUP_SIZE numbers."""
-    if form == "float32":
+    if kv_dtype == "float32":
         return head_dim * element_size
-    if form in ("float16", "bfloat16"):
+    if kv_dtype == "float16":
         return head_dim * 2
-    bits = KV_BITS[form]
+    bits = KV_BITS[kv_dtype]
     return head_dim * bits // 8 + 2 * 4 * (head_dim // KV_GROUP_SIZE)
 
 
@@ -71,10 +61,10 @@ def kv_bytes_per_position(
     if layers is None:
         return None
     return sum(
-        layer.attention.num_kv_heads
-        * kv_row_bytes(layer.attention.head_dim, element_size, form)
+        2
+        * layer.attention.num_kv_heads
+        * kv_row_bytes(layer.attention.head_dim, element_size, kv_dtype)
         for layer in layers
-        for form in kv_forms(kv_dtype)
     )
 
 

@@ -15,7 +15,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-from .memory import KV_BITS, KV_GROUP_SIZE, kv_forms
+from .memory import KV_BITS, KV_GROUP_SIZE
 
 
 def float32_copy(mlx_model: nn.Module) -> nn.Module:
@@ -68,28 +68,15 @@ def greedy_without(banned: Iterable[int], vocab: int) -> Callable[[mx.array], mx
     return lambda logprobs: mx.argmax(logprobs + mask, axis=-1)
 
 
-class RoundedKVCache(KVCache):
-    """mlx-lm's KVCache holding keys and values as a kv_dtype's forms keep them
-    (kv_forms): a 16-bit float cast there and back; int8 / int4 through mx.quantize
-    and mx.dequantize (KV_GROUP_SIZE numbers a group); read back in the dtype they
-    came in."""
-
-    def __init__(self, kv_dtype: str):
-        super().__init__()
-        self.forms = kv_forms(kv_dtype)
+class Float16KVCache(KVCache):
+    """mlx-lm's KVCache holding keys and values in float16, read back in the dtype
+    they came in."""
 
     def update_and_fetch(self, keys: mx.array, values: mx.array):
-        rounded = [rounded_as(x, form) for x, form in zip((keys, values), self.forms)]
-        return super().update_and_fetch(*rounded)
-
-
-def rounded_as(x: mx.array, form: str) -> mx.array:
-    """x as a KV form keeps it, in x's dtype."""
-    if form in KV_BITS:
-        parts = mx.quantize(x, group_size=KV_GROUP_SIZE, bits=KV_BITS[form])
-        kept = mx.dequantize(*parts, group_size=KV_GROUP_SIZE, bits=KV_BITS[form])
-        return kept.astype(x.dtype)
-    return x.astype(getattr(mx, form)).astype(x.dtype)
+        stored = super().update_and_fetch(
+            keys.astype(mx.float16), values.astype(mx.float16)
+        )
+        return stored[0].astype(keys.dtype), stored[1].astype(values.dtype)
 
 
 def mlx_lm_greedy(
@@ -106,20 +93,20 @@ def mlx_lm_greedy(
     gaps[i] is how far mlx-lm's best logit at token i is above the second best: where
     it is tiny, float32 rounding may pick either token. kv_dtype: keys and values
     kept as the engine's kv_dtype keeps them, from the first token on, the prompt's
-    included: "int8" / "int4" in mlx-lm's own QuantizedKVCache (mx.quantize,
-    KV_GROUP_SIZE numbers a group), any other in a RoundedKVCache.
+    included: "float16" in a KVCache that stores them in float16, "int8" / "int4"
+    in mlx-lm's own QuantizedKVCache (mx.quantize, KV_GROUP_SIZE numbers a group).
     """
     eos_ids = set(eos_ids)
     mask = banned_mask(mlx_model.args.vocab_size, banned)
     cache = None
-    if kv_dtype in KV_BITS:
+    if kv_dtype == "float16":
+        cache = [Float16KVCache() for _ in mlx_model.layers]
+    elif kv_dtype != "float32":
         bits = KV_BITS[kv_dtype]
         cache = [
             QuantizedKVCache(group_size=KV_GROUP_SIZE, bits=bits)
             for _ in mlx_model.layers
         ]
-    elif kv_dtype != "float32":
-        cache = [RoundedKVCache(kv_dtype) for _ in mlx_model.layers]
     tokens, gaps = [], []
     for token, logprobs in generate_step(
         mx.array(prompt),

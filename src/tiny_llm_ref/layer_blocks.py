@@ -90,7 +90,7 @@ class LayerBlocks:
         values = mx.concatenate([staged[3] for staged in self.staged])
         self.staged = []
         _, H, D = keys.shape
-        self.grow(max(blocks) + 1, H, D, keys.dtype, (values.shape[-1], values.dtype))
+        self.grow(max(blocks) + 1, H, D, keys.dtype)
         index = (
             mx.array(blocks)[:, None],
             mx.arange(H)[None, :],
@@ -99,48 +99,35 @@ class LayerBlocks:
         self.keys[index] = keys
         self.values[index] = values
 
-    def grow(
-        self,
-        blocks: int,
-        H: int,
-        D: int,
-        dtype: mx.Dtype,
-        values: tuple[int, mx.Dtype] | None = None,
-    ) -> None:
+    def grow(self, blocks: int, H: int, D: int, dtype: mx.Dtype) -> None:
         """Arrays of at least `blocks` blocks: the capacity doubles (from
         FIRST_POSITIONS positions' worth, at most num_blocks) and the old arrays are
-        copied in. H, D, dtype: the keys' rows; values: the values' last axis and
-        dtype when they are not the keys' (a pool keeping the two in different
-        forms). The first growth checks that the whole budget could fit the
+        copied in. The first growth checks that the whole budget could fit the
         machine (check_memory). More than num_blocks blocks is a bug in the caller:
         ValueError "block {blocks - 1} is past the pool's {num_blocks} blocks"."""
         # Week 3 Day 2: grow: nothing to do when blocks <= capacity; ValueError past
-        # num_blocks (the docstring's words); else the first time
-        # check_memory(num_blocks x block_size x H x (D x dtype.size + the values'
-        # D x dtype.size) bytes, num_blocks x block_size positions); new capacity
-        # max(blocks, 2 x capacity, blocks_needed(FIRST_POSITIONS, block_size)), at
-        # most num_blocks; concatenate zeros after the old arrays
+        # num_blocks (the docstring's words); else the first
+        # time check_memory(2 x num_blocks x block_size x H x D x dtype.size bytes,
+        # num_blocks x block_size positions); new capacity max(blocks, 2 x capacity,
+        # blocks_needed(FIRST_POSITIONS, block_size)), at most num_blocks;
+        # concatenate zeros after the old arrays
         if blocks <= self.capacity:
             return
         if blocks > self.num_blocks:
             raise ValueError(
                 f"block {blocks - 1} is past the pool's {self.num_blocks} blocks"
             )
-        value_D, value_dtype = values or (D, dtype)
         if self.keys is None:
             positions = self.num_blocks * self.block_size
-            row = D * dtype.size + value_D * value_dtype.size
-            check_memory(positions * H * row, positions)
+            check_memory(2 * positions * H * D * dtype.size, positions)
         first = blocks_needed(self.FIRST_POSITIONS, self.block_size)
         capacity = min(self.num_blocks, max(blocks, 2 * self.capacity, first))
-        shape = (capacity - self.capacity, H, self.block_size)
-        extra_keys = mx.zeros((*shape, D), dtype)
-        extra_values = mx.zeros((*shape, value_D), value_dtype)
+        extra = mx.zeros((capacity - self.capacity, H, self.block_size, D), dtype)
         if self.keys is None:
-            self.keys, self.values = extra_keys, extra_values
+            self.keys, self.values = extra, mx.zeros_like(extra)
         else:
-            self.keys = mx.concatenate([self.keys, extra_keys])
-            self.values = mx.concatenate([self.values, extra_values])
+            self.keys = mx.concatenate([self.keys, extra])
+            self.values = mx.concatenate([self.values, extra])
 
     def gather(self, tables: list[list[int]], length: int) -> tuple[mx.array, mx.array]:
         """Keys and values [B, H, length, D] of B requests, each read through its

@@ -44,9 +44,9 @@ class ServerMetrics:
     max_seq_len). kv_pool_bytes: the bytes a paged pool's arrays hold now (they grow
     towards the budget as blocks are used; 0 for a dense cache).
     kv_bytes_per_token{kv_dtype}: the bytes one token's keys and values take, at the
-    pool's kv_dtype (one of KV_DTYPES): the budget's bytes over its tokens.
-    kv_budget_tokens_by_dtype{kv_dtype}: the tokens the same budget's bytes would
-    hold at each kv_dtype (a paged pool's; what --kv-dtype would buy).
+    pool's kv_dtype (float32, float16, int8, int4): the budget's bytes over its
+    tokens. kv_budget_tokens_by_dtype{kv_dtype}: the tokens the same budget's bytes
+    would hold at each kv_dtype (a paged pool's; what --kv-dtype would buy).
     prefix_cache_queries_total, prefix_cache_hits_total: prompt tokens looked up in
     the prefix cache and tokens served from it (hits / queries is the hit rate).
     mlx_active_memory_bytes, mlx_peak_memory_bytes: MLX's allocator, read when

@@ -38,8 +38,7 @@ def paged_batch(model, lengths: list[int], kv_dtype: str = "float32") -> list:
             blocks = course.LayerBlocks(first, BLOCK_SIZE)
         else:
             blocks = course.QuantizedLayerBlocks(first, BLOCK_SIZE, kv_dtype)
-            keys = blocks.encode(keys, blocks.key_form)
-            values = blocks.encode(values, blocks.value_form)
+            keys, values = blocks.encode(keys), blocks.encode(values)
         blocks.keys, blocks.values = keys, values
         cache = course.PagedBatchingKvCache(len(lengths), max(lengths) + ROOM)
         for slot, (table, length) in enumerate(zip(tables, lengths)):

@@ -396,6 +396,19 @@ def test_an_int8_pool_says_its_tokens_against_float32s(tmp_path, kv_bytes_a_toke
     )
 
 
+def test_kv_dtype_takes_every_kv_dtype_the_engine_takes():
+    """--kv-dtype's choices (written out: the options import no MLX) take each of
+    the engine's KV_DTYPES and refuse a name outside them."""
+    from tiny_llm_base.memory import KV_DTYPES
+
+    parser = cli.argparse.ArgumentParser()
+    cli.add_kv_memory_option(parser)
+    for kv_dtype in KV_DTYPES:
+        assert parser.parse_args(["--kv-dtype", kv_dtype]).kv_dtype == kv_dtype
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--kv-dtype", "int3"])
+
+
 def test_batch_main_says_a_dense_cache_holds_batch_size_x_max_seq_len(
     tmp_path, kv_bytes_a_token
 ):

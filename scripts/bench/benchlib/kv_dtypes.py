@@ -71,7 +71,7 @@ def running(model, tokenizer, sampler, kv_dtype: str, count: int) -> dict:
     run_to_end(engine, specs, lambda e, _, __: seen.append(len(e.planner.decoding())))
     return dict(
         budget_bytes=budget,
-        tokens=engine.kv.pool.num_blocks * engine.kv.block_size,
+        tokens_fit=engine.kv.pool.num_blocks * engine.kv.block_size,
         most_decoding=max(seen),
         preemptions=engine.metrics.preemptions,
     )
@@ -185,7 +185,7 @@ def kv_part(model, tokenizer, sampler, quick: bool) -> dict:
                 run["requests_ratio"],
                 1.8,
                 f"{run['most_decoding']} vs {fit['float32']['most_decoding']} "
-                f"({run['tokens']:,} vs {fit['float32']['tokens']:,} tokens fit)",
+                f"({run['tokens_fit']:,} vs {fit['float32']['tokens_fit']:,} tokens fit)",
             ),
             at_most(
                 f"kv {d}: decode step / float32",
@@ -218,7 +218,7 @@ def kv_table(console, kv: dict) -> None:
     budget = kv["runs"]["float32"]["budget_bytes"]
     title = (
         f"kv: budget {budget / 2**20:,.1f} MiB ({BUDGET_REQUESTS} x {MAX_SEQ_LEN} "
-        f"float32 tokens, {kv['requests']} 400-token prompts); decode step rows "
+        f"float32 tokens, {kv['requests']} 100-token prompts); decode step rows "
         f"{kv['step_lengths']}; greedy over {kv['max_tokens']} tokens, "
         f"{kv['suite']} chat prompts"
     )
@@ -228,7 +228,7 @@ def kv_table(console, kv: dict) -> None:
     ]  # fmt: skip
     rows = [
         [
-            d, f"{r['tokens']:,}", str(r["most_decoding"]),
+            d, f"{r['tokens_fit']:,}", str(r["most_decoding"]),
             f"{r['requests_ratio']:.2f}", f"{1000 * r['step_seconds']:.0f} ms",
             f"{r['step_ratio']:.2f}", f"{100 * r['agree']:.0f}%",
             f"{r['max_logit_error']:.3f}",

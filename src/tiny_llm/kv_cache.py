@@ -187,15 +187,21 @@ class BatchingKvCache(TinyKvCache):
 
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
-    ) -> tuple[mx.array, mx.array, mx.array]:
+    ) -> tuple[mx.array, mx.array, mx.array | str | None]:
         """keys/values: [B, H, L, D], rows <= B <= max_active_requests; row b is
-        written at offsets[b]. Returns keys/values [B, H, S, D] and the mask."""
+        written at offsets[b]. Returns keys/values [B, H, S, D] and the mask.
+
+        When every row fed is at the same offset (always so for one row), the step
+        is a single sequence's: one slice write, and the mask TinyKvFullCache gives
+        ("causal", or None for one token), so no per-row arrays are built."""
         raise NotImplementedError(
             "Week 2 Day 5: update_and_fetch: ValueError unless rows <= B <= "
             "max_active_requests, or when a row would pass max_seq_len; fit the "
-            "storage to B rows and S = max(offsets[:B]) + L positions; write row b's "
-            "L keys/values at offsets[b], build batch_causal_mask, advance the non-"
-            "empty rows, return [:, :, :S] and the mask"
+            "storage to B rows and S = max(offsets[:B]) + L positions; rows all at "
+            'one offset: write them as one slice, mask "causal" (None for L = 1); '
+            "else write row b's L keys/values at offsets[b] and build "
+            "batch_causal_mask; advance the non-empty rows, return [:, :, :S] and the"
+            " mask"
         )
 
 

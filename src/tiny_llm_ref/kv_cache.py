@@ -236,14 +236,19 @@ class BatchingKvCache(TinyKvCache):
 
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
-    ) -> tuple[mx.array, mx.array, mx.array]:
+    ) -> tuple[mx.array, mx.array, mx.array | str | None]:
         """keys/values: [B, H, L, D], rows <= B <= max_active_requests; row b is
-        written at offsets[b]. Returns keys/values [B, H, S, D] and the mask."""
+        written at offsets[b]. Returns keys/values [B, H, S, D] and the mask.
+
+        When every row fed is at the same offset (always so for one row), the step
+        is a single sequence's: one slice write, and the mask TinyKvFullCache gives
+        ("causal", or None for one token), so no per-row arrays are built."""
         # Week 2 Day 5: update_and_fetch: ValueError unless rows <= B <=
         # max_active_requests, or when a row would pass max_seq_len; fit the storage to
-        # B rows and S = max(offsets[:B]) + L positions; write row b's L keys/values at
-        # offsets[b], build batch_causal_mask, advance the non-empty rows, return [:, :,
-        # :S] and the mask
+        # B rows and S = max(offsets[:B]) + L positions; rows all at one offset: write
+        # them as one slice, mask "causal" (None for L = 1); else write row b's L
+        # keys/values at offsets[b] and build batch_causal_mask; advance the non-empty
+        # rows, return [:, :, :S] and the mask
         B, H, L, D = keys.shape
         if not self.rows <= B <= self.max_active_requests:
             raise ValueError(
@@ -255,11 +260,16 @@ class BatchingKvCache(TinyKvCache):
         if S > self.max_seq_len:
             raise ValueError(f"a request would pass max_seq_len={self.max_seq_len}")
         self.fit(B, S, H, D, keys.dtype)
-        row_offsets = mx.array(offsets)
-        positions = (row_offsets[:, None] + mx.arange(L)[None, :])[:, None, :, None]
-        self.keys = mx.put_along_axis(self.keys, positions, keys, axis=2)
-        self.values = mx.put_along_axis(self.values, positions, values, axis=2)
-        mask = batch_causal_mask(row_offsets, L, S, keys.dtype)
+        if min(offsets) == S - L:  # one offset: the rows are one sequence's shape
+            self.keys[:, :, S - L : S, :] = keys
+            self.values[:, :, S - L : S, :] = values
+            mask = "causal" if L > 1 else None
+        else:
+            row_offsets = mx.array(offsets)
+            positions = (row_offsets[:, None] + mx.arange(L)[None, :])[:, None, :, None]
+            self.keys = mx.put_along_axis(self.keys, positions, keys, axis=2)
+            self.values = mx.put_along_axis(self.values, positions, values, axis=2)
+            mask = batch_causal_mask(row_offsets, L, S, keys.dtype)
         # An empty slot (offset 0) stays empty: its row is computed but never kept.
         self.offsets[:B] = [offset + L if offset else 0 for offset in offsets]
         return self.keys[:, :, :S, :], self.values[:, :, :S, :], mask

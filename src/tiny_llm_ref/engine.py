@@ -179,9 +179,9 @@ class Engine:
 
     def nothing_waits(self) -> bool:
         """True when the next plan can only decode this one's rows: no note, arrival
-        or request waiting for a free slot, no drafts (they need the token read)."""
-        waiting = self.planner.waiting and None in self.planner.slots
-        busy = self.arriving or waiting or not self.inbox.empty()
+        or waiting request (a row an EOS frees goes to it at once), no drafts (they
+        need the token read)."""
+        busy = self.arriving or self.planner.waiting or not self.inbox.empty()
         return not (busy or self.config.speculative)
 
     def has_unfinished(self) -> bool:

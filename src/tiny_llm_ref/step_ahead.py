@@ -18,11 +18,13 @@ without chunks or drafts, whose forward is the same) runs as:
    every row has room for that position (a paged row in the blocks it holds: a
    step that needs a new block runs synchronously, and the next plan reserves it);
 4. only then this step's tokens are read and accepted, row by row.
-A step starts the next forward only while no request can take a row next step
-(`quiet`: Engine.nothing_waits), so that the next plan has the same rows. A request
-that left its row in between (EOS, an abort, a failure, a preemption) has its row
-ignored; one placed in a row in between (it arrived from another thread) decodes a
-step late, fed in the next forward started ahead.
+A step starts the next forward only while no request waits for a row
+(`quiet`: Engine.nothing_waits), so that the next plan has the same rows: with a
+queue, a row freed by an EOS (which no one can see coming) goes to the next request
+at once, and it decodes in the step after its prompt ends. A request that left its
+row in between (EOS, an abort, a failure, a preemption) has its row ignored; one
+placed in a row in between (it arrived from another thread) decodes a step late,
+fed in the next forward started ahead, and does not count in this step's forward.
 
 A mixed plan with chunks, made while a forward runs ahead (a request arrived or
 a row freed since it started), takes its rows' logits from that forward and runs
@@ -46,7 +48,7 @@ from tiny_llm_base import NoConstraint, PlainSampling, sampled_token_id
 
 from .planner import Plan
 from .request import Request
-from .runner import ModelRunner
+from .runner import Forward, ModelRunner
 
 
 @dataclass
@@ -96,10 +98,21 @@ class StepAheadRunner(ModelRunner):
         super().__init__(model, clock, kv)
         self.quiet = quiet
         self.ahead: Ahead | None = None
+        self.late: list[Request] = []
+
+    def run(self, plan: Plan) -> Forward | None:
+        """ModelRunner.run; a row placed since the forward ahead started (late) did
+        not decode in this step's forward."""
+        self.late = []
+        forward = super().run(plan)
+        if forward is not None and self.late:
+            forward.decodes = [r for r in forward.decodes if r not in self.late]
+        return forward
 
     def decode(self, plan: Plan) -> None:
         rows = plan.rows
         logits, late = self.take_ahead(rows)
+        self.late = late
         if logits is None and not all(r is None or can_go_ahead(r) for r in rows):
             return super().decode(plan)
         if logits is None:

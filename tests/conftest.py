@@ -1,21 +1,35 @@
 from .solution import SOLUTION, tiny  # noqa: F401, I001  (first: the fast BLAS must load before mlx)
 
+import gc
+
 import mlx.core as mx
 import pytest
 
 from .later_days import checked_day, later_days_stubbed
 
 
-# Files whose wall time is long (ranks launched, servers in subprocesses, a server's
-# many requests), first in the run: the parallel run hands out whole files in
-# collection order, and one of these collected last kept a worker busy alone at the
-# end (week 4 day 1's CLI launches, in a fresh-clone run).
+# Files whose wall time is long, longest first (a quiet run's --durations, 2 workers):
+# the parallel run hands out whole files in collection order, so the long ones go
+# first and the many short ones fill in at the end; one long file collected last
+# kept a worker busy alone while the other had finished. Week 4 day 1's launch
+# ranks in processes of their own, which share the cores best early on.
 LONG_FILES = [
     "test_week_4_day_1.py",
     "test_week_4_day_1_cli.py",
-    "test_serve.py",
-    "test_serve_hostile.py",
     "test_cli.py",
+    "test_serve_tools.py",
+    "test_serve_responses.py",
+    "test_serve_anthropic.py",
+    "test_serve_hostile.py",
+    "test_client_check.py",
+    "test_week_3_day_5.py",
+    "test_week_3_day_1.py",
+    "test_serve.py",
+    "test_week_2_day_7.py",
+    "test_week_3_day_1_engine.py",
+    "test_week_3_day_2_attention.py",
+    "test_serve_structured.py",
+    "test_serve_sampling.py",
     "test_scripts_options.py",
 ]
 
@@ -26,6 +40,14 @@ def pytest_collection_modifyitems(items):
         return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
 
     items.sort(key=rank)  # stable: the other files keep their order
+
+
+def pytest_collection_finish(session):
+    """What collection imported (the packages, the test modules) stays out of the
+    garbage collector's full passes from here on: a test process holds a large heap
+    of long-lived objects (tokenizers, schemas, hypothesis), and each full pass
+    walked it again (about half of the GC time, measured on two files)."""
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")

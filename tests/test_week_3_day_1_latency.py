@@ -38,6 +38,15 @@ def specs_of(rng, vocab, lengths, max_tokens=3, **fields):
     ]
 
 
+def chunks_by_request(forwards) -> dict[int, list[int]]:
+    """Each request id's prefill chunk sizes, in the order the forwards ran them."""
+    chunks = {}
+    for forward in forwards:
+        for request_id, tokens in forward.chunks:
+            chunks.setdefault(request_id, []).append(tokens)
+    return chunks
+
+
 def test_a_long_prompts_chunks_are_capped_at_the_threshold(pair, tokenizer, no_eos):
     mlx_model, model = pair
     sampler, banned = no_eos
@@ -55,10 +64,7 @@ def test_a_long_prompts_chunks_are_capped_at_the_threshold(pair, tokenizer, no_e
         on_forward=forwards.append,
     )
     results = run_engine(engine, specs)
-    chunks = {}
-    for forward in forwards:
-        for request_id, tokens in forward.chunks:
-            chunks.setdefault(request_id, []).append(tokens)
+    chunks = chunks_by_request(forwards)
     assert chunks[0] == [8] * 5  # 40 tokens, long: five chunks of 8
     assert chunks[1] == [SHORT] and chunks[2] == [8, 1]  # 9 > 8: long too
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
@@ -103,10 +109,7 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
         on_forward=forwards.append,
     )
     results = run_engine(engine, specs)
-    chunks = {}
-    for forward in forwards:
-        for request_id, tokens in forward.chunks:
-            chunks.setdefault(request_id, []).append(tokens)
+    chunks = chunks_by_request(forwards)
     expected = budgeted_chunks(LONG, 16, budget)
     assert chunks[0] == expected
     assert expected == ([14, 8, 6, 5, 5, 2] if budget == 200 else [1] * LONG)

@@ -7,13 +7,13 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from scripts.commands.calm_launch import launcher
+
 from .helpers import free_port
 
-CALM_LAUNCH = Path(__file__).parents[1] / "scripts" / "commands" / "calm_launch.py"
 # Seconds a launch may take before it and its ranks are killed: a bound for a
 # launch that hangs, never a speed goal (a 2-rank launch took ~10 s quiet and ~2 min
 # at a load of 20 on a 2-core machine).
@@ -24,7 +24,7 @@ def launch_command(ranks: int, *command: str) -> list[str]:
     """mlx.launch running `command` (a script and its arguments) on `ranks` local
     ranks: ring backend, 127.0.0.1, a free starting port."""
     return [
-        sys.executable, str(CALM_LAUNCH),
+        *launcher(),
         "--hosts", "127.0.0.1",
         "-n", str(ranks),
         "--backend", "ring",

@@ -31,15 +31,13 @@ import mlx.core as mx
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.decoding import Decoder, decode_times
 from scripts.bench.benchlib.harness import Bench, timed
+from scripts.commands.calm_launch import launcher
 from scripts.commands.cli import fail
 from tiny_llm_base import load_model
 
 TOKENS = [1, 16, 128]
 PROMPT_TOKENS = 32
 LAUNCH_TIMEOUT = 300
-
-
-CALM_LAUNCH = Path(__file__).parents[1] / "commands" / "calm_launch.py"
 
 
 def all_sum_seconds(group, shape: tuple[int, ...], repeats: int) -> float:
@@ -81,7 +79,7 @@ def launch(ranks: int, repeats: int, solution: str) -> dict:
         ]  # fmt: skip
         if ranks > 1:  # one rank runs alone: the ring needs two
             command[:1] = [
-                sys.executable, CALM_LAUNCH,
+                *launcher(),
                 "--hosts", "127.0.0.1", "-n", str(ranks), "--backend", "ring",
                 "--python", sys.executable,
             ]  # fmt: skip

@@ -23,7 +23,11 @@ def calm_select(read: list, write: list, error: list, timeout: float):
     return ready, [], failed
 
 
-launch.select = calm_select
+def launcher() -> list[str]:
+    """The command that starts this launcher; mlx.launch's arguments follow."""
+    return [sys.executable, __file__]
+
 
 if __name__ == "__main__":
+    launch.select = calm_select
     sys.exit(launch.main())

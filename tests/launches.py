@@ -10,9 +10,7 @@ import time
 
 import pytest
 
-from scripts.commands.calm_launch import launcher
-
-from .helpers import free_port
+from scripts.commands.calm_launch import free_starting_port, launcher
 
 # Seconds a launch may take before it and its ranks are killed: a bound for a
 # launch that hangs, never a speed goal (a 2-rank launch took ~10 s quiet and ~2 min
@@ -20,15 +18,20 @@ from .helpers import free_port
 LAUNCH_TIMEOUT = 600
 
 
-def launch_command(ranks: int, *command: str) -> list[str]:
+def launch_command(
+    ranks: int, *command: str, starting_port: int | None = None
+) -> list[str]:
     """mlx.launch running `command` (a script and its arguments) on `ranks` local
-    ranks: ring backend, 127.0.0.1, a free starting port."""
+    ranks: ring backend, 127.0.0.1, a starting port with `ranks` free ports from it
+    (the ranks' ports; one in use made rank 1 exit at its bind)."""
+    if starting_port is None:
+        starting_port = free_starting_port(ranks)
     return [
         *launcher(),
         "--hosts", "127.0.0.1",
         "-n", str(ranks),
         "--backend", "ring",
-        "--starting-port", str(free_port()),
+        "--starting-port", str(starting_port),
         "--python", sys.executable,
         *command,
     ]  # fmt: skip

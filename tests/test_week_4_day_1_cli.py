@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
 from .cli_runs import run_in_process
 from .helpers import WAIT_S, free_port, sharpened
 from .launches import LAUNCH_TIMEOUT, assert_no_rank_left, launch_command
+from scripts.commands.calm_launch import free_starting_port
 from .random_models import random_model
 from .solution import SOLUTION, tiny
 
@@ -159,6 +161,25 @@ def test_batch_main_on_two_ranks_prints_one_ranks_table_once(tmp_path, model_fol
     [failure] = [line for line in one_err.splitlines() if line.startswith("request #")]
     assert stderr.count(failure) == 1, stderr
     assert stderr.count("tensor parallel over 2 ranks") == 1, stderr
+
+
+def test_a_ring_port_in_use_is_one_error_line_from_each_rank(tmp_path):
+    """Another program holds rank 1's ring port: rank 1 cannot bind, rank 0 loses
+    its peer. Each rank says so in one line naming --starting-port, and no
+    traceback (a rank other than 0 prints only error lines: its failure was
+    silent, the launcher saying only that it exited with code 1)."""
+    start_port = free_starting_port(2)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", start_port + 1))
+        held.listen()
+        command = launch_command(
+            2, "batch-main.py", "--solution", SOLUTION, starting_port=start_port
+        )
+        stderr = run_to_the_end(command, tmp_path / "out")[1]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    rank_one = [line for line in stderr.splitlines() if "(rank 1)" in line]
+    assert len(rank_one) == 1, stderr[-3000:]
+    assert "could not join" in rank_one[0] and "--starting-port" in rank_one[0]
 
 
 def post(port: int, body: dict, timeout: float = WAIT_S) -> tuple[int, dict]:

@@ -91,11 +91,18 @@ class ErrorLinesOnly:
 
 
 def quiet_unless_rank_zero() -> None:
-    """On a rank other than 0: nothing on stdout, only errors on stderr."""
+    """On a rank other than 0: nothing on stdout, only errors on stderr. An
+    exception nothing caught still gets through, as one `error (rank N):` line:
+    otherwise the rank would exit 1 and the launcher could only say that it did."""
     rank = launched_rank()
     if rank > 0:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (for the whole run)
         sys.stderr = ErrorLinesOnly(sys.stderr, rank)
+
+        def uncaught(kind, error, _traceback) -> None:
+            print(f"error: {kind.__name__}: {error}", file=sys.stderr)
+
+        sys.excepthook = uncaught
 
 
 class Ranks:
@@ -152,14 +159,23 @@ class Ranks:
 def join_ranks() -> Ranks:
     """The ranks this command runs on; under several, says so once and seeds the
     random state alike."""
-    ranks = Ranks()
-    if ranks.sharded:
-        print(
-            f"tensor parallel over {ranks.size} ranks (mlx.launch): each rank holds "
-            "its share of the heads and the MLP; rank 0 prints",
-            file=sys.stderr,
+    try:
+        ranks = Ranks()
+        if ranks.sharded:
+            print(
+                f"tensor parallel over {ranks.size} ranks (mlx.launch): each rank "
+                "holds its share of the heads and the MLP; rank 0 prints",
+                file=sys.stderr,
+            )
+            ranks.agree_seed()
+    except RuntimeError as error:  # the ring's own errors: a port, a lost peer
+        fail(
+            f"the ranks could not join: {error}; another program may hold one of "
+            "the ring's ports (mlx.launch --starting-port and the next ones, one "
+            "a rank): choose another --starting-port",
+            status=1,
         )
-        ranks.agree_seed()
+    if ranks.sharded:
         ranks.seed_this_thread()  # batch-main steps its engine on this thread
     return ranks
 

@@ -745,6 +745,39 @@ def test_first_run_in_a_pipe_says_what_it_is_doing_in_plain_lines(tmp_path):
     assert "\r" not in result.stderr and "\x1b" not in result.stderr
 
 
+INTERRUPTED_INSIDE_SET_NAME = """
+import os, signal
+from scripts.commands.interrupt import exit_on_interrupt, unwind_on_interrupt
+exit_on_interrupt()
+unwind_on_interrupt()
+
+class Field:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs between two bytecodes
+            pass
+
+class Endpoint:  # as a lazily imported module defines its dataclasses
+    name = Field()
+print("not interrupted")
+"""
+
+
+def test_ctrl_c_inside_a_class_definition_is_still_one_line():
+    """An interrupt that lands in a descriptor's __set_name__ (a lazy import's
+    dataclass, after the program's imports: seen once in a suite run) reaches the
+    top as RuntimeError('Error calling __set_name__'), not SystemExit: still
+    status 130, one line, no traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_INSIDE_SET_NAME],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
+
+
 @pytest.mark.parametrize("script", ["main.py", "batch-main.py"])
 def test_ctrl_c_in_the_first_second_never_shows_a_traceback(script):
     """SIGINT at moments across the slow imports (the project, MLX, tqdm, rich),

@@ -20,6 +20,7 @@ FORCED_EXIT_AFTER_S = 0.5
 READY_VARIABLE = "TINY_LLM_SAY_INTERRUPTIBLE"
 READY_LINE = b"interruptible\n"
 unwinding = [False]  # set by unwind_on_interrupt once the slow imports are done
+interrupted = [False]  # set by the handler once it has raised SystemExit
 
 
 def unwind_on_interrupt() -> None:
@@ -82,7 +83,18 @@ def exit_on_interrupt() -> None:
         atexit.register(leave_now)  # handlers run last first: after the two below
         atexit.register(settle_mlx)
         atexit.register(announce_once)  # last: after progress bars clear their lines
+        interrupted[0] = True
         raise SystemExit(INTERRUPTED_STATUS)
+
+    default_hook = sys.excepthook
+
+    def quiet_once_interrupted(kind, error, traceback) -> None:
+        # Python can wrap the SystemExit in another exception: raised inside a
+        # descriptor's __set_name__ (a dataclass that a lazy import defines) it
+        # comes out as "RuntimeError: Error calling __set_name__". The exit is
+        # still the interrupt's: status 130 and its one line (atexit), no traceback.
+        if not interrupted[0]:
+            default_hook(kind, error, traceback)
 
     def watch(wakeups: int) -> None:
         while os.read(wakeups, 1) != bytes([_signal.SIGINT]):
@@ -98,6 +110,7 @@ def exit_on_interrupt() -> None:
     os.set_blocking(wakeup_writes, False)
     _signal.set_wakeup_fd(wakeup_writes, warn_on_full_buffer=False)
     _signal.signal(_signal.SIGINT, on_interrupt)
+    sys.excepthook = quiet_once_interrupted
     _thread.start_new_thread(watch, (wakeups,))  # never joined: exit does not wait
     if os.environ.get(READY_VARIABLE):  # tests wait for this, not for a guessed delay
         os.write(2, READY_LINE)

@@ -38,6 +38,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from scripts.commands.cli import fail
+from scripts.commands.interrupt import interrupted
 
 STOP = "stop"
 STOP_TIMEOUT_S = 5.0  # the most a stopping rank 0 waits to tell the others
@@ -100,7 +101,8 @@ def quiet_unless_rank_zero() -> None:
         sys.stderr = ErrorLinesOnly(sys.stderr, rank)
 
         def uncaught(kind, error, _traceback) -> None:
-            print(f"error: {kind.__name__}: {error}", file=sys.stderr)
+            if not interrupted[0]:  # an interrupt's exit says so itself
+                print(f"error: {kind.__name__}: {error}", file=sys.stderr)
 
         sys.excepthook = uncaught
 

@@ -6,7 +6,6 @@ The mlx-lm side (the float32 reference model, chat prompts, greedy generation al
 lives in tiny_llm_base.mlx_lm_reference, which the benchmarks use too.
 """
 
-import socket
 import ssl
 
 import mlx.core as mx
@@ -235,13 +234,6 @@ def run_engine(engine, specs, after_step=None, max_steps: int = 3000) -> list:
             after_step(engine)
     assert not engine.has_unfinished(), f"not done after {max_steps} steps"
     return [results[i] for i in ids]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kv_bytes_a_token(model) -> int:

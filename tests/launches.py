@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from scripts.commands.calm_launch import free_starting_port, launcher
+from scripts.commands.calm_launch import launcher
+from scripts.commands.ports import free_ports
 
 # Seconds a launch may take before it and its ranks are killed: a bound for a
 # launch that hangs, never a speed goal (a 2-rank launch took ~10 s quiet and ~2 min
@@ -25,7 +26,7 @@ def launch_command(
     ranks: ring backend, 127.0.0.1, a starting port with `ranks` free ports from it
     (the ranks' ports; one in use made rank 1 exit at its bind)."""
     if starting_port is None:
-        starting_port = free_starting_port(ranks)
+        starting_port = free_ports(ranks)
     return [
         *launcher(),
         "--hosts", "127.0.0.1",

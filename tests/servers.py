@@ -19,7 +19,9 @@ import uvicorn
 from tiny_llm_base import EngineConfig, PromptSpec
 from tiny_llm_serve import ConstraintFactory, ServerSettings, create_app
 
-from .helpers import TLS, WAIT_S, free_port
+from scripts.commands.ports import free_port
+
+from .helpers import TLS, WAIT_S
 from .solution import tiny
 
 API_KEY = "test-key"

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from scripts.commands.ports import free_port
+
 from .cli_runs import assert_one_line_error, run_in_process
 from .cli_runs import run_in_subprocess as run
-from .helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 8192  # the embedded SmolLM2's max_position_embeddings

@@ -30,8 +30,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
+from scripts.commands.ports import free_port
+
 from .cli_runs import ServeCli
-from .helpers import TLS, free_port, kv_bytes_a_token
+from .helpers import TLS, kv_bytes_a_token
 from .servers import (
     API_KEY,
     CHAT,

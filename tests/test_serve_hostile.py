@@ -25,8 +25,10 @@ import pytest
 from tiny_llm_base import PromptSpec
 from tiny_llm_serve import ServerSettings, create_app
 
+from scripts.commands.ports import free_port
+
 from .cli_runs import ServeCli, run_in_process
-from .helpers import TLS, free_port
+from .helpers import TLS
 from .servers import (
     API_KEY,
     CHAT,

@@ -31,10 +31,11 @@ from mlx.utils import tree_flatten
 from tiny_llm_base import load_model
 from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
 
+from scripts.commands.ports import free_port, free_ports
+
 from .cli_runs import run_in_process
-from .helpers import WAIT_S, free_port, sharpened
+from .helpers import WAIT_S, sharpened
 from .launches import LAUNCH_TIMEOUT, assert_no_rank_left, launch_command
-from scripts.commands.calm_launch import free_starting_port
 from .random_models import random_model
 from .solution import SOLUTION, tiny
 
@@ -168,7 +169,7 @@ def test_a_ring_port_in_use_is_one_error_line_from_each_rank(tmp_path):
     its peer. Each rank says so in one line naming --starting-port, and no
     traceback (a rank other than 0 prints only error lines: its failure was
     silent, the launcher saying only that it exited with code 1)."""
-    start_port = free_starting_port(2)
+    start_port = free_ports(2)
     with socket.socket() as held:
         held.bind(("127.0.0.1", start_port + 1))
         held.listen()

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from scripts.bench.benchlib.course import run_benchmark
 from scripts.bench.benchlib.harness import Bench, Goal, at_most
-from scripts.bench.benchlib.servers import Server, free_port, ours, peer
+from scripts.bench.benchlib.servers import Server, ours, peer
+from scripts.commands.ports import free_port
 from scripts.bench.loadlib import report
 from scripts.bench.loadlib.client import run_load
 from scripts.bench.loadlib.workload import make_workload

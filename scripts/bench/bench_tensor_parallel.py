@@ -31,7 +31,8 @@ import mlx.core as mx
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.decoding import Decoder, decode_times
 from scripts.bench.benchlib.harness import Bench, timed
-from scripts.commands.calm_launch import free_starting_port, launcher
+from scripts.commands.calm_launch import launcher
+from scripts.commands.ports import free_ports
 from scripts.commands.cli import fail
 from tiny_llm_base import load_model
 
@@ -81,7 +82,7 @@ def launch(ranks: int, repeats: int, solution: str) -> dict:
             command[:1] = [
                 *launcher(),
                 "--hosts", "127.0.0.1", "-n", str(ranks), "--backend", "ring",
-                "--starting-port", str(free_starting_port(ranks)),
+                "--starting-port", str(free_ports(ranks)),
                 "--python", sys.executable,
             ]  # fmt: skip
         root = str(Path(__file__).resolve().parents[2])  # `scripts` for the ranks

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from tiny_llm_base.embedded_model import MODEL_DIR_NAME, default_models_dir
+from scripts.commands.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "scripts" / "tools" / "clients"
@@ -91,12 +91,6 @@ def python_for(client: str) -> Path:
             raise RuntimeError(f"installing {requirements.name} failed: see {log}")
     stamp.write_text(digest)
     return python
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_server(port: int, model: str, log: Path) -> subprocess.Popen:

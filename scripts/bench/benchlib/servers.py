@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,12 +24,6 @@ PEER = (
     "import sys, tiny_llm_base; from mlx_lm.server import main; "
     "sys.argv = ['mlx_lm.server'] + sys.argv[1:]; main()"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

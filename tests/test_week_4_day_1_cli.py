@@ -164,6 +164,20 @@ def test_batch_main_on_two_ranks_prints_one_ranks_table_once(tmp_path, model_fol
     assert stderr.count("tensor parallel over 2 ranks") == 1, stderr
 
 
+def test_free_ports_are_free_in_a_row_and_outside_the_ephemeral_range():
+    """A ring's ports (starting_port + rank) all bind, and none is in the range the
+    kernel gives out to bind(0) and outgoing connections."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for count in (1, 3):
+        start = free_ports(count)
+        assert start + count <= low
+        sockets = [socket.socket() for _ in range(count)]
+        for port, sock in zip(range(start, start + count), sockets):
+            sock.bind(("127.0.0.1", port))
+        for sock in sockets:
+            sock.close()
+
+
 def test_a_ring_port_in_use_is_one_error_line_from_each_rank(tmp_path):
     """Another program holds rank 1's ring port: rank 1 cannot bind, rank 0 loses
     its peer. Each rank says so in one line naming --starting-port, and no

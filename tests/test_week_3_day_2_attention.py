@@ -5,7 +5,7 @@ rule as the chapter states it, on random lengths); the batch view's attend_stage
 gives every row what mx.fast's attention gives it over its own keys alone, and
 gathers each group only to its own longest row; the engine's tokens are mlx-lm's
 with every row in its own group. Quantized rows decode within one quantization step
-of what was written, float16 rows as a cast gives them; a float16 or quantized
+of what was written, float16 rows as a cast gives them (subnormals as zeros); a float16 or quantized
 pool's engine gives mlx-lm's greedy tokens with mlx-lm keeping its keys and values
 the same way (a float16 KVCache, its own QuantizedKVCache of the same mx.quantize
 groups), and its budget holds the tokens that its bytes a token say.
@@ -211,6 +211,25 @@ def test_float16_rows_decode_as_a_cast():
     np.testing.assert_array_equal(
         np.array(back), np.array(rows).astype(np.float16).astype(np.float32)
     )
+
+
+def test_float16_decode_of_every_float16():
+    """All 65,536 float16 bit patterns, in a float32 pool's layout: decode gives
+    numpy's cast of each (infinities, NaNs and the sign of zero included), except
+    that a subnormal (magnitude below 2^-14) comes back as a zero of its sign."""
+    layer = tiny.QuantizedLayerBlocks(8, 4, "float16")
+    layer.encode(mx.zeros((1, 1, 64)))  # the rows' dtype: float32
+    bits = np.arange(2**16, dtype=np.uint16)
+    numbers = bits.view(np.float16)
+    want = numbers.astype(np.float32)
+    subnormal = (bits & 0x7FFF) != 0
+    subnormal &= (bits & 0x7FFF) < 0x0400
+    want[subnormal] = np.copysign(np.float32(0), want[subnormal])
+    back = np.array(layer.decode(mx.array(numbers.reshape(4, 16, 16, 64))))
+    assert back.dtype == np.float32
+    back = back.reshape(-1)
+    np.testing.assert_array_equal(back, want)
+    np.testing.assert_array_equal(np.signbit(back), np.signbit(want))
 
 
 @pytest.mark.parametrize("kv_dtype, bits", [("int8", 8), ("int4", 4), ("float16", 11)])

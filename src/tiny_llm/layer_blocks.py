@@ -108,6 +108,11 @@ class LayerBlocks:
             "Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length / "
             "block_size) blocks (a table may hold blocks reserved past length; pad "
             "with block 0); index the pool with the [B, 1, width] table array and the"
-            " [1, H, 1] heads -> [B, H, width, block_size, D], reshape to [B, H, "
-            "width * block_size, D] and cut to length"
+            " [1, H, 1] heads -> [B, H, width, block_size, D], decode() those blocks,"
+            " reshape to [B, H, width * block_size, D] and cut to length"
         )
+
+    def decode(self, stored: mx.array) -> mx.array:
+        """Stored rows [..., D] as attention reads them: here as they are (a pool in
+        fewer bytes, QuantizedLayerBlocks, decodes them)."""
+        return stored

@@ -137,8 +137,8 @@ class LayerBlocks:
         # Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length /
         # block_size) blocks (a table may hold blocks reserved past length; pad with
         # block 0); index the pool with the [B, 1, width] table array and the [1, H,
-        # 1] heads -> [B, H, width, block_size, D], reshape to [B, H, width *
-        # block_size, D] and cut to length
+        # 1] heads -> [B, H, width, block_size, D], decode() those blocks, reshape to
+        # [B, H, width * block_size, D] and cut to length
         self.flush()
         width = blocks_needed(length, self.block_size)
         padded = mx.array([(t + [0] * width)[:width] for t in tables])  # [B, width]
@@ -147,8 +147,14 @@ class LayerBlocks:
         def read(pool: mx.array) -> mx.array:
             # Heads indexed with the blocks: the copy comes out head-major, so the
             # reshape is free (blocks then a transpose would copy twice).
-            blocks = pool[padded[:, None, :], heads]  # [B, H, width, size, D]
-            B, H, _, size, D = blocks.shape
+            # Decoded before the cut: the gathered blocks are one contiguous array.
+            blocks = self.decode(pool[padded[:, None, :], heads])
+            B, H, _, size, D = blocks.shape  # [B, H, width, size, D]
             return blocks.reshape(B, H, width * size, D)[:, :, :length, :]
 
         return read(self.keys), read(self.values)
+
+    def decode(self, stored: mx.array) -> mx.array:
+        """Stored rows [..., D] as attention reads them: here as they are (a pool in
+        fewer bytes, QuantizedLayerBlocks, decodes them)."""
+        return stored

@@ -18,7 +18,8 @@ def prompts(vocab: int) -> list[list[int]]:
 
 
 def engine(pair, tokenizer, kv_cache: str, **settings):
-    settings = dict(batch_size=4, max_seq_len=64, prefill_step=None, **settings)
+    settings = dict(batch_size=4, max_seq_len=64, prefill_step=None) | settings
+    settings.setdefault("step_ahead", True)
     if kv_cache == "paged":
         settings.update(
             kv_cache="paged", block_size=4, num_blocks=64, prefix_caching=False

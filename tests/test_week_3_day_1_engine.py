@@ -276,6 +276,7 @@ def test_engine_tokens_do_not_depend_on_policy_budget_or_batch(
         for prompt in prompts
     ]
     max_tokens = data.draw(st.integers(1, 6), label="max_tokens")
+    step_ahead = data.draw(st.booleans(), label="step_ahead")
     recorder = Recorder()
     engine = tiny.Engine(
         model,
@@ -287,6 +288,7 @@ def test_engine_tokens_do_not_depend_on_policy_budget_or_batch(
         token_budget=token_budget,
         max_tokens=max_tokens,
         on_forward=recorder.records.append,
+        step_ahead=step_ahead,
     )
     ids = [engine.add_request(spec) for spec in specs]
     assert len(set(ids)) == len(ids)

@@ -88,7 +88,10 @@ class EngineConfig:
         paged-cache chapter).
     step_ahead: start the next decode forward before this step's tokens are read,
         so the engine's Python runs while the model computes (step_ahead.py; same
-        tokens); False: every step evaluated and read before the next is built.
+        tokens). Off by default: on MLX's CPU backend mx.async_eval returns only
+        once most of the forward has run, and bench-engine measured the plain
+        runner as fast or faster (book: the continuous-batching chapter); where
+        the model has a device of its own (a GPU), measure it on.
     """
 
     batch_size: int = 5
@@ -117,7 +120,7 @@ class EngineConfig:
     kv_disk_dir: str | os.PathLike | None = None
     kv_disk_budget: int | str = DEFAULT_KV_DISK_BUDGET
     kv_dtype: str = "float32"
-    step_ahead: bool = True
+    step_ahead: bool = False
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -4,7 +4,8 @@ A long prompt's chunks are capped at long_prefill_token_threshold, and by their
 attention scores at long_prefill_attention_budget; at most
 max_num_partial_prefills requests are partly prefilled at once, at most
 max_long_partial_prefills of them long; a short prompt gets through while a long one
-is in progress; an interactive request with no free slot preempts a decoding batch
+is in progress, and takes the slot a started long prompt would have kept in view
+(the long one pauses); an interactive request with no free slot preempts a decoding batch
 request that arrived less than batch_patience before it, and the preempted request
 still finishes with the tokens it gets alone. Tokens are compared with mlx-lm
 generating each prompt alone on the same weights.
@@ -191,6 +192,34 @@ def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, 
         model, tokenizer, sampler, specs, max_num_partial_prefills=1, **settings
     )
     assert (long_first, short_first) == (5, 6)
+
+
+def test_a_long_prompt_yields_its_slot_to_a_short_one(pair, tokenizer, no_eos):
+    """Two slots: a short prompt decoding 6 tokens holds one, a long prompt (5 chunks
+    of 8) prefills toward the other, and a second short prompt arrives in step 3. The
+    long one yields: the short one takes the free slot and answers in step 3, the long
+    one pauses while both slots are taken (steps 3 and 4) and answers in step 7.
+    Had the long one kept the slot in view, it would answer in step 5 and the short
+    one would wait for a slot until step 7."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(15)
+    vocab = mlx_model.args.vocab_size
+    first, long_prompt, second = (token_ids(rng, vocab, n) for n in (SHORT, LONG, 6))
+    specs = [
+        tiny.PromptSpec(first, max_tokens=6),
+        tiny.PromptSpec(long_prompt, max_tokens=2),
+        tiny.PromptSpec(second, max_tokens=2, arrival_step=2),
+    ]
+    settings = dict(batch_size=2, prefill_step=None, policy="mixed")
+    steps = first_token_steps(
+        model, tokenizer, sampler, specs, long_prefill_token_threshold=8, **settings
+    )
+    assert steps == [1, 7, 3]
+    engine = tiny.Engine(
+        model, tokenizer, sampler=sampler, long_prefill_token_threshold=8, **settings
+    )
+    assert_tokens(run_engine(engine, specs), mlx_model, specs, tokenizer, banned)
 
 
 def batch_then_interactive(vocab: int) -> list:

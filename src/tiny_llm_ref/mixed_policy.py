@@ -20,6 +20,15 @@ three are vLLM's names):
 - max_long_partial_prefills: at most this many of them long, so a few long prompts
   never hold every prefill place while short ones queue.
 
+A long prompt also yields its slot: short prompts are planned first, and a long
+one that has started keeps no slot in view for itself, so it gets a chunk only while
+a slot is in view after the short ones took theirs. When every slot is taken and a
+short prompt waits, the long one pauses (it keeps its cache and its place among the
+partial prefills): the steps are pure decodes, short, the decoding chats finish
+sooner and hand their slots on. So while a long prompt pauses, more requests are
+partly prefilled than there will be slots; the long one waits for a slot when its
+prefill ends.
+
 And priorities act: when every slot is taken, a waiting interactive request preempts
 a decoding batch request (it gives its memory back and recomputes later, as under
 memory pressure, week 2 day 6). Only batch requests whose deadline
@@ -28,8 +37,8 @@ can be preempted, so a batch request older than batch_patience is never preempte
 overtaken again: it is never starved.
 """
 
+import itertools
 import math
-from functools import partial
 
 from tiny_llm_base.config_checks import is_adaptive
 
@@ -102,17 +111,20 @@ def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
 def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
     """Before a mixed step is planned: each waiting interactive request, most urgent
     first, that is still prefilling and may start (may_start) but has no slot in view
-    (planner.slot_for with `started`) preempts decoding batch requests whose deadline
-    is later than its own, latest first, until it has one or none is left."""
+    (planner.slot_for with the short requests in `started`: a long one yields its
+    slot) preempts decoding batch requests whose deadline is later than its own,
+    latest first, until it has one or none is left."""
     # Week 3 Day 1: preempt_for_interactive: for each waiting interactive request by
-    # urgency, not prefill-done, may_start: while slot_for is None, planner.preempt the
-    # decoding batch request with the latest deadline past its own (stop when none)
+    # urgency, not prefill-done, may_start: while slot_for (with the started requests
+    # that are not is_long) is None, planner.preempt the decoding batch request with
+    # the latest deadline past its own (stop when none)
+    in_view = [r for r in started if not is_long(planner, r)]
     for request in planner.by_urgency():
         if request.priority != "interactive" or request.is_prefill_done:
             continue
         if not may_start(planner, request, started):
             continue
-        while planner.slot_for(request, started) is None:
+        while planner.slot_for(request, in_view) is None:
             later = [
                 r
                 for _, r in planner.decoding()
@@ -136,8 +148,13 @@ def plan_mixed(planner: Planner) -> Plan:
 
     The requests come from planner.prefill_candidates (a slot in view, room from the
     KV manager, first come first served) with may_start's partial-prefill limits,
-    both asked with the requests that have started prefilling (offset > 0) and those
-    planned so far, so that each keeps a slot in view. Each chunk is
+    asked with the requests that have started prefilling (offset > 0) and those
+    planned so far: short ones first, then long ones (is_long). Each short started
+    request and each planned one keeps a slot in view; a long started one does not,
+    so it yields its slot to a short one and gets a chunk only while a slot is still
+    in view, and one that holds no memory yet waits while a short one asked this
+    step holds none (first come, first served among the short ones first). Each
+    chunk is
     chunk_limit(planner, request, chunk size) (a long prompt's cap included), at most
     the budget left, cut to the room planner.reserve_chunk makes for it; a chunk
     with no room ends the plan (first come, first served). An AdaptiveChunker is
@@ -146,11 +163,13 @@ def plan_mixed(planner: Planner) -> Plan:
     """
     # Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, their
     # rows, the drafts (plan_drafts, only with config.speculative or jump_forward),
-    # then chunks from prefill_candidates with may_start within the budget left, each
-    # chunk_limit, cut to what planner.reserve_chunk makes room for (stop at the first
-    # that gets none); Plan(rows, chunks, mixed=True, drafts)
+    # then chunks from prefill_candidates with may_start within the budget left, the
+    # short requests before the long ones, a slot in view kept for the short started
+    # and the planned ones; each chunk_limit, cut to what planner.reserve_chunk makes
+    # room for (stop at the first that gets none); Plan(rows, chunks, mixed=True,
+    # drafts)
     config = planner.config
-    started = [r for r in planner.waiting if r.offset > 0]  # each keeps a slot in view
+    started = [r for r in planner.waiting if r.offset > 0]
     preempt_for_interactive(planner, started)
     planner.make_room_for_decodes()
     rows = planner.decode_rows()
@@ -162,8 +181,25 @@ def plan_mixed(planner: Planner) -> Plan:
         budget -= sum(map(len, drafts.values()))
     chunks: list[tuple[Request, int]] = []
     step_size = None
-    limits = partial(may_start, planner, started=started)
-    for request in planner.prefill_candidates(started, limits):
+    in_view = [r for r in started if not is_long(planner, r)]  # a long one yields
+    asked: list[Request] = []
+
+    def short(request: Request) -> bool:
+        if is_long(planner, request) or not may_start(planner, request, started):
+            return False
+        asked.append(request)
+        return True
+
+    def long(request: Request) -> bool:
+        if not is_long(planner, request) or not may_start(planner, request, started):
+            return False
+        return request in planner.holding or all(r in planner.holding for r in asked)
+
+    candidates = itertools.chain(
+        planner.prefill_candidates(in_view, short),
+        planner.prefill_candidates(in_view, long),  # asked once the short ones are
+    )
+    for request in candidates:
         if budget <= 0:
             break
         try:
@@ -179,6 +215,8 @@ def plan_mixed(planner: Planner) -> Plan:
         chunks.append((request, size))
         if request not in started:
             started.append(request)
+        if request not in in_view:
+            in_view.append(request)
         budget -= size
     planner.retire_finished()
     return Plan(rows=rows, chunks=chunks, mixed=True, drafts=drafts)

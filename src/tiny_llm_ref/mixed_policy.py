@@ -149,23 +149,26 @@ def plan_mixed(planner: Planner) -> Plan:
     The requests come from planner.prefill_candidates (a slot in view, room from the
     KV manager, first come first served) with may_start's partial-prefill limits,
     asked with the requests that have started prefilling (offset > 0) and those
-    planned so far: short ones first, then long ones (is_long). Each short started
-    request and each planned one keeps a slot in view; a long started one does not,
-    so it yields its slot to a short one and gets a chunk only while a slot is still
-    in view, and one that holds no memory yet waits while a short one asked this
-    step holds none (first come, first served among the short ones first). Each
-    chunk is
-    chunk_limit(planner, request, chunk size) (a long prompt's cap included), at most
-    the budget left, cut to the room planner.reserve_chunk makes for it; a chunk
-    with no room ends the plan (first come, first served). An AdaptiveChunker is
-    asked once a step (it learns from one time a step); a size a policy gets wrong
-    fails that request alone, and the next request asks the policy again.
+    planned so far, each of which keeps a slot in view, except a long one (is_long)
+    that has started: it yields. It is asked after everyone else, and keeps its slot
+    in view from batch requests if it is interactive, and from nobody if it is
+    batch; so it pauses while every slot is taken and a request it yields to waits.
+    Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
+    included), except for a request alone in the engine (no decode rows, nobody else
+    waiting to prefill): the tokens left, at most the chunk size (the caps keep
+    shared steps short; alone, they would only add steps); at most the budget left, cut to
+    the room planner.reserve_chunk makes for it; a chunk with no room ends the plan
+    (first come, first served). An AdaptiveChunker is asked once a step (it learns
+    from one time a step); a size a policy gets wrong fails that request alone, and
+    the next request asks the policy again.
     """
     # Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, their
     # rows, the drafts (plan_drafts, only with config.speculative or jump_forward),
-    # then chunks from prefill_candidates with may_start within the budget left, the
-    # short requests before the long ones, a slot in view kept for the short started
-    # and the planned ones; each chunk_limit, cut to what planner.reserve_chunk makes
+    # then chunks from prefill_candidates with may_start within the budget left; the
+    # started long requests yield (asked last, an interactive one's slot kept in view
+    # from batch requests only, a batch one's from nobody), the other started and the
+    # planned ones keep a slot in view; each chunk_limit (alone in the engine: the
+    # tokens left, at most the chunk size), cut to what planner.reserve_chunk makes
     # room for (stop at the first that gets none); Plan(rows, chunks, mixed=True,
     # drafts)
     config = planner.config
@@ -181,23 +184,26 @@ def plan_mixed(planner: Planner) -> Plan:
         budget -= sum(map(len, drafts.values()))
     chunks: list[tuple[Request, int]] = []
     step_size = None
-    in_view = [r for r in started if not is_long(planner, r)]  # a long one yields
-    asked: list[Request] = []
+    prefilling = [r for r in planner.waiting if not r.is_prefill_done]
+    yielding = [r for r in started if is_long(planner, r)]
+    in_view = [r for r in started if r not in yielding]
+    kept_from_batch = in_view + [r for r in yielding if r.priority == "interactive"]
 
-    def short(request: Request) -> bool:
-        if is_long(planner, request) or not may_start(planner, request, started):
+    def first(request: Request) -> bool:  # everyone but the yielding, by urgency
+        if request in yielding or not may_start(planner, request, started):
             return False
-        asked.append(request)
-        return True
+        # an interactive long prompt yields its slot to no batch request
+        return (
+            request.priority != "batch"
+            or planner.slot_for(request, kept_from_batch) is not None
+        )
 
-    def long(request: Request) -> bool:
-        if not is_long(planner, request) or not may_start(planner, request, started):
-            return False
-        return request in planner.holding or all(r in planner.holding for r in asked)
+    def then(request: Request) -> bool:  # the yielding ones, with the slots left
+        return request in yielding and may_start(planner, request, started)
 
     candidates = itertools.chain(
-        planner.prefill_candidates(in_view, short),
-        planner.prefill_candidates(in_view, long),  # asked once the short ones are
+        planner.prefill_candidates(in_view, first),
+        planner.prefill_candidates(in_view, then),  # asked once the first are done
     )
     for request in candidates:
         if budget <= 0:
@@ -208,7 +214,12 @@ def plan_mixed(planner: Planner) -> Plan:
         except (TypeError, ValueError) as error:  # a policy's bad answer
             request.fail(f"prefill failed: {error}")
             continue
-        size = min(chunk_limit(planner, request, step_size), budget)
+        if rows or chunks or len(prefilling) > 1:
+            size = chunk_limit(planner, request, step_size)
+        else:  # alone in its step: a long prompt's caps would only add steps
+            left = len(request.prefill_tokens) - request.offset
+            size = left if step_size is None else min(left, step_size)
+        size = min(size, budget)
         size = planner.reserve_chunk(request, size, [r for r, _ in chunks])
         if not size:  # no memory for it: nobody behind it goes first
             break
@@ -217,6 +228,7 @@ def plan_mixed(planner: Planner) -> Plan:
             started.append(request)
         if request not in in_view:
             in_view.append(request)
+            kept_from_batch.append(request)
         budget -= size
     planner.retire_finished()
     return Plan(rows=rows, chunks=chunks, mixed=True, drafts=drafts)

@@ -20,14 +20,15 @@ three are vLLM's names):
 - max_long_partial_prefills: at most this many of them long, so a few long prompts
   never hold every prefill place while short ones queue.
 
-A long prompt also yields its slot: short prompts are planned first, and a long
-one that has started keeps no slot in view for itself, so it gets a chunk only while
-a slot is in view after the short ones took theirs. When every slot is taken and a
-short prompt waits, the long one pauses (it keeps its cache and its place among the
-partial prefills): the steps are pure decodes, short, the decoding chats finish
-sooner and hand their slots on. So while a long prompt pauses, more requests are
-partly prefilled than there will be slots; the long one waits for a slot when its
-prefill ends.
+A long prompt that has started also yields its slot: it is asked for a chunk after
+everyone else and keeps no slot in view for itself (an interactive one keeps it from
+batch requests only), so it gets a chunk only while a slot is in view after the
+others took theirs. When every slot is taken and a chat waits, the long one pauses
+(it keeps its cache and its place among the partial prefills): the steps are plain
+decodes, short, the decoding chats finish sooner and hand their slots on. So while
+a long prompt pauses, more requests are partly prefilled than there will be slots;
+it waits for a slot when its prefill ends. The caps keep shared steps short; a long
+prompt alone in the engine is not capped.
 
 And priorities act: when every slot is taken, a waiting interactive request preempts
 a decoding batch request (it gives its memory back and recomputes later, as under
@@ -111,8 +112,8 @@ def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
 def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
     """Before a mixed step is planned: each waiting interactive request, most urgent
     first, that is still prefilling and may start (may_start) but has no slot in view
-    (planner.slot_for with the short requests in `started`: a long one yields its
-    slot) preempts decoding batch requests whose deadline is later than its own,
+    (planner.slot_for with the requests in `started` but the long ones: a long one
+    yields its slot to an interactive request) preempts decoding batch requests whose deadline is later than its own,
     latest first, until it has one or none is left."""
     # Week 3 Day 1: preempt_for_interactive: for each waiting interactive request by
     # urgency, not prefill-done, may_start: while slot_for (with the started requests
@@ -156,9 +157,9 @@ def plan_mixed(planner: Planner) -> Plan:
     Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
     included), except for a request alone in the engine (no decode rows, nobody else
     waiting to prefill): the tokens left, at most the chunk size (the caps keep
-    shared steps short; alone, they would only add steps); at most the budget left, cut to
-    the room planner.reserve_chunk makes for it; a chunk with no room ends the plan
-    (first come, first served). An AdaptiveChunker is asked once a step (it learns
+    shared steps short; alone, they would only add steps); at most the budget left,
+    cut to the room planner.reserve_chunk makes for it; a chunk with no room ends
+    the plan (first come, first served). An AdaptiveChunker is asked once a step (it learns
     from one time a step); a size a policy gets wrong fails that request alone, and
     the next request asks the policy again.
     """

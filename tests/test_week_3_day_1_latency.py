@@ -1,13 +1,13 @@
 """Week 3 Day 1: who shares a mixed step (mixed_policy.py).
 
 A long prompt's chunks are capped at long_prefill_token_threshold, and by their
-attention scores at long_prefill_attention_budget, in the steps it shares (alone, at
-the chunk size only); at most max_num_partial_prefills requests are partly
-prefilled at once, at most max_long_partial_prefills of them long; a short prompt
-gets through while a long one is in progress, and takes the slot a started long
-prompt would have kept in view (the long one pauses); an interactive request with no
-free slot preempts a decoding batch request that arrived less than batch_patience
-before it, and the preempted request still finishes with the tokens it gets alone.
+attention scores at long_prefill_attention_budget; at most max_num_partial_prefills
+requests are partly prefilled at once, at most max_long_partial_prefills of them
+long; a short prompt gets through while a long one is in progress, and takes the
+slot a started long prompt would have kept in view (the long one pauses); an
+interactive request with no free slot preempts a decoding batch request that arrived
+less than batch_patience before it (a long one then keeps that slot from the batch
+request), and the preempted request still finishes with the tokens it gets alone.
 Tokens are compared with mlx-lm generating each prompt alone on the same weights.
 """
 
@@ -92,13 +92,11 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
 ):
     """A 40-token prompt, threshold 16: its chunks are cut where L x (offset + L)
     would pass the budget (200: 14, 8, 6, 5, 5, 2), never below one token (budget
-    1); the short prompt beside it is not long and is not cut, and decodes through
-    every step of the long one, so none of them runs alone."""
+    1); the short prompt beside it is not long and is not cut."""
     mlx_model, model = pair
     sampler, banned = no_eos
     rng = np.random.default_rng(14)
-    vocab = mlx_model.args.vocab_size
-    specs = specs_of(rng, vocab, (LONG,)) + specs_of(rng, vocab, (12,), LONG + 1)
+    specs = specs_of(rng, mlx_model.args.vocab_size, (LONG, 12))
     forwards = []
     engine = tiny.Engine(
         model,
@@ -117,30 +115,6 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
     assert chunks[0] == expected
     assert expected == ([14, 8, 6, 5, 5, 2] if budget == 200 else [1] * LONG)
     assert chunks[1] == [12]  # 12 <= 16: not long, 144 scores or not
-    assert_tokens(results, mlx_model, specs, tokenizer, banned)
-
-
-def test_a_long_prompt_alone_in_its_steps_is_not_capped(pair, tokenizer, no_eos):
-    """The caps keep the steps a long prompt shares short; alone, they would only add
-    steps: a 40-token prompt with nothing beside it runs in prefill_step's chunks of
-    16, past a threshold of 8 and an attention budget of 1."""
-    mlx_model, model = pair
-    sampler, banned = no_eos
-    rng = np.random.default_rng(16)
-    specs = specs_of(rng, mlx_model.args.vocab_size, (LONG,))
-    forwards = []
-    engine = tiny.Engine(
-        model,
-        tokenizer,
-        prefill_step=16,
-        policy="mixed",
-        long_prefill_token_threshold=8,
-        long_prefill_attention_budget=1,
-        sampler=sampler,
-        on_forward=forwards.append,
-    )
-    results = run_engine(engine, specs)
-    assert chunks_by_request(forwards)[0] == [16, 16, 8]
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
 
 
@@ -195,9 +169,8 @@ def first_token_steps(model, tokenizer, sampler, specs, **settings) -> list[int]
 
 
 def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, no_eos):
-    """The long prompt arrives first and needs 5 steps of 8-token chunks (prefill_step
-    8: alone in a step, the threshold would not cap it); the short one arrives in
-    step 3. With room for two partial prefills it answers in the step
+    """The long prompt arrives first and needs 5 steps of 8-token chunks; the short
+    one arrives in step 3. With room for two partial prefills it answers in the step
     it arrives; one at a time (first come, first served), it waits for the long one."""
     mlx_model, model = pair
     sampler, _ = no_eos
@@ -209,7 +182,7 @@ def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, 
         tiny.PromptSpec(long_prompt, max_tokens=2),
         tiny.PromptSpec(short_prompt, max_tokens=2, arrival_step=2),
     ]
-    settings = dict(batch_size=2, prefill_step=8, policy="mixed")
+    settings = dict(batch_size=2, prefill_step=None, policy="mixed")
     settings["long_prefill_token_threshold"] = 8
     long_first, short_first = first_token_steps(
         model, tokenizer, sampler, specs, max_num_partial_prefills=2, **settings
@@ -276,6 +249,34 @@ def test_an_interactive_request_preempts_batch_work(pair, tokenizer, no_eos):
     assert [r.metrics.preemptions for r in results] == [0, 1, 0]
     steps = first_token_steps(model, tokenizer, sampler, specs, **settings)
     assert steps[2] == 5  # arrived at the start of step 5, answered in it
+
+
+def test_a_long_interactive_prompt_keeps_its_slot_from_batch_work(
+    pair, tokenizer, no_eos
+):
+    """As above with a 40-token interactive prompt, long under a threshold of 8: it
+    preempts a batch request in step 5 and runs its five chunks in steps 5 to 9. The
+    preempted batch request, short and waiting, does not take the slot back: a
+    started long prompt yields to interactive requests only."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    vocab = mlx_model.args.vocab_size
+    specs = batch_then_interactive(vocab)
+    long_prompt = token_ids(np.random.default_rng(17), vocab, LONG)
+    specs[2] = tiny.PromptSpec(
+        long_prompt, max_tokens=3, priority="interactive", arrival_step=4
+    )
+    settings = dict(batch_size=2, prefill_step=None, policy="mixed")
+    settings["long_prefill_token_threshold"] = 8
+    forwards = []
+    engine = tiny.Engine(
+        model, tokenizer, sampler=sampler, on_forward=forwards.append, **settings
+    )
+    results = run_engine(engine, specs)
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+    assert [r.metrics.preemptions for r in results] == [0, 1, 0]
+    steps = [i for i, f in enumerate(forwards, 1) if any(c[0] == 2 for c in f.chunks)]
+    assert steps == [5, 6, 7, 8, 9]
 
 
 def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):

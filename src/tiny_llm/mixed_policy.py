@@ -27,8 +27,7 @@ others took theirs. When every slot is taken and a chat waits, the long one paus
 (it keeps its cache and its place among the partial prefills): the steps are plain
 decodes, short, the decoding chats finish sooner and hand their slots on. So while
 a long prompt pauses, more requests are partly prefilled than there will be slots;
-it waits for a slot when its prefill ends. The caps keep shared steps short; a long
-prompt alone in the engine is not capped.
+it waits for a slot when its prefill ends.
 
 And priorities act: when every slot is taken, a waiting interactive request preempts
 a decoding batch request (it gives its memory back and recomputes later, as under
@@ -122,10 +121,8 @@ def plan_mixed(planner: Planner) -> Plan:
     in view from batch requests if it is interactive, and from nobody if it is
     batch; so it pauses while every slot is taken and a request it yields to waits.
     Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
-    included), except for a request alone in the engine (no decode rows, nobody else
-    waiting to prefill): the tokens left, at most the chunk size (the caps keep
-    shared steps short; alone, they would only add steps); at most the budget left,
-    cut to the room planner.reserve_chunk makes for it; a chunk with no room ends
+    included), at most the budget left, cut to the room planner.reserve_chunk makes
+    for it; a chunk with no room ends
     the plan (first come, first served). An AdaptiveChunker is asked once a step (it learns
     from one time a step); a size a policy gets wrong fails that request alone, and
     the next request asks the policy again.
@@ -137,7 +134,6 @@ def plan_mixed(planner: Planner) -> Plan:
         " budget left; the started long requests yield (asked last, an interactive "
         "one's slot kept in view from batch requests only, a batch one's from "
         "nobody), the other started and the planned ones keep a slot in view; each "
-        "chunk_limit (alone in the engine: the tokens left, at most the chunk size), "
-        "cut to what planner.reserve_chunk makes room for (stop at the first that "
-        "gets none); Plan(rows, chunks, mixed=True, drafts)"
+        "chunk_limit, cut to what planner.reserve_chunk makes room for (stop at the "
+        "first that gets none); Plan(rows, chunks, mixed=True, drafts)"
     )

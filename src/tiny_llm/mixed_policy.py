@@ -93,8 +93,9 @@ def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
     """Before a mixed step is planned: each waiting interactive request, most urgent
     first, that is still prefilling and may start (may_start) but has no slot in view
     (planner.slot_for with the requests in `started` but the long ones: a long one
-    yields its slot to an interactive request) preempts decoding batch requests whose deadline is later than its own,
-    latest first, until it has one or none is left."""
+    yields its slot to an interactive request) preempts decoding batch requests
+    whose deadline is later than its own, latest first, until it has one or none is
+    left."""
     raise NotImplementedError(
         "Week 3 Day 1: preempt_for_interactive: for each waiting interactive request "
         "by urgency, not prefill-done, may_start: while slot_for (with the started "
@@ -122,10 +123,10 @@ def plan_mixed(planner: Planner) -> Plan:
     batch; so it pauses while every slot is taken and a request it yields to waits.
     Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
     included), at most the budget left, cut to the room planner.reserve_chunk makes
-    for it; a chunk with no room ends
-    the plan (first come, first served). An AdaptiveChunker is asked once a step (it learns
-    from one time a step); a size a policy gets wrong fails that request alone, and
-    the next request asks the policy again.
+    for it; a chunk with no room ends the plan (first come, first served). An
+    AdaptiveChunker is asked once a step (it learns from one time a step); a size a
+    policy gets wrong fails that request alone, and the next request asks the
+    policy again.
     """
     raise NotImplementedError(
         "Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, "

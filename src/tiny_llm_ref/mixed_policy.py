@@ -112,8 +112,9 @@ def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
     """Before a mixed step is planned: each waiting interactive request, most urgent
     first, that is still prefilling and may start (may_start) but has no slot in view
     (planner.slot_for with the requests in `started` but the long ones: a long one
-    yields its slot to an interactive request) preempts decoding batch requests whose deadline is later than its own,
-    latest first, until it has one or none is left."""
+    yields its slot to an interactive request) preempts decoding batch requests
+    whose deadline is later than its own, latest first, until it has one or none is
+    left."""
     # Week 3 Day 1: preempt_for_interactive: for each waiting interactive request by
     # urgency, not prefill-done, may_start: while slot_for (with the started requests
     # that are not is_long) is None, planner.preempt the decoding batch request with
@@ -155,10 +156,10 @@ def plan_mixed(planner: Planner) -> Plan:
     batch; so it pauses while every slot is taken and a request it yields to waits.
     Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
     included), at most the budget left, cut to the room planner.reserve_chunk makes
-    for it; a chunk with no room ends
-    the plan (first come, first served). An AdaptiveChunker is asked once a step (it learns
-    from one time a step); a size a policy gets wrong fails that request alone, and
-    the next request asks the policy again.
+    for it; a chunk with no room ends the plan (first come, first served). An
+    AdaptiveChunker is asked once a step (it learns from one time a step); a size a
+    policy gets wrong fails that request alone, and the next request asks the
+    policy again.
     """
     # Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, their
     # rows, the drafts (plan_drafts, only with config.speculative or jump_forward),
@@ -166,8 +167,8 @@ def plan_mixed(planner: Planner) -> Plan:
     # started long requests yield (asked last, an interactive one's slot kept in view
     # from batch requests only, a batch one's from nobody), the other started and the
     # planned ones keep a slot in view; each chunk_limit, cut to what
-    # planner.reserve_chunk makes room for (stop at the first that gets none); Plan(rows, chunks, mixed=True,
-    # drafts)
+    # planner.reserve_chunk makes room for (stop at the first that gets none);
+    # Plan(rows, chunks, mixed=True, drafts)
     config = planner.config
     started = [r for r in planner.waiting if r.offset > 0]
     preempt_for_interactive(planner, started)

@@ -1,13 +1,14 @@
 """Week 3 Day 1: who shares a mixed step (mixed_policy.py).
 
 A long prompt's chunks are capped at long_prefill_token_threshold, and by their
-attention scores at long_prefill_attention_budget; at most max_num_partial_prefills
-requests are partly prefilled at once, at most max_long_partial_prefills of them
-long; a short prompt gets through while a long one is in progress, and takes the
-slot a started long prompt would have kept in view (the long one pauses); an
-interactive request with no free slot preempts a decoding batch request that arrived
-less than batch_patience before it (a long one then keeps that slot from the batch
-request), and the preempted request still finishes with the tokens it gets alone.
+attention scores at long_prefill_attention_budget unless it is alone; at most
+max_num_partial_prefills requests are partly prefilled at once, at most
+max_long_partial_prefills of them long; a short prompt gets through while a long one
+is in progress, and takes the slot a started long prompt would have kept in view
+(the long one pauses); an interactive request with no free slot preempts a decoding
+batch request that arrived less than batch_patience before it (a long one then
+keeps that slot from the batch request), and the preempted request still finishes
+with the tokens it gets alone.
 Tokens are compared with mlx-lm generating each prompt alone on the same weights.
 """
 
@@ -92,11 +93,13 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
 ):
     """A 40-token prompt, threshold 16: its chunks are cut where L x (offset + L)
     would pass the budget (200: 14, 8, 6, 5, 5, 2), never below one token (budget
-    1); the short prompt beside it is not long and is not cut."""
+    1); the short prompt beside it is not long and is not cut, and decodes through
+    every step of the long one, so the long one is never alone."""
     mlx_model, model = pair
     sampler, banned = no_eos
     rng = np.random.default_rng(14)
-    specs = specs_of(rng, mlx_model.args.vocab_size, (LONG, 12))
+    vocab = mlx_model.args.vocab_size
+    specs = specs_of(rng, vocab, (LONG,)) + specs_of(rng, vocab, (12,), LONG + 1)
     forwards = []
     engine = tiny.Engine(
         model,
@@ -115,6 +118,32 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
     assert chunks[0] == expected
     assert expected == ([14, 8, 6, 5, 5, 2] if budget == 200 else [1] * LONG)
     assert chunks[1] == [12]  # 12 <= 16: not long, 144 scores or not
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+
+
+def test_a_long_prompt_alone_is_not_cut_by_the_attention_budget(
+    pair, tokenizer, no_eos
+):
+    """The budget keeps the steps a long prompt shares short; alone, it would only
+    add steps: a 40-token prompt with nothing beside it runs in the threshold's
+    chunks of 8 under a budget of 1."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(16)
+    specs = specs_of(rng, mlx_model.args.vocab_size, (LONG,))
+    forwards = []
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        prefill_step=None,
+        policy="mixed",
+        long_prefill_token_threshold=8,
+        long_prefill_attention_budget=1,
+        sampler=sampler,
+        on_forward=forwards.append,
+    )
+    results = run_engine(engine, specs)
+    assert chunks_by_request(forwards)[0] == [8] * 5
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
 
 

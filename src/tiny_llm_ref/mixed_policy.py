@@ -82,15 +82,19 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
 
 
 # ANCHOR: chunk_limit
-def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
+def chunk_limit(
+    planner: Planner, request: Request, size: int | None, alone: bool = False
+) -> int:
     """The request's next chunk: the prompt tokens it has left, at most `size` (the
     chunk size policy's answer; None: no cap) and, for a long prompt, at most
-    long_prefill_token_threshold and at most the most tokens L whose attention
-    scores, L x (offset + L) (each of the chunk's tokens against every position up
-    to the chunk's end), stay within long_prefill_attention_budget (None: no such
-    cap), but always at least 1 token."""
+    long_prefill_token_threshold and, unless `alone`, at most the most tokens L
+    whose attention scores, L x (offset + L) (each of the chunk's tokens against
+    every position up to the chunk's end), stay within long_prefill_attention_budget
+    (None: no such cap), but always at least 1 token. `alone`: the request's step
+    has nothing else to run (no decode rows, nobody else prefilling): the budget
+    keeps shared steps short, and alone it would only add steps."""
     # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, when
-    # is_long, the threshold and (unless None) the largest L >= 1 with
+    # is_long, the threshold and (unless None or alone) the largest L >= 1 with
     # L * (request.offset + L) <= long_prefill_attention_budget
     tokens = len(request.prefill_tokens) - request.offset
     if size is not None:
@@ -98,7 +102,7 @@ def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
     if is_long(planner, request):
         config = planner.config
         tokens = min(tokens, config.long_prefill_token_threshold)
-        budget = config.long_prefill_attention_budget
+        budget = None if alone else config.long_prefill_attention_budget
         while budget is not None and tokens > 1:
             if tokens * (request.offset + tokens) <= budget:
                 break
@@ -154,8 +158,9 @@ def plan_mixed(planner: Planner) -> Plan:
     that has started: it yields. It is asked after everyone else, and keeps its slot
     in view from batch requests if it is interactive, and from nobody if it is
     batch; so it pauses while every slot is taken and a request it yields to waits.
-    Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
-    included), at most the budget left, cut to the room planner.reserve_chunk makes
+    Each chunk is chunk_limit(planner, request, chunk size, alone) (a long prompt's
+    caps included; alone: no decode rows, no chunk planned and nobody else
+    prefilling), at most the budget left, cut to the room planner.reserve_chunk makes
     for it; a chunk with no room ends the plan (first come, first served). An
     AdaptiveChunker is asked once a step (it learns from one time a step); a size a
     policy gets wrong fails that request alone, and the next request asks the
@@ -166,8 +171,8 @@ def plan_mixed(planner: Planner) -> Plan:
     # then chunks from prefill_candidates with may_start within the budget left; the
     # started long requests yield (asked last, an interactive one's slot kept in view
     # from batch requests only, a batch one's from nobody), the other started and the
-    # planned ones keep a slot in view; each chunk_limit, cut to what
-    # planner.reserve_chunk makes room for (stop at the first that gets none);
+    # planned ones keep a slot in view; each chunk_limit (alone: no rows, no chunks,
+    # nobody else prefilling), cut to what planner.reserve_chunk makes room for (stop at the first that gets none);
     # Plan(rows, chunks, mixed=True, drafts)
     config = planner.config
     started = [r for r in planner.waiting if r.offset > 0]
@@ -182,6 +187,7 @@ def plan_mixed(planner: Planner) -> Plan:
         budget -= sum(map(len, drafts.values()))
     chunks: list[tuple[Request, int]] = []
     step_size = None
+    prefilling = [r for r in planner.waiting if not r.is_prefill_done]
     yielding = [r for r in started if is_long(planner, r)]
     in_view = [r for r in started if r not in yielding]
     kept_from_batch = in_view + [r for r in yielding if r.priority == "interactive"]
@@ -211,7 +217,8 @@ def plan_mixed(planner: Planner) -> Plan:
         except (TypeError, ValueError) as error:  # a policy's bad answer
             request.fail(f"prefill failed: {error}")
             continue
-        size = min(chunk_limit(planner, request, step_size), budget)
+        alone = not rows and not chunks and prefilling == [request]
+        size = min(chunk_limit(planner, request, step_size, alone), budget)
         size = planner.reserve_chunk(request, size, [r for r, _ in chunks])
         if not size:  # no memory for it: nobody behind it goes first
             break

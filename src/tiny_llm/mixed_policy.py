@@ -73,17 +73,21 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
 
 
 # ANCHOR: chunk_limit
-def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
+def chunk_limit(
+    planner: Planner, request: Request, size: int | None, alone: bool = False
+) -> int:
     """The request's next chunk: the prompt tokens it has left, at most `size` (the
     chunk size policy's answer; None: no cap) and, for a long prompt, at most
-    long_prefill_token_threshold and at most the most tokens L whose attention
-    scores, L x (offset + L) (each of the chunk's tokens against every position up
-    to the chunk's end), stay within long_prefill_attention_budget (None: no such
-    cap), but always at least 1 token."""
+    long_prefill_token_threshold and, unless `alone`, at most the most tokens L
+    whose attention scores, L x (offset + L) (each of the chunk's tokens against
+    every position up to the chunk's end), stay within long_prefill_attention_budget
+    (None: no such cap), but always at least 1 token. `alone`: the request's step
+    has nothing else to run (no decode rows, nobody else prefilling): the budget
+    keeps shared steps short, and alone it would only add steps."""
     raise NotImplementedError(
         "Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, "
-        "when is_long, the threshold and (unless None) the largest L >= 1 with L * "
-        "(request.offset + L) <= long_prefill_attention_budget"
+        "when is_long, the threshold and (unless None or alone) the largest L >= 1 "
+        "with L * (request.offset + L) <= long_prefill_attention_budget"
     )
     # ANCHOR_END: chunk_limit
 
@@ -121,8 +125,9 @@ def plan_mixed(planner: Planner) -> Plan:
     that has started: it yields. It is asked after everyone else, and keeps its slot
     in view from batch requests if it is interactive, and from nobody if it is
     batch; so it pauses while every slot is taken and a request it yields to waits.
-    Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
-    included), at most the budget left, cut to the room planner.reserve_chunk makes
+    Each chunk is chunk_limit(planner, request, chunk size, alone) (a long prompt's
+    caps included; alone: no decode rows, no chunk planned and nobody else
+    prefilling), at most the budget left, cut to the room planner.reserve_chunk makes
     for it; a chunk with no room ends the plan (first come, first served). An
     AdaptiveChunker is asked once a step (it learns from one time a step); a size a
     policy gets wrong fails that request alone, and the next request asks the
@@ -135,6 +140,7 @@ def plan_mixed(planner: Planner) -> Plan:
         " budget left; the started long requests yield (asked last, an interactive "
         "one's slot kept in view from batch requests only, a batch one's from "
         "nobody), the other started and the planned ones keep a slot in view; each "
-        "chunk_limit, cut to what planner.reserve_chunk makes room for (stop at the "
-        "first that gets none); Plan(rows, chunks, mixed=True, drafts)"
+        "chunk_limit (alone: no rows, no chunks, nobody else prefilling), cut to what"
+        " planner.reserve_chunk makes room for (stop at the first that gets none); "
+        "Plan(rows, chunks, mixed=True, drafts)"
     )

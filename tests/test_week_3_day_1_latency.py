@@ -1,13 +1,15 @@
 """Week 3 Day 1: who shares a mixed step (mixed_policy.py).
 
 A long prompt's chunks are capped at long_prefill_token_threshold, and by their
-attention scores at long_prefill_attention_budget; at most
+attention scores at long_prefill_attention_budget unless it is alone; at most
 max_num_partial_prefills requests are partly prefilled at once, at most
 max_long_partial_prefills of them long; a short prompt gets through while a long one
-is in progress; an interactive request with no free slot preempts a decoding batch
-request that arrived less than batch_patience before it, and the preempted request
-still finishes with the tokens it gets alone. Tokens are compared with mlx-lm
-generating each prompt alone on the same weights.
+is in progress, and takes the slot a started long prompt would have kept in view
+(the long one pauses); an interactive request with no free slot preempts a decoding
+batch request that arrived less than batch_patience before it (a long one then
+keeps that slot from the batch request), and the preempted request still finishes
+with the tokens it gets alone.
+Tokens are compared with mlx-lm generating each prompt alone on the same weights.
 """
 
 import numpy as np
@@ -91,11 +93,13 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
 ):
     """A 40-token prompt, threshold 16: its chunks are cut where L x (offset + L)
     would pass the budget (200: 14, 8, 6, 5, 5, 2), never below one token (budget
-    1); the short prompt beside it is not long and is not cut."""
+    1); the short prompt beside it is not long and is not cut, and decodes through
+    every step of the long one, so the long one is never alone."""
     mlx_model, model = pair
     sampler, banned = no_eos
     rng = np.random.default_rng(14)
-    specs = specs_of(rng, mlx_model.args.vocab_size, (LONG, 12))
+    vocab = mlx_model.args.vocab_size
+    specs = specs_of(rng, vocab, (LONG,)) + specs_of(rng, vocab, (12,), LONG + 1)
     forwards = []
     engine = tiny.Engine(
         model,
@@ -114,6 +118,32 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
     assert chunks[0] == expected
     assert expected == ([14, 8, 6, 5, 5, 2] if budget == 200 else [1] * LONG)
     assert chunks[1] == [12]  # 12 <= 16: not long, 144 scores or not
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+
+
+def test_a_long_prompt_alone_is_not_cut_by_the_attention_budget(
+    pair, tokenizer, no_eos
+):
+    """The budget keeps the steps a long prompt shares short; alone, it would only
+    add steps: a 40-token prompt with nothing beside it runs in the threshold's
+    chunks of 8 under a budget of 1."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(16)
+    specs = specs_of(rng, mlx_model.args.vocab_size, (LONG,))
+    forwards = []
+    engine = tiny.Engine(
+        model,
+        tokenizer,
+        prefill_step=None,
+        policy="mixed",
+        long_prefill_token_threshold=8,
+        long_prefill_attention_budget=1,
+        sampler=sampler,
+        on_forward=forwards.append,
+    )
+    results = run_engine(engine, specs)
+    assert chunks_by_request(forwards)[0] == [8] * 5
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
 
 
@@ -193,6 +223,34 @@ def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, 
     assert (long_first, short_first) == (5, 6)
 
 
+def test_a_long_prompt_yields_its_slot_to_a_short_one(pair, tokenizer, no_eos):
+    """Two slots: a short prompt decoding 6 tokens holds one, a long prompt (5 chunks
+    of 8) prefills toward the other, and a second short prompt arrives in step 3. The
+    long one yields: the short one takes the free slot and answers in step 3, the long
+    one pauses while both slots are taken (steps 3 and 4) and answers in step 7.
+    Had the long one kept the slot in view, it would answer in step 5 and the short
+    one would wait for a slot until step 7."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    rng = np.random.default_rng(15)
+    vocab = mlx_model.args.vocab_size
+    first, long_prompt, second = (token_ids(rng, vocab, n) for n in (SHORT, LONG, 6))
+    specs = [
+        tiny.PromptSpec(first, max_tokens=6),
+        tiny.PromptSpec(long_prompt, max_tokens=2),
+        tiny.PromptSpec(second, max_tokens=2, arrival_step=2),
+    ]
+    settings = dict(batch_size=2, prefill_step=None, policy="mixed")
+    steps = first_token_steps(
+        model, tokenizer, sampler, specs, long_prefill_token_threshold=8, **settings
+    )
+    assert steps == [1, 7, 3]
+    engine = tiny.Engine(
+        model, tokenizer, sampler=sampler, long_prefill_token_threshold=8, **settings
+    )
+    assert_tokens(run_engine(engine, specs), mlx_model, specs, tokenizer, banned)
+
+
 def batch_then_interactive(vocab: int) -> list:
     """Two batch requests of 12 tokens, then an interactive one arriving in step 5."""
     rng = np.random.default_rng(14)
@@ -220,6 +278,34 @@ def test_an_interactive_request_preempts_batch_work(pair, tokenizer, no_eos):
     assert [r.metrics.preemptions for r in results] == [0, 1, 0]
     steps = first_token_steps(model, tokenizer, sampler, specs, **settings)
     assert steps[2] == 5  # arrived at the start of step 5, answered in it
+
+
+def test_a_long_interactive_prompt_keeps_its_slot_from_batch_work(
+    pair, tokenizer, no_eos
+):
+    """As above with a 40-token interactive prompt, long under a threshold of 8: it
+    preempts a batch request in step 5 and runs its five chunks in steps 5 to 9. The
+    preempted batch request, short and waiting, does not take the slot back: a
+    started long prompt yields to interactive requests only."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    vocab = mlx_model.args.vocab_size
+    specs = batch_then_interactive(vocab)
+    long_prompt = token_ids(np.random.default_rng(17), vocab, LONG)
+    specs[2] = tiny.PromptSpec(
+        long_prompt, max_tokens=3, priority="interactive", arrival_step=4
+    )
+    settings = dict(batch_size=2, prefill_step=None, policy="mixed")
+    settings["long_prefill_token_threshold"] = 8
+    forwards = []
+    engine = tiny.Engine(
+        model, tokenizer, sampler=sampler, on_forward=forwards.append, **settings
+    )
+    results = run_engine(engine, specs)
+    assert_tokens(results, mlx_model, specs, tokenizer, banned)
+    assert [r.metrics.preemptions for r in results] == [0, 1, 0]
+    steps = [i for i, f in enumerate(forwards, 1) if any(c[0] == 2 for c in f.chunks)]
+    assert steps == [5, 6, 7, 8, 9]
 
 
 def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):

@@ -20,6 +20,15 @@ three are vLLM's names):
 - max_long_partial_prefills: at most this many of them long, so a few long prompts
   never hold every prefill place while short ones queue.
 
+A long prompt that has started also yields its slot: it is asked for a chunk after
+everyone else and keeps no slot in view for itself (an interactive one keeps it from
+batch requests only), so it gets a chunk only while a slot is in view after the
+others took theirs. When every slot is taken and a chat waits, the long one pauses
+(it keeps its cache and its place among the partial prefills): the steps are plain
+decodes, short, the decoding chats finish sooner and hand their slots on. So while
+a long prompt pauses, more requests are partly prefilled than there will be slots;
+it waits for a slot when its prefill ends.
+
 And priorities act: when every slot is taken, a waiting interactive request preempts
 a decoding batch request (it gives its memory back and recomputes later, as under
 memory pressure, week 2 day 6). Only batch requests whose deadline
@@ -28,8 +37,8 @@ can be preempted, so a batch request older than batch_patience is never preempte
 overtaken again: it is never starved.
 """
 
+import itertools
 import math
-from functools import partial
 
 from tiny_llm_base.config_checks import is_adaptive
 
@@ -73,15 +82,19 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
 
 
 # ANCHOR: chunk_limit
-def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
+def chunk_limit(
+    planner: Planner, request: Request, size: int | None, alone: bool = False
+) -> int:
     """The request's next chunk: the prompt tokens it has left, at most `size` (the
     chunk size policy's answer; None: no cap) and, for a long prompt, at most
-    long_prefill_token_threshold and at most the most tokens L whose attention
-    scores, L x (offset + L) (each of the chunk's tokens against every position up
-    to the chunk's end), stay within long_prefill_attention_budget (None: no such
-    cap), but always at least 1 token."""
+    long_prefill_token_threshold and, unless `alone`, at most the most tokens L
+    whose attention scores, L x (offset + L) (each of the chunk's tokens against
+    every position up to the chunk's end), stay within long_prefill_attention_budget
+    (None: no such cap), but always at least 1 token. `alone`: the request's step
+    has nothing else to run (no decode rows, nobody else prefilling): the budget
+    keeps shared steps short, and alone it would only add steps."""
     # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, when
-    # is_long, the threshold and (unless None) the largest L >= 1 with
+    # is_long, the threshold and (unless None or alone) the largest L >= 1 with
     # L * (request.offset + L) <= long_prefill_attention_budget
     tokens = len(request.prefill_tokens) - request.offset
     if size is not None:
@@ -89,7 +102,7 @@ def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
     if is_long(planner, request):
         config = planner.config
         tokens = min(tokens, config.long_prefill_token_threshold)
-        budget = config.long_prefill_attention_budget
+        budget = None if alone else config.long_prefill_attention_budget
         while budget is not None and tokens > 1:
             if tokens * (request.offset + tokens) <= budget:
                 break
@@ -102,17 +115,21 @@ def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
 def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
     """Before a mixed step is planned: each waiting interactive request, most urgent
     first, that is still prefilling and may start (may_start) but has no slot in view
-    (planner.slot_for with `started`) preempts decoding batch requests whose deadline
-    is later than its own, latest first, until it has one or none is left."""
+    (planner.slot_for with the requests in `started` but the long ones: a long one
+    yields its slot to an interactive request) preempts decoding batch requests
+    whose deadline is later than its own, latest first, until it has one or none is
+    left."""
     # Week 3 Day 1: preempt_for_interactive: for each waiting interactive request by
-    # urgency, not prefill-done, may_start: while slot_for is None, planner.preempt the
-    # decoding batch request with the latest deadline past its own (stop when none)
+    # urgency, not prefill-done, may_start: while slot_for (with the started requests
+    # that are not is_long) is None, planner.preempt the decoding batch request with
+    # the latest deadline past its own (stop when none)
+    in_view = [r for r in started if not is_long(planner, r)]
     for request in planner.by_urgency():
         if request.priority != "interactive" or request.is_prefill_done:
             continue
         if not may_start(planner, request, started):
             continue
-        while planner.slot_for(request, started) is None:
+        while planner.slot_for(request, in_view) is None:
             later = [
                 r
                 for _, r in planner.decoding()
@@ -136,21 +153,29 @@ def plan_mixed(planner: Planner) -> Plan:
 
     The requests come from planner.prefill_candidates (a slot in view, room from the
     KV manager, first come first served) with may_start's partial-prefill limits,
-    both asked with the requests that have started prefilling (offset > 0) and those
-    planned so far, so that each keeps a slot in view. Each chunk is
-    chunk_limit(planner, request, chunk size) (a long prompt's cap included), at most
-    the budget left, cut to the room planner.reserve_chunk makes for it; a chunk
-    with no room ends the plan (first come, first served). An AdaptiveChunker is
-    asked once a step (it learns from one time a step); a size a policy gets wrong
-    fails that request alone, and the next request asks the policy again.
+    asked with the requests that have started prefilling (offset > 0) and those
+    planned so far, each of which keeps a slot in view, except a long one (is_long)
+    that has started: it yields. It is asked after everyone else, and keeps its slot
+    in view from batch requests if it is interactive, and from nobody if it is
+    batch; so it pauses while every slot is taken and a request it yields to waits.
+    Each chunk is chunk_limit(planner, request, chunk size, alone) (a long prompt's
+    caps included; alone: no decode rows, no chunk planned and nobody else
+    prefilling), at most the budget left, cut to the room planner.reserve_chunk makes
+    for it; a chunk with no room ends the plan (first come, first served). An
+    AdaptiveChunker is asked once a step (it learns from one time a step); a size a
+    policy gets wrong fails that request alone, and the next request asks the
+    policy again.
     """
     # Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, their
     # rows, the drafts (plan_drafts, only with config.speculative or jump_forward),
-    # then chunks from prefill_candidates with may_start within the budget left, each
-    # chunk_limit, cut to what planner.reserve_chunk makes room for (stop at the first
-    # that gets none); Plan(rows, chunks, mixed=True, drafts)
+    # then chunks from prefill_candidates with may_start within the budget left; the
+    # started long requests yield (asked last, an interactive one's slot kept in view
+    # from batch requests only, a batch one's from nobody), the other started and the
+    # planned ones keep a slot in view; each chunk_limit (alone: no rows, no chunks,
+    # nobody else prefilling), cut to what planner.reserve_chunk makes room for (stop at the first that gets none);
+    # Plan(rows, chunks, mixed=True, drafts)
     config = planner.config
-    started = [r for r in planner.waiting if r.offset > 0]  # each keeps a slot in view
+    started = [r for r in planner.waiting if r.offset > 0]
     preempt_for_interactive(planner, started)
     planner.make_room_for_decodes()
     rows = planner.decode_rows()
@@ -162,8 +187,28 @@ def plan_mixed(planner: Planner) -> Plan:
         budget -= sum(map(len, drafts.values()))
     chunks: list[tuple[Request, int]] = []
     step_size = None
-    limits = partial(may_start, planner, started=started)
-    for request in planner.prefill_candidates(started, limits):
+    prefilling = [r for r in planner.waiting if not r.is_prefill_done]
+    yielding = [r for r in started if is_long(planner, r)]
+    in_view = [r for r in started if r not in yielding]
+    kept_from_batch = in_view + [r for r in yielding if r.priority == "interactive"]
+
+    def first(request: Request) -> bool:  # everyone but the yielding, by urgency
+        if request in yielding or not may_start(planner, request, started):
+            return False
+        # an interactive long prompt yields its slot to no batch request
+        return (
+            request.priority != "batch"
+            or planner.slot_for(request, kept_from_batch) is not None
+        )
+
+    def then(request: Request) -> bool:  # the yielding ones, with the slots left
+        return request in yielding and may_start(planner, request, started)
+
+    candidates = itertools.chain(
+        planner.prefill_candidates(in_view, first),
+        planner.prefill_candidates(in_view, then),  # asked once the first are done
+    )
+    for request in candidates:
         if budget <= 0:
             break
         try:
@@ -172,13 +217,17 @@ def plan_mixed(planner: Planner) -> Plan:
         except (TypeError, ValueError) as error:  # a policy's bad answer
             request.fail(f"prefill failed: {error}")
             continue
-        size = min(chunk_limit(planner, request, step_size), budget)
+        alone = not rows and not chunks and prefilling == [request]
+        size = min(chunk_limit(planner, request, step_size, alone), budget)
         size = planner.reserve_chunk(request, size, [r for r, _ in chunks])
         if not size:  # no memory for it: nobody behind it goes first
             break
         chunks.append((request, size))
         if request not in started:
             started.append(request)
+        if request not in in_view:
+            in_view.append(request)
+            kept_from_batch.append(request)
         budget -= size
     planner.retire_finished()
     return Plan(rows=rows, chunks=chunks, mixed=True, drafts=drafts)

@@ -172,8 +172,8 @@ def plan_mixed(planner: Planner) -> Plan:
     # started long requests yield (asked last, an interactive one's slot kept in view
     # from batch requests only, a batch one's from nobody), the other started and the
     # planned ones keep a slot in view; each chunk_limit (alone: no rows, no chunks,
-    # nobody else prefilling), cut to what planner.reserve_chunk makes room for (stop at the first that gets none);
-    # Plan(rows, chunks, mixed=True, drafts)
+    # nobody else prefilling), cut to what planner.reserve_chunk makes room for
+    # (stop at the first that gets none); Plan(rows, chunks, mixed=True, drafts)
     config = planner.config
     started = [r for r in planner.waiting if r.offset > 0]
     preempt_for_interactive(planner, started)

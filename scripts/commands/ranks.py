@@ -170,6 +170,7 @@ def join_ranks() -> Ranks:
                 file=sys.stderr,
             )
             ranks.agree_seed()
+            ranks.seed_this_thread()  # batch-main steps its engine on this thread
     except RuntimeError as error:  # the ring's own errors: a port, a lost peer
         fail(
             f"the ranks could not join: {error}; another program may hold one of "
@@ -177,8 +178,6 @@ def join_ranks() -> Ranks:
             "a rank): choose another --starting-port",
             status=1,
         )
-    if ranks.sharded:
-        ranks.seed_this_thread()  # batch-main steps its engine on this thread
     return ranks
 
 

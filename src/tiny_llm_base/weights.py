@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx import nn
 
+from .fast_blas import computes_on_cpu
+
 DEFAULT_MAX_SEQ_LEN = 32768
 
 
@@ -51,7 +53,7 @@ def blas_layout(weight: mx.array) -> mx.array:
     course's 2-core machine (the fast-paths chapter). A row lookup (an embedding)
     reads strided memory: about 50 ms for 6,000 ids, against seconds of prefill.
     """
-    if mx.default_device().type != mx.cpu:
+    if not computes_on_cpu():
         return weight
     return mx.contiguous(weight.T).T
 

@@ -24,6 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
@@ -37,6 +38,7 @@ from .cli_runs import run_in_process
 from .helpers import WAIT_S, sharpened
 from .launches import LAUNCH_TIMEOUT, assert_no_rank_left, launch_command
 from .random_models import random_model
+from .servers import wait_idle
 from .solution import SOLUTION, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -312,10 +314,11 @@ def test_server_on_two_ranks_answers_as_one_rank_and_leaves_nothing(
             assert status == 200, greedy
             status, sampled = sampled.result()
             assert status == 200, sampled  # ranks that sampled apart would stop
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
-        connection.request("GET", "/metrics")
-        metrics = connection.getresponse().read().decode()
-        connection.close()
+        # The abort lands once the server sees the client gone: read /metrics only
+        # once /engine shows nothing running (every finish is counted by then).
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=WAIT_S) as web:
+            wait_idle(web)
+            metrics = web.get("/metrics").text
         # A clean stop: SIGTERM to rank 0, which tells rank 1 to stop.
         pid = rank_pid(process.pid, 0)
         assert pid is not None

@@ -12,7 +12,10 @@ import jsonschema
 import openai
 import pytest
 
+from tiny_llm_serve.tool_answers import CallSplitter
+
 from .servers import MODEL, package_server
+from .solution import tiny
 
 WEATHER = {
     "type": "function",
@@ -157,6 +160,49 @@ def test_a_streamed_call_arrives_whole_as_a_tool_call_delta(client):
     assert_valid_call(delta)
     assert "<tool_call>" not in text and text.strip() == ""
     assert reasons[-1] == "tool_calls"
+
+
+# A string the grammar forces to hold both tags' text.
+TAGS = "</tool_call> <tool_call>"
+ECHO = {
+    "type": "function",
+    "function": {
+        "name": "echo",
+        "parameters": {
+            "type": "object",
+            "properties": {"text": {"const": TAGS}},
+            "required": ["text"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def test_a_call_whose_argument_holds_the_tags_comes_back_whole(client):
+    options = dict(model=MODEL, messages=ASK, tools=[ECHO], tool_choice="required")
+    options |= dict(parallel_tool_calls=False, temperature=0, max_tokens=64)
+    [choice] = client.chat.completions.create(**options).choices
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert json.loads(call.function.arguments) == {"text": TAGS}
+    chunks = list(client.chat.completions.create(**options, stream=True))
+    deltas = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    assert [json.loads(d.function.arguments) for d in deltas] == [{"text": TAGS}]
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks)
+
+
+def test_a_stream_holds_a_call_until_the_tag_that_ends_it():
+    """Fed a character at a time, a call whose argument holds the close tag is one
+    call and no content: the tag inside the JSON ends nothing."""
+    arguments = {"city": "</tool_call>"}
+    body = json.dumps({"name": "get_weather", "arguments": arguments})
+    splitter, text, calls = CallSplitter(tiny.parse_tool_calls), "", []
+    for character in f"Sure. <tool_call>\n{body}\n</tool_call>":
+        piece, found = splitter.feed(character)
+        text, calls = text + piece, calls + found
+    text += splitter.flush()
+    assert text == "Sure. "
+    assert [(c.name, c.arguments) for c in calls] == [("get_weather", arguments)]
 
 
 def test_a_call_cut_at_max_tokens_is_neither_content_nor_a_call(client):

@@ -217,9 +217,13 @@ def test_a_bad_tool_choice_or_tool_set_says_what_is_wrong():
 
 
 pieces = st.text("ab <>/\n{}", max_size=12).filter(lambda t: "<tool_call>" not in t)
+# An argument may hold the tags' text: a call is read by its JSON, not cut at a tag.
+values = st.one_of(
+    st.integers(-5, 5), st.sampled_from(["<tool_call>", "</tool_call>", "a"])
+)
 calls = st.tuples(
     st.sampled_from(["f", "get_x"]),
-    st.dictionaries(st.sampled_from("xyz"), st.integers(-5, 5), max_size=3),
+    st.dictionaries(st.sampled_from("xyz"), values, max_size=3),
 )
 
 
@@ -230,6 +234,17 @@ def test_parse_tool_calls_splits_text_and_calls(parts, tail):
     content, found = tiny.parse_tool_calls(text)
     assert [(c.name, c.arguments) for c in found] == [call for _, call in parts]
     assert content == ("".join(piece for piece, _ in parts) + tail).strip()
+
+
+def test_a_tag_inside_an_argument_is_part_of_the_call(tokenizer):
+    """The grammar lets a string hold the tags' text (a sampled city may), so the
+    call must read back whole, not end at the tag inside its JSON."""
+    for city in ("</tool_call>", "<tool_call>"):
+        text = call_text("get_weather", {"city": city})
+        assert accepts(tokenizer, [WEATHER], text, "required", parallel=False)
+        content, [call] = tiny.parse_tool_calls(f"a {text} b")
+        assert (call.name, call.arguments) == ("get_weather", {"city": city})
+        assert content == "a  b"
 
 
 def test_a_block_that_is_not_a_call_stays_in_the_text():

@@ -215,45 +215,55 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
     them and then stripped; the calls in order).
 
     A call is OPEN, a JSON object with a string "name" and an object "arguments"
-    (call_of), then CLOSE, with any whitespace around the JSON. A block that is not
-    such a call stays in the text as it was, which is how an unconstrained answer's
-    broken call shows up: bad JSON, missing keys, or an OPEN never closed (another
-    OPEN comes first, or none: the scan goes on from that next OPEN).
+    (call_of), then CLOSE, with any whitespace around the JSON. The JSON is read by a
+    JSON decoder, not cut at the next CLOSE: a sampled argument may hold the text
+    "</tool_call>" inside a string, and the grammar allows it there. A block that is
+    not such a call stays in the text as it was, which is how an unconstrained
+    answer's broken call shows up: bad JSON, missing keys, or an OPEN never closed
+    (another OPEN comes first, or none: the scan goes on from that next OPEN).
     """
-    # Week 4 Day 2: parse_tool_calls: scan from OPEN to OPEN; a block that closes
-    # before the next OPEN and whose body call_of reads is a call; everything else is
-    # text
+    # Week 4 Day 2: parse_tool_calls: at each OPEN, call_of reads a call; else the
+    # block up to the next CLOSE is text, or up to the next OPEN when that comes first
+    # (or the answer ends)
     calls, kept, rest = [], [], text
     while (start := rest.find(OPEN)) >= 0:
         after = start + len(OPEN)
+        read = call_of(rest, after)
+        if read is not None:
+            call, end = read
+            kept.append(rest[:start])
+            calls.append(call)
+            rest = rest[end:]
+            continue
         end, following = rest.find(CLOSE, after), rest.find(OPEN, after)
         if end < 0 or 0 <= following < end:  # never closed
             stop = following if following >= 0 else len(rest)
             kept.append(rest[:stop])
             rest = rest[stop:]
-            continue
-        call = call_of(rest[after:end])
-        if call is None:
-            kept.append(rest[: end + len(CLOSE)])
         else:
-            kept.append(rest[:start])
-            calls.append(call)
-        rest = rest[end + len(CLOSE) :]
+            kept.append(rest[: end + len(CLOSE)])
+            rest = rest[end + len(CLOSE) :]
     kept.append(rest)
     return "".join(kept).strip(), calls
 
 
-def call_of(body: str) -> ToolCall | None:
-    """The text between OPEN and CLOSE -> its ToolCall, or None when it is not a JSON
-    object with exactly a str "name" and a dict "arguments"."""
-    # Week 4 Day 2: call_of: json.loads (None on a JSONDecodeError), then the
-    # docstring's checks
+def call_of(text: str, at: int) -> tuple[ToolCall, int] | None:
+    """The call whose JSON starts at text[at] (after whitespace) -> (its ToolCall, the
+    index just past its CLOSE); None unless the JSON is an object with exactly a str
+    "name" and a dict "arguments", followed by whitespace and CLOSE."""
+    # Week 4 Day 2: call_of: json.JSONDecoder().raw_decode from the first character
+    # that is not whitespace (None on a JSONDecodeError), the docstring's checks, then
+    # CLOSE after whitespace
+    body = len(text) - len(text[at:].lstrip())
     try:
-        value = json.loads(body)
+        value, end = json.JSONDecoder().raw_decode(text, body)
     except json.JSONDecodeError:
         return None
     if not isinstance(value, dict) or set(value) != {"name", "arguments"}:
         return None
     if not isinstance(value["name"], str) or not isinstance(value["arguments"], dict):
         return None
-    return ToolCall(value["name"], value["arguments"])
+    close = len(text) - len(text[end:].lstrip())
+    if not text.startswith(CLOSE, close):
+        return None
+    return ToolCall(value["name"], value["arguments"]), close + len(CLOSE)

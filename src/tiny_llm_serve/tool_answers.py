@@ -44,17 +44,13 @@ class CallSplitter:
         self.buffer += piece
         text, calls = "", []
         while (start := self.buffer.find(OPEN)) >= 0:
-            end = self.buffer.find(CLOSE, start)
-            if end < 0:
+            read = self.whole_call(start)
+            if read is None:
                 break
+            end, found = read
             text += self.buffer[:start]
-            block = self.buffer[start : end + len(CLOSE)]
-            _, found = self.parse(block)
-            if found:
-                calls += found
-            else:
-                text += block
-            self.buffer = self.buffer[end + len(CLOSE) :]
+            calls += found
+            self.buffer = self.buffer[end:]
         if OPEN not in self.buffer:
             held = max(
                 (n for n in range(1, len(OPEN)) if self.buffer.endswith(OPEN[:n])),
@@ -66,6 +62,18 @@ class CallSplitter:
         if self.calls and not text.strip():
             text = ""  # the newlines between calls
         return text, calls
+
+    def whole_call(self, start: int) -> tuple[int, list] | None:
+        """(the index past the first CLOSE after `start` whose block is a call, the
+        calls), or None while no CLOSE ends one: a CLOSE inside an argument's string
+        ends no call, and the grammar always closes the call later."""
+        end = start
+        while (end := self.buffer.find(CLOSE, end)) >= 0:
+            end += len(CLOSE)
+            _, found = self.parse(self.buffer[start:end])
+            if found:
+                return end, found
+        return None
 
     def flush(self) -> str:
         """The text held back when the answer ended: a call it opened but never

@@ -1,11 +1,12 @@
 """Week 3 Day 1: who shares a mixed step (mixed_policy.py).
 
 A long prompt's chunks are capped at long_prefill_token_threshold, and by their
-attention scores at long_prefill_attention_budget unless it is alone; at most
+attention scores at long_prefill_attention_budget, alone or beside others; at most
 max_num_partial_prefills requests are partly prefilled at once, at most
 max_long_partial_prefills of them long; a short prompt gets through while a long one
-is in progress, and takes the slot a started long prompt would have kept in view
-(the long one pauses); an interactive request with no free slot preempts a decoding
+is in progress, in a step without the started long prompt's chunk, and takes the
+slot a started long prompt would have kept in view (the long one pauses); an
+interactive request with no free slot preempts a decoding
 batch request that arrived less than batch_patience before it (a long one then
 keeps that slot from the batch request), and the preempted request still finishes
 with the tokens it gets alone.
@@ -121,12 +122,13 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
 
 
-def test_a_long_prompt_alone_is_not_cut_by_the_attention_budget(
+def test_a_long_prompt_alone_is_cut_by_the_attention_budget_too(
     pair, tokenizer, no_eos
 ):
-    """The budget keeps the steps a long prompt shares short; alone, it would only
-    add steps: a 40-token prompt with nothing beside it runs in the threshold's
-    chunks of 8 under a budget of 1."""
+    """A request that arrives waits for the step in flight, whoever is in it: a
+    40-token prompt with nothing beside it runs in the same chunks under a
+    threshold of 16 and a budget of 200 as beside a decoding request (14, 8, 6, 5,
+    5, 2)."""
     mlx_model, model = pair
     sampler, banned = no_eos
     rng = np.random.default_rng(16)
@@ -137,13 +139,13 @@ def test_a_long_prompt_alone_is_not_cut_by_the_attention_budget(
         tokenizer,
         prefill_step=None,
         policy="mixed",
-        long_prefill_token_threshold=8,
-        long_prefill_attention_budget=1,
+        long_prefill_token_threshold=16,
+        long_prefill_attention_budget=200,
         sampler=sampler,
         on_forward=forwards.append,
     )
     results = run_engine(engine, specs)
-    assert chunks_by_request(forwards)[0] == [8] * 5
+    assert chunks_by_request(forwards)[0] == budgeted_chunks(LONG, 16, 200)
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
 
 
@@ -200,7 +202,9 @@ def first_token_steps(model, tokenizer, sampler, specs, **settings) -> list[int]
 def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, no_eos):
     """The long prompt arrives first and needs 5 steps of 8-token chunks; the short
     one arrives in step 3. With room for two partial prefills it answers in the step
-    it arrives; one at a time (first come, first served), it waits for the long one."""
+    it arrives, a step the started long prompt sits out (it yields the step), so the
+    long one answers in step 6; one at a time (first come, first served), the short
+    one waits for the long one."""
     mlx_model, model = pair
     sampler, _ = no_eos
     rng = np.random.default_rng(13)
@@ -213,10 +217,25 @@ def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, 
     ]
     settings = dict(batch_size=2, prefill_step=None, policy="mixed")
     settings["long_prefill_token_threshold"] = 8
+    forwards = []
     long_first, short_first = first_token_steps(
-        model, tokenizer, sampler, specs, max_num_partial_prefills=2, **settings
+        model,
+        tokenizer,
+        sampler,
+        specs,
+        max_num_partial_prefills=2,
+        on_forward=forwards.append,
+        **settings,
     )
-    assert (long_first, short_first) == (5, 3)
+    assert (long_first, short_first) == (6, 3)
+    assert [f.chunks for f in forwards[:6]] == [
+        [(0, 8)],
+        [(0, 8)],
+        [(1, SHORT)],
+        [(0, 8)],
+        [(0, 8)],
+        [(0, 8)],
+    ]
     long_first, short_first = first_token_steps(
         model, tokenizer, sampler, specs, max_num_partial_prefills=1, **settings
     )

@@ -146,14 +146,15 @@ def parse_kv_memory(value: str | None) -> int | None:
 # partial prefills are the best row of `pdm run bench-latency --sweep` (book:
 # week3-01-latency.md). Long ones may take all places but one: with 1, every prompt
 # past 64 tokens (a chat's later turns) would queue behind one long prompt. The
-# attention budget is a full 64-token chunk's scores at position 960: deeper, the
-# chunk shrinks (11 tokens at 5,900), so a step that carries one costs about what
-# it costs there instead of growing with the position.
+# attention budget is a full 64-token chunk's scores at position 4,032: deeper, the
+# chunk shrinks (44 tokens at 5,900), so a step that carries one costs about what
+# it costs there instead of growing with the position (bench-latency: the long
+# prompt's finish is what a smaller budget costs, in steps).
 MIXED_STEP_DEFAULTS = {
     "long_prefill_token_threshold": 64,
     "max_num_partial_prefills": 4,
     "max_long_partial_prefills": 3,
-    "long_prefill_attention_budget": 64 * 1024,
+    "long_prefill_attention_budget": 64 * 4096,
 }
 STEP_LIMIT_OPTIONS = tuple(
     "--" + name.replace("_", "-") for name in MIXED_STEP_DEFAULTS

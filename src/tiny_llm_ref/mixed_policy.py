@@ -14,20 +14,23 @@ three are vLLM's names):
   prompt's chunk is at most this many tokens, so the steps it shares stay short;
 - long_prefill_attention_budget: a long prompt's chunk of L tokens at offset o also
   keeps its attention scores, L x (o + L), within this budget, so the chunk shrinks
-  as it goes deeper and its steps stay short where attention dominates;
+  as it goes deeper and every step it is in stays short where attention dominates
+  (a chat that arrives waits for the step in flight, whoever is in it);
 - max_num_partial_prefills: at most this many requests partly prefilled at once; a
   request that has not started waits (1: one prompt at a time, in arrival order);
 - max_long_partial_prefills: at most this many of them long, so a few long prompts
   never hold every prefill place while short ones queue.
 
-A long prompt that has started also yields its slot: it is asked for a chunk after
-everyone else and keeps no slot in view for itself (an interactive one keeps it from
-batch requests only), so it gets a chunk only while a slot is in view after the
-others took theirs. When every slot is taken and a chat waits, the long one pauses
-(it keeps its cache and its place among the partial prefills): the steps are plain
-decodes, short, the decoding chats finish sooner and hand their slots on. So while
-a long prompt pauses, more requests are partly prefilled than there will be slots;
-it waits for a slot when its prefill ends.
+A long prompt that has started also yields its slot and its step: it is asked for a
+chunk after everyone else and keeps no slot in view for itself (an interactive one
+keeps it from batch requests only), so it gets a chunk only while a slot is in view
+after the others took theirs, and only in a step that runs no chunk of a request it
+yields to: a chat's first token comes from a step without the long prompt's chunk.
+When every slot is taken and a chat waits, the long one pauses (it keeps its cache
+and its place among the partial prefills): the steps are plain decodes, short, the
+decoding chats finish sooner and hand their slots on. So while a long prompt
+pauses, more requests are partly prefilled than there will be slots; it waits for a
+slot when its prefill ends.
 
 And priorities act: when every slot is taken, a waiting interactive request preempts
 a decoding batch request (it gives its memory back and recomputes later, as under
@@ -82,19 +85,15 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
 
 
 # ANCHOR: chunk_limit
-def chunk_limit(
-    planner: Planner, request: Request, size: int | None, alone: bool = False
-) -> int:
+def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
     """The request's next chunk: the prompt tokens it has left, at most `size` (the
     chunk size policy's answer; None: no cap) and, for a long prompt, at most
-    long_prefill_token_threshold and, unless `alone`, at most the most tokens L
-    whose attention scores, L x (offset + L) (each of the chunk's tokens against
-    every position up to the chunk's end), stay within long_prefill_attention_budget
-    (None: no such cap), but always at least 1 token. `alone`: the request's step
-    has nothing else to run (no decode rows, nobody else prefilling): the budget
-    keeps shared steps short, and alone it would only add steps."""
+    long_prefill_token_threshold and at most the most tokens L whose attention
+    scores, L x (offset + L) (each of the chunk's tokens against every position up
+    to the chunk's end), stay within long_prefill_attention_budget (None: no such
+    cap), but always at least 1 token."""
     # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, when
-    # is_long, the threshold and (unless None or alone) the largest L >= 1 with
+    # is_long, the threshold and (unless None) the largest L >= 1 with
     # L * (request.offset + L) <= long_prefill_attention_budget
     tokens = len(request.prefill_tokens) - request.offset
     if size is not None:
@@ -102,7 +101,7 @@ def chunk_limit(
     if is_long(planner, request):
         config = planner.config
         tokens = min(tokens, config.long_prefill_token_threshold)
-        budget = None if alone else config.long_prefill_attention_budget
+        budget = config.long_prefill_attention_budget
         while budget is not None and tokens > 1:
             if tokens * (request.offset + tokens) <= budget:
                 break
@@ -155,12 +154,13 @@ def plan_mixed(planner: Planner) -> Plan:
     KV manager, first come first served) with may_start's partial-prefill limits,
     asked with the requests that have started prefilling (offset > 0) and those
     planned so far, each of which keeps a slot in view, except a long one (is_long)
-    that has started: it yields. It is asked after everyone else, and keeps its slot
-    in view from batch requests if it is interactive, and from nobody if it is
-    batch; so it pauses while every slot is taken and a request it yields to waits.
-    Each chunk is chunk_limit(planner, request, chunk size, alone) (a long prompt's
-    caps included; alone: no decode rows, no chunk planned and nobody else
-    prefilling), at most the budget left, cut to the room planner.reserve_chunk makes
+    that has started: it yields (an interactive one to interactive requests, a batch
+    one to everyone). It is asked after everyone else, keeps its slot in view only
+    from those it does not yield to, and gets no chunk in a step that has a chunk of
+    one it yields to; so it pauses while every slot is taken and a request it yields
+    to waits, and a request it yields to runs its chunk without it.
+    Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
+    included), at most the budget left, cut to the room planner.reserve_chunk makes
     for it; a chunk with no room ends the plan (first come, first served). An
     AdaptiveChunker is asked once a step (it learns from one time a step); a size a
     policy gets wrong fails that request alone, and the next request asks the
@@ -170,10 +170,10 @@ def plan_mixed(planner: Planner) -> Plan:
     # rows, the drafts (plan_drafts, only with config.speculative or jump_forward),
     # then chunks from prefill_candidates with may_start within the budget left; the
     # started long requests yield (asked last, an interactive one's slot kept in view
-    # from batch requests only, a batch one's from nobody), the other started and the
-    # planned ones keep a slot in view; each chunk_limit (alone: no rows, no chunks,
-    # nobody else prefilling), cut to what planner.reserve_chunk makes room for
-    # (stop at the first that gets none); Plan(rows, chunks, mixed=True, drafts)
+    # from batch requests only, a batch one's from nobody; no chunk in a step with a
+    # chunk of a request it yields to), the other started and the planned ones keep
+    # a slot in view; each chunk_limit, cut to what planner.reserve_chunk makes room
+    # for (stop at the first that gets none); Plan(rows, chunks, mixed=True, drafts)
     config = planner.config
     started = [r for r in planner.waiting if r.offset > 0]
     preempt_for_interactive(planner, started)
@@ -187,10 +187,14 @@ def plan_mixed(planner: Planner) -> Plan:
         budget -= sum(map(len, drafts.values()))
     chunks: list[tuple[Request, int]] = []
     step_size = None
-    prefilling = [r for r in planner.waiting if not r.is_prefill_done]
     yielding = [r for r in started if is_long(planner, r)]
     in_view = [r for r in started if r not in yielding]
     kept_from_batch = in_view + [r for r in yielding if r.priority == "interactive"]
+
+    def yields_to(request: Request, other: Request) -> bool:
+        return other not in yielding and (
+            request.priority == "batch" or other.priority == "interactive"
+        )
 
     def first(request: Request) -> bool:  # everyone but the yielding, by urgency
         if request in yielding or not may_start(planner, request, started):
@@ -202,7 +206,9 @@ def plan_mixed(planner: Planner) -> Plan:
         )
 
     def then(request: Request) -> bool:  # the yielding ones, with the slots left
-        return request in yielding and may_start(planner, request, started)
+        if request not in yielding or not may_start(planner, request, started):
+            return False
+        return not any(yields_to(request, other) for other, _ in chunks)
 
     candidates = itertools.chain(
         planner.prefill_candidates(in_view, first),
@@ -217,8 +223,7 @@ def plan_mixed(planner: Planner) -> Plan:
         except (TypeError, ValueError) as error:  # a policy's bad answer
             request.fail(f"prefill failed: {error}")
             continue
-        alone = not rows and not chunks and prefilling == [request]
-        size = min(chunk_limit(planner, request, step_size, alone), budget)
+        size = min(chunk_limit(planner, request, step_size), budget)
         size = planner.reserve_chunk(request, size, [r for r, _ in chunks])
         if not size:  # no memory for it: nobody behind it goes first
             break

@@ -14,20 +14,23 @@ three are vLLM's names):
   prompt's chunk is at most this many tokens, so the steps it shares stay short;
 - long_prefill_attention_budget: a long prompt's chunk of L tokens at offset o also
   keeps its attention scores, L x (o + L), within this budget, so the chunk shrinks
-  as it goes deeper and its steps stay short where attention dominates;
+  as it goes deeper and every step it is in stays short where attention dominates
+  (a chat that arrives waits for the step in flight, whoever is in it);
 - max_num_partial_prefills: at most this many requests partly prefilled at once; a
   request that has not started waits (1: one prompt at a time, in arrival order);
 - max_long_partial_prefills: at most this many of them long, so a few long prompts
   never hold every prefill place while short ones queue.
 
-A long prompt that has started also yields its slot: it is asked for a chunk after
-everyone else and keeps no slot in view for itself (an interactive one keeps it from
-batch requests only), so it gets a chunk only while a slot is in view after the
-others took theirs. When every slot is taken and a chat waits, the long one pauses
-(it keeps its cache and its place among the partial prefills): the steps are plain
-decodes, short, the decoding chats finish sooner and hand their slots on. So while
-a long prompt pauses, more requests are partly prefilled than there will be slots;
-it waits for a slot when its prefill ends.
+A long prompt that has started also yields its slot and its step: it is asked for a
+chunk after everyone else and keeps no slot in view for itself (an interactive one
+keeps it from batch requests only), so it gets a chunk only while a slot is in view
+after the others took theirs, and only in a step that runs no chunk of a request it
+yields to: a chat's first token comes from a step without the long prompt's chunk.
+When every slot is taken and a chat waits, the long one pauses (it keeps its cache
+and its place among the partial prefills): the steps are plain decodes, short, the
+decoding chats finish sooner and hand their slots on. So while a long prompt
+pauses, more requests are partly prefilled than there will be slots; it waits for a
+slot when its prefill ends.
 
 And priorities act: when every slot is taken, a waiting interactive request preempts
 a decoding batch request (it gives its memory back and recomputes later, as under
@@ -73,21 +76,17 @@ def may_start(planner: Planner, request: Request, started: list[Request]) -> boo
 
 
 # ANCHOR: chunk_limit
-def chunk_limit(
-    planner: Planner, request: Request, size: int | None, alone: bool = False
-) -> int:
+def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
     """The request's next chunk: the prompt tokens it has left, at most `size` (the
     chunk size policy's answer; None: no cap) and, for a long prompt, at most
-    long_prefill_token_threshold and, unless `alone`, at most the most tokens L
-    whose attention scores, L x (offset + L) (each of the chunk's tokens against
-    every position up to the chunk's end), stay within long_prefill_attention_budget
-    (None: no such cap), but always at least 1 token. `alone`: the request's step
-    has nothing else to run (no decode rows, nobody else prefilling): the budget
-    keeps shared steps short, and alone it would only add steps."""
+    long_prefill_token_threshold and at most the most tokens L whose attention
+    scores, L x (offset + L) (each of the chunk's tokens against every position up
+    to the chunk's end), stay within long_prefill_attention_budget (None: no such
+    cap), but always at least 1 token."""
     raise NotImplementedError(
         "Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, "
-        "when is_long, the threshold and (unless None or alone) the largest L >= 1 "
-        "with L * (request.offset + L) <= long_prefill_attention_budget"
+        "when is_long, the threshold and (unless None) the largest L >= 1 with L * "
+        "(request.offset + L) <= long_prefill_attention_budget"
     )
     # ANCHOR_END: chunk_limit
 
@@ -122,12 +121,13 @@ def plan_mixed(planner: Planner) -> Plan:
     KV manager, first come first served) with may_start's partial-prefill limits,
     asked with the requests that have started prefilling (offset > 0) and those
     planned so far, each of which keeps a slot in view, except a long one (is_long)
-    that has started: it yields. It is asked after everyone else, and keeps its slot
-    in view from batch requests if it is interactive, and from nobody if it is
-    batch; so it pauses while every slot is taken and a request it yields to waits.
-    Each chunk is chunk_limit(planner, request, chunk size, alone) (a long prompt's
-    caps included; alone: no decode rows, no chunk planned and nobody else
-    prefilling), at most the budget left, cut to the room planner.reserve_chunk makes
+    that has started: it yields (an interactive one to interactive requests, a batch
+    one to everyone). It is asked after everyone else, keeps its slot in view only
+    from those it does not yield to, and gets no chunk in a step that has a chunk of
+    one it yields to; so it pauses while every slot is taken and a request it yields
+    to waits, and a request it yields to runs its chunk without it.
+    Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
+    included), at most the budget left, cut to the room planner.reserve_chunk makes
     for it; a chunk with no room ends the plan (first come, first served). An
     AdaptiveChunker is asked once a step (it learns from one time a step); a size a
     policy gets wrong fails that request alone, and the next request asks the
@@ -138,9 +138,9 @@ def plan_mixed(planner: Planner) -> Plan:
         "their rows, the drafts (plan_drafts, only with config.speculative or "
         "jump_forward), then chunks from prefill_candidates with may_start within the"
         " budget left; the started long requests yield (asked last, an interactive "
-        "one's slot kept in view from batch requests only, a batch one's from "
-        "nobody), the other started and the planned ones keep a slot in view; each "
-        "chunk_limit (alone: no rows, no chunks, nobody else prefilling), cut to what"
-        " planner.reserve_chunk makes room for (stop at the first that gets none); "
-        "Plan(rows, chunks, mixed=True, drafts)"
+        "one's slot kept in view from batch requests only, a batch one's from nobody;"
+        " no chunk in a step with a chunk of a request it yields to), the other "
+        "started and the planned ones keep a slot in view; each chunk_limit, cut to "
+        "what planner.reserve_chunk makes room for (stop at the first that gets "
+        "none); Plan(rows, chunks, mixed=True, drafts)"
     )

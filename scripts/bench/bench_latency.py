@@ -17,8 +17,10 @@ Part 2, priority: 4 batch requests hold every slot; an interactive request arriv
 Goals: its TTFT at most 1.2x on an idle engine; the batch tokens unchanged.
 
 --set KEY=VALUE (repeatable) changes an engine setting of "defaults", which the sweep
-and part 2 start from; --set NAME:KEY=VALUE one of row NAME. Writes the tables, JSON
-(--out, default bench-results/latency[-quick].json) and the trace's timeline
+and part 2 start from; --set NAME:KEY=VALUE one of row NAME. Writes the tables, what
+the slowest short request of each row waited on (the forwards between its arrival
+and its first token), JSON (--out, default bench-results/latency[-quick].json, with
+every forward: start, seconds, chunks, decode rows) and the trace's timeline
 (week3-latency-timeline.png beside the JSON; into book/src/images with
 --book-figures).
 """
@@ -46,6 +48,7 @@ from scripts.bench.benchlib.traces import (
     ms,
     run_trace,
     s1,
+    slowest_wait,
     trace,
     trace_table,
 )
@@ -281,6 +284,9 @@ def main() -> int:
     labelled = {SETTINGS[name][0]: row for name, row in rows.items()}
     title = "trace: short chats (their TTFT and ITL) and one long prompt"
     console.print(trace_table(title, labelled))
+    console.print("the slowest short request's wait, the forwards it spanned:")
+    for name, outcome in outcomes.items():
+        console.print(f"  {SETTINGS[name][0]}: {slowest_wait(outcome)}", markup=False)
     sweep = {}
     for label, point in sweep_points() if args.sweep else []:
         sweep[label] = latency(run(label, {**args.settings["defaults"], **point}))
@@ -309,6 +315,7 @@ def main() -> int:
         settings={SETTINGS[n][0]: s for n, s in args.settings.items()},
         rows=labelled,
         requests={SETTINGS[n][0]: o["requests"] for n, o in outcomes.items()},
+        forwards={SETTINGS[n][0]: o["forwards"] for n, o in outcomes.items()},
         sweep=sweep,
         priority=priority,
     )

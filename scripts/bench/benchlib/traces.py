@@ -53,7 +53,9 @@ def describe(workload: Workload, sizes) -> str:
 def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> dict:
     """A fresh Engine through the trace (drive: each request interactive, handed
     over when due). Per request, its times in seconds from the start (arrival: when
-    it was due; prefill_start: its first chunk; tokens: each token's), and the
+    it was due; prefill_start: its first chunk; tokens: each token's); per forward
+    (steps), its start and seconds, its chunks (request index, tokens) and its
+    decode rows (request indices): what a slow first token waited on; and the
     counts."""
     forwards = []
     engine = course.Engine(
@@ -61,13 +63,24 @@ def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> di
         tokenizer,
         **{"max_seq_len": model.context_length, **settings},
         sampler=sampler,
-        on_forward=lambda r: forwards.append(r.end - r.start),
+        on_forward=forwards.append,
     )
     run = drive(engine, workload, time_limit_s, priority="interactive")
     total = run.end - run.start
 
     def since(t: float | None) -> float | None:
         return None if t is None else t - run.start
+
+    index = run.index_of
+    steps = [
+        dict(
+            start=since(f.start),
+            seconds=f.end - f.start,
+            chunks=[(index[i], n) for i, n in f.chunks],
+            decodes=[index[i] for i in f.decodes],
+        )
+        for f in forwards
+    ]
 
     requests = [
         dict(
@@ -80,9 +93,10 @@ def run_trace(model, tokenizer, sampler, settings, workload, time_limit_s) -> di
     ]
     return dict(
         requests=requests,
+        forwards=steps,
         max_tokens=workload.max_tokens,
         steps=engine.steps_done,
-        busy=sum(forwards) / total,
+        busy=sum(f["seconds"] for f in steps) / total,
         preemptions=engine.metrics.preemptions,
         total_s=total,
     )
@@ -110,6 +124,36 @@ def latency(outcome: dict) -> dict:
         long_finish_s=None if long is None else long["tokens"][-1] - long["arrival"],
         unfinished=len(outcome["requests"]) - len(done),
         **{k: outcome[k] for k in ("steps", "busy", "preemptions", "total_s")},
+    )
+
+
+def slowest_wait(outcome: dict) -> str:
+    """What the short request with the longest TTFT waited on: each forward between
+    its arrival and its first token, its seconds, the long prompt's chunk (L) and
+    the shorts' chunks (S) in it, and its decode rows (the long one's marked)."""
+    requests = outcome["requests"]
+    shorts = [(i, r) for i, r in enumerate(requests) if r["short"] and r["tokens"]]
+    if not shorts:
+        return "-"
+    i, slow = max(shorts, key=lambda p: p[1]["tokens"][0] - p[1]["arrival"])
+    arrival, first = slow["arrival"], slow["tokens"][0]
+    waited = [
+        f
+        for f in outcome["forwards"]
+        if f["start"] + f["seconds"] > arrival and f["start"] <= first
+    ]
+
+    def one(f: dict) -> str:
+        parts = [
+            ("S" if requests[j]["short"] else "L") + str(n) for j, n in f["chunks"]
+        ]
+        rows = len(f["decodes"])
+        if any(not requests[j]["short"] for j in f["decodes"]):
+            rows = f"{rows} (L among them)"
+        return f"{f['seconds']:.2f} s [{' '.join(parts) or 'no chunk'}, rows {rows}]"
+
+    return f"short #{i} at {arrival:.1f} s, TTFT {first - arrival:.2f} s: " + "; ".join(
+        map(one, waited)
     )
 
 

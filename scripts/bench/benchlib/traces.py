@@ -152,9 +152,12 @@ def slowest_wait(outcome: dict) -> str:
             rows = f"{rows} (L among them)"
         return f"{f['seconds']:.2f} s [{' '.join(parts) or 'no chunk'}, rows {rows}]"
 
-    return f"short #{i} at {arrival:.1f} s, TTFT {first - arrival:.2f} s: " + "; ".join(
-        map(one, waited)
-    )
+    shown = [one(f) for f in waited]
+    if len(waited) > 4:  # queued: the first forward, the count, the last two
+        skipped = sum(f["seconds"] for f in waited[1:-2])
+        shown[1:-2] = [f"{len(waited) - 3} more, {skipped:.1f} s"]
+    head = f"short #{i} at {arrival:.1f} s, TTFT {first - arrival:.2f} s: "
+    return head + "; ".join(shown)
 
 
 def ms(value: float | None) -> str:

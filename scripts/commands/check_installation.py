@@ -22,8 +22,8 @@ def main() -> None:
     print(f"mlx {mx.__version__}, default device: {mx.default_device()}")
     if STATUS.active:
         print(
-            f"BLAS: OpenBLAS preloaded from {STATUS.library}, {STATUS.threads} "
-            "threads (OPENBLAS_NUM_THREADS to change)"
+            f"BLAS: OpenBLAS preloaded from {STATUS.library}, threads: "
+            f"{STATUS.threads} (OPENBLAS_NUM_THREADS to change)"
         )
     elif STATUS.hint:
         print(f"BLAS: MLX's bundled reference BLAS (hint: {STATUS.hint})")

@@ -17,7 +17,9 @@ whose rows differ in length, side by side in one run.
    the longest row (padded, the baseline), interleaved, the least of at least 7
    (other work on the machine only adds time);
    and the floor: the long row alone plus what 4 short rows cost over 1 (the
-   batch's projections and logits, which no attention can save).
+   batch's projections and logits, which no attention can save). Where OpenBLAS
+   runs the matmuls (on one thread, fast_blas), the same steps and floor on a
+   thread per core, OpenBLAS's own default, as a baseline.
 Goals: ours / mlx-lm at least 1.1 at batch 1 and 8 with identical tokens; the mixed
 step at most 1.25x the long row alone.
 """
@@ -25,7 +27,10 @@ step at most 1.25x the long row alone.
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
+import os
 import statistics
+
+from tiny_llm_base.fast_blas import STATUS
 
 from scripts.bench.benchlib import engine_speed as es
 from scripts.bench.benchlib import paged_step as ps
@@ -98,7 +103,8 @@ def paged(bench, models, args) -> tuple[dict, list]:
     """The paged step's table and goal. The floor beside it: the step's cost outside
     the long row's attention grows with the batch too (the projections and the
     logits of 4 rows against 1), measured as 4 short rows against 1 short row and
-    added to the long row alone."""
+    added to the long row alone. Where OpenBLAS runs the matmuls, the same steps on
+    a thread per core (OpenBLAS's own default) as a baseline."""
     model = models.float32
     batches = {
         "mixed": ps.paged_batch(model, [args.long_row, *SHORT_ROWS]),
@@ -106,29 +112,44 @@ def paged(bench, models, args) -> tuple[dict, list]:
         "4 short": ps.paged_batch(model, [SHORT_ROWS[0]] * 4),
         "1 short": ps.paged_batch(model, [SHORT_ROWS[0]]),
     }
+    cores = os.cpu_count() or 1
+    threaded = f"grouped, {cores} BLAS threads"
 
     def padded(batch):
         with ps.padded():
+            return ps.decode_step(model, batch)
+
+    def on_cores(batch):
+        with ps.blas_threads(cores):
             return ps.decode_step(model, batch)
 
     jobs = {
         ("grouped", k): lambda b=b: ps.decode_step(model, b) for k, b in batches.items()
     }
     jobs["padded", "mixed"] = lambda: padded(batches["mixed"])
+    ways = ["grouped", "padded"]
+    if STATUS.threads is not None and STATUS.threads != cores:
+        ways.append(threaded)
+        for k, b in batches.items():
+            jobs[threaded, k] = lambda b=b: on_cores(b)
     for job in jobs.values():
         job()
     runs = interleaved(jobs, max(args.repeats, STEP_RUNS))
     ms = {k: 1e3 * min(v) for k, v in runs.items()}  # a busy machine only adds
     ms["padded", "alone"] = ms["grouped", "alone"]  # one row: the same gather
-    ratio = {way: ms[way, "mixed"] / ms[way, "alone"] for way in ("grouped", "padded")}
-    extra = ms["grouped", "4 short"] - ms["grouped", "1 short"]
-    floor = (ms["grouped", "alone"] + extra) / ms["grouped", "alone"]
-    rows = {way: (ms[way, "alone"], ms[way, "mixed"], ratio[way]) for way in ratio}
-    rows[f"floor: alone + ({SHORT_ROWS[0]} x4 - x1)"] = (
-        ms["grouped", "alone"],
-        ms["grouped", "alone"] + extra,
-        floor,
-    )
+    ratio = {way: ms[way, "mixed"] / ms[way, "alone"] for way in ways}
+    rows = {way: (ms[way, "alone"], ms[way, "mixed"], ratio[way]) for way in ways}
+    extra, floor = {}, {}
+    for way in ways:
+        if (way, "4 short") in ms:
+            extra[way] = ms[way, "4 short"] - ms[way, "1 short"]
+            floor[way] = (ms[way, "alone"] + extra[way]) / ms[way, "alone"]
+            label = "" if way == "grouped" else f", {cores} BLAS threads"
+            rows[f"floor{label}: alone + ({SHORT_ROWS[0]} x4 - x1)"] = (
+                ms[way, "alone"],
+                ms[way, "alone"] + extra[way],
+                floor[way],
+            )
     columns = {
         "attention": lambda way, _: way,
         "alone": lambda _, r: f"{r[0]:.1f}",
@@ -139,9 +160,14 @@ def paged(bench, models, args) -> tuple[dict, list]:
     bench.table(title, columns, rows)
     why = (
         f"{ms['grouped', 'mixed']:.0f} ms against {ms['grouped', 'alone']:.0f} ms "
-        f"(padded: {ratio['padded']:.2f}x); the floor {floor:.2f}x: 4 short rows "
-        f"cost {extra:.0f} ms more than 1 outside attention"
+        f"(padded: {ratio['padded']:.2f}x); the floor {floor['grouped']:.2f}x: 4 "
+        f"short rows cost {extra['grouped']:.0f} ms more than 1 outside attention"
     )
+    if threaded in ratio:
+        why += (
+            f"; on {cores} BLAS threads {ratio[threaded]:.2f}x, floor "
+            f"{floor[threaded]:.2f}x ({extra[threaded]:.0f} ms)"
+        )
     goal = at_most(
         f"paged step with 3 short rows / the {args.long_row}-token row alone",
         ratio["grouped"],

@@ -238,7 +238,7 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
         help="on: a decode forward starts before the step's tokens are read, so the "
         "engine's Python runs while the model computes (same tokens; not beside "
         "--speculative ngram); off: every step read before the next starts "
-        "(default: off, faster on a CPU by bench-engine; try on with a GPU)",
+        "(default: off; bench-engine measures both; try on with a GPU)",
     )
 
 

@@ -6,6 +6,8 @@ a 6,000-token row needs no 6,000-token prefill.
     seconds = decode_step(model, batch)           # one forward, evaluated
     with padded():                                # the baseline: every row read
         seconds = decode_step(model, batch)       # to the longest row's length
+    with blas_threads(2):                         # OpenBLAS on 2 threads
+        seconds = decode_step(model, batch)
 """
 
 import time
@@ -13,6 +15,7 @@ from contextlib import contextmanager
 
 import mlx.core as mx
 
+from tiny_llm_base import fast_blas
 from scripts.bench.benchlib.course import course
 
 BLOCK_SIZE = 16
@@ -69,3 +72,14 @@ def padded():
         yield
     finally:
         cls.attend_staged = grouped
+
+
+@contextmanager
+def blas_threads(count: int):
+    """OpenBLAS on `count` threads inside (fast_blas runs it on one)."""
+    previous = fast_blas.set_threads(count)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            fast_blas.set_threads(previous)

@@ -27,21 +27,15 @@ step at most 1.25x the long row alone.
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
-import os
 import statistics
-
-from tiny_llm_base.fast_blas import STATUS
 
 from scripts.bench.benchlib import engine_speed as es
 from scripts.bench.benchlib import paged_step as ps
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, same_tokens
+from scripts.bench.benchlib.harness import Bench, at_least, same_tokens
 from scripts.bench.benchlib.harness import interleaved, medians
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
 from scripts.commands.cli import context_length, fail, require_at_least
-
-SHORT_ROWS = [200, 200, 200]
-STEP_RUNS = 7  # the paged step's interleaved runs, the least of them kept
 
 
 def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
@@ -99,87 +93,6 @@ def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
     return row, goals
 
 
-def paged(bench, models, args) -> tuple[dict, list]:
-    """The paged step's table and goal. The floor beside it: the step's cost outside
-    the long row's attention grows with the batch too (the projections and the
-    logits of 4 rows against 1), measured as 4 short rows against 1 short row and
-    added to the long row alone. Where OpenBLAS runs the matmuls, the same steps on
-    a thread per core (OpenBLAS's own default) as a baseline."""
-    model = models.float32
-    batches = {
-        "mixed": ps.paged_batch(model, [args.long_row, *SHORT_ROWS]),
-        "alone": ps.paged_batch(model, [args.long_row]),
-        "4 short": ps.paged_batch(model, [SHORT_ROWS[0]] * 4),
-        "1 short": ps.paged_batch(model, [SHORT_ROWS[0]]),
-    }
-    cores = os.cpu_count() or 1
-    threaded = f"grouped, {cores} BLAS threads"
-
-    def padded(batch):
-        with ps.padded():
-            return ps.decode_step(model, batch)
-
-    def on_cores(batch):
-        with ps.blas_threads(cores):
-            return ps.decode_step(model, batch)
-
-    jobs = {
-        ("grouped", k): lambda b=b: ps.decode_step(model, b) for k, b in batches.items()
-    }
-    jobs["padded", "mixed"] = lambda: padded(batches["mixed"])
-    ways = ["grouped", "padded"]
-    if STATUS.threads is not None and STATUS.threads != cores:
-        ways.append(threaded)
-        for k, b in batches.items():
-            jobs[threaded, k] = lambda b=b: on_cores(b)
-    for job in jobs.values():
-        job()
-    runs = interleaved(jobs, max(args.repeats, STEP_RUNS))
-    ms = {k: 1e3 * min(v) for k, v in runs.items()}  # a busy machine only adds
-    ms["padded", "alone"] = ms["grouped", "alone"]  # one row: the same gather
-    ratio = {way: ms[way, "mixed"] / ms[way, "alone"] for way in ways}
-    rows = {way: (ms[way, "alone"], ms[way, "mixed"], ratio[way]) for way in ways}
-    extra, floor = {}, {}
-    for way in ways:
-        if (way, "4 short") in ms:
-            extra[way] = ms[way, "4 short"] - ms[way, "1 short"]
-            floor[way] = (ms[way, "alone"] + extra[way]) / ms[way, "alone"]
-            label = "" if way == "grouped" else f", {cores} BLAS threads"
-            rows[f"floor{label}: alone + ({SHORT_ROWS[0]} x4 - x1)"] = (
-                ms[way, "alone"],
-                ms[way, "alone"] + extra[way],
-                floor[way],
-            )
-    columns = {
-        "attention": lambda way, _: way,
-        "alone": lambda _, r: f"{r[0]:.1f}",
-        "with 3 short": lambda _, r: f"{r[1]:.1f}",
-        "ratio": lambda _, r: f"{r[2]:.2f}x",
-    }
-    title = f"paged decode step, ms: {args.long_row} tokens alone, and with three {SHORT_ROWS[0]}-token rows"
-    bench.table(title, columns, rows)
-    why = (
-        f"{ms['grouped', 'mixed']:.0f} ms against {ms['grouped', 'alone']:.0f} ms "
-        f"(padded: {ratio['padded']:.2f}x); the floor {floor['grouped']:.2f}x: 4 "
-        f"short rows cost {extra['grouped']:.0f} ms more than 1 outside attention"
-    )
-    if threaded in ratio:
-        why += (
-            f"; on {cores} BLAS threads {ratio[threaded]:.2f}x, floor "
-            f"{floor[threaded]:.2f}x ({extra[threaded]:.0f} ms)"
-        )
-    goal = at_most(
-        f"paged step with 3 short rows / the {args.long_row}-token row alone",
-        ratio["grouped"],
-        1.25,
-        why,
-    )
-    record = dict(
-        step_ms={" ".join(k): v for k, v in ms.items()}, ratio=ratio, floor=floor
-    )
-    return record, [goal]
-
-
 def main() -> int:
     bench = Bench(
         __doc__,
@@ -196,7 +109,7 @@ def main() -> int:
         args.repeats, args.tokens = 1, 16
     if args.long_row is None:
         args.long_row = 2000 if args.quick else 6000
-    require_at_least(args, SHORT_ROWS[0], "--long-row")
+    require_at_least(args, ps.SHORT_ROWS[0], "--long-row")
     console = bench.start()
     models = bench.models()
     context = context_length(models.mlx_model)
@@ -222,7 +135,9 @@ def main() -> int:
     }
     title = f"generated tokens/s, {args.tokens} tokens a prompt (medians)"
     bench.table(title, columns, rows)
-    paged_record, paged_goals = paged(bench, models, args)
+    paged_record, paged_goals = ps.step_part(
+        bench, models.float32, args.long_row, args.repeats
+    )
     return bench.finish(
         dict(end_to_end=rows, paged_step=paged_record), goals + paged_goals
     )

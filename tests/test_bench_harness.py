@@ -293,3 +293,22 @@ def test_a_turn_reuses_what_the_turn_before_computed_but_its_last_token():
     # The prompt's last token is always computed, for its logits.
     assert reusable([1, 2, 3], previous=[1, 2, 3], answer=[7]) == 2
     assert reusable([9, 2], previous=[1, 2], answer=[3]) == 0
+
+
+def test_bench_speed_reads_each_benchmarks_goals_and_a_failure_is_no_record(tmp_path):
+    """bench-speed's runner: a benchmark's goals come from the record it wrote in
+    this run; one that fails (here a refused option, status 2) gives no goals,
+    even with an earlier run's record in the folder."""
+    from scripts.bench.benchlib.speed_goals import run_each
+
+    stale = dict(name="old", value=1.0, bound=1.0, why="", at_most=True)
+    (tmp_path / "speed-engine-quick.json").write_text(json.dumps({"goals": [stale]}))
+    parts = {
+        "fake": ["tests.fake_benchmark"],
+        "engine": ["scripts.bench.bench_engine", "--tokens", "0"],
+    }
+    console = Console(file=io.StringIO())
+    goals, failed = run_each(console, parts, tmp_path, True, SOLUTION)
+    [(part, goal)] = goals
+    assert part == "fake" and (goal.name, goal.value, goal.met) == ("step", 2.0, False)
+    assert failed == ["engine (exit status 2)"]

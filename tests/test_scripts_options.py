@@ -350,7 +350,7 @@ def test_draft_options_without_drafting_are_refused(capsys, argv, words):
 def test_step_ahead_option_reaches_the_engine_settings():
     from scripts.commands import cli
 
-    for argv, expected in (([], False), (["--step-ahead", "on"], True)):
+    for argv, expected in (([], True), (["--step-ahead", "off"], False)):
         args = scheduling_args(*argv)
         settings = cli.scheduling_settings(args, "alternate", package=None)
         assert settings["step_ahead"] is expected

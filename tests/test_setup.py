@@ -44,6 +44,12 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
         path in Path("/proc/self/maps").read_text()
         or Path(path).resolve().as_posix() in Path("/proc/self/maps").read_text()
     )
+    # One thread unless the environment names a count (OpenBLAS keeps it, at most
+    # a thread per core).
+    threads = ctypes.CDLL(path).openblas_get_num_threads()
+    named = [os.environ[v] for v in fast_blas.THREAD_VARIABLES if os.environ.get(v)]
+    expected = min(int(named[0]), os.cpu_count()) if named else 1
+    assert fast_blas.STATUS.threads == threads == expected
 
 
 def test_embedded_model_folder_is_intact_and_pinned(embedded_model):

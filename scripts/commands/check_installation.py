@@ -21,7 +21,10 @@ def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
 def main() -> None:
     print(f"mlx {mx.__version__}, default device: {mx.default_device()}")
     if STATUS.active:
-        print(f"BLAS: OpenBLAS preloaded from {STATUS.library}")
+        print(
+            f"BLAS: OpenBLAS preloaded from {STATUS.library}, threads: "
+            f"{STATUS.threads} (OPENBLAS_NUM_THREADS to change)"
+        )
     elif STATUS.hint:
         print(f"BLAS: MLX's bundled reference BLAS (hint: {STATUS.hint})")
     else:

@@ -235,11 +235,11 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--step-ahead",
         choices=("on", "off"),
-        default="off",
+        default="on",
         help="on: a decode forward starts before the step's tokens are read, so the "
         "engine's Python runs while the model computes (same tokens; not beside "
         "--speculative ngram); off: every step read before the next starts "
-        "(default: off, faster on a CPU by bench-engine; try on with a GPU)",
+        "(default: on; bench-engine measures both)",
     )
 
 

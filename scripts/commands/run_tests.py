@@ -5,14 +5,13 @@ checks the reference (src/tiny_llm_ref). The exit status is pytest's, so CI fail
 whenever a test fails. The whole suite runs its test files in parallel (pytest-xdist,
 a file to a worker, so a module's server or model is built once): one worker per
 core, at most 4 (each holds its own copy of the model); `--workers 1` runs them in
-one process. A day's tests run in one process. Parallel workers share the cores'
-BLAS threads (OPENBLAS_NUM_THREADS, unless set): OpenBLAS starts a thread per core
-in every process, and with more threads than cores they spin-wait in the kernel
-(sys time was a quarter of the suite's CPU-seconds). The test processes write
-bytecode caches even where PYTHONDONTWRITEBYTECODE is set: the suite starts many
-interpreters (workers, servers, CLIs, ranks), and without the caches each one
-compiled every module it imported from source again (mlx-lm, transformers, the
-clients), twice the CPU time of its imports.
+one process. A day's tests run in one process. Each process runs OpenBLAS on one
+thread (tiny_llm_base.fast_blas), so workers do not spin-wait on each other's BLAS
+threads. The test processes write bytecode caches even where
+PYTHONDONTWRITEBYTECODE is set: the suite starts many interpreters (workers,
+servers, CLIs, ranks), and without the caches each one compiled every module it
+imported from source again (mlx-lm, transformers, the clients), twice the CPU time
+of its imports.
 """
 
 import argparse
@@ -67,9 +66,6 @@ def main() -> int:
     # xdist's default of the files with the most tests first.
     parallel = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
     parallel = parallel if workers > 1 else []
-    if workers > 1:
-        blas_threads = max(1, (os.cpu_count() or 1) // workers)
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", str(blas_threads))
     return pytest.main([*test_files(args.week, args.day), *parallel, *pytest_args])
 
 

@@ -6,6 +6,15 @@ those names, loaded with RTLD_GLOBAL before `import mlx.core`, takes over every
 float32 matmul (about 30x faster on the course's 2-core machines). macOS uses
 Accelerate and needs nothing. Set `TINY_LLM_FAST_BLAS=0` to measure without it.
 
+OpenBLAS runs one thread here unless OPENBLAS_NUM_THREADS (or GOTO_NUM_THREADS,
+OMP_NUM_THREADS, which it also reads) says otherwise. Its default, a thread per
+core, splits every product of 2 or more rows across the cores, and a decode step is
+about 210 such small products: on the course's 2-core machine 4 rows took 1.8 to 2.7
+times as long as 1 row at 2 threads and no longer at 1 thread, for every weight of
+the model (the fast-paths chapter, week 2 day 3), and one thread was no slower for
+prefill either. A machine with idle cores to spare may prefill faster with more:
+set OPENBLAS_NUM_THREADS.
+
 This module must be imported before anything imports `mlx.core`; the package's
 `__init__` does so first. A script that imports `mlx.core` earlier gets a
 SlowBlasWarning saying so: OpenBLAS loaded after libmlx cannot take over, because
@@ -29,6 +38,7 @@ SYSTEM_OPENBLAS = [
     "/usr/lib/libopenblas.so.0",
 ]
 DEBIAN_PACKAGE = "libopenblas0-pthread"
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 IMPORTED_TOO_LATE = (
     "mlx.core was imported before tiny_llm, so float32 matmul runs on MLX's slow "
     "reference BLAS (~30x slower): import tiny_llm (or tiny_llm_ref, tiny_llm_base) "
@@ -42,10 +52,12 @@ class SlowBlasWarning(RuntimeWarning):
 
 @dataclass(frozen=True)
 class BlasStatus:
-    """What `activate()` found: `library` is the loaded path, or None with a `hint`."""
+    """What `activate()` found: `library` is the loaded path, or None with a `hint`;
+    `threads`, OpenBLAS's thread count (None without it)."""
 
     library: str | None
     hint: str | None
+    threads: int | None = None
 
     @property
     def active(self) -> bool:
@@ -87,8 +99,21 @@ def activate() -> BlasStatus:
             f"float32 matmul uses MLX's slow reference BLAS; install OpenBLAS "
             f"(`sudo apt-get install {DEBIAN_PACKAGE}` on Debian/Ubuntu) for ~30x faster math",
         )
-    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-    return BlasStatus(path, None)
+    library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    if not any(os.environ.get(name) for name in THREAD_VARIABLES):
+        library.openblas_set_num_threads(1)
+    return BlasStatus(path, None, library.openblas_get_num_threads())
+
+
+def set_threads(count: int) -> int | None:
+    """Give OpenBLAS `count` threads; returns the count it had (None without it).
+    For benchmarks measuring the thread count's effect."""
+    if not STATUS.active:
+        return None
+    library = ctypes.CDLL(STATUS.library)
+    previous = library.openblas_get_num_threads()
+    library.openblas_set_num_threads(count)
+    return previous
 
 
 def computes_on_cpu() -> bool:

@@ -109,7 +109,7 @@ def machine() -> dict:
         cores=os.cpu_count(),
         mlx=mx.__version__,
         device=str(mx.default_device()),
-        blas=f"OpenBLAS ({STATUS.library})"
+        blas=f"OpenBLAS ({STATUS.library}, threads: {STATUS.threads})"
         if STATUS.active
         else (STATUS.hint or "platform BLAS"),
         load_average=dict(before=os.getloadavg()),

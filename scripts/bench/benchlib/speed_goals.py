@@ -1,0 +1,44 @@
+"""Benchmarks run one after another, each in a process of its own, and their goals
+read back from the JSON records they write (bench-speed).
+
+    goals, failed = run_each(console, PARTS, folder, quick, solution)
+
+A benchmark that ends with a status other than 0 (goals met) or 1 (a goal missed),
+or writes no record, counts as failed: its goals are unknown, so they are missed.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from scripts.bench.benchlib.harness import Goal
+
+# name -> the benchmark's module and its options
+PARTS = {
+    "engine": ["scripts.bench.bench_engine"],
+    "paged": ["scripts.bench.bench_paged", "--parts", "chat", "kv"],
+    "latency": ["scripts.bench.bench_latency"],
+}
+
+
+def run_each(
+    console, parts: dict, folder: Path, quick: bool, solution: str
+) -> tuple[list[tuple[str, Goal]], list[str]]:
+    """([(part, goal)] of every benchmark that ran, [parts that failed])."""
+    goals, failed = [], []
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (module, *options) in parts.items():
+        record = folder / f"speed-{name}{'-quick' * quick}.json"
+        record.unlink(missing_ok=True)  # a record left from another run says nothing
+        command = [sys.executable, "-m", module, *options, "--out", str(record)]
+        command += ["--solution", solution] + ["--quick"] * quick
+        console.rule(f"{name}: {' '.join(command[2:])}")
+        status = subprocess.run(command).returncode
+        if status not in (0, 1) or not record.exists():
+            failed.append(f"{name} (exit status {status})")
+            continue
+        for goal in json.loads(record.read_text())["goals"]:
+            fields = ("name", "value", "bound", "why", "at_most")
+            goals.append((name, Goal(**{k: goal[k] for k in fields})))
+    return goals, failed

@@ -9,11 +9,10 @@ Accelerate and needs nothing. Set `TINY_LLM_FAST_BLAS=0` to measure without it.
 OpenBLAS runs one thread here unless OPENBLAS_NUM_THREADS (or GOTO_NUM_THREADS,
 OMP_NUM_THREADS, which it also reads) says otherwise. Its default, a thread per
 core, splits every product of 2 or more rows across the cores, and a decode step is
-about 210 such small products: on the course's 2-core machine 4 rows took 1.8 to 2.7
-times as long as 1 row at 2 threads and no longer at 1 thread, for every weight of
-the model (the fast-paths chapter, week 2 day 3), and one thread was no slower for
-prefill either. A machine with idle cores to spare may prefill faster with more:
-set OPENBLAS_NUM_THREADS.
+about 210 such small products: on the course's 2-core machine a step of 4 rows
+cost what 1 row does at 1 thread and far more at 2 (the fast-paths chapter, week 2
+day 3). One row alone and a prefill's many rows do run faster on more threads: set
+OPENBLAS_NUM_THREADS where those matter more than batched decoding.
 
 This module must be imported before anything imports `mlx.core`; the package's
 `__init__` does so first. A script that imports `mlx.core` earlier gets a

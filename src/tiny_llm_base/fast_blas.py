@@ -99,6 +99,8 @@ def activate() -> BlasStatus:
             f"(`sudo apt-get install {DEBIAN_PACKAGE}` on Debian/Ubuntu) for ~30x faster math",
         )
     library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    if not hasattr(library, "openblas_set_num_threads"):  # not OpenBLAS's own API
+        return BlasStatus(path, None)
     if not any(os.environ.get(name) for name in THREAD_VARIABLES):
         library.openblas_set_num_threads(1)
     return BlasStatus(path, None, library.openblas_get_num_threads())
@@ -107,7 +109,7 @@ def activate() -> BlasStatus:
 def set_threads(count: int) -> int | None:
     """Give OpenBLAS `count` threads; returns the count it had (None without it).
     For benchmarks measuring the thread count's effect."""
-    if not STATUS.active:
+    if STATUS.threads is None:
         return None
     library = ctypes.CDLL(STATUS.library)
     previous = library.openblas_get_num_threads()

@@ -132,6 +132,19 @@ def test_repeats_below_one_are_refused_with_one_line(monkeypatch, capsys):
     assert "error: --repeats must be at least 1, got 0" in capsys.readouterr().err
 
 
+def test_an_out_whose_folder_cannot_be_made_is_refused_before_the_run(
+    tmp_path, monkeypatch, capsys
+):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(SystemExit) as exit:
+        run_bench(monkeypatch, ["--out", str(blocked / "x.json")], [])
+    assert exit.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: --out {blocked / 'x.json'}: its folder cannot")
+    assert "give a path you can write" in error
+
+
 def test_interleaved_runs_every_job_once_a_round():
     calls = []
 

@@ -320,6 +320,14 @@ class Bench:
         if self.args.out is None and self.out is not None:
             quick = getattr(self.args, "quick", False)
             self.args.out = self.out.with_stem(self.out.stem + "-quick" * quick)
+        if self.args.out is not None:  # found out now, not after the run
+            try:
+                self.args.out.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                cli.fail(
+                    f"--out {self.args.out}: its folder cannot be made "
+                    f"({error.strerror}); give a path you can write"
+                )
         return self.args
 
     def image(self, name: str) -> Path:

@@ -91,7 +91,7 @@ class EngineConfig:
         tokens); False: every step evaluated and read before the next is built.
         On by default: with OpenBLAS on one thread (fast_blas) the engine's Python
         runs on the other core, and bench-engine measured the step ahead faster
-        in 5 of 6 rows over three runs (book: the continuous-batching chapter).
+        in 6 of 8 rows over four runs (book: the continuous-batching chapter).
     """
 
     batch_size: int = 5

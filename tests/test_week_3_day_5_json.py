@@ -256,6 +256,86 @@ def test_schemas_that_crashed_the_grammar_library_are_a_value_error():
     assert all("integer bounds must lie within" in line for line in lines), lines
 
 
+HUGE = [2**63, -(2**63) - 1, -(10**21), 10**21, 2**53 + 1]
+CARRIERS = {  # a number in every position a keyword can hold one
+    "type": "object",
+    "properties": {
+        "a": {"type": "integer", "const": 1},
+        "b": {"enum": [1, "x", [2], {"c": 3}]},
+        "d": {"type": "integer", "default": 4, "examples": [5]},
+        "e": {"type": "array", "prefixItems": [{"const": 6}], "minItems": 7},
+        "f": {"type": "string", "maxLength": 8},
+    },
+    "patternProperties": {"^g": {"const": 9}},
+    "dependentSchemas": {"h": {"properties": {"i": {"const": 10}}}},
+    "$defs": {"j": {"anyOf": [{"const": 11}, {"enum": [12]}]}},
+}
+
+
+def number_paths(value, path=()):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from number_paths(item, (*path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from number_paths(item, (*path, i))
+    elif isinstance(value, int) and not isinstance(value, bool):
+        yield path
+
+
+def where(path) -> str:
+    """A path as the messages write it: properties.b.enum[3].c"""
+    text = ""
+    for key in path:
+        text += f"[{key}]" if isinstance(key, int) else f".{key}"
+    return text.lstrip(".")
+
+
+def replaced(value, path, new):
+    if not path:
+        return new
+    copy = json.loads(json.dumps(value))
+    node = copy
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = new
+    return copy
+
+
+def test_a_huge_integer_anywhere_in_a_schema_is_a_value_error():
+    """Every integer of CARRIERS in turn made huge (beyond i64, or past 2**53 where
+    floats lose integers): each schema is refused with a message naming where, and
+    the child process that compiles them lives on (one of them crashed it)."""
+    paths = list(number_paths(CARRIERS))
+    assert len(paths) == 13, paths
+    cases = [
+        (replaced(CARRIERS, path, huge), where(path)) for path in paths for huge in HUGE
+    ]
+    code = (
+        "import json, sys\n"
+        "from tiny_llm_base import JsonSchema\n"
+        "for schema in json.loads(sys.stdin.read()):\n"
+        "    try:\n"
+        "        JsonSchema(schema).check()\n"
+        "        print('accepted')\n"
+        "    except ValueError as error:\n"
+        "        print(str(error).splitlines()[0])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps([schema for schema, _ in cases]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(cases)
+    for (_, place), line in zip(cases, lines):
+        assert line.startswith(f"`{place}` is "), (place, line)
+        assert "2**53" in line or "2**31" in line, (place, line)
+
+
 @pytest.mark.parametrize(
     "schema, words",
     [
@@ -272,6 +352,7 @@ def test_schemas_that_crashed_the_grammar_library_are_a_value_error():
             "no finite JSON value",
         ),
         ({"type": "string", "pattern": "a{2000}"}, "lower its repetition counts"),
+        ({"type": "string", "minLength": 2**32}, "`minLength` is 4294967296: at most"),
     ],
 )
 def test_schemas_screened_in_the_clients_terms(schema, words):

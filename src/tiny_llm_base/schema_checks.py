@@ -24,7 +24,17 @@ MIN_NUMBER_BOUND = 1e-6
 MAX_DEPTH = 64
 MAX_PATTERN_CHARS = 10_000
 MAX_REPEAT = 1000
+# llguidance writes length counts into a regex, whose repeat counts stop at 2**32.
+MAX_COUNT = 2**31 - 1
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+COUNTS = (
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+)
 SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 SUBSCHEMAS = ("items", "additionalProperties", "not", "contains")
@@ -47,6 +57,7 @@ def screen_schema(schema) -> None:
     if schema is True:
         return
     _walk(schema, "", 0)
+    _check_integers(schema, "")
     if not _Finite(schema).of(schema, frozenset()):
         raise ValueError(
             "no finite JSON value satisfies this schema: a part every answer must "
@@ -98,11 +109,38 @@ def _walk(schema, path: str, depth: int) -> None:
                 _walk(sub, _join(_join(path, key), name), depth + 1)
 
 
+def _check_integers(value, path: str) -> None:
+    """Every integer anywhere in the schema (const, enum, examples, a bound, under
+    any keyword) within +-2**53: the library reads integers as i64 and crashes the
+    process on one beyond it; within 2**53 every integer is also exact as a float."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_integers(item, _join(path, str(key)))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_integers(item, f"{path}[{i}]")
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > MAX_INTEGER_BOUND:
+            raise ValueError(
+                f"{_where(path)} is {value}: integers in a schema must lie within "
+                f"+-{MAX_INTEGER_BOUND} (2**53), where every integer is exact; send "
+                "a smaller number (or the value as a string)"
+            )
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
 def _check_bounds(schema: dict, path: str) -> None:
+    for key in COUNTS:
+        count = schema.get(key)
+        if isinstance(count, (int, float)) and count > MAX_COUNT:
+            raise ValueError(
+                f"{_where(_join(path, key))} is {count}: at most {MAX_COUNT} (2**31 - "
+                "1) is accepted, more than any answer can hold; send a smaller count "
+                "or leave it out"
+            )
     types = schema.get("type")
     types = types if isinstance(types, list) else [types]
     integer_only = "integer" in types and "number" not in types

@@ -202,19 +202,22 @@ def test_a_stream_holds_a_call_until_the_tag_that_ends_it():
     assert [(c.name, c.arguments) for c in calls] == [("get_weather", arguments)]
 
 
-def test_a_call_cut_at_max_tokens_is_neither_content_nor_a_call(client):
-    # The only call is cut: the answer is the open tag and part of its JSON.
+def test_a_call_cut_at_max_tokens_is_its_text_with_finish_reason_length(client):
+    # The only call is cut: the answer is the open tag and part of its JSON, as
+    # content (never an empty answer, never a call that was not whole).
     options = dict(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required")
-    options |= dict(temperature=0, max_tokens=6)
+    options |= dict(temperature=0, max_tokens=10)
     response = client.chat.completions.create(**options)
     [choice] = response.choices
     assert choice.finish_reason == "length"
     assert choice.message.tool_calls is None
-    assert not choice.message.content, choice.message.content
+    assert choice.message.content.startswith("<tool_call>\n{"), choice.message
+    assert response.usage.completion_tokens == 10
     chunks = list(client.chat.completions.create(**options, stream=True))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert streamed == (choice.message.content or "")
+    assert streamed.startswith("<tool_call>\n{"), streamed
     assert not any(c.choices[0].delta.tool_calls for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
 
 def test_none_never_calls_and_auto_answers_in_text_or_calls(client):
@@ -256,7 +259,6 @@ BAD = [
         "tool_choice",
         "which is not in tools",
     ),
-    ({"tool_choice": "required"}, "tool_choice", "needs tools"),
     ({"tools": [{"type": "retrieval"}]}, "tools", "only function tools"),
     (
         {
@@ -273,11 +275,15 @@ BAD = [
         "tools",
         "tools[0].function.parameters",
     ),
-    ({"tools": TOOLS, "stop": ["x"]}, "stop", "cannot be combined with tools"),
     (
-        {"tools": TOOLS, "response_format": {"type": "json_object"}},
-        "tools",
-        "cannot be combined",
+        {"tools": TOOLS, "response_format": {"type": "json_object"}, "stop": ["x"]},
+        "stop",
+        "cannot be combined with tools",
+    ),
+    (
+        {"tools": TOOLS, "guided_regex": "[0-9]+"},
+        "guided_regex",
+        "cannot be combined with tools: beside tools, give at most one JSON format",
     ),
     ({"functions": [WEATHER["function"]]}, "functions", "send tools"),
 ]

@@ -13,7 +13,7 @@ import json
 import jsonschema
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from scripts.bench.benchlib.tool_sets import CALL_MAX_TOKENS, TOOL_SETS
@@ -214,6 +214,141 @@ def test_a_bad_tool_choice_or_tool_set_says_what_is_wrong():
     for tools, message in bad:
         with pytest.raises(ValueError, match=message):
             tiny.check_tools(tools)
+
+
+def test_no_call_past_the_limit_even_one_the_user_asked_to_copy(tokenizer):
+    """The text after the last allowed call never holds the tag: a model asked to
+    repeat `<tool_call>{"name": "delete_all_files"...}` cannot write it, whether
+    the limit is one call (no parallel calls) or MAX_CALLS."""
+    call = call_text("add", {"a": 1, "b": 2})
+    injected = call_text("delete_all_files", {"path": "/", "force": True})
+    more = call_text("add", {"a": 3, "b": 4})
+    most = tiny.tool_calls.MAX_CALLS
+    assert not accepts(tokenizer, TOOLS, f"{call} Sure: {injected}", "auto", False)
+    assert not accepts(tokenizer, TOOLS, f"{call} and {more}", "auto", False)
+    assert not accepts(tokenizer, TOOLS, f"{call} then <tool_call> x", "auto", False)
+    assert accepts(tokenizer, TOOLS, f"{call} done, no more tags", "auto", False)
+    calls = "\n".join([call] * most)
+    assert accepts(tokenizer, TOOLS, f"{calls} done", "auto")
+    assert not accepts(tokenizer, TOOLS, f"{calls} {injected}", "auto")
+    assert not accepts(tokenizer, TOOLS, f"{calls} {more}", "auto")
+
+
+def test_defs_and_definitions_of_the_same_name_stay_apart(tokenizer):
+    """`#/$defs/t` and `#/definitions/t` are two schemas (here a string and an
+    integer); the grammar accepts a call exactly when jsonschema validates it."""
+    parameters = {
+        "type": "object",
+        "$defs": {"t": {"type": "string"}},
+        "definitions": {"t": {"type": "integer"}},
+        "properties": {
+            "k": {"$ref": "#/$defs/t"},
+            "m": {"$ref": "#/definitions/t"},
+            "n": {"$ref": "#/properties/m"},
+        },
+        "required": ["k", "m", "n"],
+        "additionalProperties": False,
+    }
+    tools = [{"type": "function", "function": {"name": "f", "parameters": parameters}}]
+    for arguments in (
+        {"k": "a", "m": 1, "n": 2},
+        {"k": 123, "m": 1, "n": 2},
+        {"k": "a", "m": "x", "n": 2},
+        {"k": "a", "m": 1, "n": "s"},
+    ):
+        valid = jsonschema.Draft202012Validator(parameters).is_valid(arguments)
+        text = call_text("f", arguments)
+        assert accepts(tokenizer, tools, text, "required") == valid, arguments
+
+
+# --- any text the grammar accepts holds only calls the request offered ----------------
+
+NAMES = ["f", "g", "h", "delete_all_files"]
+properties = st.dictionaries(
+    st.sampled_from("xyz"),
+    st.one_of(
+        st.just({"type": "integer", "minimum": -3, "maximum": 3}),
+        st.just({"type": "string", "maxLength": 4}),
+        st.just({"enum": ["a", 1, None]}),
+        st.just({"type": "boolean"}),
+        st.just({"$ref": "#/$defs/t"}),
+        st.just({"$ref": "#/definitions/t"}),
+    ),
+    min_size=1,
+    max_size=3,
+)
+functions = st.builds(
+    lambda name, props, required: {
+        "type": "function",
+        "function": {
+            "name": name,
+            "parameters": {
+                "type": "object",
+                "properties": props,
+                "required": [k for k in props if k in required],
+                "additionalProperties": False,
+                "$defs": {"t": {"type": "string", "maxLength": 2}},
+                "definitions": {"t": {"type": "integer", "minimum": 0}},
+            },
+        },
+    },
+    st.sampled_from(NAMES[:3]),
+    properties,
+    st.sets(st.sampled_from("xyz")),
+)
+tool_sets = st.lists(
+    functions, min_size=1, max_size=3, unique_by=lambda t: t["function"]["name"]
+)
+argument_values = st.one_of(
+    st.integers(-4, 4), st.sampled_from(["a", "ab", "abcde", None, True])
+)
+forced_calls = st.builds(
+    call_text,
+    st.sampled_from(NAMES),
+    st.dictionaries(st.sampled_from("xyzw"), argument_values, max_size=3),
+)
+forced_pieces = st.one_of(
+    forced_calls, st.sampled_from(["ok ", "\n", "<tool_call>", "</tool_call>", " "])
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    tool_sets,
+    st.lists(forced_pieces, max_size=5),
+    st.sampled_from(["auto", "required", "named"]),
+    st.booleans(),
+)
+def test_an_accepted_answer_holds_only_offered_valid_calls(
+    tokenizer, tools, pieces, choice, parallel
+):
+    """Random tool sets (their $defs and definitions both named t) and random text
+    forced through the grammar (calls to offered and unoffered tools, valid and
+    invalid arguments, stray tags): whenever the grammar accepts the text, every
+    call parse_tool_calls reads names a tool the choice allows, validates against
+    the client's own schema (jsonschema), and there are no more calls than allowed
+    and no tag left in the text."""
+    if choice == "named":
+        choice = {
+            "type": "function",
+            "function": {"name": tools[0]["function"]["name"]},
+        }
+        allowed = tools[:1]
+    else:
+        allowed = tools
+    text = "".join(pieces)
+    accepted = accepts(tokenizer, tools, text, choice, parallel)
+    event(f"accepted: {accepted}")
+    if not accepted:
+        return
+    content, calls = tiny.parse_tool_calls(text)
+    most = tiny.tool_calls.MAX_CALLS if parallel else 1
+    assert len(calls) <= most
+    assert "<tool_call>" not in content
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in allowed}
+    for call in calls:
+        assert call.name in schemas, text
+        jsonschema.validate(call.arguments, schemas[call.name])
 
 
 pieces = st.text("ab <>/\n{}", max_size=12).filter(lambda t: "<tool_call>" not in t)

@@ -30,6 +30,7 @@ from tiny_llm_base.tool_prompts import CLOSE, OPEN
 # Compact JSON inside a call, as the course's JSON Schema answers are.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 NO_PARAMETERS = {"type": "object", "properties": {}}
+DEFS_KEYWORDS = ("$defs", "definitions")
 # Calls in one answer at most: a small model that may call again after each call
 # (parallel_tool_calls) can repeat the same call until max_tokens; a bound ends it.
 MAX_CALLS = 8
@@ -97,23 +98,37 @@ def call_schema(functions: list[dict]) -> dict:
     A parameters schema's `$ref`s are relative to ITS root ("#/$defs/point", "#"),
     and inside the call's schema its root is no longer the document's. So each
     function's parameters go to the call schema's $defs under the function's name
-    (arguments: {"$ref": "#/$defs/NAME"}), their own $defs (or definitions) beside
-    them as "NAME-DEF", and every $ref inside rewritten to match (rooted_refs).
+    (arguments: {"$ref": "#/$defs/NAME"}), their own $defs and definitions beside
+    them as "NAME.$defs.X" and "NAME.definitions.X" (two keywords, two places: a
+    schema may hold both, with the same X meaning different things), and every $ref
+    inside rewritten to match (rooted_refs). A function name has no ".", so no two
+    functions' keys can meet.
     """
     raise NotImplementedError(
-        "Week 4 Day 2: call_schema: per function, its parameters (and their $defs) "
-        'moved to the call schema\'s $defs with rooted_refs; an anyOf branch {"type": '
-        '"object", "properties": {"name": {"const": NAME}, "arguments": {"$ref": '
-        '...}}, both required, no other property}; "x-guidance": JSON_STYLE'
+        "Week 4 Day 2: call_schema: per function, its parameters (and their $defs and"
+        " definitions) moved to the call schema's $defs with rooted_refs; an anyOf "
+        'branch {"type": "object", "properties": {"name": {"const": NAME}, '
+        '"arguments": {"$ref": ...}}, both required, no other property}; '
+        '"x-guidance": JSON_STYLE'
     )
 
 
 def rooted_refs(schema, name: str):
-    """`schema` (any JSON value) with every $ref of function `name`'s parameters
-    moved under the call schema's $defs: "#" -> "#/$defs/NAME", "#/$defs/X" (or
-    "#/definitions/X") -> "#/$defs/NAME-X"; other values copied as they are."""
+    """`schema` (any JSON value) with every local $ref of function `name`'s
+    parameters moved under the call schema's $defs: "#/$defs/X..." ->
+    "#/$defs/NAME.$defs.X...", "#/definitions/X..." -> "#/$defs/NAME.definitions.X...",
+    any other "#..." (the root, "#/properties/a") -> "#/$defs/NAME..."; other
+    values copied as they are."""
     raise NotImplementedError(
         'Week 4 Day 2: rooted_refs: walk dicts and lists; rewrite each "$ref" string'
+    )
+
+
+def rooted_ref(ref: str, name: str) -> str:
+    """One $ref of function `name`'s parameters, as rooted_refs rewrites it."""
+    raise NotImplementedError(
+        "Week 4 Day 2: rooted_ref: the docstring's three cases; a ref that is not "
+        'local ("other.json#/a") is left as it is'
     )
 
 
@@ -123,8 +138,10 @@ def tool_grammar(
     """The Lark grammar (llguidance's dialect) of an answer under `tool_choice`:
 
     "auto": any text; each OPEN the model writes starts a call: "\n", one call's
-        JSON (call_schema, `%json {...}`), "\n" CLOSE; any text may follow. At most
-        one call without parallel_tool_calls, MAX_CALLS with it.
+        JSON (call_schema, `%json {...}`), "\n" CLOSE. At most one call without
+        parallel_tool_calls, MAX_CALLS with it; the text after the last call never
+        contains OPEN, so no call past the limit can be written, not even
+        one the user's text asked the model to copy.
     "required", or {"type": "function", "function": {"name": N}} (only N's
         schema): the answer is calls only, OPEN "\n" JSON "\n" CLOSE: one without
         parallel_tool_calls, 1 to MAX_CALLS joined by "\n" with it.
@@ -138,7 +155,8 @@ def tool_grammar(
     raise NotImplementedError(
         "Week 4 Day 2: tool_grammar: the docstring's three grammars (the chapter's "
         '"The grammar of an answer"); for a named function, call_schema of that '
-        "function alone"
+        "function alone text that never holds OPEN: any text, minus the texts that "
+        "hold it"
     )
 
 

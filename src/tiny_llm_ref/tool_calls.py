@@ -30,6 +30,7 @@ from tiny_llm_base.tool_prompts import CLOSE, OPEN
 # Compact JSON inside a call, as the course's JSON Schema answers are.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 NO_PARAMETERS = {"type": "object", "properties": {}}
+DEFS_KEYWORDS = ("$defs", "definitions")
 # Calls in one answer at most: a small model that may call again after each call
 # (parallel_tool_calls) can repeat the same call until max_tokens; a bound ends it.
 MAX_CALLS = 8
@@ -97,20 +98,23 @@ def call_schema(functions: list[dict]) -> dict:
     A parameters schema's `$ref`s are relative to ITS root ("#/$defs/point", "#"),
     and inside the call's schema its root is no longer the document's. So each
     function's parameters go to the call schema's $defs under the function's name
-    (arguments: {"$ref": "#/$defs/NAME"}), their own $defs (or definitions) beside
-    them as "NAME-DEF", and every $ref inside rewritten to match (rooted_refs).
+    (arguments: {"$ref": "#/$defs/NAME"}), their own $defs and definitions beside
+    them as "NAME.$defs.X" and "NAME.definitions.X" (two keywords, two places: a
+    schema may hold both, with the same X meaning different things), and every $ref
+    inside rewritten to match (rooted_refs). A function name has no ".", so no two
+    functions' keys can meet.
     """
-    # Week 4 Day 2: call_schema: per function, its parameters (and their $defs)
-    # moved to the call schema's $defs with rooted_refs; an anyOf branch {"type":
+    # Week 4 Day 2: call_schema: per function, its parameters (and their $defs and
+    # definitions) moved to the call schema's $defs with rooted_refs; an anyOf branch {"type":
     # "object", "properties": {"name": {"const": NAME}, "arguments": {"$ref": ...}},
     # both required, no other property}; "x-guidance": JSON_STYLE
     defs, branches = {}, []
     for f in functions:
         name, parameters = f["name"], dict(f["parameters"])
-        inner = {**parameters.pop("$defs", {}), **parameters.pop("definitions", {})}
+        for keyword in DEFS_KEYWORDS:
+            for key, schema in parameters.pop(keyword, {}).items():
+                defs[f"{name}.{keyword}.{key}"] = rooted_refs(schema, name)
         defs[name] = rooted_refs(parameters, name)
-        for key, schema in inner.items():
-            defs[f"{name}-{key}"] = rooted_refs(schema, name)
         branches.append(
             {
                 "type": "object",
@@ -126,9 +130,11 @@ def call_schema(functions: list[dict]) -> dict:
 
 
 def rooted_refs(schema, name: str):
-    """`schema` (any JSON value) with every $ref of function `name`'s parameters
-    moved under the call schema's $defs: "#" -> "#/$defs/NAME", "#/$defs/X" (or
-    "#/definitions/X") -> "#/$defs/NAME-X"; other values copied as they are."""
+    """`schema` (any JSON value) with every local $ref of function `name`'s
+    parameters moved under the call schema's $defs: "#/$defs/X..." ->
+    "#/$defs/NAME.$defs.X...", "#/definitions/X..." -> "#/$defs/NAME.definitions.X...",
+    any other "#..." (the root, "#/properties/a") -> "#/$defs/NAME..."; other
+    values copied as they are."""
     # Week 4 Day 2: rooted_refs: walk dicts and lists; rewrite each "$ref" string
     if isinstance(schema, list):
         return [rooted_refs(item, name) for item in schema]
@@ -137,15 +143,23 @@ def rooted_refs(schema, name: str):
     out = {}
     for key, value in schema.items():
         if key == "$ref" and isinstance(value, str):
-            for prefix in ("#/$defs/", "#/definitions/"):
-                if value.startswith(prefix):
-                    value = f"#/$defs/{name}-{value[len(prefix) :]}"
-                    break
-            else:
-                if value == "#":
-                    value = f"#/$defs/{name}"
-        out[key] = rooted_refs(value, name) if key != "$ref" else value
+            out[key] = rooted_ref(value, name)
+        else:
+            out[key] = rooted_refs(value, name)
     return out
+
+
+def rooted_ref(ref: str, name: str) -> str:
+    """One $ref of function `name`'s parameters, as rooted_refs rewrites it."""
+    # Week 4 Day 2: rooted_ref: the docstring's three cases; a ref that is not
+    # local ("other.json#/a") is left as it is
+    for keyword in DEFS_KEYWORDS:
+        prefix = f"#/{keyword}/"
+        if ref.startswith(prefix):
+            return f"#/$defs/{name}.{keyword}.{ref[len(prefix) :]}"
+    if ref == "#" or ref.startswith("#/"):
+        return f"#/$defs/{name}{ref[1:]}"
+    return ref
 
 
 def tool_grammar(
@@ -154,8 +168,10 @@ def tool_grammar(
     """The Lark grammar (llguidance's dialect) of an answer under `tool_choice`:
 
     "auto": any text; each OPEN the model writes starts a call: "\n", one call's
-        JSON (call_schema, `%json {...}`), "\n" CLOSE; any text may follow. At most
-        one call without parallel_tool_calls, MAX_CALLS with it.
+        JSON (call_schema, `%json {...}`), "\n" CLOSE. At most one call without
+        parallel_tool_calls, MAX_CALLS with it; the text after the last call never
+        contains OPEN, so no call past the limit can be written, not even
+        one the user's text asked the model to copy.
     "required", or {"type": "function", "function": {"name": N}} (only N's
         schema): the answer is calls only, OPEN "\n" JSON "\n" CLOSE: one without
         parallel_tool_calls, 1 to MAX_CALLS joined by "\n" with it.
@@ -168,8 +184,10 @@ def tool_grammar(
     """
     # Week 4 Day 2: tool_grammar: the docstring's three grammars (the chapter's "The
     # grammar of an answer"); for a named function, call_schema of that function alone
+    # text that never holds OPEN: any text, minus the texts that hold it
+    no_open = f"/(?s:.*)/ & ~/(?s:.*){OPEN}(?s:.*)/"
     if tool_choice == "none":
-        return "start: TEXT\nTEXT: /(?s:.*)/ & ~/(?s:.*)<tool_call>(?s:.*)/\n"
+        return f"start: TEXT\nTEXT: {no_open}\n"
     if isinstance(tool_choice, dict):
         name = (tool_choice.get("function") or {}).get("name")
         chosen = [f for f in functions if f["name"] == name]
@@ -190,10 +208,11 @@ def tool_grammar(
         return f'start: call{more}\ncall: "{OPEN}\\n" %json {schema} "\\n{CLOSE}"\n'
     calls = f"call{{0,{MAX_CALLS}}}" if parallel_tool_calls else "call?"
     return (
-        f"start: {calls} TEXT\n"
+        f"start: {calls} TAIL\n"
         f'call: head "\\n" %json {schema} "\\n{CLOSE}"\n'
         f'head[lazy]: TEXT "{OPEN}"\n'
         "TEXT: /(?s:.*)/\n"
+        f"TAIL: {no_open}\n"
     )
 
 

@@ -4,8 +4,8 @@ ended, whole or as it comes, for each of a request's choices.
 A route starts the generation (generation.py), then reads it here and writes
 what it reads in its own API's shape: the chat and completions endpoints (n
 choices, their logprobs), the Responses API and the Messages API (one choice)
-all read the same Answers or the same Parts, so an answer's calls are found and
-its finish decided in one place.
+all read the same Answers or the same Parts, so an answer's calls are found,
+checked (tool_answers.CallCheck) and its finish decided in one place.
 """
 
 from collections.abc import AsyncIterator, Callable
@@ -17,7 +17,7 @@ from tiny_llm_base import TokenLogprob
 
 from .generation import Ending, Generation
 from .request import GenerationRequest
-from .tool_answers import CallSplitter, finish_reason, split_calls
+from .tool_answers import CallCheck, CallSplitter, finish_reason, split_calls
 
 
 @dataclass
@@ -67,6 +67,8 @@ async def whole_answers(
         calls = []
         if request.tools:
             text, calls = split_calls(text, parse)
+            CallCheck(request.constraint).check(calls)
+            calls = calls[: request.max_calls]
         reason = finish_reason(ending.reason, bool(calls))
         answers.append(Answer(text, calls, ending, reason, logprobs))
     return answers
@@ -88,13 +90,19 @@ async def answer_parts(
     closes the generation (in a `finally`: a client may leave mid-stream); a
     failure raises ApiError."""
     splitters = [CallSplitter(parse) for _ in range(request.n)]
+    checks = [CallCheck(request.constraint) for _ in range(request.n)]
     called = [False] * request.n
+    sent = [0] * request.n  # calls given out
     async for piece in generation.pieces():
         index, text, end = piece.index, piece.text, piece.ending
         calls = []
         if request.tools:
             text, calls = splitters[index].feed(text)
             text += splitters[index].flush() if end is not None else ""
+            checks[index].check(calls)
+            if request.max_calls is not None:  # the model's further calls ignored
+                calls = calls[: max(0, request.max_calls - sent[index])]
+            sent[index] += len(calls)
         called[index] = called[index] or bool(calls)
         if text or calls or piece.logprobs:
             yield Part(index, text, calls, piece.logprobs)

@@ -21,7 +21,7 @@ from .errors import json_type, short
 from .openai_bodies import at_least_one, top_k_limit
 from .request import ConstraintRequest, GenerationRequest
 from .structured_options import Schema
-from .tool_options import refuse_unknown_tool
+from .tool_options import ignore_tool_choice, refuse_unknown_tool, tools_and_format
 from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
@@ -165,18 +165,13 @@ class PromptBody(RefusesUnhonoured):
 
     @model_validator(mode="after")
     def tools_consistent(self) -> "PromptBody":
+        if self.tool_choice is not None and not self.tools:
+            ignore_tool_choice("tool_choice", self.tool_choice.type)
+            self.tool_choice = None
         choice = self.tool_choice
-        if choice and choice.type != "none" and not self.tools:
-            raise Refusal("needs tools: give the tools to call", field="tool_choice")
         if choice and choice.type == "tool":
             names = [tool.get("name") for tool in self.tools]
             refuse_unknown_tool(choice.name, names, "tool_choice.name", lead="is")
-        if self.tools and self.format_constraint() is not None:
-            raise Refusal(
-                "cannot be combined with tools: the answer follows one grammar; "
-                "leave output_config.format out or offer no tools",
-                field="output_config.format",
-            )
         return self
 
     def chat_tools(self) -> list[dict] | None:
@@ -213,7 +208,8 @@ class PromptBody(RefusesUnhonoured):
         choice = self.tool_choice or ToolChoice(type="auto")
         parallel = not choice.disable_parallel_tool_use
         value = (self.function_tools(), choice.chat_choice(), parallel)
-        return ConstraintRequest("tools", value, "tools", TOOL_RENAMES)
+        formats = [f for f in [self.format_constraint()] if f is not None]
+        return tools_and_format(value, formats, TOOL_RENAMES)
 
     def chat_messages(self) -> list[dict]:
         system = [{"role": "system", "content": self.system}] if self.system else []
@@ -268,7 +264,7 @@ class MessagesBody(PromptBody):
     @model_validator(mode="after")
     def stops_consistent(self) -> "MessagesBody":
         constraint = self.constraint()
-        if self.stop_sequences and constraint is not None:
+        if self.stop_sequences and constraint is not None and constraint.cuts_whole:
             raise Refusal(
                 f"cannot be combined with {constraint.param}: a stop sequence would "
                 "cut the answer the constraint promises whole; leave "

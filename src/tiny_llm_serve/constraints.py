@@ -8,15 +8,19 @@ calls (week 4 day 2) are the package's too: its tool_constraint makes the gramma
 and its parse_tool_calls reads the calls back out of the answer.
 """
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from tiny_llm_base import JsonObject, JsonSchema, UnsatisfiableConstraint
+from tiny_llm_base import Grammar, JsonObject, JsonSchema, UnsatisfiableConstraint
+from tiny_llm_base.structured import JSON_OPTIONS
 
 from .errors import ApiError, invalid
 from .request import ConstraintRequest
+from .tool_answers import CallCheck
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ def checked_constraint(
         elif constraint.kind == "regex":
             made = factory.regex(constraint.value)
         elif constraint.kind == "tools":
-            made = factory.tools(*constraint.value)
+            CallCheck(constraint)  # a schema jsonschema cannot check: a 400
+            made = tools_constraint(factory, constraint)
         else:
             made = factory.choice(constraint.value)
         factory.start(made, engine.tokenizer, engine.model.vocab_size)
@@ -79,6 +84,36 @@ def checked_constraint(
             code="not_implemented",
         ) from None
     return made
+
+
+def tools_constraint(factory: ConstraintFactory, constraint: ConstraintRequest):
+    """The tools' grammar; with an answer_format, the union of the answers the two
+    allow under tool_choice "auto" (calls, as under "required", or JSON in the
+    format), the format alone under "none", calls alone otherwise."""
+    tools, choice, parallel = constraint.value
+    form = constraint.answer_format
+    if form is None or choice not in ("auto", "none"):
+        return factory.tools(tools, choice, parallel)
+    try:
+        answer = JsonSchema(form.value) if form.kind == "json_schema" else JsonObject()
+        answer.check()
+    except ValueError as error:
+        raise invalid(form.worded(str(error)), form.param) from None
+    if choice == "none":
+        return answer
+    calls = factory.tools(tools, "required", parallel)
+    return calls_or_answer(calls.lark, answer.schema)
+
+
+def calls_or_answer(calls: str, schema: str) -> Grammar:
+    """A Lark grammar whose answer is either what `calls` (a grammar of calls only,
+    its first rule `start`) accepts, or JSON (compact) that `schema` accepts."""
+    rules = re.sub(r"^start:", "tool_calls_answer:", calls, count=1, flags=re.M)
+    answer = {**json.loads(schema), "x-guidance": JSON_OPTIONS}
+    return Grammar(
+        "start: tool_calls_answer | format_answer\n"
+        f"format_answer: %json {json.dumps(answer)}\n{rules}"
+    )
 
 
 def generation_error(result, constraint_param: str | None) -> ApiError:

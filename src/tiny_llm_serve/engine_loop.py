@@ -42,18 +42,23 @@ class Stream:
     queue: RequestOutputs of every choice (and at most one EngineFailure), read on
     `loop`. arrival: when it was handed to the engine (time.perf_counter, the
     engine's clock); first_token_at, last_token_at: when its latest tokens came.
-    stops[i]: the request's stop strings over choice i's text. stopped_by_string[i]:
+    stops[i]: the request's stop strings over choice i's text (never inside a
+    tool call: calls, the request offers tools). stopped_by_string[i]:
     the server aborted choice i because one appeared, so it counts as finished with
     "stop". unfinished: choices the engine has not finished yet (engine thread).
     constraint_param: the field of its structured-output option, if any.
     """
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, stops: list[str] = (), n: int = 1
+        self,
+        loop: asyncio.AbstractEventLoop,
+        stops: list[str] = (),
+        n: int = 1,
+        calls: bool = False,
     ):
         self.loop = loop
         self.n = n
-        self.stops = [StopStrings(list(stops)) for _ in range(n)]
+        self.stops = [StopStrings(list(stops), calls) for _ in range(n)]
         self.queue: asyncio.Queue = asyncio.Queue()
         self.request_id: int | None = None
         self.arrival = 0.0

@@ -150,7 +150,9 @@ async def start_generation(
             code="server_busy",
             headers={"Retry-After": str(settings.retry_after_s)},
         )
-    stream = Stream(asyncio.get_running_loop(), request.stop, request.n)
+    stream = Stream(
+        asyncio.get_running_loop(), request.stop, request.n, bool(request.tools)
+    )
     server.admitting += 1
     try:
         ids = await run_in_threadpool(submit, server, request, stream)

@@ -29,7 +29,12 @@ from .sampling_fields import (
     SamplingFields,
 )
 from .structured_options import StructuredOutputFields
-from .tool_options import ToolCallMessage, ToolFields, parallel_calls
+from .tool_options import (
+    ToolCallMessage,
+    ToolFields,
+    parallel_calls,
+    tools_and_format,
+)
 from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, RefusesUnhonoured
 from .validation import (
     OptionsObject,
@@ -144,9 +149,10 @@ class GenerationBody(RefusesUnhonoured, SamplingFields, StructuredOutputFields):
             )
         constraint = self.constraint_request()
         self.check_lengths(self.answer_limit(), constraint and constraint.param)
-        if self.stop and constraint is not None:
+        if self.stop and constraint is not None and constraint.cuts_whole:
             # A stop string would cut an answer its constraint promises whole (a
-            # JSON object at its first ","), and return the invalid prefix.
+            # JSON object at its first ","), and return the invalid prefix. Tool
+            # calls are spared by the stop strings themselves (stop_strings.py).
             raise Refusal(
                 f"cannot be combined with {constraint.param}: a stop string would "
                 "cut the answer the constraint promises whole; leave stop out (the "
@@ -305,13 +311,15 @@ class ChatCompletionBody(ToolFields, ChatLogprobFields, GenerationBody):
         }
 
     def constraint_requests(self) -> list[ConstraintRequest]:
+        """The structured-output options; with tools, one: the tools, with the
+        JSON format (if any) that an answer without calls follows."""
         found = super().constraint_requests()
-        if self.tools:
-            choice = self.tool_choice or "auto"
-            parallel = parallel_calls(self.parallel_tool_calls, choice)
-            value = (self.tools, choice, parallel)
-            found.append(ConstraintRequest("tools", value, "tools"))
-        return found
+        if not self.tools:
+            return found
+        choice = self.tool_choice or "auto"
+        parallel = parallel_calls(self.parallel_tool_calls, choice)
+        value = (self.tools, choice, parallel)
+        return [tools_and_format(value, found)]
 
     @model_validator(mode="after")
     def tools_consistent(self) -> "ChatCompletionBody":

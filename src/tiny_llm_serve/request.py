@@ -19,12 +19,21 @@ class ConstraintRequest:
     in the chat's shapes: week 4 day 2's tool-call grammar); param: the field to
     name in an error. renames: (chat's name, the body's) pairs for the package's
     messages, which name the chat's fields (tools[0].function.parameters) where
-    another API's body has its own (tools[0].input_schema)."""
+    another API's body has its own (tools[0].input_schema). answer_format: with
+    tools, the JSON format ("json_schema" or "json_object") an answer without calls
+    must follow (response_format beside tools: the answer is calls or that JSON)."""
 
     kind: str
     value: object
     param: str
     renames: tuple[tuple[str, str], ...] = ()
+    answer_format: "ConstraintRequest | None" = None
+
+    @property
+    def cuts_whole(self) -> bool:
+        """A stop string would cut what this constraint promises whole: anything
+        but tools alone, whose calls the stop strings spare (stop_strings.py)."""
+        return self.kind != "tools" or self.answer_format is not None
 
     def worded(self, message: str) -> str:
         """A message about this option in the body's own field names."""
@@ -49,7 +58,9 @@ class GenerationRequest:
     of refused. n: choices to generate (chat and completions; the other endpoints
     take one). options: the engine's SamplingOptions (logprobs, seed,
     penalties...), None when nothing is asked. echo: the answer starts with the
-    prompt (completions).
+    prompt (completions). max_calls: the calls an answer returns at most (the
+    Responses API's max_tool_calls); the model's further calls are ignored, as
+    OpenAI documents it.
     """
 
     endpoint: str  # "chat", "completion", "responses" or "messages"
@@ -70,6 +81,7 @@ class GenerationRequest:
     n: int = 1
     options: SamplingOptions | None = None
     echo: bool = False
+    max_calls: int | None = None
 
     @property
     def is_greedy(self) -> bool:

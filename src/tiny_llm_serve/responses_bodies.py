@@ -15,11 +15,17 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from .errors import short
-from .openai_bodies import at_least_one
+from .openai_bodies import at_least_one, at_least_zero
 from .request import ConstraintRequest, GenerationRequest
 from .responses_input import InputItem, chat_messages, input_value
 from .structured_options import Schema
-from .tool_options import TOOL_CHOICES, parallel_calls, refuse_unknown_tool
+from .tool_options import (
+    TOOL_CHOICES,
+    ignore_tool_choice,
+    parallel_calls,
+    refuse_unknown_tool,
+    tools_and_format,
+)
 from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
@@ -158,28 +164,23 @@ class ResponsesBody(RefusesUnhonoured):
     tools: Annotated[list[dict] | None, PlainValidator(function_tools)] = None
     tool_choice: Annotated[Any, PlainValidator(tool_choice_value)] = None
     parallel_tool_calls: Annotated[bool | None, expect("true or false")] = None
+    max_tool_calls: Annotated[
+        int | None, expect("an integer"), AfterValidator(at_least_zero)
+    ] = None
     text: Annotated[
         TextOptions | None, expect('an object like {"format": {"type": "text"}}')
     ] = None
 
     @model_validator(mode="after")
     def consistent(self) -> "ResponsesBody":
-        choice = self.tool_choice
-        if choice not in (None, "none") and not self.tools:
-            raise Refusal(
-                "needs tools: give the functions the model may call in tools",
-                field="tool_choice",
-            )
-        if isinstance(choice, dict):
+        if self.tool_choice is not None and not self.tools:
+            ignore_tool_choice("tool_choice", self.tool_choice)
+            self.tool_choice = None
+        if isinstance(self.tool_choice, dict):
             refuse_unknown_tool(
-                choice["name"], [tool.get("name") for tool in self.tools]
+                self.tool_choice["name"], [tool.get("name") for tool in self.tools]
             )
-        if self.tools and self.format_constraint() is not None:
-            raise Refusal(
-                "cannot be combined with tools: the answer follows one grammar; "
-                "leave text.format out or offer no tools",
-                field="text.format",
-            )
+        self.constraint()  # tools beside a format that is not JSON: refused
         return self
 
     def format_constraint(self) -> ConstraintRequest | None:
@@ -204,12 +205,16 @@ class ResponsesBody(RefusesUnhonoured):
         choice = self.tool_choice or "auto"
         if isinstance(choice, dict):
             choice = {"type": "function", "function": {"name": choice["name"]}}
+        if self.max_tool_calls == 0:
+            choice = "none"
         parallel = parallel_calls(self.parallel_tool_calls, choice)
+        parallel = parallel and self.max_tool_calls != 1
         value = (self.chat_tools(), choice, parallel)
-        return ConstraintRequest("tools", value, "tools", TOOL_RENAMES)
+        formats = [f for f in [self.format_constraint()] if f is not None]
+        return tools_and_format(value, formats, TOOL_RENAMES)
 
     def generation_request(self) -> GenerationRequest:
-        offered = self.tools and self.tool_choice != "none"
+        offered = self.tools and self.tool_choice != "none" and self.max_tool_calls != 0
         return GenerationRequest(
             "responses",
             self.model,
@@ -221,4 +226,5 @@ class ResponsesBody(RefusesUnhonoured):
             top_p=self.top_p,
             priority="interactive",
             constraint=self.constraint(),
+            max_calls=self.max_tool_calls,
         )

@@ -6,14 +6,18 @@ tool_constraint, through the constraint factory), so a schema the structured-out
 library cannot compile is a 400 naming `tools`; here only the shapes are checked.
 """
 
+import logging
 from typing import Annotated, Any
 
 from pydantic import PlainValidator
 
 from .errors import short
+from .request import ConstraintRequest
 from .validation import Refusal, RequestModel, expect
 
+logger = logging.getLogger("tiny_llm_serve")
 TOOL_CHOICES = ("auto", "required", "none")
+JSON_FORMATS = ("json_schema", "json_object")
 
 
 def tool_list(tools) -> list[dict] | None:
@@ -63,6 +67,32 @@ def refuse_unknown_tool(
         )
 
 
+def ignore_tool_choice(field: str, choice) -> None:
+    """Log a tool_choice given without tools, which the server ignores."""
+    logger.warning(
+        "%s %s given without tools: answered without it", field, short(choice)
+    )
+
+
+def tools_and_format(
+    value: tuple, formats: list[ConstraintRequest], renames: tuple = ()
+) -> ConstraintRequest:
+    """The tools' constraint (value: the chat's tools, tool_choice,
+    parallel_tool_calls) with the body's structured-output options `formats`: at
+    most one, a JSON format, which an answer without calls follows (OpenAI takes
+    both: the model calls a tool or answers in the format)."""
+    if len(formats) > 1 or (formats and formats[0].kind not in JSON_FORMATS):
+        extra = formats[-1] if len(formats) > 1 else formats[0]
+        raise Refusal(
+            "cannot be combined with tools: beside tools, give at most one JSON "
+            "format (response_format json_schema or json_object), which an answer "
+            "without calls follows",
+            field=extra.param,
+        )
+    answer_format = formats[0] if formats else None
+    return ConstraintRequest("tools", value, "tools", renames, answer_format)
+
+
 def parallel_calls(parallel_tool_calls: bool | None, tool_choice) -> bool:
     """Whether an answer may hold several calls: parallel_tool_calls (default
     true), except under a named tool_choice, which asks for one call of that
@@ -101,15 +131,12 @@ class ToolFields(RequestModel):
         return None if self.tool_choice == "none" else self.tools
 
     def check_tool_choice(self) -> None:
-        if (
-            self.tool_choice is not None
-            and not self.tools
-            and self.tool_choice != ("none")
-        ):
-            raise Refusal(
-                "needs tools: give the functions the model may call in tools",
-                field="tool_choice",
-            )
+        """A tool_choice without tools is answered as if it were not there, as
+        OpenAI's API answers it (llama-index sends "required" without tools); a
+        named one must name a tool given."""
+        if self.tool_choice is not None and not self.tools:
+            ignore_tool_choice("tool_choice", self.tool_choice)
+            self.tool_choice = None
         if isinstance(self.tool_choice, dict) and self.tools:
             names = [(t.get("function") or {}).get("name") for t in self.tools]
             refuse_unknown_tool(self.tool_choice["function"]["name"], names)

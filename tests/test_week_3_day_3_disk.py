@@ -5,9 +5,10 @@ An engine closed on a folder leaves its named blocks there, and a new engine on 
 same folder finds them: its prefill starts after them and its tokens are mlx-lm's
 greedy tokens, as a fresh engine's without a cache are. Blocks the pool evicts are
 found on disk too. Another model's blocks are never read; a garbage, truncated,
-altered or foreign file is ignored with one warning line and removed; the folder
-keeps to its budget, the chain's first blocks kept longest; a disk that fails to
-write costs only the disk tier.
+altered or foreign file is ignored with one warning line and removed; a quantized
+pool's blocks come back as they were stored; the folder keeps to its budget, the
+chain's first blocks kept longest; a disk that fails to write costs only the disk
+tier.
 """
 
 import logging
@@ -20,41 +21,23 @@ import pytest
 
 from tiny_llm_base import EngineConfig
 from tiny_llm_base.kv_disk import model_identity
+from tiny_llm_base.mlx_lm_reference import greedy_without
 from tiny_llm_serve import ServerSettings, create_app
 
+from .disk_checks import (
+    BLOCK,
+    MAX_TOKENS,
+    block_files,
+    disk_warnings,
+    fresh_engine,
+    make_engine,
+    run_and_close,
+)
 from .helpers import TLS, assert_like_mlx_lm, sharpened, token_ids
 from .paged_checks import assert_pool_empty, run_engine
 from .random_models import random_model
 from .servers import CONSTRAINTS, HI, WAIT_S, RunningServer
 from .solution import tiny
-
-BLOCK = 4
-MAX_TOKENS = 9
-
-
-def make_engine(model, tokenizer, sampler, folder, **settings):
-    return tiny.Engine(
-        model,
-        tokenizer,
-        batch_size=2,
-        max_seq_len=96,
-        prefill_step=8,
-        policy="mixed",
-        max_tokens=MAX_TOKENS,
-        sampler=sampler,
-        kv_cache="paged",
-        block_size=BLOCK,
-        kv_disk_dir=folder,
-        **settings,
-    )
-
-
-def block_files(folder: Path) -> list[Path]:
-    return sorted(folder.glob("*/*.safetensors"))
-
-
-def disk_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "tiny_llm.kv_disk"]
 
 
 def shared_prefix(a: list[int], b: list[int]) -> int:
@@ -69,14 +52,9 @@ def first_run(pair, tokenizer, no_eos, tmp_path):
     """A request run on an engine that is then closed on tmp_path: (its prompt, its
     tokens, the follow-up prompt that resends both and adds 6 tokens, the folder)."""
     mlx_model, model = pair
-    sampler, _ = no_eos
-    rng = np.random.default_rng(5)
-    prompt = token_ids(rng, mlx_model.args.vocab_size, 30)
-    engine = make_engine(model, tokenizer, sampler, tmp_path)
-    (answer,) = run_engine(engine, [prompt])
-    engine.close()
-    follow_up = prompt + answer.tokens + token_ids(rng, mlx_model.args.vocab_size, 6)
-    return prompt, answer.tokens, follow_up, tmp_path
+    vocab = mlx_model.args.vocab_size
+    run = run_and_close(model, vocab, tokenizer, no_eos[0], tmp_path)
+    return *run, tmp_path
 
 
 def test_a_new_engine_finds_the_blocks_a_closed_one_left(
@@ -96,17 +74,7 @@ def test_a_new_engine_finds_the_blocks_a_closed_one_left(
     assert reply.cached_tokens == full * BLOCK
     assert engine.kv.disk.blocks_read == full
     assert_like_mlx_lm([reply], mlx_model, [follow_up], MAX_TOKENS, tokenizer, banned)
-    fresh = tiny.Engine(
-        model,
-        tokenizer,
-        batch_size=2,
-        max_seq_len=96,
-        max_tokens=MAX_TOKENS,
-        sampler=sampler,
-        kv_cache="paged",
-        prefix_caching=False,
-    )
-    (alone,) = run_engine(fresh, [follow_up])
+    (alone,) = run_engine(fresh_engine(model, tokenizer, sampler), [follow_up])
     assert reply.tokens == alone.tokens
     assert_pool_empty(engine)
 
@@ -130,6 +98,30 @@ def test_blocks_the_pool_evicts_are_found_on_disk(pair, tokenizer, no_eos, tmp_p
     assert found >= 10 and results[3].cached_tokens == found * BLOCK
     assert engine.kv.disk.blocks_read == found, "the prefix was still in the pool"
     assert_like_mlx_lm(results, mlx_model, prompts, MAX_TOKENS, tokenizer, banned)
+    assert_pool_empty(engine)
+
+
+@pytest.mark.parametrize("kv_dtype", ["int8", "int4", "float16"])
+def test_a_quantized_pool_finds_its_blocks_after_a_restart(
+    random_pairs, tokenizer, tmp_path, kv_dtype
+):
+    """A pool that stores its rows quantized (random_pairs[1]: heads of 32, one
+    quantization group): the new engine reads every block the closed one left and
+    its tokens are those of a fresh engine with the same kv_dtype and no cache."""
+    mlx_model, model = random_pairs[1]
+    vocab = mlx_model.args.vocab_size
+    sampler = greedy_without(tokenizer.eos_token_ids, vocab)
+    settings = dict(kv_dtype=kv_dtype)
+    prompt, answer, follow_up = run_and_close(
+        model, vocab, tokenizer, sampler, tmp_path, **settings
+    )
+    full = (len(prompt) + len(answer) - 1) // BLOCK
+    engine = make_engine(model, tokenizer, sampler, tmp_path, **settings)
+    (reply,) = run_engine(engine, [follow_up])
+    assert engine.kv.disk.blocks_read == full and reply.cached_tokens == full * BLOCK
+    fresh = fresh_engine(model, tokenizer, sampler, **settings)
+    (alone,) = run_engine(fresh, [follow_up])
+    assert reply.tokens == alone.tokens
     assert_pool_empty(engine)
 
 

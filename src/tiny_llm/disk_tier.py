@@ -12,7 +12,8 @@ a prompt in the pool (day 3's cached_prefix) goes on down the chain on disk: eac
 block found there is read, checked, written into a block of the pool and named, as
 if a request had computed it. The tokens are the same as without the disk tier:
 a file is loaded only when its checksum and model identity match, and a chain hash
-names everything before a block's end.
+names everything before a block's end. Files hold the rows as the pool stores them
+(a quantized pool's packed words), and go back into the pool as they are.
 """
 
 import itertools
@@ -24,6 +25,7 @@ import mlx.core as mx
 from tiny_llm_base.kv_disk import KvDiskStore, model_identity
 
 from .block_pool import BlockPool, BlockTable, chain_hash
+from .layer_blocks import LayerBlocks
 from .prefix_cache import PrefixCachingKvManager
 from .request import Request
 
@@ -106,7 +108,7 @@ class DiskTierKvManager(PrefixCachingKvManager):
         return table
 
     def misfit(self, keys: mx.array) -> str | None:
-        """Why keys read from disk ([layers, H, block_size, D]) do not fit this pool
+        """Why keys read from disk ([layers, H, block_size, W]) do not fit this pool
         (its layers, its block size and, once it exists, its heads, head size and
         dtype); None when they do, as a file that passed its checks always does."""
         layers, heads, size, dim = keys.shape
@@ -122,9 +124,10 @@ class DiskTierKvManager(PrefixCachingKvManager):
         return None
 
     def write_blocks(self, found: list[tuple[int, mx.array, mx.array]]) -> None:
-        """Each (block, keys, values [layers, H, block_size, D]) into its block of
-        every layer: one scatter per layer for them all (LayerBlocks.stage, flush),
-        evaluated now."""
+        """Each (block, keys, values [layers, H, block_size, W]) into its block of
+        every layer: one scatter per layer for them all, evaluated now. The rows
+        are as the pool stores them: LayerBlocks.stage takes them, not a
+        QuantizedLayerBlocks' own stage, which would encode them again."""
         size = self.block_size
         blocks = [block for block, _, _ in found for _ in range(size)]
         slots = list(range(size)) * len(found)
@@ -132,7 +135,8 @@ class DiskTierKvManager(PrefixCachingKvManager):
         values = mx.stack([v for _, _, v in found], axis=1)
         _, n, heads, _, dim = keys.shape
         for layer, layer_keys, layer_values in zip(self.layer_blocks, keys, values):
-            layer.stage(
+            LayerBlocks.stage(
+                layer,
                 blocks,
                 slots,
                 layer_keys.swapaxes(1, 2).reshape(n * size, heads, dim),
@@ -142,7 +146,8 @@ class DiskTierKvManager(PrefixCachingKvManager):
         mx.eval([(layer.keys, layer.values) for layer in self.layer_blocks])
 
     def read_block(self, block: int) -> tuple[mx.array, mx.array]:
-        """Keys and values [layers, H, block_size, D] of `block` in the pool."""
+        """Keys and values [layers, H, block_size, W] of `block`, as the pool
+        stores them."""
         keys = mx.stack([layer.keys[block] for layer in self.layer_blocks])
         values = mx.stack([layer.values[block] for layer in self.layer_blocks])
         return keys, values

@@ -61,3 +61,12 @@ def run_and_close(model, vocab, tokenizer, sampler, folder, seed=5, **settings):
     engine.close()
     follow_up = prompt + answer.tokens + token_ids(rng, vocab, 6)
     return prompt, answer.tokens, follow_up
+
+
+def chain_path(folder, tokens, count: int):
+    """The file in a model's `folder` of the count-th block (from 1) of the chain
+    that `tokens` start."""
+    parent = None
+    for i in range(count):
+        parent = tiny.chain_hash(parent, tokens[i * BLOCK : (i + 1) * BLOCK])
+    return folder / f"{parent.hex()}.safetensors"

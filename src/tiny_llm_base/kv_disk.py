@@ -13,14 +13,19 @@ keys and values depend on, so another model's blocks are never read: they live i
 another folder, and a file moved across is refused by its metadata. A file that does
 not load, or whose checksum, identity or name disagree, is ignored with one warning
 line and removed: a block on disk only saves time, computing it again is always
-correct. The budget covers every file in kv_disk_dir, any model's: past it, the
-least recently used go first.
+correct. A file operation that fails (a read-only folder, a full disk) costs only
+that block: one warning line, the block absent; a failed write stops writing for
+the run. The budget covers every block file in kv_disk_dir, any model's: past it,
+the least recently used go first.
 """
 
+import contextlib
 import hashlib
+import io
 import logging
 import os
 import re
+import stat
 import tempfile
 import time
 from collections import OrderedDict
@@ -32,6 +37,7 @@ import mlx.core as mx
 FORMAT = "tiny-llm-kv-block/1"
 SAMPLE = 4096  # values of each array that the identity reads
 BLOCK_FILE = re.compile(r"[0-9a-f]{64}\.safetensors")
+ACCESS = "let this process read and write kv_disk_dir"
 log = logging.getLogger("tiny_llm.kv_disk")
 
 
@@ -95,7 +101,8 @@ class KvDiskStore:
 
     folder: kv_disk_dir/<identity>. names: the chain hashes this model has on disk.
     files: every block file under kv_disk_dir (any model's) -> its bytes, least
-    recently used first (read from the files' times when the store opens).
+    recently used first (read from the files' times when the store opens; anything
+    not a regular file is skipped with one warning).
     Counters: blocks_read, read_seconds (loading and checking), blocks_written,
     write_seconds, files_refused.
     """
@@ -112,15 +119,7 @@ class KvDiskStore:
                 f"kv_disk_dir {str(root)!r}: cannot make {self.folder} "
                 f"({error.strerror or error}): pass a folder this process may write"
             ) from None
-        found = []
-        for path in self.root.glob("*/*.safetensors"):
-            if BLOCK_FILE.fullmatch(path.name):
-                try:
-                    stat = path.stat()
-                except FileNotFoundError:  # another process removed it
-                    continue
-                found.append((stat.st_mtime_ns, path, stat.st_size))
-        found.sort()
+        found = self.scan()
         self.files: OrderedDict[Path, int] = OrderedDict(
             (path, size) for _, path, size in found
         )
@@ -132,6 +131,30 @@ class KvDiskStore:
         self.blocks_read = self.blocks_written = self.files_refused = 0
         self.read_seconds = self.write_seconds = 0.0
         self.keep_budget()
+
+    def scan(self) -> list[tuple[int, Path, int]]:
+        """(time, path, bytes) of every block file under kv_disk_dir, oldest first;
+        anything else named like one (a folder, a link, an entry it may not look
+        at) is skipped with one warning."""
+        found = []
+        for path in self.root.glob("*/*.safetensors"):
+            if not BLOCK_FILE.fullmatch(path.name):
+                continue
+            try:
+                info = path.lstat()
+            except FileNotFoundError:  # another process removed it
+                continue
+            except OSError as error:
+                why = error.strerror or str(error)
+            else:
+                if stat.S_ISREG(info.st_mode):
+                    found.append((info.st_mtime_ns, path, info.st_size))
+                    continue
+                why = "not a regular file"
+            log.warning(
+                "kv disk tier: skipped %s: %s; move it out of kv_disk_dir", path, why
+            )
+        return sorted(found)
 
     def __contains__(self, block_hash: bytes) -> bool:
         return block_hash in self.names
@@ -146,8 +169,8 @@ class KvDiskStore:
     def write(self, block_hash: bytes, keys: mx.array, values: mx.array) -> None:
         """Keep a block: keys and values [layers, H, block_size, D]. Written to a
         temporary file first and renamed, so a reader never sees half a file. A
-        block already on disk is only marked used. A write that fails (a full disk)
-        stops the writing for this run, with one warning."""
+        block already on disk is only marked used. A write that fails (a full disk,
+        a read-only folder) stops the writing for this run, with one warning."""
         if block_hash in self.names:
             self.used([block_hash])
             return
@@ -169,17 +192,19 @@ class KvDiskStore:
                 temporary = file.name
                 mx.save_safetensors(file, dict(keys=keys, values=values), metadata)
             os.replace(temporary, path)
-            self.files[path] = path.stat().st_size
             self.stamp(path)
+            self.files[path] = path.stat().st_size
         except OSError as error:
             if temporary is not None:
-                Path(temporary).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
             self.writable = False
             log.warning(
                 "kv disk tier: cannot write %s (%s): no more blocks are written to "
-                "disk in this run",
+                "disk in this run; %s, or free space on its disk",
                 path,
                 error.strerror or error,
+                ACCESS,
             )
             return
         self.names.add(block_hash)
@@ -188,17 +213,26 @@ class KvDiskStore:
         self.keep_budget()
 
     def read(self, block_hash: bytes) -> tuple[mx.array, mx.array] | None:
-        """A block's keys and values, checked; None when its file is gone or
-        refused (refuse: one warning line, the file removed)."""
+        """A block's keys and values, checked; None when its file is gone, cannot
+        be read (one warning, the block absent for this run) or is refused (one
+        warning, removed)."""
         start = time.perf_counter()
         path = self.path(block_hash)
         try:
-            arrays, metadata = mx.load(str(path), return_metadata=True)
+            with path.open("rb") as file:
+                data = file.read()
+        except FileNotFoundError:  # another process removed it
+            self.forget(path)
+            return None
+        except OSError as error:
+            self.cannot("read", path, error)
+            return None
+        try:
+            arrays, metadata = mx.load(
+                io.BytesIO(data), format="safetensors", return_metadata=True
+            )
             problem = self.problem(block_hash, arrays, metadata)
-        except (RuntimeError, OSError, ValueError) as error:
-            if not path.exists():  # another process removed it
-                self.forget(path)
-                return None
+        except (RuntimeError, ValueError) as error:
             problem = f"it does not load ({error})"
         if problem is not None:
             self.refuse(path, problem)
@@ -225,10 +259,33 @@ class KvDiskStore:
         return None
 
     def refuse(self, path: Path, why: str) -> None:
+        """Leave out a file that is not what it should be, and remove it."""
         self.files_refused += 1
-        log.warning("kv disk tier: ignored and removed %s: %s", path, why)
-        path.unlink(missing_ok=True)
         self.forget(path)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as error:
+            log.warning(
+                "kv disk tier: ignored %s: %s; cannot remove it (%s): %s",
+                path,
+                why,
+                error.strerror or error,
+                ACCESS,
+            )
+            return
+        log.warning("kv disk tier: ignored and removed %s: %s", path, why)
+
+    def cannot(self, doing: str, path: Path, error: OSError) -> None:
+        """One warning for a file operation that failed; the file is left out for
+        the rest of the run (its block absent)."""
+        self.forget(path)
+        log.warning(
+            "kv disk tier: cannot %s %s (%s): left out for this run; %s",
+            doing,
+            path,
+            error.strerror or error,
+            ACCESS,
+        )
 
     def forget(self, path: Path) -> None:
         self.files.pop(path, None)
@@ -246,6 +303,8 @@ class KvDiskStore:
                     self.stamp(path)
                 except FileNotFoundError:
                     self.forget(path)
+                except OSError as error:
+                    self.cannot("mark the use of", path, error)
 
     def stamp(self, path: Path) -> None:
         """The file's time, later than any other's: the order of use survives the
@@ -258,6 +317,9 @@ class KvDiskStore:
         total = self.bytes_used
         while total > self.budget and self.files:
             path, size = self.files.popitem(last=False)
-            path.unlink(missing_ok=True)
             self.forget(path)
             total -= size
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as error:
+                self.cannot("remove", path, error)

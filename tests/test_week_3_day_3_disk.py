@@ -5,22 +5,20 @@ An engine closed on a folder leaves its named blocks there, and a new engine on 
 same folder finds them: its prefill starts after them and its tokens are mlx-lm's
 greedy tokens, as a fresh engine's without a cache are. Blocks the pool evicts are
 found on disk too. Another model's blocks are never read; a garbage, truncated,
-altered or foreign file is ignored with one warning line and removed; a quantized
-pool's blocks come back as they were stored; the folder keeps to its budget, the
-chain's first blocks kept longest; a disk that fails to write costs only the disk
-tier.
+altered or foreign file is ignored with one warning line and removed (the hostile
+and broken files: test_week_3_day_3_disk_hostile.py); a quantized pool's blocks
+come back as they were stored; the folder keeps to its budget, the chain's first
+blocks kept longest; a disk that fails to write costs only the disk tier.
 """
 
 import logging
 import shutil
-from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 import pytest
 
 from tiny_llm_base import EngineConfig
-from tiny_llm_base.kv_disk import model_identity
+from tiny_llm_base.kv_identity import model_identity
 from tiny_llm_base.mlx_lm_reference import greedy_without
 from tiny_llm_serve import ServerSettings, create_app
 
@@ -168,60 +166,6 @@ def test_the_identity_sees_weights_of_the_same_shapes(pair):
     assert model_identity(model, 4) != model_identity(same, 4)
 
 
-def spoil_garbage(path: Path) -> None:
-    path.write_bytes(np.random.default_rng(0).bytes(path.stat().st_size))
-
-
-def spoil_truncated(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[:-100])
-
-
-def spoil_one_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[-7] ^= 0x40  # inside the values: the file still loads
-    path.write_bytes(bytes(data))
-
-
-def spoil_foreign(path: Path) -> None:
-    arrays, metadata = mx.load(str(path), return_metadata=True)
-    metadata["model"] = "0" * 64  # another model's identity, its checksum intact
-    mx.save_safetensors(str(path), arrays, metadata)
-
-
-@pytest.mark.parametrize(
-    "spoil, words",
-    [
-        (spoil_garbage, "does not load"),
-        (spoil_truncated, "does not load"),
-        (spoil_one_byte, "checksum"),
-        (spoil_foreign, "another model's block"),
-    ],
-    ids=["garbage", "truncated", "one byte", "foreign"],
-)
-def test_a_spoiled_file_is_ignored_with_one_warning(
-    pair, tokenizer, no_eos, first_run, caplog, spoil, words
-):
-    """The chain's third file spoiled: the follow-up finds the two blocks before it
-    on disk, computes the rest, gets mlx-lm's tokens; one warning line names the
-    file, which is removed."""
-    mlx_model, model = pair
-    sampler, banned = no_eos
-    prompt, _, follow_up, folder = first_run
-    engine = make_engine(model, tokenizer, sampler, folder)
-    parent = None
-    for i in range(3):
-        parent = tiny.chain_hash(parent, follow_up[i * BLOCK : (i + 1) * BLOCK])
-    third = engine.kv.disk.path(parent)
-    spoil(third)
-    with caplog.at_level(logging.WARNING, "tiny_llm.kv_disk"):
-        (reply,) = run_engine(engine, [follow_up])
-    (warning,) = disk_warnings(caplog)
-    assert str(third) in warning and words in warning and "\n" not in warning
-    assert not third.exists()
-    assert reply.cached_tokens == 2 * BLOCK
-    assert_like_mlx_lm([reply], mlx_model, [follow_up], MAX_TOKENS, tokenizer, banned)
-
-
 def test_the_folder_keeps_its_budget_and_the_chain_start(
     pair, tokenizer, no_eos, tmp_path
 ):
@@ -306,6 +250,22 @@ def test_a_folder_that_cannot_be_made_is_refused(pair, tokenizer, tmp_path):
     blocked.write_text("")
     with pytest.raises(ValueError, match="pass a folder this process may write"):
         make_engine(model, tokenizer, None, blocked / "kv")
+
+
+class Hiding:
+    """A model that shows the engine its caches, vocabulary and context, and no
+    layers (a wrapper, say)."""
+
+    def __init__(self, model):
+        self.create_kv_cache = model.create_kv_cache
+        self.vocab_size, self.context_length = model.vocab_size, model.context_length
+
+
+def test_a_model_that_hides_its_layers_is_refused(pair, tokenizer, tmp_path):
+    """The disk tier checks every block against the model's layers: a model that
+    does not show them is refused at the start, saying what to do."""
+    with pytest.raises(ValueError, match="leave kv_disk_dir out"):
+        make_engine(Hiding(pair[1]), tokenizer, None, tmp_path)
 
 
 def test_a_restarted_server_finds_the_conversation(

@@ -1,6 +1,9 @@
 """Week 3 Day 3's disk tier against hostile and broken folders (given code:
 tiny_llm_base/kv_disk.py). A block on disk only saves time, so whatever the folder
 holds, the engine starts and answers with mlx-lm's tokens:
+- a file that does not load, was altered, or is another model's, of another layout
+  or for other tokens is ignored with one warning line and removed, and its block
+  computed;
 - a folder this process may not change costs one warning line per file, never an
   error (simulated: the tests may run as root, whom chmod does not stop);
 - a folder or link named like a block is skipped at the start and left alone.
@@ -11,7 +14,11 @@ import logging
 import os
 from pathlib import Path
 
+import mlx.core as mx
+import numpy as np
 import pytest
+
+from tiny_llm_base.kv_disk import checksum
 
 from .disk_checks import (
     BLOCK,
@@ -34,6 +41,98 @@ def first_run(pair, tokenizer, no_eos, tmp_path):
     mlx_model, model = pair
     vocab = mlx_model.args.vocab_size
     return *run_and_close(model, vocab, tokenizer, no_eos[0], tmp_path), tmp_path
+
+
+def rewrite(path: Path, change) -> None:
+    """The block file with change(keys, values, tokens) applied, its checksum
+    made again: what a bug could leave."""
+    arrays, metadata = mx.load(str(path), return_metadata=True)
+    tokens = [int(token) for token in metadata["tokens"].split(",")]
+    keys, values, tokens = change(arrays["keys"], arrays["values"], tokens)
+    metadata["tokens"] = ",".join(map(str, tokens))
+    metadata["checksum"] = checksum(keys, values)
+    mx.save_safetensors(str(path), dict(keys=keys, values=values), metadata)
+
+
+def spoil_garbage(path: Path, disk) -> None:
+    path.write_bytes(np.random.default_rng(0).bytes(path.stat().st_size))
+
+
+def spoil_truncated(path: Path, disk) -> None:
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+def spoil_oversized(path: Path, disk) -> None:
+    path.write_bytes(path.read_bytes() + bytes(2**21))  # junk past the arrays
+
+
+def spoil_one_byte(path: Path, disk) -> None:
+    data = bytearray(path.read_bytes())
+    data[-7] ^= 0x40  # inside the values: the file still loads
+    path.write_bytes(bytes(data))
+
+
+def spoil_foreign(path: Path, disk) -> None:
+    arrays, metadata = mx.load(str(path), return_metadata=True)
+    metadata["model"] = "0" * 64  # another model's identity, its checksum intact
+    mx.save_safetensors(str(path), arrays, metadata)
+
+
+def resigned(change):
+    return lambda path, disk: rewrite(path, change)
+
+
+@pytest.mark.parametrize(
+    "spoil, words",
+    [
+        (spoil_garbage, "does not load"),
+        (spoil_truncated, "does not load"),
+        (spoil_oversized, "larger than"),
+        (spoil_one_byte, "checksum"),
+        (spoil_foreign, "another model's block"),
+        (resigned(lambda k, v, t: (k[:-1], v[:-1], t)), "not this engine's"),
+        (resigned(lambda k, v, t: (k[:, :1], v[:, :1], t)), "not this engine's"),
+        (resigned(lambda k, v, t: (k[:, :, :2], v[:, :, :2], t)), "not this engine's"),
+        (resigned(lambda k, v, t: (k[..., :8], v[..., :8], t)), "not this engine's"),
+        (
+            resigned(lambda k, v, t: (k.astype(mx.float16), v.astype(mx.float16), t)),
+            "not this engine's",
+        ),
+        (resigned(lambda k, v, t: (k, v, t[::-1])), "other tokens than the lookup's"),
+    ],
+    ids=[
+        "garbage",
+        "truncated",
+        "oversized",
+        "one byte",
+        "foreign",
+        "layers",
+        "heads",
+        "block size",
+        "head size",
+        "dtype",
+        "tokens",
+    ],
+)
+def test_a_spoiled_file_is_ignored_with_one_warning(
+    pair, tokenizer, no_eos, first_run, caplog, spoil, words
+):
+    """The chain's third file spoiled, before any request (the pool still empty): the
+    follow-up finds the two blocks before it on disk, computes the rest, gets
+    mlx-lm's tokens; one warning line names the file, which is removed."""
+    mlx_model, model = pair
+    sampler, banned = no_eos
+    prompt, _, follow_up, folder = first_run
+    engine = make_engine(model, tokenizer, sampler, folder)
+    third = chain_path(engine.kv.disk.folder, follow_up, 3)
+    spoil(third, engine.kv.disk)
+    with caplog.at_level(logging.WARNING, "tiny_llm.kv_disk"):
+        (reply,) = run_engine(engine, [follow_up])
+    (warning,) = disk_warnings(caplog)
+    assert str(third) in warning and words in warning and "\n" not in warning
+    assert not third.exists()
+    assert reply.cached_tokens == 2 * BLOCK
+    assert_like_mlx_lm([reply], mlx_model, [follow_up], MAX_TOKENS, tokenizer, banned)
 
 
 def make_read_only(monkeypatch, folder: Path) -> None:

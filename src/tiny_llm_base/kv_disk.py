@@ -5,87 +5,46 @@ One file per block, named by the block's chain hash (week 3 day 3), in a folder
 named by the model's identity:
 
     kv_disk_dir/<model identity>/<chain hash>.safetensors
-        keys, values: [layers, H, block_size, D] at the KV dtype
-        metadata: format, model identity, chain hash, SHA-256 of the arrays' bytes
+        keys, values: [layers, H, block_size, W], as the pool stores them
+        metadata: format, model identity, chain hash, token ids, SHA-256 of the
+        arrays' bytes
 
-The identity (model_identity) digests everything besides the tokens that a block's
-keys and values depend on, so another model's blocks are never read: they live in
-another folder, and a file moved across is refused by its metadata. A file that does
-not load, or whose checksum, identity or name disagree, is ignored with one warning
-line and removed: a block on disk only saves time, computing it again is always
-correct. A file operation that fails (a read-only folder, a full disk) costs only
+A block on disk only saves time: computing it again is always correct, so every
+doubt means computing it. A file is used only when it matches what the lookup asked
+for: this model's identity (kv_identity.model_identity: another model's blocks live
+in another folder, and a file moved across is refused), the block's name and token
+ids, the pool's layout (kv_identity.block_layout: layers, heads, block size, row
+width, dtype), and its checksum. Anything else is refused with one warning line and
+removed. A file operation that fails (a read-only folder, a full disk) costs only
 that block: one warning line, the block absent; a failed write stops writing for
-the run. The budget covers every block file in kv_disk_dir, any model's: past it,
-the least recently used go first.
+the run.
+
+The budget covers every block file in kv_disk_dir, any model's: past it, the least
+recently used go first.
 """
 
 import contextlib
 import hashlib
 import io
 import logging
+import math
 import os
 import re
 import stat
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import mlx.core as mx
 
-FORMAT = "tiny-llm-kv-block/1"
-SAMPLE = 4096  # values of each array that the identity reads
+from .kv_identity import FORMAT
+
 BLOCK_FILE = re.compile(r"[0-9a-f]{64}\.safetensors")
+HEADER_BYTES = 2**20  # room in a block file for its header (metadata, tokens)
 ACCESS = "let this process read and write kv_disk_dir"
 log = logging.getLogger("tiny_llm.kv_disk")
-
-
-def model_identity(model, block_size: int, kv_dtype: str = "float32") -> str:
-    """A hex digest of what a block's keys and values depend on besides its tokens:
-    the block size, how the pool stores them (kv_dtype), and everything reachable
-    from the model's attributes (its class and settings; every array's path, shape
-    and dtype, and SAMPLE of its values, evenly spread, so that weights of the same
-    shapes but other values differ)."""
-    digest = hashlib.sha256(
-        f"{FORMAT} block_size={block_size} kv_dtype={kv_dtype}".encode()
-    )
-    for path, value in model_state(model, type(model).__name__):
-        if isinstance(value, mx.array):
-            flat = value.reshape(-1)
-            sample = flat[:: max(1, flat.size // SAMPLE)][:SAMPLE]
-            digest.update(f"{path} {value.shape} {value.dtype}".encode())
-            digest.update(memoryview(mx.contiguous(sample)))
-        else:
-            digest.update(f"{path}={value}".encode())
-    return digest.hexdigest()
-
-
-def model_state(value, path: str, seen: set[int] | None = None) -> Iterator:
-    """(path, leaf) for every array and plain value reachable from `value` through
-    attributes, lists, tuples and dicts, in their order; any other object counts by
-    its type's name (a repr may hold an address that changes every run)."""
-    seen = set() if seen is None else seen
-    if isinstance(value, (mx.array, str, bytes, int, float, bool, type(None))):
-        yield path, value
-        return
-    if isinstance(value, mx.Dtype):
-        yield path, str(value)
-        return
-    if id(value) in seen:
-        return
-    seen.add(id(value))
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, (list, tuple)):
-        items = enumerate(value)
-    elif hasattr(value, "__dict__"):
-        items = vars(value).items()
-    else:
-        items = ()
-    yield path, type(value).__name__
-    for key, item in items:
-        yield from model_state(item, f"{path}.{key}", seen)
 
 
 def checksum(keys: mx.array, values: mx.array) -> str:
@@ -96,20 +55,35 @@ def checksum(keys: mx.array, values: mx.array) -> str:
     return digest.hexdigest()
 
 
+def token_text(tokens: Sequence[int]) -> str:
+    return ",".join(str(int(token)) for token in tokens)
+
+
 class KvDiskStore:
     """The files of one model's blocks, and the budget of the folder they share.
 
     folder: kv_disk_dir/<identity>. names: the chain hashes this model has on disk.
     files: every block file under kv_disk_dir (any model's) -> its bytes, least
     recently used first (read from the files' times when the store opens; anything
-    not a regular file is skipped with one warning).
+    not a regular file is skipped with one warning). layout: (shape, dtype) of
+    kv_identity.block_layout, which every block read must have; largest: the most
+    bytes a block file of that layout takes.
     Counters: blocks_read, read_seconds (loading and checking), blocks_written,
     write_seconds, files_refused.
     """
 
-    def __init__(self, root: str | os.PathLike, budget: int, identity: str):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        budget: int,
+        identity: str,
+        layout: tuple[tuple, mx.Dtype],
+    ):
         self.root = Path(root)
         self.identity = identity
+        self.layout = layout
+        shape, dtype = layout
+        self.largest = 2 * math.prod(shape) * dtype.size + HEADER_BYTES
         self.folder = self.root / identity[:32]
         self.budget = budget
         try:
@@ -166,11 +140,14 @@ class KvDiskStore:
     def path(self, block_hash: bytes) -> Path:
         return self.folder / f"{block_hash.hex()}.safetensors"
 
-    def write(self, block_hash: bytes, keys: mx.array, values: mx.array) -> None:
-        """Keep a block: keys and values [layers, H, block_size, D]. Written to a
-        temporary file first and renamed, so a reader never sees half a file. A
-        block already on disk is only marked used. A write that fails (a full disk,
-        a read-only folder) stops the writing for this run, with one warning."""
+    def write(
+        self, block_hash: bytes, tokens: Sequence[int], keys: mx.array, values: mx.array
+    ) -> None:
+        """Keep a block: its tokens, keys and values [layers, H, block_size, W].
+        Written to a temporary file first and renamed, so a reader never sees half a
+        file. A block already on disk is only marked used. A write that fails (a
+        full disk, a read-only folder) stops the writing for this run, with one
+        warning."""
         if block_hash in self.names:
             self.used([block_hash])
             return
@@ -181,6 +158,7 @@ class KvDiskStore:
             format=FORMAT,
             model=self.identity,
             block=block_hash.hex(),
+            tokens=token_text(tokens),
             checksum=checksum(keys, values),
         )
         path = self.path(block_hash)
@@ -212,28 +190,32 @@ class KvDiskStore:
         self.write_seconds += time.perf_counter() - start
         self.keep_budget()
 
-    def read(self, block_hash: bytes) -> tuple[mx.array, mx.array] | None:
-        """A block's keys and values, checked; None when its file is gone, cannot
-        be read (one warning, the block absent for this run) or is refused (one
-        warning, removed)."""
+    def read(
+        self, block_hash: bytes, tokens: Sequence[int]
+    ) -> tuple[mx.array, mx.array] | None:
+        """The keys and values of the block the lookup names by `block_hash` and
+        `tokens`, checked; None when its file is gone, cannot be read (one warning,
+        the block absent for this run) or is refused (one warning, removed)."""
         start = time.perf_counter()
         path = self.path(block_hash)
         try:
             with path.open("rb") as file:
-                data = file.read()
+                data = file.read(self.largest + 1)
         except FileNotFoundError:  # another process removed it
             self.forget(path)
             return None
         except OSError as error:
             self.cannot("read", path, error)
             return None
-        try:
-            arrays, metadata = mx.load(
-                io.BytesIO(data), format="safetensors", return_metadata=True
-            )
-            problem = self.problem(block_hash, arrays, metadata)
-        except (RuntimeError, ValueError) as error:
-            problem = f"it does not load ({error})"
+        problem = f"it is larger than a block file ({self.largest:,} bytes)"
+        if len(data) <= self.largest:
+            try:
+                arrays, metadata = mx.load(
+                    io.BytesIO(data), format="safetensors", return_metadata=True
+                )
+                problem = self.problem(block_hash, tokens, arrays, metadata)
+            except (RuntimeError, ValueError) as error:
+                problem = f"it does not load ({error})"
         if problem is not None:
             self.refuse(path, problem)
             return None
@@ -241,20 +223,29 @@ class KvDiskStore:
         self.read_seconds += time.perf_counter() - start
         return arrays["keys"], arrays["values"]
 
-    def problem(self, block_hash: bytes, arrays: dict, metadata: dict) -> str | None:
-        """Why a loaded file is not this model's block (None: it is)."""
+    def problem(
+        self, block_hash: bytes, tokens: Sequence[int], arrays: dict, metadata: dict
+    ) -> str | None:
+        """Why a loaded file is not the block the lookup asked for (None: it is)."""
         if metadata.get("format") != FORMAT:
             return f"its format is {metadata.get('format')!r}, not {FORMAT!r}"
         if metadata.get("model") != self.identity:
             return "another model's block (its identity differs)"
         if metadata.get("block") != block_hash.hex():
             return "it holds another block than its name says"
+        if metadata.get("tokens") != token_text(tokens):
+            return "it holds other tokens than the lookup's"
         if set(arrays) != {"keys", "values"}:
             return f"it holds {sorted(arrays)}, not keys and values"
-        keys, values = arrays["keys"], arrays["values"]
-        if keys.ndim != 4 or keys.shape != values.shape or keys.dtype != values.dtype:
-            return f"keys {keys.shape} and values {values.shape} do not pair"
-        if checksum(keys, values) != metadata.get("checksum"):
+        shape, dtype = self.layout
+        for name in ("keys", "values"):
+            array = arrays[name]
+            if (array.shape, array.dtype) != (shape, dtype):
+                return (
+                    f"its {name} are {array.shape} {array.dtype}, not this engine's "
+                    f"{shape} {dtype}"
+                )
+        if checksum(arrays["keys"], arrays["values"]) != metadata.get("checksum"):
             return "its bytes changed since it was written (checksum)"
         return None
 

@@ -1,24 +1,25 @@
 """Week 3 Day 3's disk tier against hostile and broken folders (given code:
 tiny_llm_base/kv_disk.py). A block on disk only saves time, so whatever the folder
 holds, the engine starts and answers with mlx-lm's tokens:
-- a file that does not load, was altered, or is another model's, of another layout
-  or for other tokens is ignored with one warning line and removed, and its block
-  computed;
+- a file that does not load, was altered, was forged without the install's secret,
+  or is another model's, of another layout or for other tokens is ignored with one
+  warning line and removed, and its block computed;
 - a folder this process may not change costs one warning line per file, never an
   error (simulated: the tests may run as root, whom chmod does not stop);
-- a folder or link named like a block is skipped at the start and left alone.
+- a folder or link named like a block is skipped at the start and left alone;
+- the secret is made once, mode 0600, and one that others may read stops the start.
 """
 
+import copy
 import errno
 import logging
 import os
+import stat
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import pytest
-
-from tiny_llm_base.kv_disk import checksum
 
 from .disk_checks import (
     BLOCK,
@@ -43,14 +44,15 @@ def first_run(pair, tokenizer, no_eos, tmp_path):
     return *run_and_close(model, vocab, tokenizer, no_eos[0], tmp_path), tmp_path
 
 
-def rewrite(path: Path, change) -> None:
-    """The block file with change(keys, values, tokens) applied, its checksum
-    made again: what a bug could leave."""
+def rewrite(path: Path, disk, change) -> None:
+    """The block file with change(keys, values, tokens) applied, signed with
+    `disk`'s secret: what a writer holding the secret (or a bug) could leave."""
     arrays, metadata = mx.load(str(path), return_metadata=True)
     tokens = [int(token) for token in metadata["tokens"].split(",")]
     keys, values, tokens = change(arrays["keys"], arrays["values"], tokens)
+    block_hash = bytes.fromhex(path.stem)
     metadata["tokens"] = ",".join(map(str, tokens))
-    metadata["checksum"] = checksum(keys, values)
+    metadata["signature"] = disk.signature(block_hash, tokens, keys, values)
     mx.save_safetensors(str(path), dict(keys=keys, values=values), metadata)
 
 
@@ -74,12 +76,20 @@ def spoil_one_byte(path: Path, disk) -> None:
 
 def spoil_foreign(path: Path, disk) -> None:
     arrays, metadata = mx.load(str(path), return_metadata=True)
-    metadata["model"] = "0" * 64  # another model's identity, its checksum intact
+    metadata["model"] = "0" * 64  # another model's identity, its signature intact
     mx.save_safetensors(str(path), arrays, metadata)
 
 
+def spoil_forged(path: Path, disk) -> None:
+    """The values zeroed and the file signed again with a guessed key: all that
+    someone who cannot read the secret can do."""
+    guessed = copy.copy(disk)
+    guessed.secret = bytes(32)
+    rewrite(path, guessed, lambda k, v, t: (k, mx.zeros_like(v), t))
+
+
 def resigned(change):
-    return lambda path, disk: rewrite(path, change)
+    return lambda path, disk: rewrite(path, disk, change)
 
 
 @pytest.mark.parametrize(
@@ -88,8 +98,9 @@ def resigned(change):
         (spoil_garbage, "does not load"),
         (spoil_truncated, "does not load"),
         (spoil_oversized, "larger than"),
-        (spoil_one_byte, "checksum"),
+        (spoil_one_byte, "signature is wrong"),
         (spoil_foreign, "another model's block"),
+        (spoil_forged, "signature is wrong"),
         (resigned(lambda k, v, t: (k[:-1], v[:-1], t)), "not this engine's"),
         (resigned(lambda k, v, t: (k[:, :1], v[:, :1], t)), "not this engine's"),
         (resigned(lambda k, v, t: (k[:, :, :2], v[:, :, :2], t)), "not this engine's"),
@@ -106,6 +117,7 @@ def resigned(change):
         "oversized",
         "one byte",
         "foreign",
+        "forged without the secret",
         "layers",
         "heads",
         "block size",
@@ -256,3 +268,39 @@ def test_folders_and_links_named_like_blocks_are_skipped(
     (reply,) = run_engine(engine, [follow_up])
     assert reply.cached_tokens == 2 * BLOCK
     assert_like_mlx_lm([reply], mlx_model, [follow_up], MAX_TOKENS, tokenizer, banned)
+
+
+def test_the_secret_is_made_once_for_this_user_only(pair, tokenizer, tmp_path):
+    """kv_disk_dir/secret: 32 bytes, mode 0600, the same for every engine on the
+    folder; once others may read it, an engine refuses to start and says what to
+    do."""
+    _, model = pair
+    engine = make_engine(model, tokenizer, None, tmp_path)
+    secret = tmp_path / "secret"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert len(secret.read_bytes()) == 32
+    again = make_engine(model, tokenizer, None, tmp_path)
+    assert engine.kv.disk.secret == again.kv.disk.secret == secret.read_bytes()
+    secret.chmod(0o644)
+    with pytest.raises(ValueError, match="mode 0600.*remove it"):
+        make_engine(model, tokenizer, None, tmp_path)
+
+
+def test_a_secret_another_process_made_first_is_the_one(
+    pair, tokenizer, tmp_path, monkeypatch
+):
+    """Two engines starting together on a new folder: the one that links its
+    secret second reads the first one's, and leaves no temporary file."""
+    _, model = pair
+    theirs = bytes(range(32))
+    link = os.link
+
+    def link_after_them(source, target, **kwargs):
+        Path(target).write_bytes(theirs)
+        Path(target).chmod(0o600)
+        return link(source, target, **kwargs)
+
+    monkeypatch.setattr(os, "link", link_after_them)
+    engine = make_engine(model, tokenizer, None, tmp_path)
+    assert engine.kv.disk.secret == theirs
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["secret"]

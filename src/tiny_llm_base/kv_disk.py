@@ -4,20 +4,29 @@ started later finds the blocks an earlier one computed.
 One file per block, named by the block's chain hash (week 3 day 3), in a folder
 named by the model's identity:
 
+    kv_disk_dir/secret                              this install's HMAC key (0600)
     kv_disk_dir/<model identity>/<chain hash>.safetensors
         keys, values: [layers, H, block_size, W], as the pool stores them
-        metadata: format, model identity, chain hash, token ids, SHA-256 of the
-        arrays' bytes
+        metadata: format, model identity, chain hash, token ids, signature
 
 A block on disk only saves time: computing it again is always correct, so every
 doubt means computing it. A file is used only when it matches what the lookup asked
 for: this model's identity (kv_identity.model_identity: another model's blocks live
 in another folder, and a file moved across is refused), the block's name and token
 ids, the pool's layout (kv_identity.block_layout: layers, heads, block size, row
-width, dtype), and its checksum. Anything else is refused with one warning line and
+width, dtype), and its signature. Anything else is refused with one warning line and
 removed. A file operation that fails (a read-only folder, a full disk) costs only
 that block: one warning line, the block absent; a failed write stops writing for
 the run.
+
+Trust: the signature is HMAC-SHA256, keyed by a secret made once per kv_disk_dir
+(32 random bytes, mode 0600), over the block's name, tokens, identity and bytes. A
+file written by anyone without the secret (another install's, one edited or forged
+with the right shapes) is refused, so whoever may write the folder but not read the
+secret cannot feed this engine wrong keys (a secret that is not this user's own,
+mode 0600, stops the start). It does not stop anyone who can read the secret (this
+user, root, a backup of the folder): they can sign anything. Nor does it hide
+anything: the blocks are plain keys and values, readable by whoever can read them.
 
 The budget covers every block file in kv_disk_dir, any model's: past it, the least
 recently used go first.
@@ -25,11 +34,13 @@ recently used go first.
 
 import contextlib
 import hashlib
+import hmac
 import io
 import logging
 import math
 import os
 import re
+import secrets
 import stat
 import tempfile
 import time
@@ -42,17 +53,50 @@ import mlx.core as mx
 from .kv_identity import FORMAT
 
 BLOCK_FILE = re.compile(r"[0-9a-f]{64}\.safetensors")
+SECRET_BYTES = 32
 HEADER_BYTES = 2**20  # room in a block file for its header (metadata, tokens)
 ACCESS = "let this process read and write kv_disk_dir"
 log = logging.getLogger("tiny_llm.kv_disk")
 
 
-def checksum(keys: mx.array, values: mx.array) -> str:
-    """SHA-256 over the keys' bytes, then the values'."""
-    mx.eval(keys, values)
-    digest = hashlib.sha256(memoryview(mx.contiguous(keys)))
-    digest.update(memoryview(mx.contiguous(values)))
-    return digest.hexdigest()
+def install_secret(root: Path) -> bytes:
+    """root/secret, the key that signs this install's blocks: a regular file of this
+    user's, SECRET_BYTES long, that nobody else may read or write. Made when missing
+    (random bytes, mode 0600), written under a temporary name and linked into
+    place: no process sees half of it or has its own replaced."""
+    path = root / "secret"
+    try:
+        if not path.exists():
+            handle, temporary = tempfile.mkstemp(dir=root, suffix=".tmp")  # 0600
+            try:
+                with os.fdopen(handle, "wb") as file:
+                    file.write(secrets.token_bytes(SECRET_BYTES))
+                os.link(temporary, path)
+            except FileExistsError:
+                pass  # another process made it first: theirs is the one
+            finally:
+                os.unlink(temporary)
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
+            info = os.fstat(file.fileno())
+            secret = file.read()
+    except OSError as error:
+        raise ValueError(
+            f"kv_disk_dir {str(root)!r}: cannot make or read {path} "
+            f"({error.strerror or error}): remove it, or pass a folder this process "
+            "may write"
+        ) from None
+    if (
+        not stat.S_ISREG(info.st_mode)
+        or info.st_uid != os.geteuid()
+        or info.st_mode & 0o077
+        or len(secret) != SECRET_BYTES
+    ):
+        raise ValueError(
+            f"{path} is not a secret of this user's that only it may read "
+            f"({SECRET_BYTES} bytes, mode 0600): remove it (a new one is made, and "
+            "the blocks signed before are refused)"
+        )
+    return secret
 
 
 def token_text(tokens: Sequence[int]) -> str:
@@ -93,6 +137,7 @@ class KvDiskStore:
                 f"kv_disk_dir {str(root)!r}: cannot make {self.folder} "
                 f"({error.strerror or error}): pass a folder this process may write"
             ) from None
+        self.secret = install_secret(self.root)
         found = self.scan()
         self.files: OrderedDict[Path, int] = OrderedDict(
             (path, size) for _, path, size in found
@@ -140,6 +185,18 @@ class KvDiskStore:
     def path(self, block_hash: bytes) -> Path:
         return self.folder / f"{block_hash.hex()}.safetensors"
 
+    def signature(
+        self, block_hash: bytes, tokens: Sequence[int], keys: mx.array, values: mx.array
+    ) -> str:
+        """HMAC-SHA256 under the install's secret of the format, the model's
+        identity, the block's name and tokens, then the keys' and values' bytes."""
+        mx.eval(keys, values)
+        text = f"{FORMAT}\n{self.identity}\n{block_hash.hex()}\n{token_text(tokens)}\n"
+        mac = hmac.new(self.secret, text.encode(), hashlib.sha256)
+        mac.update(memoryview(mx.contiguous(keys)))
+        mac.update(memoryview(mx.contiguous(values)))
+        return mac.hexdigest()
+
     def write(
         self, block_hash: bytes, tokens: Sequence[int], keys: mx.array, values: mx.array
     ) -> None:
@@ -159,7 +216,7 @@ class KvDiskStore:
             model=self.identity,
             block=block_hash.hex(),
             tokens=token_text(tokens),
-            checksum=checksum(keys, values),
+            signature=self.signature(block_hash, tokens, keys, values),
         )
         path = self.path(block_hash)
         temporary = None
@@ -245,8 +302,9 @@ class KvDiskStore:
                     f"its {name} are {array.shape} {array.dtype}, not this engine's "
                     f"{shape} {dtype}"
                 )
-        if checksum(arrays["keys"], arrays["values"]) != metadata.get("checksum"):
-            return "its bytes changed since it was written (checksum)"
+        signature = self.signature(block_hash, tokens, arrays["keys"], arrays["values"])
+        if not hmac.compare_digest(signature, metadata.get("signature", "")):
+            return "its signature is wrong (altered, or not written by this install)"
         return None
 
     def refuse(self, path: Path, why: str) -> None:

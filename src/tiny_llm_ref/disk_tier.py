@@ -12,8 +12,8 @@ a prompt in the pool (day 3's cached_prefix) goes on down the chain on disk: eac
 block found there is read, checked, written into a block of the pool and named, as
 if a request had computed it. The tokens are the same as without the disk tier:
 a file is loaded only when its model identity, name, token ids, layout and
-checksum match (tiny_llm_base/kv_disk.py), and a chain hash names everything
-before a block's end. Files hold the rows as the pool stores them
+signature match (tiny_llm_base/kv_disk.py says what that trusts), and a chain hash
+names everything before a block's end. Files hold the rows as the pool stores them
 (a quantized pool's packed words), and go back into the pool as they are.
 """
 

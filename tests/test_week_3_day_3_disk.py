@@ -5,56 +5,37 @@ An engine closed on a folder leaves its named blocks there, and a new engine on 
 same folder finds them: its prefill starts after them and its tokens are mlx-lm's
 greedy tokens, as a fresh engine's without a cache are. Blocks the pool evicts are
 found on disk too. Another model's blocks are never read; a garbage, truncated,
-altered or foreign file is ignored with one warning line and removed; the folder
-keeps to its budget, the chain's first blocks kept longest; a disk that fails to
-write costs only the disk tier.
+altered or foreign file is ignored with one warning line and removed (the hostile
+and broken files: test_week_3_day_3_disk_hostile.py); a quantized pool's blocks
+come back as they were stored; the folder keeps to its budget, the chain's first
+blocks kept longest; a disk that fails to write costs only the disk tier.
 """
 
 import logging
 import shutil
-from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 import pytest
 
 from tiny_llm_base import EngineConfig
-from tiny_llm_base.kv_disk import model_identity
+from tiny_llm_base.kv_identity import model_identity
+from tiny_llm_base.mlx_lm_reference import greedy_without
 from tiny_llm_serve import ServerSettings, create_app
 
+from .disk_checks import (
+    BLOCK,
+    MAX_TOKENS,
+    block_files,
+    disk_warnings,
+    fresh_engine,
+    make_engine,
+    run_and_close,
+)
 from .helpers import TLS, assert_like_mlx_lm, sharpened, token_ids
 from .paged_checks import assert_pool_empty, run_engine
 from .random_models import random_model
 from .servers import CONSTRAINTS, HI, WAIT_S, RunningServer
 from .solution import tiny
-
-BLOCK = 4
-MAX_TOKENS = 9
-
-
-def make_engine(model, tokenizer, sampler, folder, **settings):
-    return tiny.Engine(
-        model,
-        tokenizer,
-        batch_size=2,
-        max_seq_len=96,
-        prefill_step=8,
-        policy="mixed",
-        max_tokens=MAX_TOKENS,
-        sampler=sampler,
-        kv_cache="paged",
-        block_size=BLOCK,
-        kv_disk_dir=folder,
-        **settings,
-    )
-
-
-def block_files(folder: Path) -> list[Path]:
-    return sorted(folder.glob("*/*.safetensors"))
-
-
-def disk_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "tiny_llm.kv_disk"]
 
 
 def shared_prefix(a: list[int], b: list[int]) -> int:
@@ -69,14 +50,9 @@ def first_run(pair, tokenizer, no_eos, tmp_path):
     """A request run on an engine that is then closed on tmp_path: (its prompt, its
     tokens, the follow-up prompt that resends both and adds 6 tokens, the folder)."""
     mlx_model, model = pair
-    sampler, _ = no_eos
-    rng = np.random.default_rng(5)
-    prompt = token_ids(rng, mlx_model.args.vocab_size, 30)
-    engine = make_engine(model, tokenizer, sampler, tmp_path)
-    (answer,) = run_engine(engine, [prompt])
-    engine.close()
-    follow_up = prompt + answer.tokens + token_ids(rng, mlx_model.args.vocab_size, 6)
-    return prompt, answer.tokens, follow_up, tmp_path
+    vocab = mlx_model.args.vocab_size
+    run = run_and_close(model, vocab, tokenizer, no_eos[0], tmp_path)
+    return *run, tmp_path
 
 
 def test_a_new_engine_finds_the_blocks_a_closed_one_left(
@@ -96,17 +72,7 @@ def test_a_new_engine_finds_the_blocks_a_closed_one_left(
     assert reply.cached_tokens == full * BLOCK
     assert engine.kv.disk.blocks_read == full
     assert_like_mlx_lm([reply], mlx_model, [follow_up], MAX_TOKENS, tokenizer, banned)
-    fresh = tiny.Engine(
-        model,
-        tokenizer,
-        batch_size=2,
-        max_seq_len=96,
-        max_tokens=MAX_TOKENS,
-        sampler=sampler,
-        kv_cache="paged",
-        prefix_caching=False,
-    )
-    (alone,) = run_engine(fresh, [follow_up])
+    (alone,) = run_engine(fresh_engine(model, tokenizer, sampler), [follow_up])
     assert reply.tokens == alone.tokens
     assert_pool_empty(engine)
 
@@ -130,6 +96,30 @@ def test_blocks_the_pool_evicts_are_found_on_disk(pair, tokenizer, no_eos, tmp_p
     assert found >= 10 and results[3].cached_tokens == found * BLOCK
     assert engine.kv.disk.blocks_read == found, "the prefix was still in the pool"
     assert_like_mlx_lm(results, mlx_model, prompts, MAX_TOKENS, tokenizer, banned)
+    assert_pool_empty(engine)
+
+
+@pytest.mark.parametrize("kv_dtype", ["int8", "int4", "float16"])
+def test_a_quantized_pool_finds_its_blocks_after_a_restart(
+    random_pairs, tokenizer, tmp_path, kv_dtype
+):
+    """A pool that stores its rows quantized (random_pairs[1]: heads of 32, one
+    quantization group): the new engine reads every block the closed one left and
+    its tokens are those of a fresh engine with the same kv_dtype and no cache."""
+    mlx_model, model = random_pairs[1]
+    vocab = mlx_model.args.vocab_size
+    sampler = greedy_without(tokenizer.eos_token_ids, vocab)
+    settings = dict(kv_dtype=kv_dtype)
+    prompt, answer, follow_up = run_and_close(
+        model, vocab, tokenizer, sampler, tmp_path, **settings
+    )
+    full = (len(prompt) + len(answer) - 1) // BLOCK
+    engine = make_engine(model, tokenizer, sampler, tmp_path, **settings)
+    (reply,) = run_engine(engine, [follow_up])
+    assert engine.kv.disk.blocks_read == full and reply.cached_tokens == full * BLOCK
+    fresh = fresh_engine(model, tokenizer, sampler, **settings)
+    (alone,) = run_engine(fresh, [follow_up])
+    assert reply.tokens == alone.tokens
     assert_pool_empty(engine)
 
 
@@ -174,60 +164,6 @@ def test_the_identity_sees_weights_of_the_same_shapes(pair):
     layer = same.layers[-1].attention
     layer.wv = layer.wv + 1e-3
     assert model_identity(model, 4) != model_identity(same, 4)
-
-
-def spoil_garbage(path: Path) -> None:
-    path.write_bytes(np.random.default_rng(0).bytes(path.stat().st_size))
-
-
-def spoil_truncated(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[:-100])
-
-
-def spoil_one_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[-7] ^= 0x40  # inside the values: the file still loads
-    path.write_bytes(bytes(data))
-
-
-def spoil_foreign(path: Path) -> None:
-    arrays, metadata = mx.load(str(path), return_metadata=True)
-    metadata["model"] = "0" * 64  # another model's identity, its checksum intact
-    mx.save_safetensors(str(path), arrays, metadata)
-
-
-@pytest.mark.parametrize(
-    "spoil, words",
-    [
-        (spoil_garbage, "does not load"),
-        (spoil_truncated, "does not load"),
-        (spoil_one_byte, "checksum"),
-        (spoil_foreign, "another model's block"),
-    ],
-    ids=["garbage", "truncated", "one byte", "foreign"],
-)
-def test_a_spoiled_file_is_ignored_with_one_warning(
-    pair, tokenizer, no_eos, first_run, caplog, spoil, words
-):
-    """The chain's third file spoiled: the follow-up finds the two blocks before it
-    on disk, computes the rest, gets mlx-lm's tokens; one warning line names the
-    file, which is removed."""
-    mlx_model, model = pair
-    sampler, banned = no_eos
-    prompt, _, follow_up, folder = first_run
-    engine = make_engine(model, tokenizer, sampler, folder)
-    parent = None
-    for i in range(3):
-        parent = tiny.chain_hash(parent, follow_up[i * BLOCK : (i + 1) * BLOCK])
-    third = engine.kv.disk.path(parent)
-    spoil(third)
-    with caplog.at_level(logging.WARNING, "tiny_llm.kv_disk"):
-        (reply,) = run_engine(engine, [follow_up])
-    (warning,) = disk_warnings(caplog)
-    assert str(third) in warning and words in warning and "\n" not in warning
-    assert not third.exists()
-    assert reply.cached_tokens == 2 * BLOCK
-    assert_like_mlx_lm([reply], mlx_model, [follow_up], MAX_TOKENS, tokenizer, banned)
 
 
 def test_the_folder_keeps_its_budget_and_the_chain_start(
@@ -314,6 +250,22 @@ def test_a_folder_that_cannot_be_made_is_refused(pair, tokenizer, tmp_path):
     blocked.write_text("")
     with pytest.raises(ValueError, match="pass a folder this process may write"):
         make_engine(model, tokenizer, None, blocked / "kv")
+
+
+class Hiding:
+    """A model that shows the engine its caches, vocabulary and context, and no
+    layers (a wrapper, say)."""
+
+    def __init__(self, model):
+        self.create_kv_cache = model.create_kv_cache
+        self.vocab_size, self.context_length = model.vocab_size, model.context_length
+
+
+def test_a_model_that_hides_its_layers_is_refused(pair, tokenizer, tmp_path):
+    """The disk tier checks every block against the model's layers: a model that
+    does not show them is refused at the start, saying what to do."""
+    with pytest.raises(ValueError, match="leave kv_disk_dir out"):
+        make_engine(Hiding(pair[1]), tokenizer, None, tmp_path)
 
 
 def test_a_restarted_server_finds_the_conversation(

@@ -11,8 +11,10 @@ and Engine.close writes every named block. A lookup that finds the first blocks 
 a prompt in the pool (day 3's cached_prefix) goes on down the chain on disk: each
 block found there is read, checked, written into a block of the pool and named, as
 if a request had computed it. The tokens are the same as without the disk tier:
-a file is loaded only when its checksum and model identity match, and a chain hash
-names everything before a block's end.
+a file is loaded only when its model identity, name, token ids, layout and
+signature match (tiny_llm_base/kv_disk.py says what that trusts), and a chain hash
+names everything before a block's end. Files hold the rows as the pool stores them
+(a quantized pool's packed words), and go back into the pool as they are.
 """
 
 import itertools
@@ -21,9 +23,11 @@ from collections.abc import Callable
 
 import mlx.core as mx
 
-from tiny_llm_base.kv_disk import KvDiskStore, model_identity
+from tiny_llm_base.kv_disk import KvDiskStore
+from tiny_llm_base.kv_identity import block_layout, model_identity
 
 from .block_pool import BlockPool, BlockTable, chain_hash
+from .layer_blocks import LayerBlocks
 from .prefix_cache import PrefixCachingKvManager
 from .request import Request
 
@@ -53,6 +57,7 @@ class DiskTierKvManager(PrefixCachingKvManager):
 
     disk: the KvDiskStore of this model's blocks (its counters say what was read
     and written). The pool is a SpillingBlockPool of the same size.
+    block_tokens: block -> the token ids it was named for, which its file keeps.
     blocks_loaded, load_seconds: the blocks lookups took from disk, and the time
     they took (read, checked, written into the pool).
     """
@@ -61,38 +66,41 @@ class DiskTierKvManager(PrefixCachingKvManager):
         super().__init__(model, config)
         self.pool = SpillingBlockPool(self.pool.num_blocks, self.block_size, self.spill)
         identity = model_identity(model, self.block_size, config.kv_dtype)
-        self.disk = KvDiskStore(config.kv_disk_dir, config.kv_disk_budget, identity)
+        layout = block_layout(model, self.block_size, config.kv_dtype)
+        self.disk = KvDiskStore(
+            config.kv_disk_dir, config.kv_disk_budget, identity, layout
+        )
+        self.block_tokens: dict[int, list[int]] = {}
         self.blocks_loaded = 0
         self.load_seconds = 0.0
 
     def cached_prefix(self, request: Request) -> BlockTable:
         """The pool's cached chain (day 3), then as many of the next full blocks as
         the disk holds, each loaded into a block of the pool and named. It stops at
-        a block the disk lacks or refuses, at one the pool holds after a gap (rare:
-        a chain evicted out of order), and before the pool's last available block,
-        which admit keeps for the request's next token."""
+        a block the disk lacks, cannot read or refuses (kv_disk.py's checks), at one
+        the pool holds after a gap (rare: a chain evicted out of order), and before
+        the pool's last available block, which admit keeps for the request's next
+        token."""
         table = super().cached_prefix(request)
         tokens = request.prefill_tokens[:-1]
         size, start_time = self.block_size, time.perf_counter()
         parent = table.hashes[-1] if table.hashes else None
         found = []  # (block, keys, values) of each block read from disk
         for start in range(len(table.blocks) * size, len(tokens) - size + 1, size):
-            block_hash = chain_hash(parent, tokens[start : start + size])
+            block_tokens = tokens[start : start + size]
+            block_hash = chain_hash(parent, block_tokens)
             if (
                 block_hash not in self.disk
                 or block_hash in self.pool.block_of
                 or self.pool.available < 2
             ):
                 break
-            arrays = self.disk.read(block_hash)
+            arrays = self.disk.read(block_hash, block_tokens)
             if arrays is None:
-                break
-            misfit = self.misfit(arrays[0])
-            if misfit is not None:
-                self.disk.refuse(self.disk.path(block_hash), misfit)
                 break
             (block,) = self.pool.allocate(1)
             self.pool.remember(block, block_hash)
+            self.block_tokens[block] = block_tokens
             table.blocks.append(block)
             table.hashes.append(block_hash)
             found.append((block, *arrays))
@@ -105,26 +113,11 @@ class DiskTierKvManager(PrefixCachingKvManager):
             self.disk.used(reversed(table.hashes[-len(found) :]))
         return table
 
-    def misfit(self, keys: mx.array) -> str | None:
-        """Why keys read from disk ([layers, H, block_size, D]) do not fit this pool
-        (its layers, its block size and, once it exists, its heads, head size and
-        dtype); None when they do, as a file that passed its checks always does."""
-        layers, heads, size, dim = keys.shape
-        if (layers, size) != (len(self.layer_blocks), self.block_size):
-            return f"{layers} layers of {size} positions do not fit this pool"
-        pool = self.layer_blocks[0].keys
-        if pool is not None and (heads, dim, keys.dtype) != (
-            pool.shape[1],
-            pool.shape[3],
-            pool.dtype,
-        ):
-            return f"{heads} heads of {dim} {keys.dtype} do not fit this pool"
-        return None
-
     def write_blocks(self, found: list[tuple[int, mx.array, mx.array]]) -> None:
-        """Each (block, keys, values [layers, H, block_size, D]) into its block of
-        every layer: one scatter per layer for them all (LayerBlocks.stage, flush),
-        evaluated now."""
+        """Each (block, keys, values [layers, H, block_size, W]) into its block of
+        every layer: one scatter per layer for them all, evaluated now. The rows
+        are as the pool stores them: LayerBlocks.stage takes them, not a
+        QuantizedLayerBlocks' own stage, which would encode them again."""
         size = self.block_size
         blocks = [block for block, _, _ in found for _ in range(size)]
         slots = list(range(size)) * len(found)
@@ -132,7 +125,8 @@ class DiskTierKvManager(PrefixCachingKvManager):
         values = mx.stack([v for _, _, v in found], axis=1)
         _, n, heads, _, dim = keys.shape
         for layer, layer_keys, layer_values in zip(self.layer_blocks, keys, values):
-            layer.stage(
+            LayerBlocks.stage(
+                layer,
                 blocks,
                 slots,
                 layer_keys.swapaxes(1, 2).reshape(n * size, heads, dim),
@@ -142,15 +136,29 @@ class DiskTierKvManager(PrefixCachingKvManager):
         mx.eval([(layer.keys, layer.values) for layer in self.layer_blocks])
 
     def read_block(self, block: int) -> tuple[mx.array, mx.array]:
-        """Keys and values [layers, H, block_size, D] of `block` in the pool."""
+        """Keys and values [layers, H, block_size, W] of `block`, as the pool
+        stores them."""
         keys = mx.stack([layer.keys[block] for layer in self.layer_blocks])
         values = mx.stack([layer.values[block] for layer in self.layer_blocks])
         return keys, values
 
+    def name_full_blocks(self, request: Request) -> None:
+        """Day 3's naming, each newly named block's tokens kept for its file."""
+        table = self.tables[request]
+        named = len(table.hashes)
+        super().name_full_blocks(request)
+        tokens = request.prefill_tokens[: request.metrics.prompt_tokens]
+        tokens = tokens + request.generated
+        size = self.block_size
+        for index in range(named, len(table.hashes)):
+            block_tokens = tokens[index * size : (index + 1) * size]
+            self.block_tokens[table.blocks[index]] = block_tokens
+
     def spill(self, blocks: list[int]) -> None:
         """Write named blocks to disk (a block already there is only marked used)."""
         for block in blocks:
-            self.disk.write(self.pool.hash_of[block], *self.read_block(block))
+            tokens = self.block_tokens[block]
+            self.disk.write(self.pool.hash_of[block], tokens, *self.read_block(block))
 
     def close(self) -> None:
         """Write every named block, least recently used first, as many of the most

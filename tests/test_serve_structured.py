@@ -121,6 +121,16 @@ def test_a_constraint_that_cannot_finish_ends_with_length(client):
 BAD = [
     ({"guided_choice": []}, "guided_choice", "empty list"),
     ({"guided_choice": "yes"}, "guided_choice", "list of strings"),
+    (
+        {"guided_choice": ["yes", 1]},
+        "guided_choice",
+        "must be a list of strings, got an array, whose item [1] is a number (1)",
+    ),
+    (
+        {"structured_outputs": {"choice": ["a", ["b"]]}},
+        "structured_outputs.choice",
+        'whose item [1] is an array (["b"])',
+    ),
     ({"guided_regex": "("}, "guided_regex", "never closed"),
     ({"guided_regex": r"[^\s\S]"}, "guided_regex", "matches nothing"),
     ({"guided_regex": 5}, "guided_regex", "a string"),

@@ -12,6 +12,7 @@ that path, however deep the field is. `expect(what)` gives a field's wrong-type
 message ("must be true or false, got a string") instead of pydantic's own.
 """
 
+import json
 import math
 from typing import Annotated
 
@@ -97,10 +98,28 @@ def expect(what: str) -> WrapValidator:
             if any(e["type"] not in TYPE_ERRORS for e in error.errors()):
                 raise
             raise Refusal(
-                f"must be {what}, got {json_type(value)}", "invalid_type"
+                f"must be {what}, got {json_type(value)}{wrong_item(value, error)}",
+                "invalid_type",
             ) from None
 
     return WrapValidator(check)
+
+
+def wrong_item(value, error: ValidationError) -> str:
+    """Where inside a list or object the first wrong value is (", whose [1] is a
+    number"), or "" when the value itself has the wrong type."""
+    place, inner = "", value
+    for key in error.errors()[0]["loc"]:
+        try:
+            inner = inner[key]
+        except (KeyError, IndexError, TypeError):
+            break
+        place += f"[{key}]" if isinstance(key, int) else f".{key}"
+    if not place:
+        return ""
+    text = json.dumps(inner)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return f", whose item {place} is {json_type(inner)} ({text})"
 
 
 def required(example: str) -> WrapValidator:

@@ -13,6 +13,7 @@ without tools is answered as if it were not there.
 import json
 
 import jsonschema
+import openai
 import pytest
 
 from tiny_llm_base import UnsatisfiableConstraint
@@ -218,3 +219,18 @@ def test_a_tool_choice_without_tools_is_answered_as_without_it(running):
         model=MODEL, messages=ASK, max_tokens=8, tool_choice={"type": "any"}
     )
     assert [block.type for block in message.content] == ["text"], message
+
+
+def test_max_tool_calls_zero_calls_nothing_and_below_zero_is_refused(running):
+    client = running.openai_client()
+    tool = {"type": "function", "name": "get_weather", "parameters": CITY}
+    options = dict(model=MODEL, input=ASK, tools=[tool], max_output_tokens=12)
+    none = client.responses.create(
+        **options, tool_choice="required", extra_body={"max_tool_calls": 0}
+    )
+    assert all(item.type == "message" for item in none.output), none.output
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(**options, extra_body={"max_tool_calls": -1})
+    error = caught.value.body
+    assert error["param"] == "max_tool_calls", error
+    assert error["message"] == "max_tool_calls must be at least 0, got -1", error

@@ -60,7 +60,7 @@ PROMPT_FORMS = (
 
 def at_least_zero(value: int | None) -> int | None:
     if value is not None and value < 0:
-        raise Refusal(f"must be at least 1, got {value}")
+        raise Refusal(f"must be at least 0, got {value}")
     return value
 
 

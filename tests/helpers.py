@@ -6,13 +6,16 @@ The mlx-lm side (the float32 reference model, chat prompts, greedy generation al
 lives in tiny_llm_base.mlx_lm_reference, which the benchmarks use too.
 """
 
+import json
 import ssl
 
 import mlx.core as mx
 import numpy as np
 from mlx import nn
 
+from tiny_llm_base import UnsatisfiableConstraint
 from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
+from tiny_llm_base.tool_prompts import CLOSE, OPEN
 
 # The longest any one wait may take (a server's answer, a thread, a process): a bound
 # for what hangs, never a speed goal; a step of the embedded model can take seconds
@@ -247,3 +250,23 @@ def kv_bytes_a_token(model) -> int:
     )
     element = model.embedding.weight.dtype.size
     return 2 * args.num_key_value_heads * head_dim * args.num_hidden_layers * element
+
+
+def call_text(name: str, arguments) -> str:
+    """A tool call as a model writes it: compact JSON, characters as they are (the
+    grammar's strings take "é", not the escape "\\u00e9")."""
+    call = {"name": name, "arguments": arguments}
+    body = json.dumps(call, separators=(",", ":"), ensure_ascii=False)
+    return f"{OPEN}\n{body}\n{CLOSE}"
+
+
+def grammar_accepts(constraint, tokenizer, text: str, vocab: int = 49152) -> bool:
+    """Does `constraint` (a Grammar, JsonSchema...) accept `text` as a whole answer,
+    over a vocabulary of `vocab` ids (the embedded tokenizer's by default)?"""
+    state = constraint.start(tokenizer, vocab)
+    try:
+        for token in tokenizer.encode(text, add_special_tokens=False):
+            state.advance(token)
+    except UnsatisfiableConstraint:
+        return False
+    return state.is_accepting

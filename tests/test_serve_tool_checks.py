@@ -18,10 +18,11 @@ import httpx
 import pytest
 
 from tiny_llm_base import Grammar
-from tiny_llm_base.tool_prompts import CLOSE, OPEN
+from tiny_llm_base.tool_prompts import OPEN
 from tiny_llm_serve import ConstraintFactory
 from tiny_llm_serve.tool_answers import CallSplitter, split_calls
 
+from .helpers import call_text
 from .servers import API_KEY, CONSTRAINTS, MODEL, package_server
 from .solution import tiny
 
@@ -31,11 +32,6 @@ CITY = {
     "required": ["city"],
     "additionalProperties": False,
 }
-
-
-def call_text(name: str, arguments: dict) -> str:
-    body = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
-    return f"{OPEN}\n{body}\n{CLOSE}"
 
 
 # tool name -> (the answer its forged grammar forces, words of the error)

@@ -16,11 +16,11 @@ import jsonschema
 import openai
 import pytest
 
-from tiny_llm_base import UnsatisfiableConstraint
-from tiny_llm_base.tool_prompts import CLOSE, OPEN
+from tiny_llm_base.tool_prompts import CLOSE
 from tiny_llm_serve.constraints import calls_or_answer
 from tiny_llm_serve.stop_strings import StopStrings
 
+from .helpers import call_text, grammar_accepts
 from .servers import MODEL, package_server
 from .solution import tiny
 
@@ -45,12 +45,6 @@ ANSWER = {
     "additionalProperties": False,
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-VOCAB = 49152
-
-
-def call_text(name: str, arguments: dict) -> str:
-    body = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"))
-    return f"{OPEN}\n{body}\n{CLOSE}"
 
 
 @pytest.fixture(scope="module")
@@ -107,24 +101,14 @@ def test_stop_with_tools_returns_whole_calls(running):
 # --- a JSON format beside tools ----------------------------------------------------------
 
 
-def accepts(grammar, tokenizer, text: str) -> bool:
-    state = grammar.start(tokenizer, VOCAB)
-    try:
-        for token in tokenizer.encode(text, add_special_tokens=False):
-            state.advance(token)
-    except UnsatisfiableConstraint:
-        return False
-    return state.is_accepting
-
-
 @pytest.mark.parametrize("parallel", [False, True])
 def test_the_union_accepts_calls_or_the_format_and_nothing_else(tokenizer, parallel):
     calls = tiny.tool_constraint([WEATHER], "required", parallel)
     union = calls_or_answer(calls.lark, json.dumps(ANSWER))
     call = call_text("get_weather", {"city": "Paris"})
-    assert accepts(union, tokenizer, call)
-    assert accepts(union, tokenizer, '{"answer":"sunny"}')
-    assert accepts(union, tokenizer, f"{call}\n{call}") == parallel
+    assert grammar_accepts(union, tokenizer, call)
+    assert grammar_accepts(union, tokenizer, '{"answer":"sunny"}')
+    assert grammar_accepts(union, tokenizer, f"{call}\n{call}") == parallel
     for text in (
         "It is sunny.",
         '{"answer":1}',
@@ -132,7 +116,7 @@ def test_the_union_accepts_calls_or_the_format_and_nothing_else(tokenizer, paral
         call_text("delete_all_files", {}),
         call_text("get_weather", {"town": "Paris"}),
     ):
-        assert not accepts(union, tokenizer, text), text
+        assert not grammar_accepts(union, tokenizer, text), text
 
 
 def check_answer(calls: list[tuple[str, str]], text: str | None) -> None:

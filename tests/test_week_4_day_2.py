@@ -8,8 +8,6 @@ grammar, a random model's calls for the 31 tool sets of the suite
 asked through its chat template, calls the named function with valid arguments.
 """
 
-import json
-
 import jsonschema
 import numpy as np
 import pytest
@@ -17,10 +15,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from scripts.bench.benchlib.tool_sets import CALL_MAX_TOKENS, TOOL_SETS
-from tiny_llm_base import PromptSpec, UnsatisfiableConstraint
+from tiny_llm_base import PromptSpec
 from tiny_llm_base.tool_prompts import tool_chat_token_ids
 
-from .helpers import token_ids
+from .helpers import call_text, grammar_accepts, token_ids
 from .random_models import random_model
 from .solution import tiny
 
@@ -78,23 +76,11 @@ DEFS = {
 TOOLS = [WEATHER, ADD, DEFS]
 
 
-def call_text(name: str, arguments) -> str:
-    """A call as a model writes it: compact JSON, characters as they are (the
-    grammar's strings take "é", not the escape "\\u00e9")."""
-    call = {"name": name, "arguments": arguments}
-    body = json.dumps(call, separators=(",", ":"), ensure_ascii=False)
-    return f"<tool_call>\n{body}\n</tool_call>"
-
-
 def accepts(tokenizer, tools, text: str, choice="auto", parallel=True) -> bool:
     """Does the grammar of `tools` under `choice` accept `text` as a whole answer?"""
-    state = tiny.tool_constraint(tools, choice, parallel).start(tokenizer, VOCAB)
-    try:
-        for token in tokenizer.encode(text, add_special_tokens=False):
-            state.advance(token)
-    except UnsatisfiableConstraint:
-        return False
-    return state.is_accepting
+    return grammar_accepts(
+        tiny.tool_constraint(tools, choice, parallel), tokenizer, text
+    )
 
 
 def schema_valid(tools, name: str, arguments) -> bool:

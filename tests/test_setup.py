@@ -15,6 +15,7 @@ import pytest
 
 from tiny_llm_base import ModelLoadError, fast_blas, load_model
 from tiny_llm_base import embedded_model as store
+from tiny_llm_base.device import PATHS, PATHS_VARIABLE, gpu_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,16 +41,33 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
     assert symbol_address(process, "cblas_sgemm") == symbol_address(
         ctypes.CDLL(path), "cblas_sgemm"
     )
-    assert (
-        path in Path("/proc/self/maps").read_text()
-        or Path(path).resolve().as_posix() in Path("/proc/self/maps").read_text()
-    )
     # One thread unless the environment names a count (OpenBLAS keeps it, at most
     # a thread per core).
     threads = ctypes.CDLL(path).openblas_get_num_threads()
     named = [os.environ[v] for v in fast_blas.THREAD_VARIABLES if os.environ.get(v)]
     expected = min(int(named[0]), os.cpu_count()) if named else 1
     assert fast_blas.STATUS.threads == threads == expected
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_the_device_switch_follows_the_device_unless_the_environment_says(
+    monkeypatch, device
+):
+    """Unset, gpu_paths() answers from MLX's default device; TINY_LLM_DEVICE_PATHS
+    of cpu or gpu overrides it; any other value is an error naming the allowed
+    ones."""
+    import mlx.core as mx
+
+    monkeypatch.delenv(PATHS_VARIABLE, raising=False)
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(getattr(mx, device)))
+    assert gpu_paths() == (device == "gpu")
+    for paths in PATHS:
+        monkeypatch.setenv(PATHS_VARIABLE, paths)
+        assert gpu_paths() == (paths == "gpu")
+    for wrong in ("GPU", "cuda", ""):
+        monkeypatch.setenv(PATHS_VARIABLE, wrong)
+        with pytest.raises(ValueError, match="set it to 'cpu' or 'gpu'"):
+            gpu_paths()
 
 
 def test_embedded_model_folder_is_intact_and_pinned(embedded_model):

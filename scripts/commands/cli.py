@@ -454,11 +454,10 @@ def require_model_name(name: str | None) -> None:
 
 def note_slow_blas() -> None:
     """One line on stderr when float32 matmul runs on MLX's slow reference BLAS."""
-    import mlx.core as mx
-
+    from tiny_llm_base.device import gpu_paths
     from tiny_llm_base.fast_blas import STATUS
 
-    if STATUS.hint and mx.default_device().type == mx.cpu:
+    if STATUS.hint and not gpu_paths():
         print(f"note: {STATUS.hint}", file=sys.stderr)
 
 

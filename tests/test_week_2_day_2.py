@@ -185,7 +185,6 @@ def test_from_mlx_layer_rejects_other_modes():
         )
 
 
-@pytest.mark.device_branch
 def test_choose_weight_format_per_device(monkeypatch):
     """A device named picks its format; none named, the device switch's side."""
     assert tiny.choose_weight_format(mx.Device(mx.cpu)) == "float32"

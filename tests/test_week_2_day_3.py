@@ -49,6 +49,7 @@ def feed(model, inputs: mx.array, lengths: list[int], shift=0) -> mx.array:
 assert_close = functools.partial(assert_within, same_dtype=True)
 
 
+@pytest.mark.device_branch
 @pytest.mark.parametrize(
     "dtype", [mx.float32, mx.bfloat16], ids=["float32", "bfloat16"]
 )
@@ -65,6 +66,7 @@ def test_fast_kernels_match_mlx_lm_and_the_hand_written_ones(dtype, lengths):
         assert_close(actual, feed(slow, inputs, lengths), TOLERANCE[dtype])
 
 
+@pytest.mark.device_branch
 def test_fast_kernels_on_long_chunks():
     """Prompt chunks of hundreds of tokens, the second one after cached keys (the
     reference splits long causal chunks into query blocks on a CPU)."""
@@ -126,7 +128,6 @@ def test_embedded_model_fast_kernels_match_mlx_lm(
     assert_close(results[True], results[False], FAST_VS_SLOW_ATOL)
 
 
-@pytest.mark.device_branch
 @pytest.mark.parametrize("paths", ["cpu", "gpu"])
 def test_the_device_switch_picks_the_attention_kernel(monkeypatch, paths):
     """The GPU's side runs mx.fast.scaled_dot_product_attention, once a layer per
@@ -161,7 +162,6 @@ def greedy_tokens(model, prompt: list[int], count: int) -> list[int]:
     return tokens
 
 
-@pytest.mark.device_branch
 def test_auto_weights_on_the_gpu_side_give_float32_greedy_tokens(
     monkeypatch, embedded_model, embedded_week2_model, embedded_float32_reference
 ):

@@ -215,7 +215,6 @@ def test_float16_rows_decode_as_a_cast():
     )
 
 
-@pytest.mark.device_branch
 @pytest.mark.parametrize("paths", ["cpu", "gpu"])
 def test_float16_decode_of_every_float16(monkeypatch, paths):
     """All 65,536 float16 bit patterns, in a float32 pool's layout: decode gives
@@ -297,6 +296,37 @@ def test_quantized_engine_matches_mlx_lm_quantized_cache(
             8,
             tokenizer.eos_token_ids,
             kv_dtype=kv_dtype,
+        )
+        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
+    assert_pool_empty(engine)
+
+
+@pytest.mark.device_branch
+def test_fast_kernels_on_a_float16_pool_match_mlx_lm_float16_cache(
+    random_pairs, tokenizer
+):
+    """A random model with use_fast_kernels on a float16 pool, mixed steps: every
+    device branch a step takes (fast_attention, swiglu, the pool's float16 decode)
+    gives mlx-lm's greedy tokens with its keys and values in a float16 KVCache."""
+    mlx_model, _ = random_pairs[1]
+    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    rng = np.random.default_rng(12)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (3, 29, 12)]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=48,
+        prefill_step=8,
+        policy="mixed",
+        max_tokens=8,
+        block_size=4,
+        kv_dtype="float16",
+    )
+    results = run_engine(engine, prompts)
+    for i, (result, prompt) in enumerate(zip(results, prompts)):
+        tokens, gaps = mlx_lm_greedy(
+            mlx_model, prompt, 8, tokenizer.eos_token_ids, kv_dtype="float16"
         )
         assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
     assert_pool_empty(engine)

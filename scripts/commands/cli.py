@@ -96,8 +96,8 @@ def fail_with_options(error: Exception, options: Iterable[str]) -> NoReturn:
 
 KV_MEMORY_HELP = (
     "the keys and values' budget, e.g. 512MiB or 2GB; paged: the pool grows towards "
-    "it as it is used (default: half the available memory); dense: --batch-size x "
-    "--max-seq-len positions must fit it"
+    "it as it is used (default: half the available memory, a GPU's own on a GPU); "
+    "dense: --batch-size x --max-seq-len positions must fit it"
 )
 
 

@@ -70,6 +70,38 @@ def test_the_device_switch_follows_the_device_unless_the_environment_says(
             gpu_paths()
 
 
+# The install hook on a machine without OpenBLAS, where apt-get would install it.
+HOOK_WITHOUT_OPENBLAS = """
+import sys
+from scripts.tools import setup_fast_blas as hook
+
+hook.fast_blas.needs_openblas = lambda: True
+hook.fast_blas.find_openblas = lambda: None
+hook.apt_command = lambda: print("asked for apt-get")
+sys.exit(hook.main())
+"""
+
+
+@pytest.mark.parametrize("paths", ["cpu", "gpu"])
+def test_the_install_hook_fetches_openblas_only_for_the_cpu(paths):
+    """MLX's BLAS serves only the CPU: on the GPU's side of the device switch the
+    hook neither installs nor hints."""
+    result = subprocess.run(
+        [sys.executable, "-c", HOOK_WITHOUT_OPENBLAS],
+        cwd=ROOT,
+        env=os.environ | {PATHS_VARIABLE: paths},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    if paths == "cpu":
+        assert result.stdout == "asked for apt-get\n"
+        assert fast_blas.DEBIAN_PACKAGE in result.stderr
+    else:
+        assert (result.stdout, result.stderr) == ("", "")
+
+
 def test_embedded_model_folder_is_intact_and_pinned(embedded_model):
     folder = store.default_models_dir() / store.MODEL_DIR_NAME  # the fixture's
     assert store.folder_is_intact(folder)
@@ -295,7 +327,9 @@ def test_load_model_explains_an_unreachable_hub_repo(monkeypatch):
         load_model("tiny-llm-test/absent-model")
 
 
-def test_check_installation_reports_device_blas_and_rate():
+def test_check_installation_reports_device_blas_rate_and_one_token():
+    """It names the backend and the device and runs one token of the embedded model
+    on it, which must be mlx-lm's."""
     result = subprocess.run(
         [sys.executable, "-m", "scripts.commands.check_installation"],
         cwd=ROOT,
@@ -308,4 +342,7 @@ def test_check_installation_reports_device_blas_and_rate():
         "default device" in result.stdout
         and "BLAS:" in result.stdout
         and "GFLOP/s" in result.stdout
+        and "backend: " in result.stdout
     )
+    [token] = [line for line in result.stdout.splitlines() if "one token:" in line]
+    assert token.endswith(", mlx-lm's too"), result.stdout

@@ -8,8 +8,8 @@ stay quantized and MLX's fused kernels and casts run. `TINY_LLM_DEVICE_PATHS=gpu
 takes the GPU's side of every branch on any device, so a CPU-only machine runs and
 tests that side too (slowly: it is the GPU's code, on a CPU); `cpu` takes the CPU's.
 
-This module must not import mlx.core when it is imported: tiny_llm_base.fast_blas
-imports it before the fast BLAS loads (see fast_blas).
+It imports mlx.core only to ask MLX: the install hook (scripts/tools/setup_fast_blas.py)
+loads this file alone and must not fail where mlx cannot load.
 """
 
 import os

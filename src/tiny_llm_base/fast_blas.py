@@ -134,8 +134,8 @@ def importer_stacklevel() -> int:
 
 STATUS = activate()
 if STATUS.hint == IMPORTED_TOO_LATE:
-    # Imported here, not at the top: the install hook (scripts/tools/setup_fast_blas.py)
-    # loads this file alone, outside its package, and never gets this far.
+    # Imported here, not at the top: the install hook (setup_fast_blas.py) loads
+    # this file alone, outside its package, and never gets this far.
     from .device import gpu_paths
 
     if not gpu_paths():

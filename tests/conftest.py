@@ -1,4 +1,13 @@
-from .solution import SOLUTION, tiny  # noqa: F401, I001  (first: the fast BLAS must load before mlx)
+import os
+
+# Float32 means float32 in these tests: they compare float32 models with mlx-lm's and
+# numpy's at tolerances (1e-5 to 1e-4) and greedy tokens at near ties, and MLX's
+# default on GPUs with TF32 units (CUDA sm80+, Apple M5) runs float32 matmuls in
+# TF32, with ~1e-3 relative error. Set before anything imports mlx (the package
+# under test, next) and inherited by the CLIs, servers and ranks the tests start.
+os.environ["MLX_ENABLE_TF32"] = "0"
+
+from .solution import SOLUTION, tiny  # noqa: E402, F401, I001  (first: the fast BLAS must load before mlx)
 
 import gc
 

@@ -1,6 +1,7 @@
 """What the test files share: closeness of arrays, NumPy oracles of attention and of
 the sampling penalties, random models made to decide clearly, generated tokens
-compared with mlx-lm's, a free port, and one TLS context for the HTTP clients.
+compared with mlx-lm's, a free port, one TLS context for the HTTP clients, and the
+mark of the tests that CI runs again on the GPU's side of the device switch.
 
 The mlx-lm side (the float32 reference model, chat prompts, greedy generation alone)
 lives in tiny_llm_base.mlx_lm_reference, which the benchmarks use too.
@@ -11,6 +12,7 @@ import ssl
 
 import mlx.core as mx
 import numpy as np
+import pytest
 from mlx import nn
 
 from tiny_llm_base import UnsatisfiableConstraint
@@ -29,6 +31,14 @@ TOLERANCE = {mx.float32: 1e-5, mx.float16: 2e-3, mx.bfloat16: 2e-2}
 # Where mlx-lm's best two logits are closer than this, float32 rounding may pick
 # either token: a divergence is accepted there (and the rest of that sequence with it).
 NEAR_TIE = 1e-3
+# use_fast_kernels off and on, "hand-written" and "mx.fast": the fast side takes the
+# device switch's branches (swiglu, fast_attention), so it is marked device_branch and
+# CI runs it again on the GPU's side (`pdm run test-refsol --gpu-paths`).
+FAST_DEVICE_BRANCH = pytest.mark.parametrize(
+    "fast",
+    [False, pytest.param(True, marks=pytest.mark.device_branch)],
+    ids=["hand-written", "mx.fast"],
+)
 
 
 def as_float32(x) -> np.ndarray:

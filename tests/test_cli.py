@@ -24,6 +24,7 @@ from scripts.commands.interrupt import READY_LINE, READY_VARIABLE
 from .cli_runs import assert_one_line_error, run_in_process, run_in_subprocess
 from .helpers import WAIT_S
 from tiny_llm_base import fast_blas
+from tiny_llm_base.device import gpu_paths
 from tiny_llm_base import embedded_model as store
 
 tiny_llm_ref = pytest.importorskip(
@@ -41,8 +42,9 @@ def stderr_lines(result) -> list[str]:
 
 
 def slow_blas_is_reported() -> bool:
-    """Linux computing on the CPU: where MLX's bundled BLAS would do the matmuls."""
-    return fast_blas.needs_openblas() and fast_blas.computes_on_cpu()
+    """Linux on the CPU's side of the device switch: where MLX's bundled BLAS would
+    do the matmuls."""
+    return fast_blas.needs_openblas() and not gpu_paths()
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 
 from tiny_llm_base import ModelLoadError, fast_blas, load_model
 from tiny_llm_base import embedded_model as store
+from tiny_llm_base.device import PATHS, PATHS_VARIABLE, gpu_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,16 +41,65 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
     assert symbol_address(process, "cblas_sgemm") == symbol_address(
         ctypes.CDLL(path), "cblas_sgemm"
     )
-    assert (
-        path in Path("/proc/self/maps").read_text()
-        or Path(path).resolve().as_posix() in Path("/proc/self/maps").read_text()
-    )
     # One thread unless the environment names a count (OpenBLAS keeps it, at most
     # a thread per core).
     threads = ctypes.CDLL(path).openblas_get_num_threads()
     named = [os.environ[v] for v in fast_blas.THREAD_VARIABLES if os.environ.get(v)]
     expected = min(int(named[0]), os.cpu_count()) if named else 1
     assert fast_blas.STATUS.threads == threads == expected
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_the_device_switch_follows_the_device_unless_the_environment_says(
+    monkeypatch, device
+):
+    """Unset, gpu_paths() answers from MLX's default device; TINY_LLM_DEVICE_PATHS
+    of cpu or gpu overrides it; any other value is an error naming the allowed
+    ones."""
+    import mlx.core as mx
+
+    monkeypatch.delenv(PATHS_VARIABLE, raising=False)
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(getattr(mx, device)))
+    assert gpu_paths() == (device == "gpu")
+    for paths in PATHS:
+        monkeypatch.setenv(PATHS_VARIABLE, paths)
+        assert gpu_paths() == (paths == "gpu")
+    for wrong in ("GPU", "cuda", ""):
+        monkeypatch.setenv(PATHS_VARIABLE, wrong)
+        with pytest.raises(ValueError, match="set it to 'cpu' or 'gpu'"):
+            gpu_paths()
+
+
+# The install hook on a machine without OpenBLAS, where apt-get would install it.
+HOOK_WITHOUT_OPENBLAS = """
+import sys
+from scripts.tools import setup_fast_blas as hook
+
+hook.fast_blas.needs_openblas = lambda: True
+hook.fast_blas.find_openblas = lambda: None
+hook.apt_command = lambda: print("asked for apt-get")
+sys.exit(hook.main())
+"""
+
+
+@pytest.mark.parametrize("paths", ["cpu", "gpu"])
+def test_the_install_hook_fetches_openblas_only_for_the_cpu(paths):
+    """MLX's BLAS serves only the CPU: on the GPU's side of the device switch the
+    hook neither installs nor hints."""
+    result = subprocess.run(
+        [sys.executable, "-c", HOOK_WITHOUT_OPENBLAS],
+        cwd=ROOT,
+        env=os.environ | {PATHS_VARIABLE: paths},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    if paths == "cpu":
+        assert result.stdout == "asked for apt-get\n"
+        assert fast_blas.DEBIAN_PACKAGE in result.stderr
+    else:
+        assert (result.stdout, result.stderr) == ("", "")
 
 
 def test_embedded_model_folder_is_intact_and_pinned(embedded_model):
@@ -277,7 +327,9 @@ def test_load_model_explains_an_unreachable_hub_repo(monkeypatch):
         load_model("tiny-llm-test/absent-model")
 
 
-def test_check_installation_reports_device_blas_and_rate():
+def test_check_installation_reports_device_blas_rate_and_one_token():
+    """It names the backend and the device and runs one token of the embedded model
+    on it, which must be mlx-lm's."""
     result = subprocess.run(
         [sys.executable, "-m", "scripts.commands.check_installation"],
         cwd=ROOT,
@@ -290,4 +342,7 @@ def test_check_installation_reports_device_blas_and_rate():
         "default device" in result.stdout
         and "BLAS:" in result.stdout
         and "GFLOP/s" in result.stdout
+        and "backend: " in result.stdout
     )
+    [token] = [line for line in result.stdout.splitlines() if "one token:" in line]
+    assert token.endswith(", mlx-lm's too"), result.stdout

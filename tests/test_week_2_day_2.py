@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from mlx import nn
 
+from tiny_llm_base.device import PATHS_VARIABLE, gpu_paths
+
 from .helpers import as_float32, assert_within
 from .solution import tiny
 
@@ -183,8 +185,13 @@ def test_from_mlx_layer_rejects_other_modes():
         )
 
 
-def test_choose_weight_format_per_device():
+def test_choose_weight_format_per_device(monkeypatch):
+    """A device named picks its format; none named, the device switch's side."""
     assert tiny.choose_weight_format(mx.Device(mx.cpu)) == "float32"
     assert tiny.choose_weight_format(mx.Device(mx.gpu)) == "quantized"
-    default = "float32" if mx.default_device().type == mx.cpu else "quantized"
+    default = "quantized" if gpu_paths() else "float32"
     assert tiny.choose_weight_format() == default
+    for paths, expected in (("cpu", "float32"), ("gpu", "quantized")):
+        monkeypatch.setenv(PATHS_VARIABLE, paths)
+        assert tiny.choose_weight_format() == expected
+        assert tiny.choose_weight_format(mx.Device(mx.cpu)) == "float32"

@@ -5,7 +5,9 @@ mx.fast.scaled_dot_product_attention and mx.quantized_matmul instead of the
 hand-written kernels. References: mlx-lm's own models on the whole sequence without
 a cache (random qwen2/llama ones at unusual sizes, and the embedded SmolLM2), and
 the same model with use_fast_kernels=False: the switch may change rounding, never
-results. No timings here: `pdm run bench` measures speed.
+results. The device switch (tiny_llm_base.device.gpu_paths, forced here through
+TINY_LLM_DEVICE_PATHS) picks each branch's side: the GPU's runs on this CPU too. No
+timings here: `pdm run bench` measures speed.
 """
 
 import functools
@@ -14,7 +16,10 @@ import mlx.core as mx
 import pytest
 from mlx import nn
 
-from .helpers import assert_within
+from tiny_llm_base.device import PATHS_VARIABLE
+from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
+
+from .helpers import assert_same_tokens, assert_within
 from .random_models import random_models
 from .solution import tiny
 
@@ -44,6 +49,7 @@ def feed(model, inputs: mx.array, lengths: list[int], shift=0) -> mx.array:
 assert_close = functools.partial(assert_within, same_dtype=True)
 
 
+@pytest.mark.device_branch
 @pytest.mark.parametrize(
     "dtype", [mx.float32, mx.bfloat16], ids=["float32", "bfloat16"]
 )
@@ -60,6 +66,7 @@ def test_fast_kernels_match_mlx_lm_and_the_hand_written_ones(dtype, lengths):
         assert_close(actual, feed(slow, inputs, lengths), TOLERANCE[dtype])
 
 
+@pytest.mark.device_branch
 def test_fast_kernels_on_long_chunks():
     """Prompt chunks of hundreds of tokens, the second one after cached keys (the
     reference splits long causal chunks into query blocks on a CPU)."""
@@ -119,3 +126,51 @@ def test_embedded_model_fast_kernels_match_mlx_lm(
         results[use_fast_kernels] = feed(model, inputs, lengths)
         assert_close(results[use_fast_kernels], expected, EMBEDDED_LOGIT_ATOL)
     assert_close(results[True], results[False], FAST_VS_SLOW_ATOL)
+
+
+@pytest.mark.parametrize("paths", ["cpu", "gpu"])
+def test_the_device_switch_picks_the_attention_kernel(monkeypatch, paths):
+    """The GPU's side runs mx.fast.scaled_dot_product_attention, once a layer per
+    call; the CPU's side cpu_attention, never mx.fast's. Both give mlx-lm's logits."""
+    monkeypatch.setenv(PATHS_VARIABLE, paths)
+    reference = random_models()[0]
+    inputs = mx.random.randint(0, reference.args.vocab_size, (2, 11))
+    expected = reference(inputs)  # before the spy: mlx-lm calls mx.fast's kernel too
+    fused = mx.fast.scaled_dot_product_attention
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(mx.fast, "scaled_dot_product_attention", spy)
+    model = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=True)
+    assert_close(feed(model, inputs, CHUNKS), expected, TOLERANCE[mx.float32])
+    layers = reference.args.num_hidden_layers
+    assert len(calls) == (layers * len(CHUNKS) if paths == "gpu" else 0), calls
+
+
+def greedy_tokens(model, prompt: list[int], count: int) -> list[int]:
+    """`count` greedy tokens after `prompt`: the prompt at offset 0, then each
+    chosen token alone at the next offset."""
+    cache = model.create_kv_cache()
+    logits = model(mx.array(prompt)[None], 0, cache)
+    tokens = []
+    for offset in range(len(prompt), len(prompt) + count):
+        tokens.append(mx.argmax(logits[0, -1]).item())
+        logits = model(mx.array([[tokens[-1]]]), offset, cache)
+    return tokens
+
+
+def test_auto_weights_on_the_gpu_side_give_float32_greedy_tokens(
+    monkeypatch, embedded_model, embedded_week2_model, embedded_float32_reference
+):
+    """weights="auto" on the GPU's side keeps the embedded model's 4-bit weights
+    (mx.quantized_matmul on the fast path): its greedy tokens are those of mlx-lm's
+    model with the same weights dequantized to float32."""
+    monkeypatch.setenv(PATHS_VARIABLE, "gpu")
+    model = embedded_week2_model(True, "auto")
+    assert isinstance(model.layers[0].w_gate, tiny.QuantizedWeights)
+    prompt = embedded_model[1].encode("The capital of France is")
+    expected, gaps = mlx_lm_greedy(embedded_float32_reference, prompt, 8, ())
+    assert_same_tokens(greedy_tokens(model, prompt, 8), expected, gaps, "auto")

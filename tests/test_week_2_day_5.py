@@ -17,6 +17,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
+from .helpers import FAST_DEVICE_BRANCH
 from .random_models import SIZES, random_model
 from .solution import tiny
 
@@ -114,7 +115,7 @@ def reference(request):
     return random_model(*SIZES[request.param], seed=request.param)
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
+@FAST_DEVICE_BRANCH
 def test_batch_matches_each_prompt_alone(reference, fast):
     model = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=fast)
     vocab = reference.args.vocab_size
@@ -174,7 +175,7 @@ def test_batch_causal_mask_matches_numpy(offsets, L, S, dtype):
     )
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
+@FAST_DEVICE_BRANCH
 def test_empty_slots_give_finite_logits_in_every_row(fast):
     reference = random_model(*SIZES[0], seed=0)
     model = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=fast)
@@ -224,7 +225,7 @@ def test_removed_request_leaves_every_layer(size):
         )
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
+@FAST_DEVICE_BRANCH
 @pytest.mark.parametrize("size", [1, 3], ids=lambda i: f"{SIZES[i][0]}-{SIZES[i][1]}")
 def test_reused_slot_never_sees_the_previous_keys(size, fast):
     reference = random_model(*SIZES[size], seed=size)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tiny_llm_base.mlx_lm_reference import chat_ids
 
-from .helpers import assert_within
+from .helpers import FAST_DEVICE_BRANCH, assert_within
 from .random_models import SIZES, random_model
 from .solution import tiny
 
@@ -238,7 +238,7 @@ def test_split_parts_and_join_parts(B, lengths):
 # --- The mixed step against the separate forwards and mlx-lm ------------------------
 
 
-@FAST
+@FAST_DEVICE_BRANCH
 def test_mixed_step_equals_the_separate_forwards(reference, fast):
     model = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=fast)
     step = busy_step(reference.args.vocab_size)
@@ -246,7 +246,7 @@ def test_mixed_step_equals_the_separate_forwards(reference, fast):
     assert_matches_mlx_lm(reference, mixed, step, MLX_LM_ATOL["random"])
 
 
-@FAST
+@FAST_DEVICE_BRANCH
 def test_decodes_only_and_chunks_only(reference, fast):
     model = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=fast)
     busy = busy_step(reference.args.vocab_size)
@@ -257,7 +257,7 @@ def test_decodes_only_and_chunks_only(reference, fast):
         assert_matches_mlx_lm(reference, mixed, step, MLX_LM_ATOL["random"])
 
 
-@FAST
+@FAST_DEVICE_BRANCH
 def test_a_long_chunk_beside_decodes(fast):
     """A chunk longer than QUERY_BLOCK after cached tokens (the fast path runs it in
     query blocks on a CPU), next to two decoding slots."""

@@ -5,10 +5,11 @@ rule as the chapter states it, on random lengths); the batch view's attend_stage
 gives every row what mx.fast's attention gives it over its own keys alone, and
 gathers each group only to its own longest row; the engine's tokens are mlx-lm's
 with every row in its own group. Quantized rows decode within one quantization step
-of what was written, float16 rows as a cast gives them (subnormals as zeros); a float16 or quantized
-pool's engine gives mlx-lm's greedy tokens with mlx-lm keeping its keys and values
-the same way (a float16 KVCache, its own QuantizedKVCache of the same mx.quantize
-groups), and its budget holds the tokens that its bytes a token say.
+of what was written, float16 rows as a cast gives them (on the CPU's side of the
+device switch, subnormals as zeros); a float16 or quantized pool's engine gives
+mlx-lm's greedy tokens with mlx-lm keeping its keys and values the same way (a
+float16 KVCache, its own QuantizedKVCache of the same mx.quantize groups), and its
+budget holds the tokens that its bytes a token say.
 """
 
 import mlx.core as mx
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tiny_llm_base.device import PATHS_VARIABLE
 from tiny_llm_base.memory import KV_GROUP_SIZE
 from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
 
@@ -213,18 +215,23 @@ def test_float16_rows_decode_as_a_cast():
     )
 
 
-def test_float16_decode_of_every_float16():
+@pytest.mark.parametrize("paths", ["cpu", "gpu"])
+def test_float16_decode_of_every_float16(monkeypatch, paths):
     """All 65,536 float16 bit patterns, in a float32 pool's layout: decode gives
-    numpy's cast of each (infinities, NaNs and the sign of zero included), except
-    that a subnormal (magnitude below 2^-14) comes back as a zero of its sign."""
+    numpy's cast of each (infinities, NaNs and the sign of zero included). That is
+    exact on the GPU's side of the device switch (a cast); on the CPU's side
+    (float16_to_float32's bit trick) a subnormal, magnitude below 2^-14, comes back
+    as a zero of its sign."""
+    monkeypatch.setenv(PATHS_VARIABLE, paths)
     layer = tiny.QuantizedLayerBlocks(8, 4, "float16")
     layer.encode(mx.zeros((1, 1, 64)))  # the rows' dtype: float32
     bits = np.arange(2**16, dtype=np.uint16)
     numbers = bits.view(np.float16)
     want = numbers.astype(np.float32)
-    subnormal = (bits & 0x7FFF) != 0
-    subnormal &= (bits & 0x7FFF) < 0x0400
-    want[subnormal] = np.copysign(np.float32(0), want[subnormal])
+    if paths == "cpu":
+        subnormal = (bits & 0x7FFF) != 0
+        subnormal &= (bits & 0x7FFF) < 0x0400
+        want[subnormal] = np.copysign(np.float32(0), want[subnormal])
     back = np.array(layer.decode(mx.array(numbers.reshape(4, 16, 16, 64))))
     assert back.dtype == np.float32
     back = back.reshape(-1)
@@ -289,6 +296,37 @@ def test_quantized_engine_matches_mlx_lm_quantized_cache(
             8,
             tokenizer.eos_token_ids,
             kv_dtype=kv_dtype,
+        )
+        assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
+    assert_pool_empty(engine)
+
+
+@pytest.mark.device_branch
+def test_fast_kernels_on_a_float16_pool_match_mlx_lm_float16_cache(
+    random_pairs, tokenizer
+):
+    """A random model with use_fast_kernels on a float16 pool, mixed steps: every
+    device branch a step takes (fast_attention, swiglu, the pool's float16 decode)
+    gives mlx-lm's greedy tokens with its keys and values in a float16 KVCache."""
+    mlx_model, _ = random_pairs[1]
+    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    rng = np.random.default_rng(12)
+    prompts = [token_ids(rng, mlx_model.args.vocab_size, n) for n in (3, 29, 12)]
+    engine = paged_engine(
+        model,
+        tokenizer,
+        batch_size=2,
+        max_seq_len=48,
+        prefill_step=8,
+        policy="mixed",
+        max_tokens=8,
+        block_size=4,
+        kv_dtype="float16",
+    )
+    results = run_engine(engine, prompts)
+    for i, (result, prompt) in enumerate(zip(results, prompts)):
+        tokens, gaps = mlx_lm_greedy(
+            mlx_model, prompt, 8, tokenizer.eos_token_ids, kv_dtype="float16"
         )
         assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
     assert_pool_empty(engine)

@@ -96,8 +96,8 @@ def fail_with_options(error: Exception, options: Iterable[str]) -> NoReturn:
 
 KV_MEMORY_HELP = (
     "the keys and values' budget, e.g. 512MiB or 2GB; paged: the pool grows towards "
-    "it as it is used (default: half the available memory); dense: --batch-size x "
-    "--max-seq-len positions must fit it"
+    "it as it is used (default: half the available memory, a GPU's own on a GPU); "
+    "dense: --batch-size x --max-seq-len positions must fit it"
 )
 
 
@@ -454,11 +454,10 @@ def require_model_name(name: str | None) -> None:
 
 def note_slow_blas() -> None:
     """One line on stderr when float32 matmul runs on MLX's slow reference BLAS."""
-    import mlx.core as mx
-
+    from tiny_llm_base.device import gpu_paths
     from tiny_llm_base.fast_blas import STATUS
 
-    if STATUS.hint and mx.default_device().type == mx.cpu:
+    if STATUS.hint and not gpu_paths():
         print(f"note: {STATUS.hint}", file=sys.stderr)
 
 

@@ -12,6 +12,10 @@ PYTHONDONTWRITEBYTECODE is set: the suite starts many interpreters (workers,
 servers, CLIs, ranks), and without the caches each one compiled every module it
 imported from source again (mlx-lm, transformers, the clients), twice the CPU time
 of its imports.
+
+`--gpu-paths` runs only the tests marked device_branch, with TINY_LLM_DEVICE_PATHS=gpu:
+the GPU's side of every device branch (tiny_llm_base.device), on any machine, a CPU
+included. Only the files that mention device_branch are collected.
 """
 
 import argparse
@@ -22,6 +26,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# tiny_llm_base.device.PATHS_VARIABLE, spelled out: importing the package here would
+# load mlx in this process before tests/conftest.py sets MLX_ENABLE_TF32.
+PATHS_VARIABLE = "TINY_LLM_DEVICE_PATHS"
 
 
 def test_files(week: int | None, day: int | None) -> list[str]:
@@ -41,6 +48,18 @@ def test_files(week: int | None, day: int | None) -> list[str]:
     return files
 
 
+def device_branch_files(files: list[str]) -> list[str]:
+    """The test files among `files` (files or folders) that mention device_branch
+    (the mark, or a helper named after it), in any case."""
+    found = []
+    for name in files:
+        path = Path(name)
+        for file in sorted(path.glob("test_*.py")) if path.is_dir() else [path]:
+            if "device_branch" in file.read_text().lower():
+                found.append(str(file))
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--solution", choices=["learner", "ref"], default="learner")
@@ -51,22 +70,32 @@ def main() -> int:
         type=int,
         help="test processes for the whole suite (default: one per core, at most 4)",
     )
+    parser.add_argument(
+        "--gpu-paths",
+        action="store_true",
+        help="run the device_branch tests on the GPU's side of the device switch",
+    )
     args, pytest_args = parser.parse_known_args()
     if pytest_args[:1] == ["--"]:
         pytest_args = pytest_args[1:]
     os.environ["TINY_LLM_SOLUTION"] = args.solution
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+    files = test_files(args.week, args.day)
+    if args.gpu_paths:
+        os.environ[PATHS_VARIABLE] = "gpu"
+        files = device_branch_files(files)
+        pytest_args = ["-m", "device_branch", *pytest_args]
     workers = args.workers
     if workers is None:
-        workers = 1 if args.week else min(4, os.cpu_count() or 1)
+        workers = 1 if args.week or args.gpu_paths else min(4, os.cpu_count() or 1)
     if workers < 1:
         sys.exit(f"error: --workers must be at least 1, got {workers}")
     # Files in collection order (tests/conftest.py puts the long ones first), not
     # xdist's default of the files with the most tests first.
     parallel = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
     parallel = parallel if workers > 1 else []
-    return pytest.main([*test_files(args.week, args.day), *parallel, *pytest_args])
+    return pytest.main([*files, *parallel, *pytest_args])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""Install hook (`pdm install` runs it): give MLX a fast BLAS on Linux.
+"""Install hook (`pdm install` runs it): give MLX a fast BLAS on a Linux CPU.
 
 On Linux the mlx-cpu wheel's own BLAS is ~30x slower than OpenBLAS. Where OpenBLAS is
-missing and this user can install Debian packages (root, or password-less sudo), it
-installs `libopenblas0-pthread`; otherwise it prints one hint and carries on.
+missing, MLX computes on the CPU (a GPU never uses this BLAS: the device switch,
+tiny_llm_base.device, says which) and this user can install Debian packages (root,
+or password-less sudo), it installs `libopenblas0-pthread`; otherwise it prints one
+hint and carries on.
 """
 
 import importlib.util
@@ -12,12 +14,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location(
-    "fast_blas", Path(__file__).parents[2] / "src/tiny_llm_base/fast_blas.py"
-)
-fast_blas = importlib.util.module_from_spec(spec)
-sys.modules["fast_blas"] = fast_blas
-spec.loader.exec_module(fast_blas)
+
+def load(name: str):
+    """src/tiny_llm_base/<name>.py alone, without the package (which imports mlx
+    first thing and everything else after)."""
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).parents[2] / f"src/tiny_llm_base/{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fast_blas = load("fast_blas")  # first: before anything imports mlx.core
+device = load("device")
 
 
 def apt_command() -> list[str] | None:
@@ -34,6 +45,8 @@ def apt_command() -> list[str] | None:
 
 def main() -> int:
     if not fast_blas.needs_openblas() or fast_blas.find_openblas():
+        return 0
+    if device.gpu_paths():
         return 0
     prefix = apt_command()
     if prefix is None:

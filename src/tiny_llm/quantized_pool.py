@@ -27,6 +27,7 @@ instead, which mx.compile fuses into one loop the C++ compiler vectorizes.
 
 import mlx.core as mx
 
+from tiny_llm_base.device import gpu_paths
 from tiny_llm_base.memory import KV_BITS, KV_GROUP_SIZE
 
 from .cpu_kernels import ShapeLimitedCompile
@@ -105,19 +106,20 @@ class QuantizedLayerBlocks(LayerBlocks):
     def decode(self, stored: mx.array) -> mx.array:
         """encode undone: [..., D] float16 or [..., W] uint32 -> [..., D] in the
         encoded rows' dtype (LayerBlocks.gather calls it on the gathered blocks).
-        float16 to float32 on a CPU is float16_to_float32: subnormals come back as
-        zeros (a GPU casts, exactly and fast).
+        float16 to float32 on the CPU's side of the device switch (gpu_paths()) is
+        float16_to_float32: subnormals come back as zeros; the GPU's side casts,
+        exactly and fast.
         Quantized rows are x = scale * q + bias written out:
         the packed words read as bytes (two 4-bit numbers a byte, the low one first),
         each group times its scale plus its bias; on a CPU that is about twice as
         fast as mx.dequantize, to the same bits."""
         raise NotImplementedError(
             "Week 3 Day 2: decode: float16: float16_to_float32 when self.dtype is "
-            "float32 on a CPU, else a cast to self.dtype; quantized: cut the last "
-            "axis at words = head_dim * bits / 32 and words + groups (groups = "
-            "head_dim / KV_GROUP_SIZE), read scales and biases back with mx.view(...,"
-            " mx.float32); the words through mx.view(..., mx.uint8) (4 bits: each "
-            "byte's low and high four bits, in that order) as float32 numbers [..., "
-            "groups, KV_GROUP_SIZE]; numbers * scales + biases, reshaped to [..., "
-            "head_dim], cast to self.dtype"
+            "float32 and not gpu_paths() (the CPU's side), else a cast to self.dtype;"
+            " quantized: cut the last axis at words = head_dim * bits / 32 and words "
+            "+ groups (groups = head_dim / KV_GROUP_SIZE), read scales and biases "
+            "back with mx.view(..., mx.float32); the words through mx.view(..., "
+            "mx.uint8) (4 bits: each byte's low and high four bits, in that order) as"
+            " float32 numbers [..., groups, KV_GROUP_SIZE]; numbers * scales + "
+            "biases, reshaped to [..., head_dim], cast to self.dtype"
         )

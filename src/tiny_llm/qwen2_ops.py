@@ -11,6 +11,7 @@ import mlx.core as mx
 from mlx import nn
 
 from tiny_llm_base import QuantizedWeights, dequantize_linear
+from tiny_llm_base.device import gpu_paths
 
 from .basics import linear, silu
 from .cpu_kernels import cpu_attention, fast_exp
@@ -53,8 +54,8 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     strict float arithmetic keeps; a GPU's fast-math compiler may fold it away, and
     a GPU's own exp is fast anyway."""
     raise NotImplementedError(
-        "Week 2 Day 3: swiglu: swiglu_fast_exp on the CPU (mx.default_device()), else"
-        " silu(gate) * up"
+        "Week 2 Day 3: swiglu: silu(gate) * up where gpu_paths() (the device switch, "
+        "tiny_llm_base.device), else swiglu_fast_exp"
     )
     # ANCHOR_END: swiglu
 
@@ -73,8 +74,8 @@ def fast_attention(
     """
     raise NotImplementedError(
         "Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v, "
-        "scale=scale, mask=mask) passes the tests; then, on the CPU, cpu_attention(q,"
-        " k, v, scale, mask)"
+        "scale=scale, mask=mask) passes the tests; then, unless gpu_paths(), "
+        "cpu_attention(q, k, v, scale, mask)"
     )
     # ANCHOR_END: fast_attention
 

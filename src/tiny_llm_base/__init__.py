@@ -6,6 +6,7 @@ request may ask for beyond its sampler (sampling_options.py)."""
 
 from . import fast_blas  # noqa: F401  (first: OpenBLAS must load before mlx.core)
 from .config import EngineConfig
+from .device import gpu_paths
 from .config_checks import KV_CACHES, POLICIES
 from .embedded_model import EmbeddedModelError
 from .loader import ModelLoadError, load_model

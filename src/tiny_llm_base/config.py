@@ -17,7 +17,7 @@ from .config_checks import DEFAULT_KV_DISK_BUDGET, check_settings
 from .memory import (
     KV_BITS,
     KV_GROUP_SIZE,
-    available_memory,
+    device_available_memory,
     format_bytes,
     kv_bytes_per_token,
 )
@@ -164,8 +164,9 @@ class EngineConfig:
 
     def pool_blocks(self, model) -> int:
         """The paged pool's budget in blocks: num_blocks, else kv_memory (default:
-        half the memory available now) over the bytes a block of this model's keys
-        and values takes. ValueError when one request of max_seq_len would not fit.
+        half the memory the device could give now, device_available_memory: a
+        GPU's own on a GPU) over the bytes a block of this model's keys and values
+        takes. ValueError when one request of max_seq_len would not fit.
         A model that does not show its layers gets batch_size x max_seq_len
         positions."""
         if self.num_blocks is not None:
@@ -173,7 +174,7 @@ class EngineConfig:
         per_token = kv_bytes_per_token(model, self.kv_dtype)
         if per_token is None:
             return self.batch_size * self.blocks_per_request
-        budget = self.kv_memory or available_memory() // 2
+        budget = self.kv_memory or device_available_memory() // 2
         blocks = budget // (per_token * self.block_size)
         if blocks < self.blocks_per_request:
             given = (

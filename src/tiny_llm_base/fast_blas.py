@@ -117,13 +117,6 @@ def set_threads(count: int) -> int | None:
     return previous
 
 
-def computes_on_cpu() -> bool:
-    """Whether MLX's default device is the CPU (only asked once mlx.core is loaded)."""
-    import mlx.core as mx
-
-    return mx.default_device().type == mx.cpu
-
-
 def importer_stacklevel() -> int:
     """warnings.warn's stacklevel for the first caller outside tiny-llm's packages:
     the line that imported them. Like warnings, it skips importlib's own frames."""
@@ -140,5 +133,12 @@ def importer_stacklevel() -> int:
 
 
 STATUS = activate()
-if STATUS.hint == IMPORTED_TOO_LATE and computes_on_cpu():
-    warnings.warn(IMPORTED_TOO_LATE, SlowBlasWarning, stacklevel=importer_stacklevel())
+if STATUS.hint == IMPORTED_TOO_LATE:
+    # Imported here, not at the top: the install hook (setup_fast_blas.py) loads
+    # this file alone, outside its package, and never gets this far.
+    from .device import gpu_paths
+
+    if not gpu_paths():
+        warnings.warn(
+            IMPORTED_TOO_LATE, SlowBlasWarning, stacklevel=importer_stacklevel()
+        )

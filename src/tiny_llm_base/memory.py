@@ -1,8 +1,21 @@
 """Refusing a setting whose memory could never fit, before MLX tries to allocate it
-(an allocation past the machine's memory can crash the process instead of raising)."""
+(an allocation past the machine's memory can crash the process instead of raising).
+
+The memory that counts is the device's: on the GPU's side of the device switch
+(device.gpu_paths), the GPU's as MLX reports it (mx.device_info()); on a CPU, the
+machine's RAM."""
 
 import os
 import re
+
+import mlx.core as mx
+
+from .device import gpu_paths
+
+# mx.device_info()'s keys: Metal's working set (the most the GPU should keep
+# resident, below the Mac's RAM), a CUDA device's total and free memory.
+METAL_WORKING_SET = "max_recommended_working_set_size"
+CUDA_TOTAL, CUDA_FREE = "total_memory", "free_memory"
 
 
 def physical_memory() -> int:
@@ -28,6 +41,34 @@ def available_memory() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return physical_memory()
+
+
+def gpu_info() -> dict:
+    """mx.device_info() on the GPU's side of the device switch, else {}."""
+    return mx.device_info() if gpu_paths() else {}
+
+
+def device_memory() -> int:
+    """The memory of the device MLX computes on, in bytes: a GPU's as MLX reports
+    it (Metal's working set, a CUDA device's total memory); on a CPU, and on a CPU
+    taking the GPU's side, where MLX reports neither, physical_memory()."""
+    info = gpu_info()
+    for key in (METAL_WORKING_SET, CUDA_TOTAL):
+        if key in info:
+            return int(info[key])
+    return physical_memory()
+
+
+def device_available_memory() -> int:
+    """The memory the device could give this process now, in bytes: Metal's working
+    set less what MLX holds already (the weights among it), a CUDA device's free
+    memory; on a CPU, available_memory()."""
+    info = gpu_info()
+    if METAL_WORKING_SET in info:
+        return max(0, int(info[METAL_WORKING_SET]) - mx.get_active_memory())
+    if CUDA_FREE in info:
+        return int(info[CUDA_FREE])
+    return available_memory()
 
 
 # How the paged pool may store keys and values (EngineConfig.kv_dtype): "float32"
@@ -142,11 +183,11 @@ def format_bytes(size: int) -> str:
 
 
 def check_fits(needed: int, what: str, advice: str) -> None:
-    """ValueError, with the numbers, when `needed` bytes for `what` pass the machine's
-    memory; `advice` says which setting to lower."""
-    have = physical_memory()
+    """ValueError, with the numbers, when `needed` bytes for `what` pass the device's
+    memory (device_memory); `advice` says which setting to lower."""
+    have = device_memory()
     if have and needed > have:
         raise ValueError(
-            f"{what} needs {needed / 2**30:,.1f} GiB, but this machine has "
+            f"{what} needs {needed / 2**30:,.1f} GiB, but this device has "
             f"{have / 2**30:,.1f} GiB: {advice}"
         )

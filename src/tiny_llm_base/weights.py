@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 from mlx import nn
 
-from .fast_blas import computes_on_cpu
+from .device import gpu_paths
 
 DEFAULT_MAX_SEQ_LEN = 32768
 
@@ -53,7 +53,7 @@ def blas_layout(weight: mx.array) -> mx.array:
     course's 2-core machine (the fast-paths chapter). A row lookup (an embedding)
     reads strided memory: about 50 ms for 6,000 ids, against seconds of prefill.
     """
-    if not computes_on_cpu():
+    if gpu_paths():
         return weight
     return mx.contiguous(weight.T).T
 
@@ -101,7 +101,8 @@ class QuantizedWeights:
 
 
 def choose_weight_format(device: mx.Device | None = None) -> str:
-    """How to keep linear weights on `device` (default: MLX's default device).
+    """How to keep linear weights on `device` (default: the device paths this run
+    takes, tiny_llm_base.device.gpu_paths()).
 
     "float32" on the CPU: dequantize once at load time. MLX's CPU kernels for
     quantized and half-precision matmul do not use BLAS, while float32 matmul runs
@@ -112,5 +113,5 @@ def choose_weight_format(device: mx.Device | None = None) -> str:
     a 4-bit weight is about 6x fewer bytes to read than float32, so keep weights
     quantized and call quantized_matmul.
     """
-    device = device or mx.default_device()
-    return "float32" if device.type == mx.cpu else "quantized"
+    on_gpu = gpu_paths() if device is None else device.type == mx.gpu
+    return "quantized" if on_gpu else "float32"

@@ -11,6 +11,7 @@ import mlx.core as mx
 from mlx import nn
 
 from tiny_llm_base import QuantizedWeights, dequantize_linear
+from tiny_llm_base.device import gpu_paths
 
 from .basics import linear, silu
 from .cpu_kernels import cpu_attention, fast_exp
@@ -64,11 +65,11 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     elsewhere. fast_exp rounds by adding and subtracting 1.5 * 2^23, which only
     strict float arithmetic keeps; a GPU's fast-math compiler may fold it away, and
     a GPU's own exp is fast anyway."""
-    # Week 2 Day 3: swiglu: swiglu_fast_exp on the CPU (mx.default_device()), else
-    # silu(gate) * up
-    if mx.default_device().type == mx.cpu:
-        return swiglu_fast_exp(gate, up)
-    return silu(gate) * up
+    # Week 2 Day 3: swiglu: silu(gate) * up where gpu_paths() (the device switch,
+    # tiny_llm_base.device), else swiglu_fast_exp
+    if gpu_paths():
+        return silu(gate) * up
+    return swiglu_fast_exp(gate, up)
     # ANCHOR_END: swiglu
 
 
@@ -85,11 +86,11 @@ def fast_attention(
     several times, a decode step with a batch about twice.
     """
     # Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v,
-    # scale=scale, mask=mask) passes the tests; then, on the CPU, cpu_attention(q, k,
-    # v, scale, mask)
-    if mx.default_device().type == mx.cpu:
-        return cpu_attention(q, k, v, scale, mask)
-    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+    # scale=scale, mask=mask) passes the tests; then, unless gpu_paths(),
+    # cpu_attention(q, k, v, scale, mask)
+    if gpu_paths():
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+    return cpu_attention(q, k, v, scale, mask)
     # ANCHOR_END: fast_attention
 
 

@@ -222,6 +222,19 @@ BAD_OPTIONS = {
         ["--kv-disk-budget", "1GiB"],
         "--kv-disk-budget sizes the disk tier: add --kv-disk-dir",
     ),
+    # --port 0 after the name: a command that took the name would stop there
+    # instead of serving.
+    "serve empty model name": (
+        SERVE,
+        ["--model-name", "", "--port", "0"],
+        "--model-name is empty: give the id clients should send, or leave "
+        "--model-name out",
+    ),
+    "serve blank model name": (
+        SERVE,
+        ["--model-name", "  ", "--port", "0"],
+        "--model-name is empty",
+    ),
     "book port out of range": (BOOK, ["--port", "0"], "--port must be in 1..65535"),
 }
 

@@ -1,6 +1,7 @@
 """The scripts' options as a user types them: every bad value is refused before any
 model or benchmark work, in one `error:` line on stderr naming the option, with exit
-status 2 and no traceback; `book --build --dest` never deletes what it did not write."""
+status 2 and no traceback; `book --build --dest` never deletes what it did not write,
+and `book --dest` without --build is refused."""
 
 import os
 from pathlib import Path
@@ -318,6 +319,21 @@ def test_book_build_refuses_a_file_as_its_folder(tmp_path):
     result = run(BOOK, "--build", "--dest", str(file))
     assert_one_line_error(result, 2, f"--dest {file} is a file, not a folder")
     assert file.read_text() == "keep me"
+
+
+def test_book_dest_without_build_is_refused_and_writes_nothing(tmp_path):
+    dest = tmp_path / "html"
+    # --port 0 after --dest: a command that ignored --dest would stop there
+    # instead of serving.
+    result = run_in_process(BOOK, "--dest", str(dest), "--port", "0")
+    assert_one_line_error(
+        result,
+        2,
+        f"--dest {dest}: only --build writes the HTML into a folder; add "
+        "--build, or leave --dest out to serve the book",
+    )
+    assert not dest.exists()
+    assert "refused without --build" in run_in_process(BOOK, "--help").stdout
 
 
 def test_book_build_rebuilds_its_own_output(tmp_path):

@@ -25,6 +25,7 @@ LATENCY = "scripts.bench.bench_latency"
 LOAD_TEST = "scripts.commands.load_test"
 SERVE = "scripts.commands.serve"
 BOOK = "scripts.commands.book"
+CHECK_INSTALLATION = "scripts.commands.check_installation"
 URL = ["--url", "http://127.0.0.1:9"]
 
 # (module, arguments, what the one line says)
@@ -237,6 +238,11 @@ BAD_OPTIONS = {
         "--model-name is empty",
     ),
     "book port out of range": (BOOK, ["--port", "0"], "--port must be in 1..65535"),
+    "check-installation unknown option": (
+        CHECK_INSTALLATION,
+        ["--bogus"],
+        "unrecognized arguments: --bogus",
+    ),
 }
 
 
@@ -297,6 +303,15 @@ def test_serve_names_the_option_when_the_engine_refuses_a_setting(args, message)
             "one request of --max-seq-len=512 needs 32 blocks of 16: pass "
             "--kv-memory of at least"
         ) in result.stderr
+
+
+def test_check_installation_help_describes_it_and_measures_nothing():
+    result = run_in_process(CHECK_INSTALLATION, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: ")
+    words = " ".join(result.stdout.split())  # argparse wraps the description
+    assert "device, BLAS in use and the measured float32 matmul rate" in words
+    assert "GFLOP/s" not in result.stdout
 
 
 def test_book_build_refuses_a_folder_it_did_not_write(tmp_path):

@@ -2,13 +2,12 @@
 
 import time
 
-import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
-import mlx.core as mx
-
-from tiny_llm_base.fast_blas import STATUS
+from scripts.commands.cli import option_parser
 
 
 def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
+    import mlx.core as mx
+
     a = mx.random.normal((n, n))
     b = mx.random.normal((n, n))
     mx.eval(a @ b)
@@ -19,6 +18,13 @@ def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
 
 
 def main() -> None:
+    # Options first: a bad one (or --help) answers before the slow imports.
+    option_parser(__doc__.splitlines()[0]).parse_args()
+    import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
+    import mlx.core as mx
+
+    from tiny_llm_base.fast_blas import STATUS
+
     print(f"mlx {mx.__version__}, default device: {mx.default_device()}")
     if STATUS.active:
         print(

@@ -261,6 +261,22 @@ def test_scripts_refuse_bad_options_with_one_line(case):
     assert_one_line_error(runner(module, *args), 2, message)
 
 
+def test_load_test_against_a_closed_port_names_it_and_writes_nothing(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"  # free: nothing listens there
+    record, plot = tmp_path / "load-test.json", tmp_path / "load-test.png"
+    record.write_text("an earlier run's record")
+    result = run_in_process(
+        LOAD_TEST, "--url", url, "--json", str(record), "--plot", str(plot)
+    )
+    assert_one_line_error(result, 1, f"error: cannot reach {url} (")  # httpx's words
+    assert result.stderr.endswith(
+        "): is the server running? Start it with `pdm run serve`, or give its "
+        "address with --url\n"
+    )
+    assert record.read_text() == "an earlier run's record"
+    assert not plot.exists() and result.stdout == ""
+
+
 ENGINE_REFUSALS = [
     (
         ["--policy", "mixed", "--token-budget", "5"],

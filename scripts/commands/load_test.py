@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from scripts.bench.loadlib import report
-from scripts.bench.loadlib.client import require_loopback, run_load
+from scripts.bench.loadlib.client import Unreachable, require_loopback, run_load
 from scripts.bench.loadlib.workload import make_workload
 from scripts.commands.cli import (
     fail,
@@ -88,16 +88,23 @@ def main() -> None:
     except ValueError as error:
         fail(str(error))
     requests = workload_of(args)
-    outcomes, wall = asyncio.run(
-        run_load(
-            args.url,
-            requests,
-            args.concurrency,
-            args.time_limit,
-            args.api_key,
-            args.model,
+    try:
+        outcomes, wall = asyncio.run(
+            run_load(
+                args.url,
+                requests,
+                args.concurrency,
+                args.time_limit,
+                args.api_key,
+                args.model,
+            )
         )
-    )
+    except Unreachable as error:  # nothing measured: no record, no plot
+        fail(
+            f"{error}: is the server running? Start it with `pdm run serve`, or "
+            "give its address with --url",
+            status=1,
+        )
     summary = report.summarize(args.name, outcomes, wall)
     Console(width=150).print(report.table(f"load test: {args.url}", [summary]))
     for example in summary["error_examples"]:

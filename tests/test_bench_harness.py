@@ -148,7 +148,7 @@ def test_an_out_whose_folder_cannot_be_made_is_refused_before_the_run(
 @pytest.mark.parametrize(
     "out, message",
     [
-        ("", "argument --out/--json: is empty: give the file to write the record to"),
+        ("", "argument --out/--json: is empty: give the path of a file to write"),
         ("{tmp}", "--out {tmp} is a folder: give a file in it, e.g. {tmp}/record.json"),
         # Too long a name for any file system: no user, root neither, can write it.
         ("{tmp}/" + "x" * 300 + ".json", "--out {tmp}/" + "x" * 300 + ".json: it "

@@ -173,6 +173,16 @@ BAD_OPTIONS = {
         [*URL, "--cancel", "1.5"],
         "--cancel must be between 0 and 1, got 1.5",
     ),
+    "load-test empty record": (
+        LOAD_TEST,
+        [*URL, "--json", ""],
+        "argument --json: is empty: give the path of a file to write",
+    ),
+    "load-test plot into a folder": (
+        LOAD_TEST,
+        [*URL, "--plot", "."],
+        "--plot . is a folder: give a file in it, e.g. load-test.png",
+    ),
     "serve zero max seq len": (
         SERVE,
         ["--max-seq-len", "0"],

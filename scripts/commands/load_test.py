@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from scripts.bench.benchlib.record import out_path, unwritable
 from scripts.bench.loadlib import report
 from scripts.bench.loadlib.client import Unreachable, require_loopback, run_load
 from scripts.bench.loadlib.workload import make_workload
@@ -78,11 +79,16 @@ def main() -> None:
     parser.add_argument("--api-key")
     parser.add_argument("--model", help="model id to send (default: GET /v1/models)")
     parser.add_argument("--name", default="server", help="the server's name in reports")
-    parser.add_argument("--json", type=Path, default=Path("load-test.json"))
-    parser.add_argument("--plot", type=Path, default=Path("load-test.png"))
+    outputs = {"--json": "load-test.json", "--plot": "load-test.png"}
+    for option, name in outputs.items():
+        parser.add_argument(option, type=out_path, default=Path(name))
     add_workload_arguments(parser)
     args = parser.parse_args()
     check_workload_arguments(args)
+    for option, name in outputs.items():  # found out now, not after the run
+        problem = unwritable(getattr(args, option[2:]), name)
+        if problem is not None:
+            fail(f"{option} {problem}")
     try:
         require_loopback(args.url)
     except ValueError as error:

@@ -20,12 +20,10 @@ from pathlib import Path
 
 
 def out_path(text: str) -> Path:
-    """--out's value as a Path; argparse's error (one line) for an empty one."""
+    """An output file's option (--out) as a Path; argparse's error (one line) for
+    an empty one, which Path would read as the current folder."""
     if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "is empty: give the file to write the record to, e.g. "
-            "bench-results/record.json"
-        )
+        raise argparse.ArgumentTypeError("is empty: give the path of a file to write")
     return Path(text)
 
 
@@ -34,13 +32,13 @@ def writing(path: Path) -> Path:
     return path.with_name(f".{path.name}.writing")
 
 
-def unwritable(path: Path) -> str | None:
+def unwritable(path: Path, example: str = "record.json") -> str | None:
     """Why no record can be written at `path`, and what to do (None: it can),
     found by making its folder and writing, then removing, the file write_json
-    writes first."""
+    writes first. example: a file name to suggest when `path` is a folder."""
     try:
         if path.is_dir():
-            return f"{path} is a folder: give a file in it, e.g. {path / 'record.json'}"
+            return f"{path} is a folder: give a file in it, e.g. {path / example}"
         path.parent.mkdir(parents=True, exist_ok=True)
         writing(path).write_text("")
         writing(path).unlink()

@@ -145,6 +145,49 @@ def test_an_out_whose_folder_cannot_be_made_is_refused_before_the_run(
     assert "give a path you can write" in error
 
 
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        ("", "argument --out/--json: is empty: give the path of a file to write"),
+        ("{tmp}", "--out {tmp} is a folder: give a file in it, e.g. {tmp}/record.json"),
+        # Too long a name for any file system: no user, root neither, can write it.
+        ("{tmp}/" + "x" * 300 + ".json", "--out {tmp}/" + "x" * 300 + ".json: it "
+         "cannot be written ("),
+    ],
+)  # fmt: skip
+def test_an_out_that_cannot_be_written_is_refused_before_the_run(
+    tmp_path, monkeypatch, capsys, out, message
+):
+    with pytest.raises(SystemExit) as exit:
+        run_bench(monkeypatch, ["--out", out.format(tmp=tmp_path)], [])
+    assert exit.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: " + message.format(tmp=tmp_path)), error
+    assert os.listdir(tmp_path) == []  # the probe left nothing behind
+
+
+def test_a_finished_part_is_written_at_once_and_the_whole_record_replaces_it(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "record.json"
+    argv = ["bench_x.py", "--solution", SOLUTION, "--out", str(path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    bench = Bench("A benchmark.")
+    bench.parse()
+    bench.start()
+    bench.keep("a", {"ms": 2.5, "tokens": [1, 2]}, [at_least("a", 3, 2, "x")], "tokens")
+    partial = json.loads(path.read_text())
+    assert (partial["partial"], partial["finished_parts"]) == (True, ["a"])
+    assert partial["parts"] == {"a": {"ms": 2.5}}
+    assert [g["name"] for g in partial["goals"]] == ["a"]
+    assert partial["command"].endswith(f"--out {path}")
+    bench.finish({"figure": 1.5}, [at_least("b", 1, 2, "y")])
+    whole = json.loads(path.read_text())
+    assert "partial" not in whole and whole["figure"] == 1.5
+    assert [g["name"] for g in whole["goals"]] == ["b"]
+    assert os.listdir(tmp_path) == ["record.json"]
+
+
 def test_interleaved_runs_every_job_once_a_round():
     calls = []
 
@@ -320,8 +363,12 @@ def test_bench_speed_reads_each_benchmarks_goals_and_a_failure_is_no_record(tmp_
         "fake": ["tests.fake_benchmark"],
         "engine": ["scripts.bench.bench_engine", "--tokens", "0"],
     }
-    console = Console(file=io.StringIO())
-    goals, failed = run_each(console, parts, tmp_path, True, SOLUTION)
+    console, kept = Console(file=io.StringIO()), []
+    goals, failed = run_each(
+        console, parts, tmp_path, True, SOLUTION, lambda *part: kept.append(part)
+    )
     [(part, goal)] = goals
     assert part == "fake" and (goal.name, goal.value, goal.met) == ("step", 2.0, False)
     assert failed == ["engine (exit status 2)"]
+    record = str(tmp_path / "speed-fake-quick.json")
+    assert kept == [("fake", {"record": record}, [goal])]

@@ -23,7 +23,7 @@ from scripts.commands.interrupt import READY_LINE, READY_VARIABLE
 
 from .cli_runs import assert_one_line_error, run_in_process, run_in_subprocess
 from .helpers import WAIT_S
-from tiny_llm_base import fast_blas
+from tiny_llm_base import PromptSpec, fast_blas
 from tiny_llm_base.device import gpu_paths
 from tiny_llm_base import embedded_model as store
 
@@ -309,6 +309,19 @@ BATCH_MAIN_BAD_INPUT = {
         2,
         'invalid JSON schema: unsupported keywords "uniqueItems": remove them',
     ),
+    "choice with a character no token holds": (
+        ["--choice", "\U0001f999", "--choice", "yes"],
+        2,
+        "--choice '\U0001f999': no text the model's tokens can spell matches the "
+        "constraint: it needs '\U0001f999' (U+1F999), which no token holds",
+    ),
+    "choice the tokens cannot finish": (
+        ["--choice", "yes", "--choice", "a\U0001f642"],
+        2,
+        "--choice 'a\U0001f642': a request could get stuck writing it: after 'a' no "
+        "token continues it (its next characters come only inside longer tokens); "
+        "change or leave out that choice",
+    ),
     "schema whose bounds crashed the grammar library": (
         ["--json-schema", "{tmp}/i64.json"],
         2,
@@ -492,6 +505,21 @@ def test_batch_main_clamps_max_seq_len_to_the_context(tmp_path):
         f"note: --max-seq-len 30000 is beyond the model's context of {CONTEXT} "
         f"positions (max_position_embeddings): using {CONTEXT}"
     )
+
+
+def test_a_choice_the_tokens_cannot_finish_fails_its_requests_part_way(
+    embedded_week2_model, tokenizer
+):
+    """Why batch-main refuses --choice 'a🙂' (BATCH_MAIN_BAD_INPUT): the
+    embedded vocabulary holds '🙂' only in the token ' 🙂', so a run
+    starts every request, writes 'a', and fails at the next token."""
+    choice = tiny_llm_ref.Choice(["a\U0001f642"])
+    specs = [PromptSpec(q, max_tokens=4, constraint=choice) for q in ("Hi", "Pick")]
+    model = embedded_week2_model(True, package=tiny_llm_ref)
+    for result in tiny_llm_ref.batch_generate(model, tokenizer, specs):
+        assert result.finish_reason == "error"
+        assert "no token of the vocabulary can continue the constraint" in result.error
+        assert tokenizer.decode(result.tokens) == "a"
 
 
 def test_batch_main_fails_when_a_request_fails_and_prints_its_whole_error(tmp_path):

@@ -1,6 +1,7 @@
 """The scripts' options as a user types them: every bad value is refused before any
 model or benchmark work, in one `error:` line on stderr naming the option, with exit
-status 2 and no traceback; `book --build --dest` never deletes what it did not write."""
+status 2 and no traceback; `book --build --dest` never deletes what it did not write,
+and `book --dest` without --build is refused."""
 
 import os
 from pathlib import Path
@@ -24,6 +25,7 @@ LATENCY = "scripts.bench.bench_latency"
 LOAD_TEST = "scripts.commands.load_test"
 SERVE = "scripts.commands.serve"
 BOOK = "scripts.commands.book"
+CHECK_INSTALLATION = "scripts.commands.check_installation"
 URL = ["--url", "http://127.0.0.1:9"]
 
 # (module, arguments, what the one line says)
@@ -171,6 +173,16 @@ BAD_OPTIONS = {
         [*URL, "--cancel", "1.5"],
         "--cancel must be between 0 and 1, got 1.5",
     ),
+    "load-test empty record": (
+        LOAD_TEST,
+        [*URL, "--json", ""],
+        "argument --json: is empty: give the path of a file to write",
+    ),
+    "load-test plot into a folder": (
+        LOAD_TEST,
+        [*URL, "--plot", "."],
+        "--plot . is a folder: give a file in it, e.g. load-test.png",
+    ),
     "serve zero max seq len": (
         SERVE,
         ["--max-seq-len", "0"],
@@ -222,7 +234,25 @@ BAD_OPTIONS = {
         ["--kv-disk-budget", "1GiB"],
         "--kv-disk-budget sizes the disk tier: add --kv-disk-dir",
     ),
+    # --port 0 after the name: a command that took the name would stop there
+    # instead of serving.
+    "serve empty model name": (
+        SERVE,
+        ["--model-name", "", "--port", "0"],
+        "--model-name is empty: give the id clients should send, or leave "
+        "--model-name out",
+    ),
+    "serve blank model name": (
+        SERVE,
+        ["--model-name", "  ", "--port", "0"],
+        "--model-name is empty",
+    ),
     "book port out of range": (BOOK, ["--port", "0"], "--port must be in 1..65535"),
+    "check-installation unknown option": (
+        CHECK_INSTALLATION,
+        ["--bogus"],
+        "unrecognized arguments: --bogus",
+    ),
 }
 
 
@@ -239,6 +269,22 @@ def test_scripts_refuse_bad_options_with_one_line(case):
     module, args, message = BAD_OPTIONS[case]
     runner = run if case in IN_A_SUBPROCESS else run_in_process
     assert_one_line_error(runner(module, *args), 2, message)
+
+
+def test_load_test_against_a_closed_port_names_it_and_writes_nothing(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"  # free: nothing listens there
+    record, plot = tmp_path / "load-test.json", tmp_path / "load-test.png"
+    record.write_text("an earlier run's record")
+    result = run_in_process(
+        LOAD_TEST, "--url", url, "--json", str(record), "--plot", str(plot)
+    )
+    assert_one_line_error(result, 1, f"error: cannot reach {url} (")  # httpx's words
+    assert result.stderr.endswith(
+        "): is the server running? Start it with `pdm run serve`, or give its "
+        "address with --url\n"
+    )
+    assert record.read_text() == "an earlier run's record"
+    assert not plot.exists() and result.stdout == ""
 
 
 ENGINE_REFUSALS = [
@@ -285,6 +331,15 @@ def test_serve_names_the_option_when_the_engine_refuses_a_setting(args, message)
         ) in result.stderr
 
 
+def test_check_installation_help_describes_it_and_measures_nothing():
+    result = run_in_process(CHECK_INSTALLATION, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: ")
+    words = " ".join(result.stdout.split())  # argparse wraps the description
+    assert "device, BLAS in use and the measured float32 matmul rate" in words
+    assert "GFLOP/s" not in result.stdout
+
+
 def test_book_build_refuses_a_folder_it_did_not_write(tmp_path):
     mine = tmp_path / "notes" / "mine.txt"
     mine.parent.mkdir()
@@ -305,6 +360,21 @@ def test_book_build_refuses_a_file_as_its_folder(tmp_path):
     result = run(BOOK, "--build", "--dest", str(file))
     assert_one_line_error(result, 2, f"--dest {file} is a file, not a folder")
     assert file.read_text() == "keep me"
+
+
+def test_book_dest_without_build_is_refused_and_writes_nothing(tmp_path):
+    dest = tmp_path / "html"
+    # --port 0 after --dest: a command that ignored --dest would stop there
+    # instead of serving.
+    result = run_in_process(BOOK, "--dest", str(dest), "--port", "0")
+    assert_one_line_error(
+        result,
+        2,
+        f"--dest {dest}: only --build writes the HTML into a folder; add "
+        "--build, or leave --dest out to serve the book",
+    )
+    assert not dest.exists()
+    assert "refused without --build" in run_in_process(BOOK, "--help").stdout
 
 
 def test_book_build_rebuilds_its_own_output(tmp_path):

@@ -228,6 +228,57 @@ def test_a_stream_carries_usage_once_on_a_last_chunk(open_server, include_usage)
     assert 1 <= chunks[-1].usage.completion_tokens <= 3
 
 
+@pytest.mark.parametrize("endpoint", ["chat", "completion"])
+def test_continuous_usage_stats_give_every_chunk_the_usage_so_far(
+    http, model, tokenizer, endpoint
+):
+    """As guidellm 0.8.1 asks (vLLM's stream_options extension): every chunk
+    carries the prompt's tokens and the completion's so far, growing to what a
+    whole answer to the same greedy request counts and the engine generates."""
+    if endpoint == "chat":
+        path, asked = CHAT, {"messages": [{"role": "user", "content": SEA}]}
+        prompt = chat_prompt(tokenizer, SEA)
+    else:
+        story = "Once upon a time"  # SEA as it is ends at once (EOS)
+        path, asked = COMPLETIONS, {"prompt": story}
+        prompt = tokenizer.encode(story)
+    (alone,) = tiny.batch_generate(model, tokenizer, [PromptSpec(prompt, 8)])
+    asked |= {"model": OPEN_MODEL, "max_tokens": 8, "temperature": 0}
+    whole = http.post(path, json=asked).json()
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    with http.stream(
+        "POST", path, json=asked | {"stream": True, "stream_options": options}
+    ) as response:
+        assert response.status_code == 200, response.read()
+        events = [line[6:] for line in response.iter_lines() if line[:6] == "data: "]
+    assert events[-1] == "[DONE]"
+    *chunks, last = map(json.loads, events[:-1])
+    counted = ("prompt_tokens", "completion_tokens", "total_tokens")  # not cached
+    assert last["choices"] == []
+    assert {k: last["usage"][k] for k in counted} == {
+        k: whole["usage"][k] for k in counted
+    }
+    assert whole["usage"]["completion_tokens"] == len(alone.tokens)
+    assert whole["usage"]["prompt_tokens"] == len(prompt)
+    counts, text = [], ""
+    for chunk in chunks:
+        usage = chunk["usage"]
+        assert usage["prompt_tokens"] == len(prompt)
+        assert usage["total_tokens"] == len(prompt) + usage["completion_tokens"]
+        counts.append(usage["completion_tokens"])
+        [choice] = chunk["choices"]
+        text += (
+            choice["delta"].get("content") if endpoint == "chat" else choice["text"]
+        ) or ""
+        # The text so far is what that many of the engine's tokens spell.
+        spelled = tokenizer.decode(alone.tokens[: counts[-1]])
+        assert spelled.lstrip().startswith(text.lstrip()), (spelled, text)
+    assert counts == sorted(counts) and len(set(counts)) > 2, counts
+    assert counts[-1] == len(alone.tokens) and text == alone.text
+    if endpoint == "chat":
+        assert counts[0] == 0  # the role's chunk, before any token
+
+
 # Connections: a 500 keeps them, an idle body loses them, a hang-up is quiet.
 
 
@@ -578,12 +629,12 @@ def test_add_special_tokens_is_accepted_where_it_is_what_the_server_does(http):
         assert refused.json()["error"]["param"] == "add_special_tokens"
 
 
-def test_stream_options_other_than_include_usage_are_refused(http):
+def test_stream_options_other_than_the_usage_ones_are_refused(http):
     body = {"messages": [{"role": "user", "content": "Hi"}], "stream": True,
-            "stream_options": {"continuous_usage_stats": True}}  # fmt: skip
+            "stream_options": {"include_usage": True, "include_obfuscation": True}}  # fmt: skip
     response = http.post(CHAT, json=body)
     assert response.status_code == 400, response.text
-    assert response.json()["error"]["param"] == "stream_options.continuous_usage_stats"
+    assert response.json()["error"]["param"] == "stream_options.include_obfuscation"
 
 
 def test_fields_that_change_nothing_observable_are_accepted(http):

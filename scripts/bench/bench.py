@@ -30,6 +30,10 @@ Goal: tiny fast at least 0.9x mlx-lm f32's tokens/s on every measure (the same
 weights); a missed one makes the exit status 1.
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split

@@ -25,6 +25,10 @@ process, side by side:
 Goals: the speed-up of 2, the tokens unchanged. --out writes the numbers as JSON.
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split

@@ -31,6 +31,10 @@ case's two configurations, lane per request, from the engine's ForwardRecords.
 median run by total time: a busy spell of the machine slows one run of each.
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
@@ -194,6 +198,7 @@ def main() -> int:
         console.print(render.table(title, runs))
         met = dominance_goals(case, runs) + memory_goals(case, runs)
         cases[case] = {"workload": title, "runs": runs}
+        bench.keep(f"case {case}", cases[case], met)
         goals += met
         report.append(render.markdown(title, runs, met))
 

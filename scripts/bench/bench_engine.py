@@ -24,6 +24,10 @@ Goals: ours / mlx-lm at least 1.1 at batch 1 and 8 with identical tokens; the mi
 step at most 1.25x the long row alone.
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split

@@ -18,6 +18,10 @@ shares with turn 5 (whole blocks) on disk; a block read from disk (read, checked
 written into the pool) at least 2x faster than computed.
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split

@@ -25,6 +25,10 @@ every forward: start, seconds, chunks, decode rows) and the trace's timeline
 --book-figures).
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split

@@ -28,6 +28,10 @@ Writes a table per part, JSON (--out) and, when the first four parts ran, the pl
 (week3-02-paged.png beside the JSON; into book/src/images with --book-figures).
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
@@ -38,20 +42,10 @@ import mlx.core as mx
 
 from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import (
-    Bench,
-    at_least,
-    at_most,
-    identical,
-    interleaved,
-    medians,
-)
-from scripts.bench.benchlib.chats import (
-    engine_replies,
-    mlx_lm_replies,
-    replay,
-    reusable,
-)
+from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
+from scripts.bench.benchlib.harness import interleaved, medians
+from scripts.bench.benchlib.chats import engine_replies, mlx_lm_replies
+from scripts.bench.benchlib.chats import replay, reusable
 from scripts.bench.benchlib.kv_dtypes import kv_part, kv_table
 from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
 from scripts.bench.benchlib.runners import all_decoding, paged_engine
@@ -377,7 +371,10 @@ def main() -> int:
         ),
         "kv": lambda: kv_part(exact, tokenizer, sampler, args.quick),
     }
-    parts = {name: runs[name]() for name in PARTS if name in args.parts}
+    parts = {}
+    for name in [name for name in PARTS if name in args.parts]:
+        parts[name] = runs[name]()
+        bench.keep(name, parts[name], parts[name]["goals"], leave_out="tokens")
     tables(bench, parts)
     goals = [g for part in parts.values() for g in part.pop("goals")]
     wrote = []

@@ -14,6 +14,10 @@ off; its goals met or missed. Table on the terminal, JSON and a plot beside
 it (into book/src/images with --book-figures).
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split

@@ -20,6 +20,10 @@ Goal: at each M, the format choose_weight_format picks for this device is the
 fastest in that row (exit status 1 when another is).
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split

@@ -15,6 +15,10 @@ Writes a table, JSON (--out) and plots (serving-*.png beside the JSON; into
 book/src/images with --book-figures).
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import argparse
 import asyncio
 from pathlib import Path

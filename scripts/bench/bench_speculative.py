@@ -23,6 +23,10 @@ and the accepted length per step (week3-speculative-accepted.png
 beside the JSON; into book/src/images with --book-figures).
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split

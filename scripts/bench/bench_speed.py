@@ -11,6 +11,10 @@ Then every goal in one table. Their records go beside --out
 benchmark failed. A full run takes about an hour on a busy 2-core machine.
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
@@ -24,7 +28,9 @@ def main() -> int:
     args = bench.parse()
     console = bench.start()
     folder = args.out.parent
-    goals, failed = run_each(console, PARTS, folder, args.quick, args.solution)
+    goals, failed = run_each(
+        console, PARTS, folder, args.quick, args.solution, bench.keep
+    )
     cells = [
         [part, g.name, "met" if g.met else "MISSED"]
         + ["-" if g.value is None else f"{g.value:.2f}"]

@@ -31,6 +31,10 @@ fastest kept), and the tokens compared. Goal: at least 1.3x faster, tokens
 identical.
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split

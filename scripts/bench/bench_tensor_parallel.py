@@ -13,6 +13,10 @@ and reports from rank 0:
     pdm run bench-tensor-parallel --ranks 2 --repeats 50 --out tp.json
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 
 # isort: split
@@ -100,6 +104,9 @@ def launch(ranks: int, repeats: int, solution: str) -> dict:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             fail(f"{ranks} ranks ran past {LAUNCH_TIMEOUT} s", status=1)
+        except BaseException:  # Ctrl-C: the ranks, a session of their own, go too
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
         if not out.exists():
             fail(f"{ranks} ranks failed:\n{output[-3000:]}", status=1)
         return json.loads(out.read_text())

@@ -17,6 +17,10 @@ parser; the calls that parse_tool_calls would find in its content are reported
 beside it.
 """
 
+from scripts.commands.interrupt import exit_on_interrupt
+
+exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
+
 import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 import json

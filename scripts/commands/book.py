@@ -6,6 +6,7 @@ next to this environment's python. mdbook exits 0 even when an include fails, so
 
 mdbook empties its destination before writing: `--build --dest DIR` takes only a new
 or empty folder, or one that holds a book this command wrote (marked with MARKER).
+--dest without --build is refused, not ignored: the served book is not written there.
 """
 
 import os
@@ -99,12 +100,17 @@ def main() -> int:
     parser.add_argument(
         "--dest",
         type=Path,
-        default=DEFAULT_DEST,
-        help="where --build writes the HTML (default: book/book)",
+        help="with --build: where to write the HTML (default: book/book); "
+        "refused without --build",
     )
     parser.add_argument("--port", type=int, default=3000, help="port to serve on")
     parser.add_argument("--open", action="store_true", help="open it in a browser")
     args = parser.parse_args()
+    if args.dest is not None and not args.build:
+        fail(
+            f"--dest {args.dest}: only --build writes the HTML into a folder; add "
+            "--build, or leave --dest out to serve the book"
+        )
     if not 0 < args.port < 65536:
         fail(f"--port must be in 1..65535, got {args.port}")
 
@@ -117,7 +123,7 @@ def main() -> int:
         )
         return 1
     if args.build:
-        return build(mdbook, args.dest.resolve())
+        return build(mdbook, (args.dest or DEFAULT_DEST).resolve())
     return serve(mdbook, args.port, args.open)
 
 

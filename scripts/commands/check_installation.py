@@ -3,17 +3,14 @@ float32 matmul rate, and one token of the embedded model as the engine runs it h
 
 import time
 
-import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
-import mlx.core as mx
-
-from tiny_llm_base import load_model
-from tiny_llm_base.device import gpu_paths
-from tiny_llm_base.fast_blas import STATUS
+from scripts.commands.cli import option_parser
 
 SMOKE_PROMPT = "The capital of France is"
 
 
 def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
+    import mlx.core as mx
+
     a = mx.random.normal((n, n))
     b = mx.random.normal((n, n))
     mx.eval(a @ b)
@@ -26,6 +23,10 @@ def matmul_gflops(n: int = 1024, repeats: int = 5) -> float:
 def backend_and_device() -> str:
     """The MLX backend this install has, the device it computes on, and the side of
     the device switch (tiny_llm_base.device) the course's branches take."""
+    import mlx.core as mx
+
+    from tiny_llm_base.device import gpu_paths
+
     if mx.metal.is_available():
         backend = "Metal"
     elif mx.cuda.is_available():
@@ -43,7 +44,10 @@ def backend_and_device() -> str:
 def smoke_test() -> str:
     """One greedy token of the embedded model after SMOKE_PROMPT, run as the engine
     runs it on this device (weights="auto", fast kernels), beside mlx-lm's own."""
+    import mlx.core as mx
     import tiny_llm_ref
+
+    from tiny_llm_base import load_model
 
     mlx_model, tokenizer = load_model()
     ids = mx.array(tokenizer.encode(SMOKE_PROMPT))[None]
@@ -66,6 +70,13 @@ def smoke_test() -> str:
 
 
 def main() -> None:
+    # Options first: a bad one (or --help) answers before the slow imports.
+    option_parser(__doc__.splitlines()[0]).parse_args()
+    import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
+    import mlx.core as mx
+
+    from tiny_llm_base.fast_blas import STATUS
+
     print(f"mlx {mx.__version__}, default device: {mx.default_device()}")
     if STATUS.active:
         print(

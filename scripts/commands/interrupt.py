@@ -21,6 +21,14 @@ READY_VARIABLE = "TINY_LLM_SAY_INTERRUPTIBLE"
 READY_LINE = b"interruptible\n"
 unwinding = [False]  # set by unwind_on_interrupt once the slow imports are done
 interrupted = [False]  # set by the handler once it has raised SystemExit
+said = [""]  # after "interrupted" on Ctrl-C's line: set by say_when_interrupted
+
+
+def say_when_interrupted(detail: str) -> None:
+    """From now on Ctrl-C's line is `interrupted: detail`: what the program has kept
+    (a benchmark's finished parts) or not. Set beforehand, never at the interrupt:
+    the watcher may end the process before the main thread runs again."""
+    said[0] = f": {detail}"
 
 
 def unwind_on_interrupt() -> None:
@@ -73,7 +81,7 @@ def exit_on_interrupt() -> None:
                 sys.stderr.flush()  # what the program wrote comes first
             except (AttributeError, ValueError, OSError):
                 prefix = ""
-            os.write(2, f"{prefix}interrupted\n".encode())
+            os.write(2, f"{prefix}interrupted{said[0]}\n".encode())
 
     def on_interrupt(signum, frame) -> None:
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)

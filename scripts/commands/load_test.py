@@ -16,8 +16,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from scripts.bench.benchlib.record import out_path, unwritable
 from scripts.bench.loadlib import report
-from scripts.bench.loadlib.client import require_loopback, run_load
+from scripts.bench.loadlib.client import Unreachable, require_loopback, run_load
 from scripts.bench.loadlib.workload import make_workload
 from scripts.commands.cli import (
     fail,
@@ -78,26 +79,38 @@ def main() -> None:
     parser.add_argument("--api-key")
     parser.add_argument("--model", help="model id to send (default: GET /v1/models)")
     parser.add_argument("--name", default="server", help="the server's name in reports")
-    parser.add_argument("--json", type=Path, default=Path("load-test.json"))
-    parser.add_argument("--plot", type=Path, default=Path("load-test.png"))
+    outputs = {"--json": "load-test.json", "--plot": "load-test.png"}
+    for option, name in outputs.items():
+        parser.add_argument(option, type=out_path, default=Path(name))
     add_workload_arguments(parser)
     args = parser.parse_args()
     check_workload_arguments(args)
+    for option, name in outputs.items():  # found out now, not after the run
+        problem = unwritable(getattr(args, option[2:]), name)
+        if problem is not None:
+            fail(f"{option} {problem}")
     try:
         require_loopback(args.url)
     except ValueError as error:
         fail(str(error))
     requests = workload_of(args)
-    outcomes, wall = asyncio.run(
-        run_load(
-            args.url,
-            requests,
-            args.concurrency,
-            args.time_limit,
-            args.api_key,
-            args.model,
+    try:
+        outcomes, wall = asyncio.run(
+            run_load(
+                args.url,
+                requests,
+                args.concurrency,
+                args.time_limit,
+                args.api_key,
+                args.model,
+            )
         )
-    )
+    except Unreachable as error:  # nothing measured: no record, no plot
+        fail(
+            f"{error}: is the server running? Start it with `pdm run serve`, or "
+            "give its address with --url",
+            status=1,
+        )
     summary = report.summarize(args.name, outcomes, wall)
     Console(width=150).print(report.table(f"load test: {args.url}", [summary]))
     for example in summary["error_examples"]:

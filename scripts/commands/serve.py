@@ -162,6 +162,11 @@ def parse_args() -> argparse.Namespace:
     )
     args = parser.parse_args()
     require_model_name(args.model)
+    if args.model_name is not None and not args.model_name.strip():
+        fail(
+            "--model-name is empty: give the id clients should send, or leave "
+            "--model-name out to serve under the model folder's name"
+        )
     check_solution(args)
     if not 0 < args.port < 65536:
         fail(f"--port must be in 1..65535, got {args.port}")

@@ -61,8 +61,9 @@ class Generation:
     last one with its Ending; a failed choice raises ApiError (500; 503 when the
     server is stopping; 400 for a constraint stuck mid-answer). prompt_ids: the
     prompt's token ids; prompt_logprobs: theirs (None first), once the prefill has
-    given them (echo with logprobs). close() must follow: it stops the disconnect
-    watcher and aborts the request unless the engine is done with it."""
+    given them (echo with logprobs); completion_tokens(i): choice i's so far.
+    close() must follow: it stops the disconnect watcher and aborts the request
+    unless the engine is done with it."""
 
     def __init__(
         self,
@@ -80,10 +81,17 @@ class Generation:
         self.watcher = watcher
         self.scores_only = scores_only  # max_tokens 0: the engine's token is dropped
         self.done = False  # the engine finished or failed the request
+        # Each choice's tokens so far, up to the one that completed a stop string.
+        self.received = [0] * stream.n
+
+    def completion_tokens(self, index: int) -> int:
+        """Choice `index`'s tokens its client has got so far: its Ending's
+        completion_tokens once it has ended."""
+        return 0 if self.scores_only else self.received[index]
 
     async def pieces(self) -> AsyncIterator[Piece]:
         stream, loop = self.stream, self.server.loop
-        received = [0] * stream.n  # tokens up to the one that completed a stop string
+        received = self.received
         left = stream.n
         while left:
             output = await stream.queue.get()

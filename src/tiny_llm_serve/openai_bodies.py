@@ -102,15 +102,21 @@ def known_priority(priority) -> str | None:
 
 
 def no_other_option(value) -> None:
-    raise Unsupported("only include_usage is supported; leave the others out")
+    raise Unsupported(
+        "only include_usage and continuous_usage_stats are supported; leave the "
+        "others out"
+    )
 
 
 class StreamOptions(OptionsObject):
-    """stream_options: include_usage, the one option served."""
+    """stream_options: include_usage (usage on a last chunk with no choices) and
+    vLLM's continuous_usage_stats (with include_usage, as vLLM: usage on every
+    chunk too, the completion tokens of the chunk's choice so far)."""
 
     __pydantic_extra__: dict[str, Annotated[Any, AfterValidator(no_other_option)]]
 
     include_usage: Annotated[bool, expect("true or false")] = False
+    continuous_usage_stats: Annotated[bool, expect("true or false")] = False
 
 
 class GenerationBody(RefusesUnhonoured, SamplingFields, StructuredOutputFields):
@@ -174,13 +180,14 @@ class GenerationBody(RefusesUnhonoured, SamplingFields, StructuredOutputFields):
         """The GenerationRequest's prompt: {"messages": ...} or {"prompt": ...}."""
 
     def generation_request(self) -> GenerationRequest:
+        options = self.stream_options or StreamOptions()
         return GenerationRequest(
             self.endpoint,
             self.model,
             **self.prompt_fields(),
             stream=bool(self.stream),
-            include_usage=self.stream_options is not None
-            and self.stream_options.include_usage,
+            include_usage=options.include_usage,
+            continuous_usage=options.include_usage and options.continuous_usage_stats,
             max_tokens=self.answer_limit(),
             temperature=self.temperature,
             top_p=self.top_p,

@@ -50,6 +50,8 @@ class GenerationRequest:
 
     tools: OpenAI's function tools offered to the model (chat), rendered by the chat
     template; the answer's calls are parsed out of its text.
+    include_usage: a stream ends with a usage chunk; continuous_usage: every chunk
+    carries usage too (vLLM's stream_options.continuous_usage_stats).
     max_tokens None: until the context is full; 0 (with echo): nothing is
     generated, the prompt is scored. top_k None: no limit. stop: strings that end
     the answer where they first appear (not included in it). priority: the engine's
@@ -70,6 +72,7 @@ class GenerationRequest:
     tools: list[dict] | None = None
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False
     max_tokens: int | None = None
     temperature: float = 1.0
     top_p: float = 1.0

@@ -1,6 +1,7 @@
 """What the benchmark scripts share, one part per module.
 
-harness: a benchmark's options, machine metadata, model setup, timing, goals, JSON;
+harness: a benchmark's options, model setup, timing, goals, its finished parts;
+record: its JSON record: --out checked before the run, the machine, written whole;
 settings: engine settings from --set options, checked before the model loads.
 workloads: the requests a benchmark sends (prompts, lengths, when each arrives);
 prompt_texts: the texts they are built from.

@@ -7,6 +7,7 @@ machine it ran on, the model it loads, its goals and its JSON record.
     console = bench.start()                       # the machine line, load before
     models = bench.models()                       # the embedded model, each form
     bench.table(title, {"column": cell}, items)   # the experiment, its tables
+    bench.keep("part", part_record, part_goals)   # a part done: kept on Ctrl-C
     return bench.finish(record, goals)            # goals, JSON, the exit status
 
 A goal is a named ratio with a bound; a missed one says what limited it and makes
@@ -16,10 +17,8 @@ tiny_llm_base first).
 
 import argparse
 import dataclasses
-import json
 import math
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -31,9 +30,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from scripts.commands import cli
+from scripts.commands import cli, interrupt
 
 from .course import add_option, course, use
+from .record import machine, out_path, unwritable, without, write_json
 
 BOOK_IMAGES = Path(__file__).resolve().parents[3] / "book" / "src" / "images"
 
@@ -87,56 +87,6 @@ def same_tokens(name: str, outputs: list, reference: list) -> Goal:
     return identical(
         name, sum(a == b for a, b in zip(outputs, reference)), len(reference)
     )
-
-
-def machine() -> dict:
-    """The CPU, its cores, MLX and its device, the BLAS and the load average now."""
-    import mlx.core as mx
-
-    from tiny_llm_base.fast_blas import STATUS
-
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").exists():
-        names = [
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ]
-        cpu = names[0] if names else cpu
-    return dict(
-        cpu=cpu,
-        machine=platform.machine(),
-        cores=os.cpu_count(),
-        mlx=mx.__version__,
-        device=str(mx.default_device()),
-        blas=f"OpenBLAS ({STATUS.library}, threads: {STATUS.threads})"
-        if STATUS.active
-        else (STATUS.hint or "platform BLAS"),
-        load_average=dict(before=os.getloadavg()),
-    )
-
-
-def without(value, key: str | None):
-    """value with `key` left out of every dict within it."""
-    if isinstance(value, dict):
-        return {k: without(v, key) for k, v in value.items() if k != key}
-    if isinstance(value, list):
-        return [without(v, key) for v in value]
-    return value
-
-
-def to_json(value):
-    """json.dumps' default: a record() method, a dataclass, else its text."""
-    if hasattr(value, "record"):
-        return value.record()
-    if dataclasses.is_dataclass(value):
-        return dataclasses.asdict(value)
-    return str(value)
-
-
-def write_json(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=to_json) + "\n")
 
 
 def clocked(fn: Callable, *args, **kwargs) -> tuple[object, float]:
@@ -266,7 +216,7 @@ class Bench:
         self.parser.add_argument(
             "--out",
             "--json",
-            type=Path,
+            type=out_path,
             help=f"write the record as JSON here (default: {out or 'not written'}"
             + (", -quick before .json with --quick)" if quick and out else ")"),
         )
@@ -278,6 +228,8 @@ class Bench:
         )
         add_option(self.parser)
         self.out = None if out is None else Path(out)
+        self.kept: dict = {}  # the finished parts (keep), by name
+        self.kept_goals: list[Goal] = []
 
     def option(
         self,
@@ -321,13 +273,9 @@ class Bench:
             quick = getattr(self.args, "quick", False)
             self.args.out = self.out.with_stem(self.out.stem + "-quick" * quick)
         if self.args.out is not None:  # found out now, not after the run
-            try:
-                self.args.out.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                cli.fail(
-                    f"--out {self.args.out}: its folder cannot be made "
-                    f"({error.strerror}); give a path you can write"
-                )
+            problem = unwritable(self.args.out)
+            if problem is not None:
+                cli.fail(f"--out {problem}")
         return self.args
 
     def image(self, name: str) -> Path:
@@ -388,19 +336,40 @@ class Bench:
             self.console.print(goal.line(), markup=False)
         wrote = [str(path) for path in wrote]
         if self.args.out:
-            module = f"scripts.bench.{Path(sys.argv[0]).stem}"
-            command = shlex.join(["python", "-m", module, *sys.argv[1:]])
-            write_json(
-                self.args.out,
-                dict(
-                    command=command,
-                    date=time.strftime("%Y-%m-%d %H:%M"),
-                    machine=self.machine,
-                    **without(record, leave_out),
-                    goals=goals,
-                ),
-            )
+            self.write(record, goals, leave_out)
             wrote.insert(0, str(self.args.out))
         if wrote:
             self.console.print(f"wrote {', '.join(wrote)}")
         return int(not all(goal.met for goal in goals))
+
+    def keep(
+        self, name: str, part, goals: Iterable[Goal] = (), leave_out: str | None = None
+    ) -> None:
+        """A part of the run that has finished, with its goals: written at once to
+        --out as a partial record (its parts under "parts"), which finish()'s
+        replaces, so that Ctrl-C or a failure later loses no finished part; the
+        Ctrl-C line then says where they are."""
+        self.kept[name] = part
+        self.kept_goals += goals
+        if self.args.out:
+            partial = dict(partial=True, finished_parts=list(self.kept))
+            self.write(partial | {"parts": self.kept}, self.kept_goals, leave_out)
+            interrupt.say_when_interrupted(
+                f"the finished parts ({', '.join(self.kept)}) are in {self.args.out}"
+            )
+
+    def write(self, record: dict, goals: list[Goal], leave_out: str | None) -> None:
+        """The JSON record at --out: the command, the date, the machine, `record`
+        (`leave_out` left out of every dict in it) and the goals."""
+        module = f"scripts.bench.{Path(sys.argv[0]).stem}"
+        command = shlex.join(["python", "-m", module, *sys.argv[1:]])
+        write_json(
+            self.args.out,
+            dict(
+                command=command,
+                date=time.strftime("%Y-%m-%d %H:%M"),
+                machine=self.machine,
+                **without(record, leave_out),
+                goals=goals,
+            ),
+        )

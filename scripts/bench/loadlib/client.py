@@ -57,11 +57,20 @@ def require_loopback(url: str) -> None:
         )
 
 
+class Unreachable(Exception):
+    """Nothing answers at the load test's URL: no request was sent."""
+
+
 async def model_id(client: httpx.AsyncClient) -> str | None:
-    """The first model GET /v1/models lists, or None (then no model is sent)."""
+    """The first model GET /v1/models lists, or None (then no model is sent).
+    Unreachable when the address does not answer at all."""
     try:
-        data = (await client.get("/v1/models")).json().get("data") or []
-    except (httpx.HTTPError, ValueError, AttributeError):
+        response = await client.get("/v1/models")
+    except httpx.TransportError as error:
+        raise Unreachable(f"cannot reach {client.base_url} ({error})") from None
+    try:
+        data = response.json().get("data") or []
+    except (ValueError, AttributeError):
         return None
     return data[0]["id"] if data else None
 
@@ -128,7 +137,8 @@ async def run_load(
     model: str | None = None,
 ) -> tuple[list[Outcome], float]:
     """Send every request at its arrival time; returns the outcomes (in request
-    order) and the wall-clock seconds from the first arrival to the last finish."""
+    order) and the wall-clock seconds from the first arrival to the last finish.
+    Unreachable, before any request, when nothing answers at `url`."""
     require_loopback(url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=concurrency + 4)
@@ -136,7 +146,8 @@ async def run_load(
     async with httpx.AsyncClient(
         base_url=url, headers=headers, timeout=timeout, limits=limits
     ) as client:
-        model = model or await model_id(client)
+        listed = await model_id(client)  # first: Unreachable before any request
+        model = model or listed
         gate = asyncio.Semaphore(concurrency)
         start = time.perf_counter()
 

@@ -86,23 +86,35 @@ async def events(
     """Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`.
     Each chunk carries one choice's index; a chat stream opens every choice with
     its role. With stream_options.include_usage, usage comes once, on a last chunk
-    with no choices, as OpenAI sends it. With tools, each call comes whole as a
-    tool-call delta and the choice's last chunk's finish_reason is "tool_calls". A
-    failure is an error event, then [DONE]."""
+    with no choices, as OpenAI sends it; with continuous_usage_stats too (vLLM's),
+    every chunk before it carries the prompt's tokens and its choice's completion
+    tokens so far. With tools, each call comes whole as a tool-call delta and the
+    choice's last chunk's finish_reason is "tool_calls". A failure is an error
+    event, then [DONE]."""
     endings: list[Ending | None] = [None] * request.n
+
+    def so_far(index: int) -> dict | None:
+        if not request.continuous_usage:
+            return None
+        return usage(generation.prompt_tokens, generation.completion_tokens(index))
+
     try:
         if request.endpoint == "chat":
             for i in range(request.n):
-                yield sse(
-                    chunk_object(request, response_id, model, "", first=True, index=i)
-                )
+                opening = dict(usage_=so_far(i), first=True, index=i)
+                yield sse(chunk_object(request, response_id, model, "", **opening))
         parse = server.constraints.parse_tool_calls
         async for part in answer_parts(generation, request, parse):
             endings[part.index] = part.ending or endings[part.index]
             for fields in writers[part.index].streamed(part):
                 yield sse(
                     chunk_object(
-                        request, response_id, model, index=part.index, **fields
+                        request,
+                        response_id,
+                        model,
+                        usage_=so_far(part.index),
+                        index=part.index,
+                        **fields,
                     )
                 )
         if request.include_usage:

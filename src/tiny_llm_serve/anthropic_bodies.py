@@ -22,6 +22,7 @@ from .openai_bodies import at_least_one, top_k_limit
 from .request import ConstraintRequest, GenerationRequest
 from .structured_options import Schema
 from .tool_options import refuse_unknown_tool
+from .tool_results import messages_calls_and_results, refuse_unasked_results
 from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
@@ -177,6 +178,7 @@ class PromptBody(RefusesUnhonoured):
                 "leave output_config.format out or offer no tools",
                 field="output_config.format",
             )
+        refuse_unasked_results(messages_calls_and_results(self.messages))
         return self
 
     def chat_tools(self) -> list[dict] | None:

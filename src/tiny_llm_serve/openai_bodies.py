@@ -30,6 +30,7 @@ from .sampling_fields import (
 )
 from .structured_options import StructuredOutputFields
 from .tool_options import ToolCallMessage, ToolFields, parallel_calls
+from .tool_results import chat_calls_and_results, refuse_unasked_results
 from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, RefusesUnhonoured
 from .validation import (
     OptionsObject,
@@ -316,6 +317,7 @@ class ChatCompletionBody(ToolFields, ChatLogprobFields, GenerationBody):
     @model_validator(mode="after")
     def tools_consistent(self) -> "ChatCompletionBody":
         self.check_tool_choice()
+        refuse_unasked_results(chat_calls_and_results(self.messages))
         return self
 
 

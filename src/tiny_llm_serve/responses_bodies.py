@@ -20,6 +20,7 @@ from .request import ConstraintRequest, GenerationRequest
 from .responses_input import InputItem, chat_messages, input_value
 from .structured_options import Schema
 from .tool_options import TOOL_CHOICES, parallel_calls, refuse_unknown_tool
+from .tool_results import refuse_unasked_results, responses_calls_and_results
 from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
@@ -180,6 +181,7 @@ class ResponsesBody(RefusesUnhonoured):
                 "leave text.format out or offer no tools",
                 field="text.format",
             )
+        refuse_unasked_results(responses_calls_and_results(self.input))
         return self
 
     def format_constraint(self) -> ConstraintRequest | None:

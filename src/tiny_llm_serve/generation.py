@@ -13,6 +13,11 @@ own (routes/), through answers.py.
 max_tokens 0 (a prompt scored, with echo) asks the engine for one token, whose
 text and logprob are not the client's: the choice ends with "length" and no
 completion tokens, its prompt's logprobs computed by the prefill.
+
+The engine's streaming detokenizer drops the space an answer starts with (a chat
+answer reads "Hello", not " Hello"). Where the answer continues text the client
+holds (the prompt echoed) that space is put back, so the two read as the
+tokenizer decodes them together: "The sky is" + " blue".
 """
 
 import asyncio
@@ -28,6 +33,7 @@ from tiny_llm_base.tool_prompts import tool_chat_token_ids
 from .constraints import checked_constraint, generation_error
 from .engine_loop import EngineFailure, Stream, finish_reason
 from .errors import ApiError, invalid, short
+from .logprobs import token_texts
 from .request import GenerationRequest
 from .state import ServerState
 
@@ -62,7 +68,9 @@ class Generation:
     server is stopping; 400 for a constraint stuck mid-answer). prompt_ids: the
     prompt's token ids; prompt_logprobs: theirs (None first), once the prefill has
     given them (echo with logprobs). close() must follow: it stops the disconnect
-    watcher and aborts the request unless the engine is done with it."""
+    watcher and aborts the request unless the engine is done with it.
+    keeps_first_space: the answer continues the client's text, so the space the
+    detokenizer drops from its start is put back (see the module's docstring)."""
 
     def __init__(
         self,
@@ -71,6 +79,7 @@ class Generation:
         prompt_ids: list[int],
         watcher,
         scores_only: bool = False,
+        keeps_first_space: bool = False,
     ):
         self.server = server
         self.stream = stream
@@ -79,12 +88,16 @@ class Generation:
         self.prompt_logprobs: list[TokenLogprob | None] | None = None
         self.watcher = watcher
         self.scores_only = scores_only  # max_tokens 0: the engine's token is dropped
+        self.keeps_first_space = keeps_first_space
         self.done = False  # the engine finished or failed the request
 
     async def pieces(self) -> AsyncIterator[Piece]:
         stream, loop = self.stream, self.server.loop
         received = [0] * stream.n  # tokens up to the one that completed a stop string
         left = stream.n
+        # Each choice's tokens until its first text, while its first space is due.
+        texts = token_texts(self.server.engine.tokenizer)
+        leading = [[] if self.keeps_first_space else None for _ in range(stream.n)]
         while left:
             output = await stream.queue.get()
             if isinstance(output, EngineFailure):
@@ -101,6 +114,12 @@ class Generation:
             if output.finish_reason in ("length", "max_seq_len"):
                 # Cut inside a character: its first bytes alone decode to U+FFFD.
                 text = text.rstrip("\ufffd")
+            if leading[index] is not None:
+                leading[index] += output.tokens
+                if text:
+                    if texts.spells_first_space(leading[index]):
+                        text = " " + text
+                    leading[index] = None
             piece = stops.feed(text)
             if stops.stopped and not stream.stopped_by_string[index]:
                 stream.stopped_by_string[index] = True
@@ -157,7 +176,10 @@ async def start_generation(
     finally:
         server.admitting -= 1
     watcher = asyncio.create_task(abort_on_disconnect(http_request, server, stream))
-    return Generation(server, stream, ids, watcher, request.max_tokens == 0)
+    keeps_first_space = request.echo
+    return Generation(
+        server, stream, ids, watcher, request.max_tokens == 0, keeps_first_space
+    )
 
 
 def check_model(request: GenerationRequest, server: ServerState) -> None:

@@ -16,8 +16,9 @@ completion tokens, its prompt's logprobs computed by the prefill.
 
 The engine's streaming detokenizer drops the space an answer starts with (a chat
 answer reads "Hello", not " Hello"). Where the answer continues text the client
-holds (the prompt echoed) that space is put back, so the two read as the
-tokenizer decodes them together: "The sky is" + " blue".
+holds (the prompt echoed, an assistant prefill continued) that space is put
+back, so the two read as the tokenizer decodes them together: "The sky is" +
+" blue".
 """
 
 import asyncio
@@ -176,7 +177,7 @@ async def start_generation(
     finally:
         server.admitting -= 1
     watcher = asyncio.create_task(abort_on_disconnect(http_request, server, stream))
-    keeps_first_space = request.echo
+    keeps_first_space = request.echo or request.prefill
     return Generation(
         server, stream, ids, watcher, request.max_tokens == 0, keeps_first_space
     )
@@ -256,11 +257,14 @@ def submit(
 
 def prompt_ids(engine, request: GenerationRequest) -> list[int]:
     """Chat: the messages through the model's chat template, the assistant's turn
-    opened. Completion: the text tokenized as it is, or the ids as given."""
+    opened (with a prefill: the last message, the assistant's, left open).
+    Completion: the text tokenized as it is, or the ids as given."""
     tokenizer = engine.tokenizer
     if request.messages is not None:
         try:
-            ids = tool_chat_token_ids(tokenizer, request.messages, request.tools)
+            ids = tool_chat_token_ids(
+                tokenizer, request.messages, request.tools, request.prefill
+            )
         except Exception as error:  # the template's own checks (jinja raises)
             raise invalid(
                 f"the model's chat template refused these messages: {error}",

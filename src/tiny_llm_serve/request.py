@@ -49,7 +49,9 @@ class GenerationRequest:
     of refused. n: choices to generate (chat and completions; the other endpoints
     take one). options: the engine's SamplingOptions (logprobs, seed,
     penalties...), None when nothing is asked. echo: the answer starts with the
-    prompt (completions).
+    prompt (completions). prefill: the last message is the start of the
+    assistant's answer, which the model continues (the Messages API's prefill):
+    the prompt ends inside it, and the answer is the continuation alone.
     """
 
     endpoint: str  # "chat", "completion", "responses" or "messages"
@@ -70,6 +72,7 @@ class GenerationRequest:
     n: int = 1
     options: SamplingOptions | None = None
     echo: bool = False
+    prefill: bool = False
 
     @property
     def is_greedy(self) -> bool:

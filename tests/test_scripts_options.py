@@ -24,6 +24,7 @@ LATENCY = "scripts.bench.bench_latency"
 LOAD_TEST = "scripts.commands.load_test"
 SERVE = "scripts.commands.serve"
 BOOK = "scripts.commands.book"
+DETERMINISM = "scripts.tools.greedy_determinism"
 URL = ["--url", "http://127.0.0.1:9"]
 
 # (module, arguments, what the one line says)
@@ -223,6 +224,16 @@ BAD_OPTIONS = {
         "--kv-disk-budget sizes the disk tier: add --kv-disk-dir",
     ),
     "book port out of range": (BOOK, ["--port", "0"], "--port must be in 1..65535"),
+    "greedy-determinism more prompts than it has": (
+        DETERMINISM,
+        ["--prompts", "17"],
+        "--prompts must be at most 16, got 17",
+    ),
+    "greedy-determinism no tokens": (
+        DETERMINISM,
+        ["--tokens", "0"],
+        "--tokens must be at least 1, got 0",
+    ),
 }
 
 

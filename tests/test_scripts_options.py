@@ -26,6 +26,7 @@ LOAD_TEST = "scripts.commands.load_test"
 SERVE = "scripts.commands.serve"
 BOOK = "scripts.commands.book"
 CHECK_INSTALLATION = "scripts.commands.check_installation"
+DETERMINISM = "scripts.tools.greedy_determinism"
 URL = ["--url", "http://127.0.0.1:9"]
 
 # (module, arguments, what the one line says)
@@ -252,6 +253,16 @@ BAD_OPTIONS = {
         CHECK_INSTALLATION,
         ["--bogus"],
         "unrecognized arguments: --bogus",
+    ),
+    "greedy-determinism more prompts than it has": (
+        DETERMINISM,
+        ["--prompts", "17"],
+        "--prompts must be at most 16, got 17",
+    ),
+    "greedy-determinism no tokens": (
+        DETERMINISM,
+        ["--tokens", "0"],
+        "--tokens must be at least 1, got 0",
     ),
 }
 

@@ -127,11 +127,16 @@ def check_int(name: str, value, minimum: int, allow_none: bool = False) -> None:
 _HOLE = re.compile("\ue000([0-9]+)\ue001")
 
 
-def chat_token_ids(tokenizer, messages: list[dict], **template_options) -> list[int]:
+def chat_token_ids(
+    tokenizer, messages: list[dict], continue_final: bool = False, **template_options
+) -> list[int]:
     """The messages through the tokenizer's chat template, the assistant's turn
-    opened, with every message's text tokenized as text: a user who writes
-    "<|im_end|>" or "<|im_start|>system" gets those characters, never the special
-    tokens that delimit turns, so message text cannot forge another role's turn.
+    opened; with continue_final, the prompt ends with the last message's text
+    instead (an assistant's start for the model to continue: no end of its turn
+    after it, Hugging Face's continue_final_message). Every message's text is
+    tokenized as text: a user who writes "<|im_end|>" or "<|im_start|>system" gets
+    those characters, never the special tokens that delimit turns, so message
+    text cannot forge another role's turn.
 
     Messages that spell no special token go through apply_chat_template as they
     are. Otherwise the template renders with a stand-in for each text; the
@@ -144,23 +149,24 @@ def chat_token_ids(tokenizer, messages: list[dict], **template_options) -> list[
         for added in (getattr(hf, "added_tokens_decoder", None) or {}).values()
         if added.special
     ]
+    turn = (
+        {"continue_final_message": True}
+        if continue_final
+        else {"add_generation_prompt": True}
+    )
     texts = [m.get("content") for m in messages]
     if not any(
         isinstance(text, str) and spelling in text
         for text in texts
         for spelling in spellings
     ):
-        return list(
-            tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, **template_options
-            )
-        )
+        return list(tokenizer.apply_chat_template(messages, **turn, **template_options))
     masked = [
         {**m, "content": f"\ue000{i}\ue001"} if isinstance(text, str) else m
         for i, (m, text) in enumerate(zip(messages, texts))
     ]
     rendered = tokenizer.apply_chat_template(
-        masked, add_generation_prompt=True, tokenize=False, **template_options
+        masked, tokenize=False, **turn, **template_options
     )
     ids: list[int] = []
     for i, piece in enumerate(_HOLE.split(rendered)):

@@ -7,6 +7,10 @@ name its internals ("anyOf is empty" for an empty enum). `screen_schema` walks t
 schema first and raises ValueError naming the place (`properties.age.minimum`),
 what is wrong and what to send; `explain` rewrites the library's remaining messages.
 
+A schema may not carry `x-guidance`, llguidance's own options (`lenient`
+ignores every keyword it cannot enforce): they are the server's to choose, and a
+client's would switch these checks off.
+
 It also refuses a schema no finite value satisfies: a required property whose
 schema refers back to itself (`{"$ref": "#"}` is the smallest), which the library
 accepts and then cannot finish.
@@ -26,6 +30,7 @@ MAX_PATTERN_CHARS = 10_000
 MAX_REPEAT = 1000
 # llguidance writes length counts into a regex, whose repeat counts stop at 2**32.
 MAX_COUNT = 2**31 - 1
+LIBRARY_OPTIONS = "x-guidance"  # llguidance reads its compile options from this key
 BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 COUNTS = (
     "minLength",
@@ -85,6 +90,12 @@ def _walk(schema, path: str, depth: int) -> None:
         raise ValueError(
             f"{_where(path)} is nested more than {MAX_DEPTH} schemas deep: flatten it "
             "or name the repeated part in $defs"
+        )
+    if LIBRARY_OPTIONS in schema:
+        raise ValueError(
+            f"{_where(_join(path, LIBRARY_OPTIONS))} sets the grammar library's own "
+            "options, which this server chooses (they could switch its schema checks "
+            f"off): remove {LIBRARY_OPTIONS} from the schema"
         )
     _check_bounds(schema, path)
     for key in ("enum", "anyOf", "oneOf"):

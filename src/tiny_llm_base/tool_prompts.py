@@ -51,9 +51,10 @@ def _probe_renders_tools(tokenizer) -> bool:
 
 
 def tool_chat_token_ids(
-    tokenizer, messages: list[dict], tools: list | None
+    tokenizer, messages: list[dict], tools: list | None, continue_final: bool = False
 ) -> list[int]:
-    """The chat's token ids, the assistant's turn opened, with `tools` (OpenAI's
+    """The chat's token ids, the assistant's turn opened (continue_final: the last
+    message left open instead, see chat_token_ids), with `tools` (OpenAI's
     list, or None) offered to the model and earlier calls and results in the
     conversation. A template that renders tools renders the calls and results
     too, also when no tools are offered (tool_choice "none"); for one that does
@@ -61,10 +62,10 @@ def tool_chat_token_ids(
     templates expect a dict, so they are decoded first."""
     messages = [_decoded_calls(m) for m in messages]
     if not tools and not any(_has_tool_parts(m) for m in messages):
-        return chat_token_ids(tokenizer, messages)
+        return chat_token_ids(tokenizer, messages, continue_final)
     if template_renders_tools(tokenizer):  # its own calls and results, tools or not
-        return chat_token_ids(tokenizer, messages, tools=tools or None)
-    return chat_token_ids(tokenizer, hermes_messages(messages, tools))
+        return chat_token_ids(tokenizer, messages, continue_final, tools=tools or None)
+    return chat_token_ids(tokenizer, hermes_messages(messages, tools), continue_final)
 
 
 def _has_tool_parts(message: dict) -> bool:

@@ -2,7 +2,9 @@
 `/v1/messages/count_tokens`) as pydantic models that turn themselves into the
 chat the chat route runs: the same template, tool grammar and constraints.
 
-`system` and `messages` become the chat's messages (anthropic_content.py).
+`system` and `messages` become the chat's messages (anthropic_content.py). A
+last message of the assistant's is a prefill: the model continues its text (the
+prompt ends inside that turn) and the answer is the continuation alone.
 `tools` ({name, description, input_schema}) become the chat's function tools and `tool_choice` ({"type": "auto" | "any" | "tool" | "none"}) the chat's;
 `output_config.format` is a JSON Schema the answer follows. `max_tokens` is
 required, as Anthropic requires it, and may run past the context: the answer
@@ -22,6 +24,7 @@ from .openai_bodies import at_least_one, top_k_limit
 from .request import ConstraintRequest, GenerationRequest
 from .structured_options import Schema
 from .tool_options import ignore_tool_choice, refuse_unknown_tool, tools_and_format
+from .tool_results import messages_calls_and_results, refuse_unasked_results
 from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
@@ -172,7 +175,44 @@ class PromptBody(RefusesUnhonoured):
         if choice and choice.type == "tool":
             names = [tool.get("name") for tool in self.tools]
             refuse_unknown_tool(choice.name, names, "tool_choice.name", lead="is")
+        refuse_unasked_results(messages_calls_and_results(self.messages))
         return self
+
+    @model_validator(mode="after")
+    def prefill_continuable(self) -> "PromptBody":
+        """A prefill is text the answer can go on from, as Anthropic's API has it:
+        not a tool call, not ending in whitespace, and no output schema, which
+        the answer would have to follow from its own start."""
+        if not self.prefills():
+            return self
+        where = f"messages[{len(self.messages) - 1}]"
+        last = self.messages[-1]
+        if any(block.type == "tool_use" for block in last.blocks()):
+            raise Refusal(
+                "is the assistant's tool_use, which no answer continues: send its "
+                "tool_result in a user message after it",
+                field=where,
+            )
+        text = last.chat_messages()[-1].get("content") or ""
+        if text != text.rstrip():
+            raise Refusal(
+                "ends with whitespace: the last message, the assistant's, is "
+                "continued as it is written and may not end with whitespace; "
+                "remove it",
+                field=f"{where}.content",
+            )
+        if self.format_constraint() is not None:
+            raise Refusal(
+                "is an assistant prefill, but output_config.format makes the answer "
+                "follow the schema from its first token, so none can continue it: "
+                "end with a user message, or leave output_config.format out",
+                field=where,
+            )
+        return self
+
+    def prefills(self) -> bool:
+        """The last message is the assistant's: a prefill to continue."""
+        return self.messages[-1].role == "assistant"
 
     def chat_tools(self) -> list[dict] | None:
         """The tools offered to the model, in the chat's shape (none under
@@ -226,6 +266,7 @@ class PromptBody(RefusesUnhonoured):
             tools=self.chat_tools(),
             priority="interactive",
             constraint=self.constraint(),
+            prefill=self.prefills(),
             **answer,
         )
 

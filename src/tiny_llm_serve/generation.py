@@ -13,6 +13,12 @@ own (routes/), through answers.py.
 max_tokens 0 (a prompt scored, with echo) asks the engine for one token, whose
 text and logprob are not the client's: the choice ends with "length" and no
 completion tokens, its prompt's logprobs computed by the prefill.
+
+The engine's streaming detokenizer drops the space an answer starts with (a chat
+answer reads "Hello", not " Hello"). Where the answer continues text the client
+holds (the prompt echoed, an assistant prefill continued) that space is put
+back, so the two read as the tokenizer decodes them together: "The sky is" +
+" blue".
 """
 
 import asyncio
@@ -28,6 +34,7 @@ from tiny_llm_base.tool_prompts import tool_chat_token_ids
 from .constraints import checked_constraint, generation_error
 from .engine_loop import EngineFailure, Stream, finish_reason
 from .errors import ApiError, invalid, short
+from .logprobs import token_texts
 from .request import GenerationRequest
 from .state import ServerState
 
@@ -63,7 +70,9 @@ class Generation:
     prompt's token ids; prompt_logprobs: theirs (None first), once the prefill has
     given them (echo with logprobs); completion_tokens(i): choice i's so far.
     close() must follow: it stops the disconnect watcher and aborts the request
-    unless the engine is done with it."""
+    unless the engine is done with it. keeps_first_space: the answer continues
+    the client's text, so the space the detokenizer drops from its start is put
+    back (see the module's docstring)."""
 
     def __init__(
         self,
@@ -72,6 +81,7 @@ class Generation:
         prompt_ids: list[int],
         watcher,
         scores_only: bool = False,
+        keeps_first_space: bool = False,
     ):
         self.server = server
         self.stream = stream
@@ -80,6 +90,7 @@ class Generation:
         self.prompt_logprobs: list[TokenLogprob | None] | None = None
         self.watcher = watcher
         self.scores_only = scores_only  # max_tokens 0: the engine's token is dropped
+        self.keeps_first_space = keeps_first_space
         self.done = False  # the engine finished or failed the request
         # Each choice's tokens so far, up to the one that completed a stop string.
         self.received = [0] * stream.n
@@ -93,6 +104,9 @@ class Generation:
         stream, loop = self.stream, self.server.loop
         received = self.received
         left = stream.n
+        # Each choice's tokens until its first text, while its first space is due.
+        texts = token_texts(self.server.engine.tokenizer)
+        leading = [[] if self.keeps_first_space else None for _ in range(stream.n)]
         while left:
             output = await stream.queue.get()
             if isinstance(output, EngineFailure):
@@ -109,6 +123,12 @@ class Generation:
             if output.finish_reason in ("length", "max_seq_len"):
                 # Cut inside a character: its first bytes alone decode to U+FFFD.
                 text = text.rstrip("\ufffd")
+            if leading[index] is not None:
+                leading[index] += output.tokens
+                if text:
+                    if texts.spells_first_space(leading[index]):
+                        text = " " + text
+                    leading[index] = None
             piece = stops.feed(text)
             if stops.stopped and not stream.stopped_by_string[index]:
                 stream.stopped_by_string[index] = True
@@ -167,7 +187,10 @@ async def start_generation(
     finally:
         server.admitting -= 1
     watcher = asyncio.create_task(abort_on_disconnect(http_request, server, stream))
-    return Generation(server, stream, ids, watcher, request.max_tokens == 0)
+    keeps_first_space = request.echo or request.prefill
+    return Generation(
+        server, stream, ids, watcher, request.max_tokens == 0, keeps_first_space
+    )
 
 
 def check_model(request: GenerationRequest, server: ServerState) -> None:
@@ -244,11 +267,14 @@ def submit(
 
 def prompt_ids(engine, request: GenerationRequest) -> list[int]:
     """Chat: the messages through the model's chat template, the assistant's turn
-    opened. Completion: the text tokenized as it is, or the ids as given."""
+    opened (with a prefill: the last message, the assistant's, left open).
+    Completion: the text tokenized as it is, or the ids as given."""
     tokenizer = engine.tokenizer
     if request.messages is not None:
         try:
-            ids = tool_chat_token_ids(tokenizer, request.messages, request.tools)
+            ids = tool_chat_token_ids(
+                tokenizer, request.messages, request.tools, request.prefill
+            )
         except Exception as error:  # the template's own checks (jinja raises)
             raise invalid(
                 f"the model's chat template refused these messages: {error}",

@@ -33,15 +33,26 @@ FLOOR = -9999.0  # OpenAI's logprob for a token with no probability (JSON has no
 
 
 class TokenTexts:
-    """Each token's bytes and text, for one tokenizer (cached as they are asked)."""
+    """Each token's bytes and text, for one tokenizer (cached as they are asked).
+    drops_first_space: the tokenizer's streaming detokenizer (mlx-lm's BPE one, its
+    SentencePiece one by default) drops the space a text starts with."""
 
     def __init__(self, tokenizer):
         self.hf = getattr(tokenizer, "_tokenizer", tokenizer)
-        detokenizer = type(tokenizer.detokenizer)
-        self.byte_level = issubclass(detokenizer, BPEStreamingDetokenizer)
-        self.sentencepiece = issubclass(detokenizer, SPMStreamingDetokenizer)
+        detokenizer = tokenizer.detokenizer
+        self.byte_level = isinstance(detokenizer, BPEStreamingDetokenizer)
+        self.sentencepiece = isinstance(detokenizer, SPMStreamingDetokenizer)
+        self.drops_first_space = self.byte_level or (
+            self.sentencepiece and detokenizer.trim_space
+        )
         self.special = set(getattr(self.hf, "all_special_ids", ()))
         self.known: dict[int, bytes] = {}
+
+    def spells_first_space(self, tokens: list[int]) -> bool:
+        """Do an answer's first tokens, those up to its first text, spell a space
+        there that the streaming detokenizer dropped?"""
+        spelled = b"".join(self.bytes(token) for token in tokens)
+        return self.drops_first_space and spelled.startswith(b" ")
 
     def bytes(self, token: int) -> bytes:
         if token not in self.known:

@@ -35,6 +35,7 @@ from .tool_options import (
     parallel_calls,
     tools_and_format,
 )
+from .tool_results import chat_calls_and_results, refuse_unasked_results
 from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, RefusesUnhonoured
 from .validation import (
     OptionsObject,
@@ -331,6 +332,7 @@ class ChatCompletionBody(ToolFields, ChatLogprobFields, GenerationBody):
     @model_validator(mode="after")
     def tools_consistent(self) -> "ChatCompletionBody":
         self.check_tool_choice()
+        refuse_unasked_results(chat_calls_and_results(self.messages))
         return self
 
 

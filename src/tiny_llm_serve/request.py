@@ -62,7 +62,9 @@ class GenerationRequest:
     penalties...), None when nothing is asked. echo: the answer starts with the
     prompt (completions). max_calls: the calls an answer returns at most (the
     Responses API's max_tool_calls); the model's further calls are ignored, as
-    OpenAI documents it.
+    OpenAI documents it. prefill: the last message is the start of the
+    assistant's answer, which the model continues (the Messages API's prefill):
+    the prompt ends inside it, and the answer is the continuation alone.
     """
 
     endpoint: str  # "chat", "completion", "responses" or "messages"
@@ -85,6 +87,7 @@ class GenerationRequest:
     options: SamplingOptions | None = None
     echo: bool = False
     max_calls: int | None = None
+    prefill: bool = False
 
     @property
     def is_greedy(self) -> bool:

@@ -26,6 +26,7 @@ from .tool_options import (
     refuse_unknown_tool,
     tools_and_format,
 )
+from .tool_results import refuse_unasked_results, responses_calls_and_results
 from .unhonoured import RefusesUnhonoured, Unhonoured
 from .validation import (
     OptionsObject,
@@ -181,6 +182,7 @@ class ResponsesBody(RefusesUnhonoured):
                 self.tool_choice["name"], [tool.get("name") for tool in self.tools]
             )
         self.constraint()  # tools beside a format that is not JSON: refused
+        refuse_unasked_results(responses_calls_and_results(self.input))
         return self
 
     def format_constraint(self) -> ConstraintRequest | None:

@@ -144,7 +144,8 @@ def test_chat_answers_with_a_call_or_in_the_format(running, temperature):
         response_format=response_format,
         temperature=temperature,
         seed=3,
-        max_tokens=64,
+        max_tokens=96,
+        parallel_tool_calls=False,
     )
     [choice] = response.choices
     assert choice.finish_reason in ("stop", "tool_calls"), choice
@@ -171,7 +172,8 @@ def test_responses_answers_with_a_call_or_in_the_text_format(running, temperatur
             }
         },
         temperature=temperature,
-        max_output_tokens=64,
+        max_output_tokens=96,
+        parallel_tool_calls=False,
     )
     assert response.status == "completed", response
     calls = [

@@ -1,5 +1,7 @@
-"""`pdm run check-installation`: backend and device, BLAS in use, the measured
-float32 matmul rate, and one token of the embedded model as the engine runs it here."""
+"""`pdm run check-installation`: device, BLAS in use and the measured float32 matmul rate.
+
+Also the MLX backend and the side of the device switch, and one token of the
+embedded model as the engine runs it here, beside mlx-lm's."""
 
 import time
 

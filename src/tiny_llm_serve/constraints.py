@@ -68,8 +68,8 @@ def checked_constraint(
         elif constraint.kind == "regex":
             made = factory.regex(constraint.value)
         elif constraint.kind == "tools":
-            CallCheck(constraint)  # a schema jsonschema cannot check: a 400
             made = tools_constraint(factory, constraint)
+            CallCheck(constraint)  # a schema jsonschema cannot check: a 400
         else:
             made = factory.choice(constraint.value)
         factory.start(made, engine.tokenizer, engine.model.vocab_size)

@@ -143,11 +143,11 @@ def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     (max_tokens - 1 - generated; no bound when max_tokens is None) and every
     position within max_seq_len (max_seq_len - 1 - offset); propose_drafts; then
     cut to the room the KV manager gives beside its decode token
-    (kv.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
+    (planner.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
 
     The budget is checked before asking may_draft, which can start a pause: once it
     is 0, later requests are not asked. A request whose k comes out 0 or less is
-    skipped without proposing; only a request with drafts asks kv.reserve (its
+    skipped without proposing; only a request with drafts asks planner.reserve (its
     decode row already has its room).
     """
     raise NotImplementedError(

@@ -227,39 +227,54 @@ class Request:
         prefill's last chunk samples the next token. Tokens already generated stay
         generated; the request's own cache is made anew when it is admitted again."""
         raise NotImplementedError(
-            "Week 2 Day 6: restart: prefill_tokens = the prompt (its first "
+            "Week 3 Day 1: restart: prefill_tokens = the prompt (its first "
             "metrics.prompt_tokens tokens) + generated; offset 0; next_token and "
             "kv_cache None; metrics.preemptions += 1"
         )
 
-    def sample(self, logits: mx.array) -> int:
-        """logits: [1, V] -> the next token id, through this request's sampler.
+    def draw(self, logits: mx.array) -> object:
+        """logits: [1, V] -> the sampler's answer, not read (lazy: a step-ahead
+        runner starts the next forward on it before reading it).
 
         The constraint masks the logits, the sampling state processes them
         (penalties, biases: PlainSampling leaves them as they are), they become
         log-probabilities, and the sampling state draws the token through the
         sampler (sampling_state.draw(sampler, logprobs): PlainSampling just calls
-        it). Raises TypeError or ValueError when the sampler returns anything but
-        one token id of the model's vocabulary (see sampled_token_id).
+        it).
         """
         raise NotImplementedError(
-            "Week 2 Day 6: sample: constraint_state.mask the logits, then "
+            "Week 2 Day 6: draw: constraint_state.mask the logits, then "
             "sampling_state.process them; turn them into log-probabilities (subtract "
-            "logsumexp); sampling_state.draw(sampler, logprobs); return "
-            "sampled_token_id(its result, model.vocab_size). NoConstraint and "
-            "PlainSampling leave everything as it is"
+            "logsumexp); return sampling_state.draw(sampler, logprobs). NoConstraint "
+            "and PlainSampling leave everything as it is"
+        )
+
+    def sample(self, logits: mx.array) -> int:
+        """logits: [1, V] -> the next token id: draw(logits), read. Raises
+        TypeError or ValueError when the sampler returns anything but one token id
+        of the model's vocabulary (see sampled_token_id)."""
+        raise NotImplementedError(
+            "Week 2 Day 6: sample: sampled_token_id(draw(logits), model.vocab_size)"
         )
 
     def sample_and_accept(self, logits: mx.array) -> None:
-        """logits: [1, V] at the request's last position: sample and accept a token.
-
-        Whatever fails here (the sampler, its token, the detokenizer) fails this
-        request alone.
-        """
+        """logits: [1, V] at the request's last position: sample and accept a token
+        (accept_drawn of what draw answers, or of the exception it raised)."""
         raise NotImplementedError(
-            "Week 2 Day 6: sample_and_accept: accept(sample(logits)); any exception "
-            "fails this request (fail() with a message that names the error), never "
-            "the batch"
+            "Week 2 Day 6: sample_and_accept: accept_drawn(draw(logits)), or of the "
+            "exception draw raised"
+        )
+
+    def accept_drawn(self, drawn: object) -> None:
+        """Accept the sampler's answer `drawn` (read here: sampled_token_id), or
+        fail: whatever fails (an exception the draw raised, passed as `drawn`; the
+        sampler's answer; the detokenizer) fails this request alone, never the
+        batch, with a message that names the error."""
+        raise NotImplementedError(
+            "Week 2 Day 6: accept_drawn: accept(sampled_token_id(drawn, "
+            "model.vocab_size)), raising `drawn` when it is an exception; any "
+            'exception fails this request (fail(f"sampling token {n} failed: {name}: '
+            '{error}"))'
         )
 
     def accept(self, token: int) -> None:

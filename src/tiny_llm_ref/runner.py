@@ -81,9 +81,13 @@ class ModelRunner:
         except BaseException as interrupt:
             self.fail(requests, f"interrupted by {type(interrupt).__name__}", plan)
             raise
-        decodes = [r for r in plan.rows if r]
         seconds = self.clock() - start
+        decodes = self.decoded(plan)
         return Forward(start, seconds, plan.chunks, decodes, plan.mixed, drafts)
+
+    def decoded(self, plan: Plan) -> list[Request]:
+        """The requests the plan's forward decoded: every row's request."""
+        return [r for r in plan.rows if r]
 
     def decode(self, plan: Plan) -> None:
         """One token for every decoding request: the plan's rows, up to the highest

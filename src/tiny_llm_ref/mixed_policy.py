@@ -120,7 +120,7 @@ class MixedPolicy(Policy):
         when the threshold is None)."""
         # Week 3 Day 1: is_long: the threshold is set and the prompt's tokens pass it
         threshold = self.config.long_prefill_token_threshold
-        return threshold is not None and len(request.prefill_tokens) > threshold
+        return threshold is not None and request.prefill_length > threshold
         # ANCHOR_END: is_long
 
     # ANCHOR: may_start
@@ -159,7 +159,7 @@ class MixedPolicy(Policy):
         # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and,
         # when is_long, the threshold and (unless None) the largest L >= 1 with
         # L * (request.offset + L) <= long_prefill_attention_budget
-        tokens = len(request.prefill_tokens) - request.offset
+        tokens = request.prefill_length - request.offset
         if size is not None:
             tokens = min(tokens, size)
         if self.is_long(request):

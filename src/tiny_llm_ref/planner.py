@@ -157,7 +157,7 @@ class Planner:
         if is_adaptive(policy):
             size = policy.select_chunk_size(decoding, self.config.batch_size)
         else:
-            size = policy(len(request.prefill_tokens), decoding, self.config.batch_size)
+            size = policy(request.prefill_length, decoding, self.config.batch_size)
         check_int("the chunk size prefill_step chose", size, 1, allow_none=True)
         return size
 

@@ -71,7 +71,7 @@ class AlternatePolicy(Policy):
                 request.fail(f"prefill failed: {type(error).__name__}: {error}")
                 planner.retire_finished()
                 return Plan()
-            left = len(request.prefill_tokens) - request.offset
+            left = request.prefill_length - request.offset
             size = self.preemption.reserve_chunk(request, min(left, size or left))
             return Plan(chunks=[(request, size)]) if size else Plan()
         return Plan()

@@ -199,7 +199,7 @@ class Reports:
             chunking = (
                 self.ids[prefilling],
                 prefilling.offset,
-                len(prefilling.prefill_tokens),
+                prefilling.prefill_length,
             )
         return SchedulerSnapshot(
             steps_done, views, chunking, self.metrics.finished, self.added, self.metrics

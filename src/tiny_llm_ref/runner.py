@@ -134,12 +134,12 @@ class ModelRunner:
         tokens, offsets = plan.decode_inputs()
         chunks = [
             PrefillChunk(
-                r.prefill_tokens[r.offset : r.offset + n],
+                r.tokens[r.offset : r.offset + n],
                 r.offset,
                 r.kv_cache,
                 logit_rows=n
                 if r.sampling_state.wants_prompt_logprobs
-                else int(r.offset + n == len(r.prefill_tokens)),
+                else int(r.offset + n == r.prefill_length),
             )
             for r, n in plan.chunks
         ]

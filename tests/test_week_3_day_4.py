@@ -242,7 +242,8 @@ def check_rows(engine, model=None) -> None:
     """Every decoding request's row holds exactly its offset (every layer) and, paged,
     no block past it; with `model`, the row's keys equal a fresh prefill's of the
     request's tokens."""
-    for slot, request in engine.planner.decoding():
+    decoding = [(s, r) for s, r in enumerate(engine.slots) if r is not None]
+    for slot, request in decoding:
         for layer in engine.kv.batch_cache:
             assert layer.offset[slot] == request.offset, "a rejected draft was kept"
         if engine.config.kv_cache == "paged":

@@ -107,6 +107,16 @@ class Engine:
         """Request -> id, for every request read and not yet reported finished."""
         return self.reports.ids
 
+    @property
+    def slots(self) -> tuple[Request | None, ...]:
+        """The decode slots, read-only: the Request in slot i, or None."""
+        return tuple(self.planner.slots)
+
+    @property
+    def waiting(self) -> tuple[Request, ...]:
+        """The admitted requests not in a slot and not finished, read-only."""
+        return tuple(self.planner.waiting)
+
     def add_request(self, prompt: str | list[int] | PromptSpec) -> int:
         """Queue a prompt (any thread); returns its request id.
 

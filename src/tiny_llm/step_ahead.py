@@ -12,7 +12,7 @@ without chunks or drafts, whose forward is the same) runs as:
 1. its logits: the forward started last step when it fits this plan (each of its
    requests still in the same row, at the position it was fed; a row may have
    emptied since), else a forward of its own;
-2. each row's token drawn lazily (Request.draw: the token is not read) and started
+2. each row's token drawn lazily (Request.sample: the token is not read) and started
    (mx.async_eval);
 3. the next forward, built on those lazy tokens at offset + 1, and started, when
    every row has room for that position (the KV manager's has_room: a paged row in
@@ -170,7 +170,7 @@ class StepAheadRunner(ModelRunner):
         return logits[: len(rows)], late
 
     def draw(self, rows: list[Request | None], logits: mx.array) -> list[object] | None:
-        """Each row's token, lazy (Request.draw): the sampler's answer (an empty
+        """Each row's token, lazy (Request.sample): the sampler's answer (an empty
         row: [0]), or the exception drawing raised, which fails that request when
         it lands. None when a row cannot go ahead."""
         if not all(r is None or can_go_ahead(r) for r in rows):
@@ -181,7 +181,7 @@ class StepAheadRunner(ModelRunner):
                 drawn.append(mx.array([0]))
                 continue
             try:
-                drawn.append(request.draw(logits[row : row + 1]))
+                drawn.append(request.sample(logits[row : row + 1]))
             except Exception as error:
                 drawn.append(error)
         return drawn

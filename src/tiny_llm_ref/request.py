@@ -22,7 +22,6 @@ from dataclasses import InitVar, dataclass, field
 import mlx.core as mx
 
 from tiny_llm_base import (
-    PRIORITIES,
     GenerationResult,
     NoConstraint,
     PlainSampling,
@@ -30,7 +29,7 @@ from tiny_llm_base import (
     SamplingOptions,
     check_int,
     greedy,
-    prompt_token_ids,
+    request_prompt_ids,
     sampled_token_id,
     start_sampling,
 )
@@ -141,14 +140,11 @@ class Request:
     def __post_init__(self, options: SamplingOptions | None) -> None:
         # Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at least 1
         # or None) or a max_seq_len that is not an int or passes model.context_length
-        # (None becomes context_length). Fail this request alone (fail(), no raise) for
-        # a priority not in PRIORITIES, a max_tokens that is not an int of at least 1 or
-        # None, a sampler that is not callable, a bad prompt (prompt_token_ids with
-        # model.vocab_size raises TypeError or ValueError), a prompt whose tokens plus
-        # max_tokens - 1 pass context_length (name both numbers), or one longer than
-        # max_seq_len. Otherwise the prompt's token ids are `tokens` and
-        # prefill_length; create the model's KV cache, take tokenizer.detokenizer and
-        # record the prompt length in metrics.
+        # (None becomes context_length). Fail this request alone (fail(), no raise)
+        # when request_prompt_ids (given: priority, max_tokens, sampler, the prompt and
+        # its length) raises TypeError or ValueError. Otherwise its ids are `tokens`
+        # and prefill_length; create the model's KV cache, take
+        # tokenizer.detokenizer and record the prompt length in metrics.
         # With a constraint, constraint_state = start_constraint(...): week 3 day 5
         # writes that function; its TypeError or ValueError fails the request the same
         # way. Then sampling_state = start_sampling(...) (given), which fails it alike
@@ -163,7 +159,8 @@ class Request:
                 f"{context} positions: pass at most {context}"
             )
         try:
-            ids = self._checked_prompt_ids()
+            settings = self.priority, self.max_tokens, self.sampler, self.max_seq_len
+            ids = request_prompt_ids(self.model, self.tokenizer, self.prompt, *settings)
             if self.constraint is not None:
                 vocab_size = self.model.vocab_size
                 self.constraint_state = start_constraint(
@@ -184,36 +181,6 @@ class Request:
         self.kv_cache = self.model.create_kv_cache()
         self.detokenizer = self.tokenizer.detokenizer
         self.metrics.prompt_tokens = len(ids)
-
-    def _checked_prompt_ids(self) -> list[int]:
-        """The prompt's token ids, once this request's settings hold up; raises
-        TypeError or ValueError saying what to fix."""
-        if self.priority not in PRIORITIES:
-            raise ValueError(
-                f"priority must be one of {PRIORITIES}, got {self.priority!r}"
-            )
-        check_int("max_tokens", self.max_tokens, 1, allow_none=True)
-        if not callable(self.sampler):
-            raise TypeError(
-                "sampler must be callable (log-probabilities [1, V] -> token id [1]), "
-                f"got {type(self.sampler).__name__}"
-            )
-        ids = prompt_token_ids(self.tokenizer, self.prompt, self.model.vocab_size)
-        # Every prompt token and every generated token but the last takes a position.
-        needed = len(ids) + (self.max_tokens or 1) - 1
-        context = self.model.context_length
-        if needed > context:
-            raise ValueError(
-                f"the prompt has {len(ids)} tokens and max_tokens is "
-                f"{self.max_tokens}: that needs {needed} positions, more than the model's context of "
-                f"{context}; shorten the prompt or lower max_tokens"
-            )
-        if len(ids) > self.max_seq_len:
-            raise ValueError(
-                f"the prompt has {len(ids)} tokens but max_seq_len is "
-                f"{self.max_seq_len}: raise max_seq_len or shorten the prompt"
-            )
-        return ids
 
     @property
     def prefill_tokens(self) -> list[int]:
@@ -317,17 +284,15 @@ class Request:
         self.kv_cache = None
         self.metrics.preemptions += 1
 
-    def draw(self, logits: mx.array) -> object:
+    def sample(self, logits: mx.array) -> object:
         """logits: [1, V] -> the sampler's answer, not read (lazy: a step-ahead
-        runner starts the next forward on it before reading it).
-
-        The constraint masks the logits, the sampling state processes them
+        runner starts the next forward on it before reading it). The constraint masks the logits, the sampling state processes them
         (penalties, biases: PlainSampling leaves them as they are), they become
         log-probabilities, and the sampling state draws the token through the
         sampler (sampling_state.draw(sampler, logprobs): PlainSampling just calls
         it).
         """
-        # Week 2 Day 6: draw: constraint_state.mask the logits, then
+        # Week 2 Day 6: sample: constraint_state.mask the logits, then
         # sampling_state.process them; turn them into log-probabilities (subtract
         # logsumexp); return sampling_state.draw(sampler, logprobs). NoConstraint
         # and PlainSampling leave everything as it is
@@ -336,29 +301,21 @@ class Request:
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         return self.sampling_state.draw(self.sampler, logprobs)
 
-    def sample(self, logits: mx.array) -> int:
-        """logits: [1, V] -> the next token id: draw(logits), read. Raises
-        TypeError or ValueError when the sampler returns anything but one token id
-        of the model's vocabulary (see sampled_token_id)."""
-        # Week 2 Day 6: sample: sampled_token_id(draw(logits), model.vocab_size)
-        return sampled_token_id(self.draw(logits), self.model.vocab_size)
-
     def sample_and_accept(self, logits: mx.array) -> None:
         """logits: [1, V] at the request's last position: sample and accept a token
-        (accept_drawn of what draw answers, or of the exception it raised)."""
-        # Week 2 Day 6: sample_and_accept: accept_drawn(draw(logits)), or of the
-        # exception draw raised
+        (accept_drawn of what sample answers, or of the exception it raised)."""
+        # Week 2 Day 6: sample_and_accept: accept_drawn(sample(logits)), or of the
+        # exception sample raised
         try:
-            drawn = self.draw(logits)
+            drawn = self.sample(logits)
         except Exception as error:
             drawn = error
         self.accept_drawn(drawn)
 
     def accept_drawn(self, drawn: object) -> None:
-        """Accept the sampler's answer `drawn` (read here: sampled_token_id), or
-        fail: whatever fails (an exception the draw raised, passed as `drawn`; the
-        sampler's answer; the detokenizer) fails this request alone, never the
-        batch, with a message that names the error."""
+        """Accept the sampler's answer `drawn` (read here: sampled_token_id). Whatever
+        fails (an exception sample raised, passed as `drawn`; the answer; the
+        detokenizer) fails this request alone, with a message naming the error."""
         # Week 2 Day 6: accept_drawn: accept(sampled_token_id(drawn,
         # model.vocab_size)), raising `drawn` when it is an exception; any exception
         # fails this request (fail(f"sampling token {n} failed: {name}: {error}"))

@@ -73,8 +73,8 @@ def check_interrupted_run(engine, pair, tokenizer, no_eos, interrupt, seed):
     ):
         assert results[request_id].finish_reason == "length", results[request_id].error
         assert_same_tokens(results[request_id].tokens, tokens, gaps, "after")
-    assert engine.planner.slots == [None] * engine.config.batch_size
-    assert engine.planner.waiting == []
+    assert engine.slots == (None,) * engine.config.batch_size
+    assert engine.waiting == ()
 
 
 INTERRUPTS = pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])

@@ -144,7 +144,7 @@ def assert_caches_follow_slots(engine, recorder: Recorder, prompt_lengths) -> No
         - (view.request not in fed)
         for view in slots
     ]
-    for request, view in zip(engine.planner.slots, slots):
+    for request, view in zip(engine.slots, slots):
         assert (request is None) == (view is None)
     rows = max((slot + 1 for slot, n in enumerate(expected) if n), default=0)
     for layer, cache in enumerate(engine.kv.batch_cache):
@@ -156,8 +156,8 @@ def assert_engine_empty(engine) -> None:
     """Nothing left and nothing held: no request, every slot free, every layer's batch
     cache empty and without storage."""
     assert not engine.has_unfinished()
-    assert engine.planner.slots == [None] * engine.config.batch_size
-    assert engine.planner.waiting == []
+    assert engine.slots == (None,) * engine.config.batch_size
+    assert engine.waiting == ()
     for layer, cache in enumerate(engine.kv.batch_cache):
         assert cache.rows == 0, f"layer {layer}"
         assert list(cache.offset) == [0] * engine.config.batch_size, f"layer {layer}"
@@ -1073,7 +1073,7 @@ def test_a_failed_mixed_forward_fails_its_requests_and_the_engine_goes_on(
     assert outputs[ids["A"]].result.tokens == a_tokens
     assert ids["C"] not in outputs
     assert_caches_follow_slots(engine, recorder, lengths)
-    assert engine.planner.slots == [None] * 3
+    assert engine.slots == (None,) * 3
     add("D")
     holders = set()
 

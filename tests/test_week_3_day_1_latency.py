@@ -172,9 +172,7 @@ def test_partial_prefills_stay_within_the_limits(
     seen = []
 
     def check_limits(engine):
-        partial = [
-            r for r in engine.planner.waiting if 0 < r.offset < len(r.prefill_tokens)
-        ]
+        partial = [r for r in engine.waiting if 0 < r.offset < len(r.prefill_tokens)]
         long_ones = [r for r in partial if len(r.prefill_tokens) > 20]
         seen.append((len(partial), len(long_ones)))
         assert most is None or len(partial) <= most

@@ -49,8 +49,8 @@ def test_no_more_requests_prefill_than_there_will_be_slots(pair, tokenizer, no_e
     )
 
     def check_slots(engine):
-        started = [r for r in engine.planner.waiting if r.offset > 0]
-        occupied = sum(slot is not None for slot in engine.planner.slots)
+        started = [r for r in engine.waiting if r.offset > 0]
+        occupied = sum(slot is not None for slot in engine.slots)
         assert occupied + len(started) <= engine.config.batch_size
 
     results = run_engine(engine, prompts, check_slots, max_steps=500)

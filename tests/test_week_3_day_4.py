@@ -121,9 +121,7 @@ def drafting_request(sampler=greedy):
         constraint_state=None,
         sampling_state=PlainSampling(),
         generated=[1] * 20,
-        draft_acceptance=1.0,
-        drafts_resume_at=0,
-        draft_pauses=0,
+        drafting=tiny.DraftState(),
     )
 
 
@@ -140,18 +138,19 @@ def test_a_request_whose_drafts_fail_pauses_longer_each_time():
     request, rows = drafting_request(), 4
     retry = tiny.speculative.RETRY_AFTER
     assert tiny.may_draft(request, rows)
-    request.draft_acceptance = 0.9 * tiny.break_even(rows)
+    drafting = request.drafting
+    drafting.acceptance = 0.9 * tiny.break_even(rows)
     for pauses in range(3):
         assert not tiny.may_draft(request, rows)
         pause = retry * 2**pauses
-        assert request.drafts_resume_at == len(request.generated) + pause
-        assert request.draft_pauses == pauses + 1
+        assert drafting.resume_at == len(request.generated) + pause
+        assert drafting.pauses == pauses + 1
         request.generated += [1] * (pause - 1)
         assert not tiny.may_draft(request, rows), "drafted before its pause ended"
         request.generated.append(1)
         assert tiny.may_draft(request, rows), "no probe once the pause ended"
-        request.draft_acceptance -= 0.01  # the probe was rejected
-    request.draft_acceptance = 0.6
+        drafting.acceptance -= 0.01  # the probe was rejected
+    drafting.acceptance = 0.6
     assert tiny.may_draft(request, rows)
 
 
@@ -243,7 +242,8 @@ def check_rows(engine, model=None) -> None:
     """Every decoding request's row holds exactly its offset (every layer) and, paged,
     no block past it; with `model`, the row's keys equal a fresh prefill's of the
     request's tokens."""
-    for slot, request in engine.planner.decoding():
+    decoding = [(s, r) for s, r in enumerate(engine.slots) if r is not None]
+    for slot, request in decoding:
         for layer in engine.kv.batch_cache:
             assert layer.offset[slot] == request.offset, "a rejected draft was kept"
         if engine.config.kv_cache == "paged":
@@ -251,7 +251,7 @@ def check_rows(engine, model=None) -> None:
             size = engine.config.block_size
             assert len(table.blocks) == tiny.blocks_needed(request.offset, size)
         if model is not None:
-            fed = tiny.request_tokens(request)[: request.offset]
+            fed = request.tokens[: request.offset]
             cache = model.create_kv_cache()
             model(mx.array([fed]), 0, cache)
             for number in (0, len(cache) - 1):

@@ -376,16 +376,17 @@ def has_jump_forward(package) -> bool:
 
 def newest_policy(package, asked: str | None) -> str:
     """The policy to run: `asked` if given, else "mixed" when `package` has week 3
-    day 1 (its plan_mixed and step limits run) and "alternate" when not yet (said on
-    stderr)."""
+    day 1 (its MixedPolicy's plan and step limits run) and "alternate" when not yet
+    (said on stderr)."""
     if asked is not None:
         return asked
     from types import SimpleNamespace
 
     try:
         planner = package.Planner(package.EngineConfig(policy="mixed"), kv=None)
-        package.plan_mixed(planner)
-        package.chunk_limit(planner, SimpleNamespace(prefill_tokens=[], offset=0), 1)
+        policy = package.MixedPolicy(planner)
+        policy.plan()
+        policy.chunk_limit(SimpleNamespace(prefill_tokens=[], offset=0), 1)
     except NotImplementedError:
         print(
             f"{package.__name__}: policy alternate (the mixed step is week 3 day 1)",

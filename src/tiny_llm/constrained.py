@@ -168,7 +168,11 @@ class ConstraintState:
     """One request's place in its constraint: the DFA state of its answer so far.
 
     mask(logits) before each sample, advance(token) after each kept token.
+    reads_each_token: True, the next mask depends on the token sampled (a request
+    without a constraint has NoConstraint, whose is False).
     """
+
+    reads_each_token = True
 
     def __init__(self, index: TokenIndex):
         raise NotImplementedError(

@@ -147,8 +147,7 @@ class DiskTierKvManager(PrefixCachingKvManager):
         table = self.tables[request]
         named = len(table.hashes)
         super().name_full_blocks(request)
-        tokens = request.prefill_tokens[: request.metrics.prompt_tokens]
-        tokens = tokens + request.generated
+        tokens = request.tokens
         size = self.block_size
         for index in range(named, len(table.hashes)):
             block_tokens = tokens[index * size : (index + 1) * size]

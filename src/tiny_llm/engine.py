@@ -5,9 +5,10 @@ Other threads may call `add_request` and `abort` at any time: both only leave a 
 in an inbox, which the engine's own thread reads at the start of its next step, so
 the model and the caches are only ever touched by that thread.
 
-A step is: read the inbox, admit the arrivals, let the planner decide what runs
-(planner.py), let the model runner run it (runner.py), then report what each request
-got. Where keys and values live is the KV manager's business (kv_manager.py: dense;
+A step is: read the inbox, admit the arrivals, let the policy plan what runs with
+the planner's mechanism (policy.py, mixed_policy.py; planner.py), let the model
+runner run each plan (runner.py), then report what each request got (reporting.py).
+Where keys and values live is the KV manager's business (kv_manager.py: dense;
 paged_manager.py and prefix_cache.py: week 3 days 2 and 3).
 """
 
@@ -15,17 +16,14 @@ import itertools
 import queue
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import mlx.core as mx
 
 from tiny_llm_base import (
     EngineConfig,
     ForwardRecord,
-    GenerationResult,
     PromptSpec,
     SchedulerSnapshot,
-    SlotView,
     check_int,
 )
 from tiny_llm_base.config import check_callable
@@ -35,35 +33,15 @@ from .choices import choices_to_stop, make_choices
 from .disk_tier import DiskTierKvManager
 from .kv_manager import DenseKvManager
 from .metrics import RunMetrics
-from .mixed_policy import plan_mixed
+from .mixed_policy import MixedPolicy
 from .paged_manager import PagedKvManager
 from .planner import Plan, Planner
+from .policy import AlternatePolicy, Policy
 from .prefix_cache import PrefixCachingKvManager
+from .reporting import Reports, RequestOutput
 from .request import Request
-from .runner import Forward, ModelRunner
+from .runner import ModelRunner
 from .step_ahead import StepAheadRunner
-
-
-@dataclass
-class RequestOutput:
-    """What one request (one choice of it, when it asked n > 1) got in one step.
-
-    tokens: the ids it accepted this step (an EOS is not one of them); text: the text
-    they completed (the detokenizer's new segment). finish_reason is None while it
-    runs; once set, `result` holds the request's GenerationResult and the engine
-    forgets the request. index: the choice. logprobs: a TokenLogprob per token
-    when its options asked, else []; prompt_logprobs: on its first output, when
-    asked (else None).
-    """
-
-    request_id: int
-    tokens: list[int]
-    text: str
-    finish_reason: str | None
-    result: GenerationResult | None = None
-    index: int = 0
-    logprobs: list = field(default_factory=list)
-    prompt_logprobs: list | None = None
 
 
 def make_kv_manager(model, config: EngineConfig):
@@ -77,6 +55,16 @@ def make_kv_manager(model, config: EngineConfig):
     )
 
 
+def make_policy(config: EngineConfig, planner: Planner) -> Policy:
+    """The policy config.policy names, over the planner: "alternate" an
+    AlternatePolicy (policy.py), "mixed" a MixedPolicy (mixed_policy.py, week 3 day
+    1). The one place that reads config.policy."""
+    raise NotImplementedError(
+        "Week 2 Day 6: make_policy: AlternatePolicy or MixedPolicy as config.policy "
+        "says"
+    )
+
+
 class Engine:
     """Continuous batching with chunked prefill, online.
 
@@ -86,15 +74,14 @@ class Engine:
     timelines).
 
     The state: model, tokenizer, config, clock, on_forward as given; kv
-    (make_kv_manager); planner, the Planner; runner, your ModelRunner, or with
-    config.step_ahead the given StepAheadRunner (step_ahead.py: decode forwards
-    started a step ahead, same tokens); inbox, a queue.SimpleQueue of notes from
-    add_request and abort; next_id: ids 0, 1, 2, ...; ids: request -> id until it is
-    reported finished; reported: request -> tokens its outputs carried; arriving:
-    (arrival_step, request) read, not admitted; added: requests read; steps_done;
-    started: the clock at the first step (None before); prefilled: the request whose
-    chunk ran last step, prefill not done (snapshot); metrics: the RunMetrics, with
-    the KV manager's figures from the start (the peak memory is reset)."""
+    (make_kv_manager); planner, the Planner; policy (make_policy); runner, your
+    ModelRunner, or with config.step_ahead the given StepAheadRunner (step_ahead.py:
+    decode forwards started a step ahead, same tokens); reports, the Reports
+    (reporting.py: the metrics, the ids until each request is reported finished);
+    inbox, a queue.SimpleQueue of notes from add_request and abort; next_id: ids 0,
+    1, 2, ...; arriving: (arrival_step, request) read, not admitted; steps_done;
+    prefilling: the request whose chunk ran last step, prefill not done (snapshot).
+    The peak memory is reset."""
 
     def __init__(
         self,
@@ -109,6 +96,26 @@ class Engine:
             "Week 2 Day 6: Engine: EngineConfig.of(config, settings), check_model, "
             "check the clock, then the state listed above"
         )
+
+    @property
+    def metrics(self) -> RunMetrics:
+        """The run's metrics (the reports')."""
+        return self.reports.metrics
+
+    @property
+    def ids(self) -> dict[Request, int]:
+        """Request -> id, for every request read and not yet reported finished."""
+        return self.reports.ids
+
+    @property
+    def slots(self) -> tuple[Request | None, ...]:
+        """The decode slots, read-only: the Request in slot i, or None."""
+        return tuple(self.planner.slots)
+
+    @property
+    def waiting(self) -> tuple[Request, ...]:
+        """The admitted requests not in a slot and not finished, read-only."""
+        return tuple(self.planner.waiting)
 
     def add_request(self, prompt: str | list[int] | PromptSpec) -> int:
         """Queue a prompt (any thread); returns its request id.
@@ -156,42 +163,44 @@ class Engine:
 
     # ANCHOR: step
     def step(self) -> list[RequestOutput]:
-        """One iteration: read the inbox, admit arrivals, plan and run the policy's
-        forward(s), and report what each request got."""
+        """One iteration: read the inbox, admit arrivals, run each plan the policy
+        yields, and report what each request got."""
         raise NotImplementedError(
-            "Week 2 Day 6: step: started, read_inbox, admit_arrivals, run the policy "
-            "(alternate: plan_chunk, place_prefilled, plan_decodes; mixed: "
-            "plan_mixed, place_prefilled), kv.after_step (in a finally), steps_done, "
-            "count_requests, collect_outputs"
+            "Week 2 Day 6: step: reports.start, read_inbox, admit_arrivals, run each "
+            "of policy.plans(), kv.after_step (in a finally), steps_done, the "
+            "reports' count_requests and collect_outputs"
         )
 
     def run(self, plan: Plan) -> None:
         """Run a plan (nothing if it is empty), then retire the requests it finished
-        or failed and record the forward; an interrupt still retires them first."""
+        or failed; an interrupt still retires them first. A forward that ran is
+        recorded (reports.record, on_forward) and its time told to an
+        AdaptiveChunker when it ran a chunk."""
         raise NotImplementedError(
             "Week 2 Day 6: run: runner.run(plan), planner.retire_finished() even on "
-            "an interrupt, prefilled, record"
+            "an interrupt, prefilling; the forward to reports.record, the "
+            "AdaptiveChunker and on_forward (reports.forward_record)"
         )
 
     # ANCHOR_END: step
 
     def read_inbox(self) -> None:
-        """Take every note out of the inbox. ("add", id, request, arrival_step):
-        remember the id, 0 tokens reported, put it in `arriving`, count it in
-        `added`. ("abort", id, index, None): stop(id, index)."""
+        """Take every note out of the inbox. ("add", id, request, arrival_step): the
+        reports track it, and it goes into `arriving`. ("abort", id, index, None):
+        abort_now(id, index)."""
         raise NotImplementedError(
-            'Week 2 Day 6: read_inbox: drain the inbox; "add" notes into ids, '
-            'reported, arriving, added; "abort" notes to stop'
+            'Week 2 Day 6: read_inbox: drain the inbox; "add" notes to reports.track '
+            'and arriving; "abort" notes to abort_now'
         )
 
-    def stop(self, request_id: int, index: int | None = None) -> None:
+    def abort_now(self, request_id: int, index: int | None = None) -> None:
         """Abort a request now (the engine's thread): each of its choices (only
         choice `index` unless None) that is not finished finishes with "abort" and
         leaves wherever it is. An id that is unknown or already reported is
         ignored."""
         raise NotImplementedError(
-            'Week 2 Day 6: stop: each of choices_to_stop finishes with "abort" and '
-            "leaves arriving; retire them"
+            'Week 2 Day 6: abort_now: each of choices_to_stop finishes with "abort" '
+            "and leaves arriving; retire them"
         )
 
     def admit_arrivals(self) -> None:
@@ -203,48 +212,7 @@ class Engine:
             " their arrival time and join the planner"
         )
 
-    def record(self, forward: Forward) -> None:
-        """Count a forward in the metrics: its chunks (and each request's
-        prefill_chunks; a chunk that ended its prompt sampled a token), its decodes
-        and the longest gap between two tokens of one request; tell an
-        AdaptiveChunker the time of a forward that ran a chunk; call on_forward with
-        a ForwardRecord of request ids; and each of forward.drafts, (request,
-        proposed, accepted), into metrics.record_drafts (a list that stays empty
-        until week 3 day 4 writes the drafts and record_drafts)."""
-        raise NotImplementedError(
-            "Week 2 Day 6: record: the forward in the metrics (prefill chunk, decode "
-            "step or mixed step), prefill_chunks, longest_decode_stall, the "
-            "AdaptiveChunker, on_forward, metrics.record_drafts for each of "
-            "forward.drafts"
-        )
-
-    def count_requests(self) -> None:
-        """At the end of a step: metrics.total_seconds (clock - started), running
-        (occupied slots), waiting, finished (added minus the requests in `ids` not
-        finished yet), peak_memory_bytes (mx.get_peak_memory()), the planner's
-        preemptions, and the KV manager's own figures (kv.record)."""
-        raise NotImplementedError(
-            "Week 2 Day 6: count_requests: total_seconds, running, waiting, finished,"
-            " peak memory, preemptions, kv.record"
-        )
-
-    def collect_outputs(self) -> list[RequestOutput]:
-        """A RequestOutput for every request that accepted a token or finished this
-        step: its new tokens (generated past `reported`), the detokenizer's
-        last_segment as text ("" without a detokenizer), its finish_reason and
-        index, the sampling state's logprobs of the new tokens (the same slice of
-        its list) and, on the request's first output, its prompt_logprobs. A
-        finished request's output carries result() and the engine forgets it."""
-        raise NotImplementedError(
-            "Week 2 Day 6: collect_outputs: a RequestOutput per request with new "
-            "tokens or finished (index, logprobs, prompt_logprobs on the first); "
-            "forget the finished"
-        )
-
     def snapshot(self) -> SchedulerSnapshot:
-        """The slots, the request prefilling and the counters, for live views: a
-        SlotView(id, priority, offset, len(generated), text[-40:]) per occupied slot
-        and None per free one; (id, offset, prompt tokens) of `prefilled`."""
-        raise NotImplementedError(
-            "Week 2 Day 6: snapshot: SlotViews, prefilling, counters"
-        )
+        """The slots, the request prefilling and the counters, for live views
+        (reports.snapshot)."""
+        return self.reports.snapshot(self.steps_done, self.prefilling)

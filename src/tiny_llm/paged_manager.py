@@ -78,6 +78,11 @@ class PagedKvManager(KvManager):
             "table now has room for, at most `tokens`"
         )
 
+    def has_room(self, request: Request, position: int) -> bool:
+        """`position` falls within the blocks the request's table holds (none is
+        taken here: blocks are reserved by the planner, for the tokens computed)."""
+        return position < len(self.tables[request].blocks) * self.block_size
+
     def keep_accepted(self, request: Request, slot: int) -> None:
         """As the dense manager's, and the blocks past the request's offset (reserved
         for drafts that were rejected) go back to the pool and are cut from its

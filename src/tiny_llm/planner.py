@@ -1,28 +1,23 @@
-"""The planner: each step it decides what runs, and calls no model.
+"""The planner: the mechanism every policy plans with; it decides nothing and calls
+no model.
 
 It owns the decode slots and the queue of waiting requests (prefilling, or
-prefilled and waiting for a slot), and asks the KV manager for room. Two policies:
-- "alternate" (week 2 days 6 and 7): plan_chunk() gives ONE chunk of the most urgent
-  waiting request; then plan_decodes() gives every decoding request's next token.
-  The engine runs them as two forwards.
-- "mixed" (week 3 day 1): mixed_policy.plan_mixed(planner) gives both at once, for
-  ONE forward: every decoding request first, so decodes never wait, then prefill
-  chunks (most urgent first) within `token_budget` and the partial-prefill limits.
+prefilled and waiting for a slot), and asks the KV manager for memory: admission
+(admit), room for a forward's tokens (reserve), placement in a slot when a prefill
+ends (place_prefilled), and leaving (leave, retire_finished, requeue). A policy
+(policy.py: alternate, week 2 days 6 and 7; mixed_policy.py: mixed, week 3 day 1)
+decides what each step runs with it, and preemption.py decides whom to preempt
+when there is no room.
 
 Urgency is a deadline: an interactive request's arrival, a batch request's arrival
 plus batch_patience seconds; the earliest goes first, ties by the order added.
 
-Rules both keep:
+Rules every policy keeps, because they live here:
 - A request starts prefilling only if it will have a slot when its prefill ends
   (slot_for), so no more requests prefill at once than there will be slots.
 - A batch request never takes the slots reserved for interactive ones.
-- Memory is reserved for the tokens a forward computes, just before it (the KV
-  manager's reserve). When there is no room for a decode (a paged pool runs dry,
-  week 3 day 2), the newest request holding memory is preempted: it gives its
-  memory back and waits, first in line, to recompute. A prefill chunk with no room
-  preempts only newer waiting requests, else it waits. Newest means batch before
-  interactive, then the latest added (rank), so the oldest interactive request
-  always goes on and nothing deadlocks.
+- First come, first served for memory: once one request cannot be admitted, nobody
+  behind it who holds no memory overtakes it (prefill_candidates).
 """
 
 import itertools
@@ -67,7 +62,7 @@ class Plan:
 
 
 class Planner:
-    """Slots, the waiting queue, and the decisions.
+    """Slots, the waiting queue and memory: the mechanism the policies plan with.
 
     config: the engine's EngineConfig. kv: the KV manager (see kv_manager.py).
     slots: batch_size entries, the Request decoding in slot i or None.
@@ -75,7 +70,7 @@ class Planner:
         (a preempted request goes back to the front).
     order: each unfinished request's number, 0, 1, 2, ... in the order it was
         added. holding: the requests the KV manager holds memory for (preemption
-        takes the newest by order). preemptions: how many so far.
+        takes the newest by order).
     batch_slots: the slots batch requests may hold, batch_size -
         reserved_interactive_slots.
     """
@@ -84,7 +79,7 @@ class Planner:
         raise NotImplementedError(
             "Week 2 Day 6: Planner: keep config and kv; batch_size empty slots, "
             "nothing waiting, nothing ordered or holding, batch_slots, a counter for "
-            "add, preemptions 0"
+            "add"
         )
 
     def add(self, request: Request) -> None:
@@ -170,79 +165,16 @@ class Planner:
             " until one is refused, then only holders; yield each"
         )
 
-    def plan_chunk(self) -> Plan:
-        """The alternate policy's chunk: the most urgent waiting request that is still
-        prefilling, will have a slot when done and gets room from the KV manager, with
-        chunk_size(request) tokens (None: the rest of its prompt), as many as
-        reserve_chunk makes room for (none: no chunk this step). Once one cannot
-        get room, nobody behind it who holds none overtakes it. A policy's bad chunk
-        size fails that request alone ("prefill failed: ...")."""
-        raise NotImplementedError(
-            "Week 2 Day 6: plan_chunk: the first of prefill_candidates(); its size, "
-            "cut to what reserve_chunk makes room for; Plan(chunks=[(request, "
-            "size)]), or an empty Plan when that is 0"
-        )
-
-    def plan_decodes(self) -> Plan:
-        """The alternate policy's decode forward: room for every decoding request's
-        next token (make_room_for_decodes), then the rows up to the highest slot in
-        use."""
-        raise NotImplementedError(
-            "Week 2 Day 6: plan_decodes: make_room_for_decodes(), then "
-            "Plan(rows=decode_rows())"
-        )
-
     def decode_rows(self) -> list[Request | None]:
         """The slots up to the highest in use (an empty one among them: None)."""
         raise NotImplementedError(
             "Week 2 Day 6: decode_rows: slots[: highest occupied slot + 1]"
         )
 
-    # ANCHOR: make_room
-    def make_room_for_decodes(self) -> None:
-        """Before a decode forward: the KV manager grows every decoding request by
-        its next token. While it cannot, the newest request holding memory is
-        preempted (the request itself if it is that one)."""
-        raise NotImplementedError(
-            "Week 2 Day 6: make_room_for_decodes: while kv.reserve(request, 1) is 0 "
-            "and the request still decodes, preempt(newest_holder())"
-        )
-
-    def rank(self, request: Request) -> tuple[bool, int]:
-        """Higher is newer, preempted first: batch after interactive, then the
-        order added."""
-        raise NotImplementedError(
-            'Week 2 Day 6: rank: (priority == "batch", order[request])'
-        )
-
-    def newest_holder(self) -> Request:
-        """The request to preempt: the newest batch request holding memory, else the
-        newest interactive one."""
-        raise NotImplementedError("Week 2 Day 6: newest_holder: max of holding by rank")
-
-    def reserve_chunk(
-        self, request: Request, size: int, planned: list[Request] = ()
-    ) -> int:
-        """Room for up to `size` tokens of the request's next chunk (kv.reserve):
-        the tokens to feed. With none, waiting requests that hold memory, are newer
-        (rank) and not in `planned` (chunks already in this step's plan) are
-        preempted, newest first, until there is room or none is left (0: the
-        request waits). A prefill never preempts an older request or a decode."""
-        raise NotImplementedError(
-            "Week 2 Day 6: reserve_chunk: while kv.reserve(request, size) is 0, "
-            "preempt the newest waiting holder ranked above the request and not "
-            "planned; 0 when there is none"
-        )
-
-    def preempt(self, request: Request) -> None:
-        """Take a request's memory back and make it wait again, first in line, to
-        recompute its tokens (Request.restart)."""
-        raise NotImplementedError(
-            "Week 2 Day 6: preempt: leave(request), request.restart(), back to the "
-            "front of waiting, preemptions += 1"
-        )
-
-    # ANCHOR_END: make_room
+    def reserve(self, request: Request, tokens: int) -> int:
+        """Room for the request's next `tokens` tokens from the KV manager (its
+        reserve): how many fit, 0 when none does."""
+        raise NotImplementedError("Week 2 Day 6: reserve: kv.reserve(request, tokens)")
 
     def place_prefilled(self) -> None:
         """Every prefilled waiting request, most urgent first, takes the slot
@@ -259,6 +191,11 @@ class Planner:
             "Week 2 Day 6: leave: empty its slot (kv.remove) or take it out of "
             "waiting; if it holds memory, kv.release it"
         )
+
+    def requeue(self, request: Request) -> None:
+        """A request that left (leave) waits again, first in line; it keeps its
+        place in `order` (preemption.py)."""
+        raise NotImplementedError("Week 3 Day 1: requeue: back to the front of waiting")
 
     def retire_finished(self) -> None:
         """Every finished request (stopped, failed, aborted) leaves (leave) and is

@@ -61,6 +61,10 @@ class ModelRunner:
             "interrupt fail them and raise; else a Forward"
         )
 
+    def decoded(self, plan: Plan) -> list[Request]:
+        """The requests the plan's forward decoded: every row's request."""
+        return [r for r in plan.rows if r]
+
     def decode(self, plan: Plan) -> None:
         """One token for every decoding request: the plan's rows, up to the highest
         slot in use (plan.decode_inputs), through the KV manager's batch cache;

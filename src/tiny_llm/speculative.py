@@ -97,15 +97,6 @@ def can_verify(sampler) -> bool:
     raise NotImplementedError("Week 3 Day 4: can_verify: is_greedy, or a TokenSampler")
 
 
-def request_tokens(request: Request) -> list[int]:
-    """The request's prompt and generated tokens (a preempted request's
-    prefill_tokens already hold some generated ones: take the prompt part)."""
-    raise NotImplementedError(
-        "Week 3 Day 4: request_tokens: the first metrics.prompt_tokens of "
-        "prefill_tokens, then generated"
-    )
-
-
 def may_draft(request: Request, rows: int) -> bool:
     """May this decoding request propose drafts in a step of `rows` decode rows?
 
@@ -114,7 +105,7 @@ def may_draft(request: Request, rows: int) -> bool:
     at a time) and a next token to feed, and not while it is paused. When its
     acceptance average no longer pays (worth_drafting), it pauses: RETRY_AFTER
     generated tokens the first time, twice as long as the last pause each time
-    after (draft_pauses counts them). Its average is set to break_even(rows), so
+    after (drafting.pauses counts them). Its average is set to break_even(rows), so
     the verification after the pause is a probe: a better acceptance than
     break-even keeps it drafting, a worse one starts the next pause.
     """
@@ -130,7 +121,8 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     first k of constraint_state.forced_tokens(), and only with config.jump_forward
     (week 3 day 5 writes forced_tokens; no constrained request exists before it).
     Any other request proposes with config.speculative "ngram": prompt lookup over
-    its tokens (find_drafts with prompt_lookup_max and _min); else nothing."""
+    its tokens, prompt and generated (find_drafts over request.tokens with
+    prompt_lookup_max and _min); else nothing."""
     raise NotImplementedError("Week 3 Day 4: propose_drafts: the docstring's two cases")
 
 
@@ -143,11 +135,11 @@ def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     (max_tokens - 1 - generated; no bound when max_tokens is None) and every
     position within max_seq_len (max_seq_len - 1 - offset); propose_drafts; then
     cut to the room the KV manager gives beside its decode token
-    (kv.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
+    (planner.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
 
     The budget is checked before asking may_draft, which can start a pause: once it
     is 0, later requests are not asked. A request whose k comes out 0 or less is
-    skipped without proposing; only a request with drafts asks kv.reserve (its
+    skipped without proposing; only a request with drafts asks planner.reserve (its
     decode row already has its room).
     """
     raise NotImplementedError(
@@ -178,9 +170,9 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
 def record_verification(request: Request, proposed: int, accepted: int) -> None:
     """After a verification: the request's metrics count the drafts proposed and
     accepted, and its acceptance average moves ACCEPTANCE_WEIGHT of the way towards
-    accepted / proposed (what may_draft reads)."""
+    accepted / proposed (drafting.acceptance: what may_draft reads)."""
     raise NotImplementedError(
         "Week 3 Day 4: record_verification: metrics.draft_tokens and "
-        "accepted_draft_tokens; draft_acceptance moves ACCEPTANCE_WEIGHT towards the "
-        "rate"
+        "accepted_draft_tokens; drafting.acceptance moves ACCEPTANCE_WEIGHT towards "
+        "the rate"
     )

@@ -12,19 +12,22 @@ without chunks or drafts, whose forward is the same) runs as:
 1. its logits: the forward started last step when it fits this plan (each of its
    requests still in the same row, at the position it was fed; a row may have
    emptied since), else a forward of its own;
-2. each row's token drawn lazily (Request.sample's operations, without reading the
-   token) and started (mx.async_eval);
+2. each row's token drawn lazily (Request.sample: the token is not read) and started
+   (mx.async_eval);
 3. the next forward, built on those lazy tokens at offset + 1, and started, when
-   every row has room for that position (a paged row in the blocks it holds: a
-   step that needs a new block runs synchronously, and the next plan reserves it);
-4. only then this step's tokens are read and accepted, row by row.
+   every row has room for that position (the KV manager's has_room: a paged row in
+   the blocks it holds; a step that needs a new block runs synchronously, and the
+   next plan reserves it);
+4. only then this step's tokens are read and accepted, row by row
+   (Request.accept_drawn, the failure path of Request.sample_and_accept).
 A step starts the next forward only while no request waits for a row
 (`quiet`: Engine.nothing_waits), so that the next plan has the same rows: with a
 queue, a row freed by an EOS (which no one can see coming) goes to the next request
 at once, and it decodes in the step after its prompt ends. A request that left its
 row in between (EOS, an abort, a failure, a preemption) has its row ignored; one
 placed in a row in between (it arrived from another thread) decodes a step late,
-fed in the next forward started ahead, and does not count in this step's forward.
+fed in the next forward started ahead, and is not among this step's forward's
+decodes (decoded).
 
 A mixed plan with chunks, made while a forward runs ahead (a request arrived or
 a row freed since it started), takes its rows' logits from that forward and runs
@@ -34,17 +37,15 @@ starts ahead under speculative decoding (a row's drafts depend on the token read
 so a plan with drafts runs as ModelRunner.run_mixed does.
 
 A step runs as ModelRunner.decode does, synchronously, when some row cannot go
-ahead: a constraint (it masks the next logits by the token), sampling options
-(penalties and seeds read the tokens), or a request that this token finishes by
-max_tokens or max_seq_len.
+ahead: a constraint or sampling options that read each token (reads_each_token: a
+constraint masks the next logits by the token, penalties and seeds read the
+tokens), or a request that this token finishes by max_tokens or max_seq_len.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
-
-from tiny_llm_base import NoConstraint, PlainSampling, sampled_token_id
 
 from .planner import Plan
 from .request import Request
@@ -65,8 +66,8 @@ def can_go_ahead(request: Request) -> bool:
     """True when the request's next token needs no token read first and does not
     finish it by max_tokens or max_seq_len."""
     return (
-        isinstance(request.constraint_state, NoConstraint)
-        and isinstance(request.sampling_state, PlainSampling)
+        not request.constraint_state.reads_each_token
+        and not request.sampling_state.reads_each_token
         and (
             request.max_tokens is None
             or len(request.generated) + 1 < request.max_tokens
@@ -101,13 +102,14 @@ class StepAheadRunner(ModelRunner):
         self.late: list[Request] = []
 
     def run(self, plan: Plan) -> Forward | None:
-        """ModelRunner.run; a row placed since the forward ahead started (late) did
-        not decode in this step's forward."""
+        """ModelRunner.run, with no row late before the plan runs."""
         self.late = []
-        forward = super().run(plan)
-        if forward is not None and self.late:
-            forward.decodes = [r for r in forward.decodes if r not in self.late]
-        return forward
+        return super().run(plan)
+
+    def decoded(self, plan: Plan) -> list[Request]:
+        """The plan's decoding requests but those placed in a row since the forward
+        ahead started (late): they did not decode in this step's forward."""
+        return [r for r in super().decoded(plan) if r not in self.late]
 
     def decode(self, plan: Plan) -> None:
         rows = plan.rows
@@ -168,9 +170,9 @@ class StepAheadRunner(ModelRunner):
         return logits[: len(rows)], late
 
     def draw(self, rows: list[Request | None], logits: mx.array) -> list[object] | None:
-        """Each row's token as Request.sample draws it, lazy: the sampler's answer
-        (an empty row: [0]), or the exception the sampler raised, which fails that
-        request when it lands. None when a row cannot go ahead."""
+        """Each row's token, lazy (Request.sample): the sampler's answer (an empty
+        row: [0]), or the exception drawing raised, which fails that request when
+        it lands. None when a row cannot go ahead."""
         if not all(r is None or can_go_ahead(r) for r in rows):
             return None
         drawn = []
@@ -178,10 +180,8 @@ class StepAheadRunner(ModelRunner):
             if request is None:
                 drawn.append(mx.array([0]))
                 continue
-            row_logits = logits[row : row + 1]
-            logprobs = row_logits - mx.logsumexp(row_logits, axis=-1, keepdims=True)
             try:
-                drawn.append(request.sampling_state.draw(request.sampler, logprobs))
+                drawn.append(request.sample(logits[row : row + 1]))
             except Exception as error:
                 drawn.append(error)
         return drawn
@@ -194,9 +194,7 @@ class StepAheadRunner(ModelRunner):
         row has room for that position."""
         offsets = [0 if r is None else r.offset + (r not in late) for r in rows]
         if not all(can_go_ahead(r) for r in late) or not all(
-            self.has_room(slot, end)
-            for slot, (r, end) in enumerate(zip(rows, offsets))
-            if r is not None
+            self.kv.has_room(r, end) for r, end in zip(rows, offsets) if r is not None
         ):
             return
         fed = mx.clip(tokens, 0, self.model.vocab_size - 1)[:, None]
@@ -204,34 +202,15 @@ class StepAheadRunner(ModelRunner):
         mx.async_eval(logits)
         self.ahead = Ahead(list(rows), offsets, logits)
 
-    def has_room(self, slot: int, position: int) -> bool:
-        """Row `slot` can write `position` now: a paged row within the blocks its
-        request already holds (none is taken a step early: a request holds blocks
-        for the tokens computed, and the next step's plan reserves as it did); a
-        dense row grows as it is written."""
-        view = getattr(self.kv.batch_cache[0], "slots", [None] * (slot + 1))[slot]
-        if view is None:
-            return True
-        return position < len(view.table.blocks) * view.layer.block_size
-
     def land(self, rows: list[Request | None], drawn: list[object]) -> None:
         """This step's tokens read (the forward started ahead computes meanwhile) and
         accepted: each request's fed token is in the cache (advance 1), then it
-        accepts its token; whatever fails (the sampler, its answer, the
-        detokenizer) fails that request alone, as in Request.sample_and_accept."""
+        accepts what it drew (Request.accept_drawn: whatever fails fails that
+        request alone, as in Request.sample_and_accept)."""
         for request, token in zip(rows, drawn):
-            if request is None:
-                continue
-            request.advance(1)
-            try:
-                if isinstance(token, Exception):
-                    raise token
-                request.accept(sampled_token_id(token, self.model.vocab_size))
-            except Exception as error:
-                request.fail(
-                    f"sampling token {len(request.generated) + 1} failed: "
-                    f"{type(error).__name__}: {error}"
-                )
+            if request is not None:
+                request.advance(1)
+                request.accept_drawn(token)
 
     def fail(self, requests: list[Request], why: str, plan: Plan) -> None:
         self.ahead = None

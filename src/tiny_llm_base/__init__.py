@@ -19,6 +19,7 @@ from .prompts import (
     greedy,
     is_int,
     prompt_token_ids,
+    request_prompt_ids,
     sampled_token_id,
 )
 from .sampling_options import (

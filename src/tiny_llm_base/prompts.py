@@ -217,6 +217,40 @@ def prompt_token_ids(
     return [int(token) for token in prompt]
 
 
+def request_prompt_ids(
+    model, tokenizer, prompt, priority, max_tokens, sampler, max_seq_len: int
+) -> list[int]:
+    """A Request's prompt token ids (prompt_token_ids), once its settings hold up:
+    a priority of PRIORITIES, max_tokens an int of at least 1 or None, a callable
+    sampler, a prompt whose tokens plus max_tokens - 1 fit model.context_length and
+    whose tokens fit max_seq_len. Raises TypeError or ValueError saying what to
+    fix (the request then fails alone)."""
+    if priority not in PRIORITIES:
+        raise ValueError(f"priority must be one of {PRIORITIES}, got {priority!r}")
+    check_int("max_tokens", max_tokens, 1, allow_none=True)
+    if not callable(sampler):
+        raise TypeError(
+            "sampler must be callable (log-probabilities [1, V] -> token id [1]), "
+            f"got {type(sampler).__name__}"
+        )
+    ids = prompt_token_ids(tokenizer, prompt, model.vocab_size)
+    # Every prompt token and every generated token but the last takes a position.
+    needed = len(ids) + (max_tokens or 1) - 1
+    context = model.context_length
+    if needed > context:
+        raise ValueError(
+            f"the prompt has {len(ids)} tokens and max_tokens is "
+            f"{max_tokens}: that needs {needed} positions, more than the model's "
+            f"context of {context}; shorten the prompt or lower max_tokens"
+        )
+    if len(ids) > max_seq_len:
+        raise ValueError(
+            f"the prompt has {len(ids)} tokens but max_seq_len is "
+            f"{max_seq_len}: raise max_seq_len or shorten the prompt"
+        )
+    return ids
+
+
 def sampled_token_id(sampled, vocab_size: int) -> int:
     """The token id a sampler returned: one integer in an mx.array, in [0, vocab_size).
 

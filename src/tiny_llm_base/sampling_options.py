@@ -159,9 +159,12 @@ def sampler_temperature(sampler) -> float | None:
 
 class PlainSampling:
     """The state of a request that asks for no option: every call leaves things as
-    they are, so the request samples exactly as without it."""
+    they are, so the request samples exactly as without it. reads_each_token:
+    False, nothing it does depends on the tokens sampled (a SamplingState's
+    penalties and seeds do: True)."""
 
     allows_drafts = True
+    reads_each_token = False
     wants_prompt_logprobs = False
     logprobs: Sequence[TokenLogprob] = ()
     prompt_logprobs = None
@@ -206,9 +209,11 @@ class SamplingState:
     logprobs: a TokenLogprob per kept token, when options.logprobs is set.
     prompt_logprobs: when options.prompt_logprobs is set, one entry per prompt
         position observed so far, None first; complete once the prefill is done.
+    reads_each_token: True, its penalties and seeds read every token sampled.
     """
 
     allows_drafts = False
+    reads_each_token = True
 
     def __init__(
         self, options: SamplingOptions, prompt: list[int], sampler, eos_ids, vocab

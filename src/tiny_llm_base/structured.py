@@ -64,7 +64,11 @@ class UnsatisfiableConstraint(ValueError):
 class NoConstraint:
     """The constraint state of a request without a constraint: every token allowed,
     nothing forced. It has ConstraintState's interface, so a request samples,
-    accepts and verifies drafts the same way with or without a constraint."""
+    accepts and verifies drafts the same way with or without a constraint.
+    reads_each_token: False, its mask never depends on the tokens sampled (a
+    ConstraintState's does: True)."""
+
+    reads_each_token = False
 
     @property
     def is_accepting(self) -> bool:
@@ -215,8 +219,10 @@ class GrammarState:
     advance(token), is_accepting. A position's mask is computed once (llguidance
     fills a bitmask of ceil(V / 32) words) and kept until the next advance. Tokens at
     or past vocab_size (a model with fewer logits than the tokenizer has tokens)
-    are never allowed.
+    are never allowed. reads_each_token: True, as a ConstraintState's.
     """
+
+    reads_each_token = True
 
     def __init__(self, grammar: str, tokenizer, vocab_size: int):
         self.vocab_size = vocab_size

@@ -42,18 +42,14 @@ from .qwen2_week2 import Qwen2ModelWeek2
 from .cpu_kernels import cpu_attention, fast_exp
 from .flash_attention import flash_attention
 from .metrics import RequestMetrics, RunMetrics
-from .request import Request
+from .request import DraftState, Request
 from .chunking import AdaptiveChunker, select_chunk_size
 from .kv_manager import DenseKvManager, KvManager
 from .planner import Plan, Planner
 from .mixed_step import PrefillChunk, mixed_forward
-from .mixed_policy import (
-    chunk_limit,
-    is_long,
-    may_start,
-    plan_mixed,
-    preempt_for_interactive,
-)
+from .preemption import Preemption
+from .policy import AlternatePolicy, Policy
+from .mixed_policy import MixedPolicy, Sharing
 from .runner import Forward, ModelRunner, accept_drafts
 from .block_pool import BlockPool, BlockTable, blocks_needed, chain_hash
 from .layer_blocks import LayerBlocks
@@ -71,7 +67,6 @@ from .speculative import (
     may_draft,
     plan_drafts,
     record_verification,
-    request_tokens,
     verified_tokens,
     worth_drafting,
 )
@@ -88,8 +83,9 @@ from .constrained import (
 )
 from .token_index import TokenIndex
 from .choices import choices_to_stop, make_choices
-from .engine import Engine, RequestOutput
-from .scheduler import batch_generate
+from .reporting import Reports, RequestOutput
+from .engine import Engine, make_kv_manager, make_policy
+from .batch import batch_generate
 from .sharding import HeadShard, shard_heads, shard_range, split_evenly
 from .tensor_parallel import (
     ShardedAttention,

@@ -207,7 +207,11 @@ class ConstraintState:
     """One request's place in its constraint: the DFA state of its answer so far.
 
     mask(logits) before each sample, advance(token) after each kept token.
+    reads_each_token: True, the next mask depends on the token sampled (a request
+    without a constraint has NoConstraint, whose is False).
     """
+
+    reads_each_token = True
 
     def __init__(self, index: TokenIndex):
         # Week 3 Day 5: ConstraintState: keep the index, state 0, at_start from the

@@ -14,7 +14,9 @@ The planner asks it four things, and never looks at the caches itself:
                              take its memory back
 
 and, after every step, `after_step()`; `batch_cache` holds the decode rows (one
-cache per layer) that the model runner feeds. KvManager below is that interface as
+cache per layer) that the model runner feeds. The given step-ahead runner
+(step_ahead.py) asks one more thing, has_room(request, position): may the request's
+row write that position now, without reserving? KvManager below is that interface as
 code: an abstract base whose abstract methods every manager writes, with the row
 moves all of them share. A KV manager never moves a request: it reports, and the
 planner and the model runner write the request's position.
@@ -52,6 +54,10 @@ class KvManager(ABC):
     @abstractmethod
     def release(self, request: Request) -> None:
         """The request is done or preempted: take its memory back."""
+
+    @abstractmethod
+    def has_room(self, request: Request, position: int) -> bool:
+        """The request's row can write `position` now, with the memory it holds."""
 
     @abstractmethod
     def after_step(self) -> None:
@@ -133,6 +139,10 @@ class DenseKvManager(KvManager):
     def release(self, request: Request) -> None:
         """Nothing to give back: a finished request's own cache went with it, and its
         row was emptied by remove()."""
+
+    def has_room(self, request: Request, position: int) -> bool:
+        """A dense row grows as it is written: always."""
+        return True
 
     def after_step(self) -> None:
         """Nothing to do after a step."""

@@ -1,8 +1,9 @@
 """What a batch run measures: per request and per run.
 
 Every time is a reading of the engine's `clock` (seconds; time.perf_counter by
-default). The scheduler and the requests record; nothing here prints: the CLIs and
-the benchmarks turn these numbers into tables, live views and plots.
+default). The engine (its reports, reporting.py), the model runner and the requests
+record; nothing here prints: the CLIs and the benchmarks turn these numbers into
+tables, live views and plots.
 """
 
 from dataclasses import dataclass, field
@@ -17,17 +18,19 @@ class RequestMetrics:
     generated_tokens: tokens sampled and accepted, one per record_token call: the
         first, sampled by the last prefill chunk, counts, and so does the EOS that
         ends a request (then it is len(GenerationResult.tokens) + 1).
-    arrival: read by the scheduler when it admits the request, at the start of the
+    arrival: read by the engine when it admits the request, at the start of the
         iteration its arrival_step names (a rejected prompt gets one too).
-    prefill_start: read by the scheduler just before the request's first prefill chunk.
+    prefill_start: read by the model runner just before the request's first prefill
+        chunk.
     token_times: one time per generated token, EOS included, read by Request.accept
         when it takes the token: for the first, after the last prefill chunk; for the
         others, after the decode step that sampled them.
     prefill_chunks: prefill chunks the request took (1 for a prompt prefilled whole),
-        counted by the scheduler.
+        counted by the engine's reports (Reports.record).
     cached_tokens: prompt tokens whose keys and values a paged engine found in its
         prefix cache at the request's admission (week 3 day 3): its prefill started
-        there. preemptions: how often a paged engine preempted it (week 3 day 2).
+        there. preemptions: how often it was preempted (Request.restart: week 3 day 1's
+        priorities, day 2's paged pool).
     draft_tokens, accepted_draft_tokens: draft tokens it proposed, and how many of
         them were accepted (week 3 day 4).
 

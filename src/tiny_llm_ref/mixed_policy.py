@@ -1,9 +1,9 @@
 """The mixed policy (week 3 day 1): what ONE forward of decodes and prefill chunks runs.
 
-plan_mixed asks the planner (planner.py: slots, the waiting queue, room from the KV
-manager) for every decoding request's next token first, so decodes never wait, then
-for prefill chunks, most urgent first, within `token_budget`. The model runner
-(runner.py) runs the plan as one forward (mixed_step.py).
+MixedPolicy.plan asks the planner (planner.py: slots, the waiting queue, room from
+the KV manager) for every decoding request's next token first, so decodes never
+wait, then for prefill chunks, most urgent first, within `token_budget`. The model
+runner (runner.py) runs the plan as one forward (mixed_step.py).
 
 Left alone, one long prompt sets the pace of every step it is in: each of its
 chunks is a full prefill_step at an ever longer context, and a short chat that
@@ -34,7 +34,7 @@ slot when its prefill ends.
 
 And priorities act: when every slot is taken, a waiting interactive request preempts
 a decoding batch request (it gives its memory back and recomputes later, as under
-memory pressure, week 2 day 6). Only batch requests whose deadline
+memory pressure, preemption.py). Only batch requests whose deadline
 (Planner.deadline: arrival + batch_patience) is later than the interactive request's
 can be preempted, so a batch request older than batch_patience is never preempted or
 overtaken again: it is never starved.
@@ -42,197 +42,269 @@ overtaken again: it is never starved.
 
 import itertools
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from tiny_llm_base.config_checks import is_adaptive
 
-from .planner import Plan, Planner
+from .planner import Plan
+from .policy import Policy
 from .request import Request
 from .speculative import plan_drafts
 
 
-# ANCHOR: is_long
-def is_long(planner: Planner, request: Request) -> bool:
-    """True for a prompt of more than long_prefill_token_threshold tokens (never when
-    the threshold is None)."""
-    # Week 3 Day 1: is_long: the threshold is set and the prompt's tokens pass it
-    threshold = planner.config.long_prefill_token_threshold
-    return threshold is not None and len(request.prefill_tokens) > threshold
-    # ANCHOR_END: is_long
+@dataclass
+class Sharing:
+    """Who shares one mixed step's prefill chunks, as MixedPolicy.plan_chunks goes.
 
-
-# ANCHOR: may_start
-def may_start(planner: Planner, request: Request, started: list[Request]) -> bool:
-    """The partial-prefill limits. `started`: the requests that have started
-    prefilling (offset > 0, or planned this step). A started request goes on; one
-    that has not may start only while fewer than max_num_partial_prefills of the
-    waiting requests are partly prefilled (started, not done), and, if it is long,
-    fewer than max_long_partial_prefills of those are long (None: no limit)."""
-    # Week 3 Day 1: may_start: True for a started request; else the partly prefilled
-    # waiting requests (in started, not prefill-done) and the long ones among them,
-    # each under its limit
-    if request in started or request.offset > 0:
-        return True
-    partial = [r for r in planner.waiting if r in started and not r.is_prefill_done]
-    config = planner.config
-    most = config.max_num_partial_prefills
-    if most is not None and len(partial) >= most:
-        return False
-    if is_long(planner, request) and config.max_long_partial_prefills is not None:
-        long_ones = sum(is_long(planner, r) for r in partial)
-        return long_ones < config.max_long_partial_prefills
-    return True
-    # ANCHOR_END: may_start
-
-
-# ANCHOR: chunk_limit
-def chunk_limit(planner: Planner, request: Request, size: int | None) -> int:
-    """The request's next chunk: the prompt tokens it has left, at most `size` (the
-    chunk size policy's answer; None: no cap) and, for a long prompt, at most
-    long_prefill_token_threshold and at most the most tokens L whose attention
-    scores, L x (offset + L) (each of the chunk's tokens against every position up
-    to the chunk's end), stay within long_prefill_attention_budget (None: no such
-    cap), but always at least 1 token."""
-    # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and, when
-    # is_long, the threshold and (unless None) the largest L >= 1 with
-    # L * (request.offset + L) <= long_prefill_attention_budget
-    tokens = len(request.prefill_tokens) - request.offset
-    if size is not None:
-        tokens = min(tokens, size)
-    if is_long(planner, request):
-        config = planner.config
-        tokens = min(tokens, config.long_prefill_token_threshold)
-        budget = config.long_prefill_attention_budget
-        while budget is not None and tokens > 1:
-            if tokens * (request.offset + tokens) <= budget:
-                break
-            tokens -= 1
-    return tokens
-    # ANCHOR_END: chunk_limit
-
-
-# ANCHOR: preempt_for_interactive
-def preempt_for_interactive(planner: Planner, started: list[Request]) -> None:
-    """Before a mixed step is planned: each waiting interactive request, most urgent
-    first, that is still prefilling and may start (may_start) but has no slot in view
-    (planner.slot_for with the requests in `started` but the long ones: a long one
-    yields its slot to an interactive request) preempts decoding batch requests
-    whose deadline is later than its own, latest first, until it has one or none is
-    left."""
-    # Week 3 Day 1: preempt_for_interactive: for each waiting interactive request by
-    # urgency, not prefill-done, may_start: while slot_for (with the started requests
-    # that are not is_long) is None, planner.preempt the decoding batch request with
-    # the latest deadline past its own (stop when none)
-    in_view = [r for r in started if not is_long(planner, r)]
-    for request in planner.by_urgency():
-        if request.priority != "interactive" or request.is_prefill_done:
-            continue
-        if not may_start(planner, request, started):
-            continue
-        while planner.slot_for(request, in_view) is None:
-            later = [
-                r
-                for _, r in planner.decoding()
-                if r.priority == "batch"
-                and planner.deadline(r) > planner.deadline(request)
-            ]
-            if not later:
-                break
-            planner.preempt(max(later, key=planner.deadline))
-    # ANCHOR_END: preempt_for_interactive
-
-
-def plan_mixed(planner: Planner) -> Plan:
-    """The mixed policy's plan for ONE forward, made with the planner's rules: an
-    interactive request with no slot preempts batch work first
-    (preempt_for_interactive); then every decode row (room made for them); with
-    config.speculative or config.jump_forward, the decoding requests' draft tokens
-    (plan_drafts, week 3 days 4 and 5); then prefill chunks, most urgent first, until
-    token_budget is spent (None: no limit). Every row fed counts against the budget,
-    an empty slot's dummy row and every draft token too.
-
-    The requests come from planner.prefill_candidates (a slot in view, room from the
-    KV manager, first come first served) with may_start's partial-prefill limits,
-    asked with the requests that have started prefilling (offset > 0) and those
-    planned so far, each of which keeps a slot in view, except a long one (is_long)
-    that has started: it yields (an interactive one to interactive requests, a batch
-    one to everyone). It is asked after everyone else, keeps its slot in view only
-    from those it does not yield to, and gets no chunk in a step that has a chunk of
-    one it yields to; so it pauses while every slot is taken and a request it yields
-    to waits, and a request it yields to runs its chunk without it.
-    Each chunk is chunk_limit(planner, request, chunk size) (a long prompt's caps
-    included), at most the budget left, cut to the room planner.reserve_chunk makes
-    for it; a chunk with no room ends the plan (first come, first served). An
-    AdaptiveChunker is asked once a step (it learns from one time a step); a size a
-    policy gets wrong fails that request alone, and the next request asks the
-    policy again.
+    started: the waiting requests that have started prefilling (offset > 0), and
+        those planned so far (may_start's list). yielding: the long ones
+        (MixedPolicy.is_long) that had started when the step began: they yield.
+    in_view: the requests that keep a slot in view from everyone (slot_for's
+        also_ready): the started ones that do not yield, and those planned.
+    kept_from_batch: in_view and the yielding interactive ones: an interactive long
+        prompt yields its slot to interactive requests only.
+    chunks: (request, tokens) planned so far.
     """
-    # Week 3 Day 1: plan_mixed: preempt_for_interactive, room for the decodes, their
-    # rows, the drafts (plan_drafts, only with config.speculative or jump_forward),
-    # then chunks from prefill_candidates with may_start within the budget left; the
-    # started long requests yield (asked last, an interactive one's slot kept in view
-    # from batch requests only, a batch one's from nobody; no chunk in a step with a
-    # chunk of a request it yields to), the other started and the planned ones keep
-    # a slot in view; each chunk_limit, cut to what planner.reserve_chunk makes room
-    # for (stop at the first that gets none); Plan(rows, chunks, mixed=True, drafts)
-    config = planner.config
-    started = [r for r in planner.waiting if r.offset > 0]
-    preempt_for_interactive(planner, started)
-    planner.make_room_for_decodes()
-    rows = planner.decode_rows()
-    budget = math.inf if config.token_budget is None else config.token_budget
-    budget -= len(rows)
-    drafts = {}
-    if config.speculative or config.jump_forward:
-        drafts = plan_drafts(planner, rows, budget)
-        budget -= sum(map(len, drafts.values()))
-    chunks: list[tuple[Request, int]] = []
-    step_size = None
-    yielding = [r for r in started if is_long(planner, r)]
-    in_view = [r for r in started if r not in yielding]
-    kept_from_batch = in_view + [r for r in yielding if r.priority == "interactive"]
 
-    def yields_to(request: Request, other: Request) -> bool:
-        return other not in yielding and (
+    started: list[Request]
+    yielding: list[Request]
+    in_view: list[Request] = field(init=False)
+    kept_from_batch: list[Request] = field(init=False)
+    chunks: list[tuple[Request, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Week 3 Day 1: Sharing: in_view, the started requests not yielding;
+        # kept_from_batch, in_view and the interactive yielding ones
+        self.in_view = [r for r in self.started if r not in self.yielding]
+        self.kept_from_batch = self.in_view + [
+            r for r in self.yielding if r.priority == "interactive"
+        ]
+
+    def yields_to(self, request: Request, other: Request) -> bool:
+        """A yielding `request` yields to `other` when other does not yield and
+        either request is batch or other is interactive."""
+        # Week 3 Day 1: yields_to: other not yielding, and request batch or other
+        # interactive
+        return other not in self.yielding and (
             request.priority == "batch" or other.priority == "interactive"
         )
 
-    def first(request: Request) -> bool:  # everyone but the yielding, by urgency
-        if request in yielding or not may_start(planner, request, started):
+    def add(self, request: Request, tokens: int) -> None:
+        """A chunk of `tokens` is planned for the request: it has started and keeps
+        a slot in view from now on."""
+        # Week 3 Day 1: add: append to chunks; join started, in_view and
+        # kept_from_batch where it is not yet
+        self.chunks.append((request, tokens))
+        if request not in self.started:
+            self.started.append(request)
+        if request not in self.in_view:
+            self.in_view.append(request)
+            self.kept_from_batch.append(request)
+
+
+class MixedPolicy(Policy):
+    """Week 3 day 1: one forward a step for every decode and the chunks (see the
+    module)."""
+
+    def plans(self) -> Iterator[Plan]:
+        """ONE plan (plan()); then the requests it prefilled take their slots
+        (place_prefilled)."""
+        # Week 3 Day 1: plans: yield plan(), then place_prefilled
+        yield self.plan()
+        self.planner.place_prefilled()
+
+    # ANCHOR: is_long
+    def is_long(self, request: Request) -> bool:
+        """True for a prompt of more than long_prefill_token_threshold tokens (never
+        when the threshold is None)."""
+        # Week 3 Day 1: is_long: the threshold is set and the prompt's tokens pass it
+        threshold = self.config.long_prefill_token_threshold
+        return threshold is not None and request.prefill_length > threshold
+        # ANCHOR_END: is_long
+
+    # ANCHOR: may_start
+    def may_start(self, request: Request, started: list[Request]) -> bool:
+        """The partial-prefill limits. `started`: the requests that have started
+        prefilling (offset > 0, or planned this step). A started request goes on;
+        one that has not may start only while fewer than max_num_partial_prefills of
+        the waiting requests are partly prefilled (started, not done), and, if it
+        is long, fewer than max_long_partial_prefills of those are long (None: no
+        limit)."""
+        # Week 3 Day 1: may_start: True for a started request; else the partly
+        # prefilled waiting requests (in started, not prefill-done) and the long ones
+        # among them, each under its limit
+        if request in started or request.offset > 0:
+            return True
+        waiting = self.planner.waiting
+        partial = [r for r in waiting if r in started and not r.is_prefill_done]
+        config = self.config
+        most = config.max_num_partial_prefills
+        if most is not None and len(partial) >= most:
             return False
-        # an interactive long prompt yields its slot to no batch request
+        if self.is_long(request) and config.max_long_partial_prefills is not None:
+            long_ones = sum(self.is_long(r) for r in partial)
+            return long_ones < config.max_long_partial_prefills
+        return True
+        # ANCHOR_END: may_start
+
+    # ANCHOR: chunk_limit
+    def chunk_limit(self, request: Request, size: int | None) -> int:
+        """The request's next chunk: the prompt tokens it has left, at most `size`
+        (the chunk size policy's answer; None: no cap) and, for a long prompt, at
+        most long_prefill_token_threshold and at most the most tokens L whose
+        attention scores, L x (offset + L) (each of the chunk's tokens against every
+        position up to the chunk's end), stay within long_prefill_attention_budget
+        (None: no such cap), but always at least 1 token."""
+        # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and,
+        # when is_long, the threshold and (unless None) the largest L >= 1 with
+        # L * (request.offset + L) <= long_prefill_attention_budget
+        tokens = request.prefill_length - request.offset
+        if size is not None:
+            tokens = min(tokens, size)
+        if self.is_long(request):
+            config = self.config
+            tokens = min(tokens, config.long_prefill_token_threshold)
+            budget = config.long_prefill_attention_budget
+            while budget is not None and tokens > 1:
+                if tokens * (request.offset + tokens) <= budget:
+                    break
+                tokens -= 1
+        return tokens
+        # ANCHOR_END: chunk_limit
+
+    # ANCHOR: preempt_for_interactive
+    def preempt_for_interactive(self, started: list[Request]) -> None:
+        """Before a mixed step is planned: each waiting interactive request, most
+        urgent first, that is still prefilling and may start (may_start) but has no
+        slot in view (planner.slot_for with the requests in `started` but the long
+        ones: a long one yields its slot to an interactive request) preempts
+        decoding batch requests whose deadline is later than its own, latest first
+        (preemption.preempt), until it has one or none is left."""
+        # Week 3 Day 1: preempt_for_interactive: for each waiting interactive request
+        # by urgency, not prefill-done, may_start: while slot_for (with the started
+        # requests that are not is_long) is None, preempt the decoding batch request
+        # with the latest deadline past its own (stop when none)
+        planner = self.planner
+        in_view = [r for r in started if not self.is_long(r)]
+        for request in planner.by_urgency():
+            if request.priority != "interactive" or request.is_prefill_done:
+                continue
+            if not self.may_start(request, started):
+                continue
+            while planner.slot_for(request, in_view) is None:
+                later = [
+                    r
+                    for _, r in planner.decoding()
+                    if r.priority == "batch"
+                    and planner.deadline(r) > planner.deadline(request)
+                ]
+                if not later:
+                    break
+                self.preemption.preempt(max(later, key=planner.deadline))
+        # ANCHOR_END: preempt_for_interactive
+
+    def plan(self) -> Plan:
+        """The plan for ONE forward, made with the planner's rules: an interactive
+        request with no slot preempts batch work first (preempt_for_interactive);
+        then every decode row (room made for them, preemption.make_room_for_decodes);
+        with config.speculative or config.jump_forward, the decoding requests'
+        draft tokens (plan_drafts, week 3 days 4 and 5); then prefill chunks
+        (plan_chunks) until token_budget is spent (None: no limit). Every row fed
+        counts against the budget, an empty slot's dummy row and every draft token
+        too. Finished requests (a chunk size that failed) are retired."""
+        # Week 3 Day 1: plan: the started requests (offset > 0);
+        # preempt_for_interactive; make_room_for_decodes; the rows; the budget left
+        # after them and the drafts (plan_drafts, only with config.speculative or
+        # jump_forward); plan_chunks; retire_finished; Plan(rows, chunks, mixed=True,
+        # drafts)
+        planner, config = self.planner, self.config
+        started = [r for r in planner.waiting if r.offset > 0]
+        self.preempt_for_interactive(started)
+        self.preemption.make_room_for_decodes()
+        rows = planner.decode_rows()
+        budget = math.inf if config.token_budget is None else config.token_budget
+        budget -= len(rows)
+        drafts = {}
+        if config.speculative or config.jump_forward:
+            drafts = plan_drafts(planner, rows, budget)
+            budget -= sum(map(len, drafts.values()))
+        chunks = self.plan_chunks(started, budget)
+        planner.retire_finished()
+        return Plan(rows=rows, chunks=chunks, mixed=True, drafts=drafts)
+
+    def plan_chunks(self, started: list[Request], budget: float) -> list:
+        """Prefill chunks within `budget` tokens, most urgent first: (request,
+        tokens) each.
+
+        The requests come from planner.prefill_candidates (a slot in view, room from
+        the KV manager, first come first served), asked with a Sharing of
+        `started`: each started request keeps a slot in view, except a long one
+        (is_long) that has started: it yields (an interactive one to interactive
+        requests, a batch one to everyone). The requests that do not yield are asked
+        first (in_first_round); the yielding ones after them (in_last_round), and a
+        yielding one gets no chunk in a step that has a chunk of one it yields to;
+        so it pauses while every slot is taken and a request it yields to waits.
+        Each chunk is chunk_limit(request, chunk size), at most the budget left, cut
+        to the room preemption.reserve_chunk makes for it; a chunk with no room ends
+        the plan (first come, first served). An AdaptiveChunker is asked once a step
+        (it learns from one time a step); a size a policy gets wrong fails that
+        request alone ("prefill failed: ..."), and the next request asks again."""
+        # Week 3 Day 1: plan_chunks: a Sharing (yielding: the started is_long ones);
+        # prefill_candidates(in_view, in_first_round), then (in_view,
+        # in_last_round); for each while budget is left: the chunk size (once a step
+        # for an AdaptiveChunker), chunk_limit, the budget, reserve_chunk with the
+        # planned requests (stop at 0); Sharing.add; the chunks
+        planner, config = self.planner, self.config
+        sharing = Sharing(started, [r for r in started if self.is_long(r)])
+        candidates = itertools.chain(
+            planner.prefill_candidates(
+                sharing.in_view, lambda r: self.in_first_round(r, sharing)
+            ),
+            planner.prefill_candidates(  # asked once the first round is done
+                sharing.in_view, lambda r: self.in_last_round(r, sharing)
+            ),
+        )
+        step_size = None
+        for request in candidates:
+            if budget <= 0:
+                break
+            try:
+                if step_size is None or not is_adaptive(config.prefill_step):
+                    step_size = planner.chunk_size(request)
+            except (TypeError, ValueError) as error:  # a policy's bad answer
+                request.fail(f"prefill failed: {error}")
+                continue
+            size = min(self.chunk_limit(request, step_size), budget)
+            planned = [r for r, _ in sharing.chunks]
+            size = self.preemption.reserve_chunk(request, size, planned)
+            if not size:  # no memory for it: nobody behind it goes first
+                break
+            sharing.add(request, size)
+            budget -= size
+        return sharing.chunks
+
+    def in_first_round(self, request: Request, sharing: Sharing) -> bool:
+        """Asked first: a request that does not yield and may start; a batch one
+        only with a slot in view past every kept_from_batch request."""
+        # Week 3 Day 1: in_first_round: not yielding, may_start, and for a batch
+        # request slot_for(request, kept_from_batch) is not None
+        if request in sharing.yielding:
+            return False
+        if not self.may_start(request, sharing.started):
+            return False
         return (
             request.priority != "batch"
-            or planner.slot_for(request, kept_from_batch) is not None
+            or self.planner.slot_for(request, sharing.kept_from_batch) is not None
         )
 
-    def then(request: Request) -> bool:  # the yielding ones, with the slots left
-        if request not in yielding or not may_start(planner, request, started):
+    def in_last_round(self, request: Request, sharing: Sharing) -> bool:
+        """Asked last: a yielding request that may start, in a step with no chunk
+        of one it yields to."""
+        # Week 3 Day 1: in_last_round: yielding, may_start, and yields_to none of the
+        # chunks' requests
+        if request not in sharing.yielding:
             return False
-        return not any(yields_to(request, other) for other, _ in chunks)
-
-    candidates = itertools.chain(
-        planner.prefill_candidates(in_view, first),
-        planner.prefill_candidates(in_view, then),  # asked once the first are done
-    )
-    for request in candidates:
-        if budget <= 0:
-            break
-        try:
-            if step_size is None or not is_adaptive(config.prefill_step):
-                step_size = planner.chunk_size(request)
-        except (TypeError, ValueError) as error:  # a policy's bad answer
-            request.fail(f"prefill failed: {error}")
-            continue
-        size = min(chunk_limit(planner, request, step_size), budget)
-        size = planner.reserve_chunk(request, size, [r for r, _ in chunks])
-        if not size:  # no memory for it: nobody behind it goes first
-            break
-        chunks.append((request, size))
-        if request not in started:
-            started.append(request)
-        if request not in in_view:
-            in_view.append(request)
-            kept_from_batch.append(request)
-        budget -= size
-    planner.retire_finished()
-    return Plan(rows=rows, chunks=chunks, mixed=True, drafts=drafts)
+        if not self.may_start(request, sharing.started):
+            return False
+        return not any(sharing.yields_to(request, other) for other, _ in sharing.chunks)

@@ -77,9 +77,8 @@ class PrefixCachingKvManager(PagedKvManager):
         """Name each full block of the request not named yet: chain_hash(the previous
         block's name, its tokens), then pool.remember(block, name); the name joins
         table.hashes even when remember keeps an earlier block under it, so the
-        chain goes on. Its tokens are prefill_tokens[: metrics.prompt_tokens] (the
-        prompt: after a restart prefill_tokens holds the generated tokens too) and
-        then generated; `offset` says how many are in the cache."""
+        chain goes on. Its tokens are request.tokens (prompt, then generated);
+        `offset` says how many are in the cache."""
         # Week 3 Day 3: name_full_blocks: chain_hash each full block not named yet and
         # pool.remember it
         table = self.tables[request]
@@ -87,8 +86,7 @@ class PrefixCachingKvManager(PagedKvManager):
         full = request.offset // size
         if len(table.hashes) >= full:
             return
-        prompt = request.prefill_tokens[: request.metrics.prompt_tokens]
-        tokens = prompt + request.generated
+        tokens = request.tokens
         for index in range(len(table.hashes), full):
             parent = table.hashes[-1] if table.hashes else None
             block_hash = chain_hash(parent, tokens[index * size : (index + 1) * size])

@@ -1,8 +1,11 @@
 """One generation request, from its prompt to its finish reason.
 
-Progress is counters: `offset` (tokens already in the request's KV cache: prompt
-tokens while it prefills, then one more per decode step) and the generated tokens.
-`is_prefill_done` is derived from them, never stored.
+The request keeps one token list, `tokens`: the prompt's ids, then each generated
+token as it is accepted. Progress is counters over it: `offset` (tokens already in
+the request's KV cache: prompt tokens while it prefills, then one more per decode
+step) and `prefill_length` (the tokens a prefill computes: the prompt, or after a
+restart everything so far). `prefill_tokens`, `generated`, `next_token` and
+`is_prefill_done` are derived from them, never stored.
 Prefill runs in chunks: each `try_prefill` call pushes at most `prefill_max_step`
 prompt tokens through the model, starting at `offset`, and the last chunk samples
 the first generated token. Every sampled token goes through `accept`, the one place
@@ -14,12 +17,11 @@ wrong while it samples a token.
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import mlx.core as mx
 
 from tiny_llm_base import (
-    PRIORITIES,
     GenerationResult,
     NoConstraint,
     PlainSampling,
@@ -27,7 +29,7 @@ from tiny_llm_base import (
     SamplingOptions,
     check_int,
     greedy,
-    prompt_token_ids,
+    request_prompt_ids,
     sampled_token_id,
     start_sampling,
 )
@@ -35,6 +37,22 @@ from tiny_llm_base import (
 from .constrained import ConstraintState, start_constraint
 from .kv_cache import TinyKvCache
 from .metrics import RequestMetrics
+
+
+@dataclass
+class DraftState:
+    """A request's drafting (week 3 day 4; speculative.py moves it), as
+    constraint_state and sampling_state are its constraint's and options'.
+
+    acceptance: an average of the share of its draft tokens accepted (1.0 before
+    any). resume_at: the count of generated tokens before which it proposes no
+    drafts (a pause once they stopped paying). pauses: how many pauses it has had
+    (each lasts twice the one before).
+    """
+
+    acceptance: float = 1.0
+    resume_at: int = 0
+    pauses: int = 0
 
 
 @dataclass(eq=False)
@@ -57,32 +75,29 @@ class Request:
     sampler: log-probabilities [1, V] -> token id [1]. priority: "batch" or
         "interactive". clock: read once per accepted token (metrics.token_times).
 
-    prefill_tokens: the prompt's token ids.
+    tokens: the prompt's token ids, then every generated token (an EOS is never
+        kept); metrics.prompt_tokens says where the prompt ends.
+    prefill_length: how many of `tokens` a prefill computes (prefill_tokens): the
+        prompt's, then after a restart every token so far.
     offset: tokens in the request's KV cache, its next position. Only `advance`
         moves it forward (try_prefill by each chunk's length; the engine's model
         runner by what each forward fed; a prefix cache by the tokens it already
         holds), and only `restart` sets it back to 0.
-    next_token: the token sampled last, not yet in any cache: the next decode step's
-        input. None before the first token and once finished.
-    generated: the generated tokens; an EOS is never kept.
     finish_reason: None while the request runs, then "stop", "length",
         "max_seq_len", "abort" (Engine.abort) or "error" (then `error` says why).
     metrics: the request's RequestMetrics.
     detokenizer: tokenizer.detokenizer, fed every kept token; `text` reads it.
     kv_cache: the request's own cache (model.create_kv_cache()) while it prefills;
         None once a decode slot has copied it into the batch cache, or once finished.
-    draft_acceptance, drafts_resume_at, draft_pauses (week 3 day 4): an average of
-        the share of its draft tokens accepted (1.0 before any), the count of
-        generated tokens before which it proposes no drafts (a pause once they stopped
-        paying), and how many pauses it has had (each lasts twice the one before).
+    drafting (week 3 day 4): its DraftState.
     constraint (week 3 day 5): None, Regex(pattern), Choice(options), JsonSchema or
         JsonObject: the answer must match. constraint_state: its ConstraintState
         (start_constraint), which masks the logits in `sample` and advances in
         `accept`; without a constraint, NoConstraint() (tiny_llm_base), which
         allows everything, so both call it the same way. A bad constraint fails this
         request alone.
-    options: None or a SamplingOptions (tiny_llm_base: logprobs, a seed,
-        penalties, ...). sampling_state: start_sampling(options, prompt ids,
+    options (not kept): None or a SamplingOptions (tiny_llm_base: logprobs, a
+        seed, penalties, ...). sampling_state: start_sampling(options, prompt ids,
         sampler, tokenizer.eos_token_ids, model.vocab_size), given code with the
         same shape of calls as constraint_state: `sample` passes the masked logits
         through its process() and draws through its draw(), `accept` calls its
@@ -105,36 +120,31 @@ class Request:
     priority: str = "batch"
     clock: Callable[[], float] = time.perf_counter
     constraint: object = None
-    options: SamplingOptions | None = None
+    options: InitVar[SamplingOptions | None] = None
     index: int = 0
     first_choice: "Request | None" = None
-    prefill_tokens: list[int] = field(init=False)
+    tokens: list[int] = field(init=False, default_factory=list)
+    prefill_length: int = field(init=False, default=0)
     offset: int = field(init=False, default=0)
-    next_token: int | None = field(init=False, default=None)
-    generated: list[int] = field(init=False, default_factory=list)
     finish_reason: str | None = field(init=False, default=None)
     error: str | None = field(init=False, default=None)
     metrics: RequestMetrics = field(init=False, default_factory=RequestMetrics)
     detokenizer: object = field(init=False, default=None)
     kv_cache: list[TinyKvCache] | None = field(init=False, default=None)
-    draft_acceptance: float = field(init=False, default=1.0)
-    drafts_resume_at: int = field(init=False, default=0)
-    draft_pauses: int = field(init=False, default=0)
+    drafting: DraftState = field(init=False, default_factory=DraftState)
     constraint_state: ConstraintState | NoConstraint = field(
         init=False, default_factory=NoConstraint
     )
     sampling_state: object = field(init=False, default_factory=PlainSampling)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, options: SamplingOptions | None) -> None:
         # Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at least 1
         # or None) or a max_seq_len that is not an int or passes model.context_length
-        # (None becomes context_length). Fail this request alone (fail(), no raise) for
-        # a priority not in PRIORITIES, a max_tokens that is not an int of at least 1 or
-        # None, a sampler that is not callable, a bad prompt (prompt_token_ids with
-        # model.vocab_size raises TypeError or ValueError), a prompt whose tokens plus
-        # max_tokens - 1 pass context_length (name both numbers), or one longer than
-        # max_seq_len. Otherwise keep the prompt's token ids, create the model's KV
-        # cache, take tokenizer.detokenizer and record the prompt length in metrics.
+        # (None becomes context_length). Fail this request alone (fail(), no raise)
+        # when request_prompt_ids (given: priority, max_tokens, sampler, the prompt and
+        # its length) raises TypeError or ValueError. Otherwise its ids are `tokens`
+        # and prefill_length; create the model's KV cache, take
+        # tokenizer.detokenizer and record the prompt length in metrics.
         # With a constraint, constraint_state = start_constraint(...): week 3 day 5
         # writes that function; its TypeError or ValueError fails the request the same
         # way. Then sampling_state = start_sampling(...) (given), which fails it alike
@@ -148,17 +158,17 @@ class Request:
                 f"max_seq_len is {self.max_seq_len} but the model's context is "
                 f"{context} positions: pass at most {context}"
             )
-        self.prefill_tokens = []
         try:
-            self.prefill_tokens = self._checked_prompt_ids()
+            settings = self.priority, self.max_tokens, self.sampler, self.max_seq_len
+            ids = request_prompt_ids(self.model, self.tokenizer, self.prompt, *settings)
             if self.constraint is not None:
                 vocab_size = self.model.vocab_size
                 self.constraint_state = start_constraint(
                     self.constraint, self.tokenizer, vocab_size
                 )
             self.sampling_state = start_sampling(
-                self.options,
-                self.prefill_tokens,
+                options,
+                ids,
                 self.sampler,
                 self.tokenizer.eos_token_ids,
                 self.model.vocab_size,
@@ -166,44 +176,37 @@ class Request:
         except (TypeError, ValueError) as error:
             self.fail(str(error))
             return
+        self.tokens = ids
+        self.prefill_length = len(ids)
         self.kv_cache = self.model.create_kv_cache()
         self.detokenizer = self.tokenizer.detokenizer
-        self.metrics.prompt_tokens = len(self.prefill_tokens)
+        self.metrics.prompt_tokens = len(ids)
 
-    def _checked_prompt_ids(self) -> list[int]:
-        """The prompt's token ids, once this request's settings hold up; raises
-        TypeError or ValueError saying what to fix."""
-        if self.priority not in PRIORITIES:
-            raise ValueError(
-                f"priority must be one of {PRIORITIES}, got {self.priority!r}"
-            )
-        check_int("max_tokens", self.max_tokens, 1, allow_none=True)
-        if not callable(self.sampler):
-            raise TypeError(
-                "sampler must be callable (log-probabilities [1, V] -> token id [1]), "
-                f"got {type(self.sampler).__name__}"
-            )
-        ids = prompt_token_ids(self.tokenizer, self.prompt, self.model.vocab_size)
-        # Every prompt token and every generated token but the last takes a position.
-        needed = len(ids) + (self.max_tokens or 1) - 1
-        context = self.model.context_length
-        if needed > context:
-            raise ValueError(
-                f"the prompt has {len(ids)} tokens and max_tokens is "
-                f"{self.max_tokens}: that needs {needed} positions, more than the model's context of "
-                f"{context}; shorten the prompt or lower max_tokens"
-            )
-        if len(ids) > self.max_seq_len:
-            raise ValueError(
-                f"the prompt has {len(ids)} tokens but max_seq_len is "
-                f"{self.max_seq_len}: raise max_seq_len or shorten the prompt"
-            )
-        return ids
+    @property
+    def prefill_tokens(self) -> list[int]:
+        """The tokens a prefill computes: tokens[:prefill_length]."""
+        return self.tokens[: self.prefill_length]
+
+    @property
+    def generated(self) -> list[int]:
+        """The generated tokens: tokens past the prompt (metrics.prompt_tokens)."""
+        return self.tokens[self.metrics.prompt_tokens :]
+
+    @property
+    def next_token(self) -> int | None:
+        """The token sampled last, not yet in any cache: the next decode step's
+        input, tokens[-1] while the request decodes (prefill done, offset one short
+        of its tokens). None before the first token, while it prefills again after
+        a restart, and once finished."""
+        # Week 2 Day 6: next_token: tokens[-1] when not finished, the prefill is done
+        # and offset is len(tokens) - 1; else None
+        decoding = self.is_prefill_done and self.offset == len(self.tokens) - 1
+        return self.tokens[-1] if decoding and not self.is_finished else None
 
     @property
     def is_prefill_done(self) -> bool:
-        # Week 2 Day 6: is_prefill_done: offset has reached the prompt length
-        return self.offset >= len(self.prefill_tokens)
+        # Week 2 Day 6: is_prefill_done: offset has reached prefill_length
+        return self.offset >= self.prefill_length
 
     @property
     def is_finished(self) -> bool:
@@ -218,7 +221,8 @@ class Request:
     def try_prefill(self, max_step: int | None = None) -> int:
         """Prefill the next chunk; return how many prompt tokens it processed.
 
-        The chunk is prefill_tokens[offset : offset + step], step being `max_step`,
+        The chunk is tokens[offset : offset + step] within prefill_length, step being
+        `max_step`,
         else prefill_max_step (None: the whole rest). It runs through the model at
         `offset` with kv_cache (last_position_only, unless sampling_state
         wants_prompt_logprobs: then every position's logits go to its
@@ -230,7 +234,8 @@ class Request:
         ValueError for a max_step that is not an int of at least 1 or None.
         """
         # Week 2 Day 6: try_prefill: ValueError once prefill is done; run
-        # prefill_tokens[offset : offset + step] through the model at `offset` with
+        # tokens[offset : offset + step] (up to prefill_length) through the model at
+        # `offset` with
         # kv_cache (step: max_step, else prefill_max_step; None: the whole rest;
         # last_position_only=True unless sampling_state.wants_prompt_logprobs, which
         # then observe_prompt's every position), advance offset, mx.eval the cache,
@@ -241,11 +246,11 @@ class Request:
         check_int("max_step", max_step, 1, allow_none=True)
         step = max_step if max_step is not None else self.prefill_max_step
         end = (
-            len(self.prefill_tokens)
+            self.prefill_length
             if step is None
-            else min(self.offset + step, len(self.prefill_tokens))
+            else min(self.offset + step, self.prefill_length)
         )
-        chunk = mx.array([self.prefill_tokens[self.offset : end]])
+        chunk = mx.array([self.tokens[self.offset : end]])
         every = self.sampling_state.wants_prompt_logprobs
         start = self.offset
         logits = self.model(chunk, start, self.kv_cache, last_position_only=not every)
@@ -272,47 +277,52 @@ class Request:
         tokens generated so far are prefilled again from position 0, and the
         prefill's last chunk samples the next token. Tokens already generated stay
         generated; the request's own cache is made anew when it is admitted again."""
-        # Week 2 Day 6: restart: prefill_tokens = the prompt (its first
-        # metrics.prompt_tokens tokens) + generated; offset 0; next_token and kv_cache
-        # None; metrics.preemptions += 1
-        prompt = self.prefill_tokens[: self.metrics.prompt_tokens]
-        self.prefill_tokens = prompt + self.generated
+        # Week 3 Day 1: restart: prefill_length = every token so far; offset 0;
+        # kv_cache None; metrics.preemptions += 1
+        self.prefill_length = len(self.tokens)
         self.offset = 0
-        self.next_token = None
         self.kv_cache = None
         self.metrics.preemptions += 1
 
-    def sample(self, logits: mx.array) -> int:
-        """logits: [1, V] -> the next token id, through this request's sampler.
-
-        The constraint masks the logits, the sampling state processes them
+    def sample(self, logits: mx.array) -> object:
+        """logits: [1, V] -> the sampler's answer, not read (lazy: a step-ahead
+        runner starts the next forward on it before reading it). The constraint masks the logits, the sampling state processes them
         (penalties, biases: PlainSampling leaves them as they are), they become
         log-probabilities, and the sampling state draws the token through the
         sampler (sampling_state.draw(sampler, logprobs): PlainSampling just calls
-        it). Raises TypeError or ValueError when the sampler returns anything but
-        one token id of the model's vocabulary (see sampled_token_id).
+        it).
         """
         # Week 2 Day 6: sample: constraint_state.mask the logits, then
         # sampling_state.process them; turn them into log-probabilities (subtract
-        # logsumexp); sampling_state.draw(sampler, logprobs); return
-        # sampled_token_id(its result, model.vocab_size). NoConstraint and
-        # PlainSampling leave everything as it is
+        # logsumexp); return sampling_state.draw(sampler, logprobs). NoConstraint
+        # and PlainSampling leave everything as it is
         logits = self.constraint_state.mask(logits)
         logits = self.sampling_state.process(logits)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        drawn = self.sampling_state.draw(self.sampler, logprobs)
-        return sampled_token_id(drawn, self.model.vocab_size)
+        return self.sampling_state.draw(self.sampler, logprobs)
 
     def sample_and_accept(self, logits: mx.array) -> None:
-        """logits: [1, V] at the request's last position: sample and accept a token.
-
-        Whatever fails here (the sampler, its token, the detokenizer) fails this
-        request alone.
-        """
-        # Week 2 Day 6: sample_and_accept: accept(sample(logits)); any exception fails
-        # this request (fail() with a message that names the error), never the batch
+        """logits: [1, V] at the request's last position: sample and accept a token
+        (accept_drawn of what sample answers, or of the exception it raised)."""
+        # Week 2 Day 6: sample_and_accept: accept_drawn(sample(logits)), or of the
+        # exception sample raised
         try:
-            self.accept(self.sample(logits))
+            drawn = self.sample(logits)
+        except Exception as error:
+            drawn = error
+        self.accept_drawn(drawn)
+
+    def accept_drawn(self, drawn: object) -> None:
+        """Accept the sampler's answer `drawn` (read here: sampled_token_id). Whatever
+        fails (an exception sample raised, passed as `drawn`; the answer; the
+        detokenizer) fails this request alone, with a message naming the error."""
+        # Week 2 Day 6: accept_drawn: accept(sampled_token_id(drawn,
+        # model.vocab_size)), raising `drawn` when it is an exception; any exception
+        # fails this request (fail(f"sampling token {n} failed: {name}: {error}"))
+        try:
+            if isinstance(drawn, Exception):
+                raise drawn
+            self.accept(sampled_token_id(drawn, self.model.vocab_size))
         except Exception as error:
             self.fail(
                 f"sampling token {len(self.generated) + 1} failed: "
@@ -324,13 +334,13 @@ class Request:
 
         Its time is recorded first (metrics.record_token(clock())), EOS included.
         EOS finishes with "stop" and is not kept. Any other token is kept: the
-        constraint and sampling states advance over it, then generated, the
-        detokenizer, next_token; then the request finishes with "length" once it has
-        max_tokens tokens, or with "max_seq_len" once offset has reached max_seq_len
-        (no room left in the cache to feed the token).
+        constraint and sampling states advance over it, then it joins `tokens` (so
+        it is next_token) and the detokenizer; then the request finishes with
+        "length" once it has max_tokens generated tokens, or with "max_seq_len" once
+        offset has reached max_seq_len (no room left in the cache to feed the token).
         """
         # Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept);
-        # otherwise keep it, feed the detokenizer, make it next_token, and finish with
+        # otherwise append it to tokens, feed the detokenizer, and finish with
         # 'length' at max_tokens or 'max_seq_len' when offset reaches it;
         # constraint_state.advance and sampling_state.advance a kept token first
         self.metrics.record_token(self.clock())
@@ -339,32 +349,29 @@ class Request:
             return
         self.constraint_state.advance(token)
         self.sampling_state.advance(token)
-        self.generated.append(token)
+        self.tokens.append(token)
         self.detokenizer.add_token(token)
-        self.next_token = token
         if self.max_tokens is not None and len(self.generated) >= self.max_tokens:
             self.finish("length")
         elif self.offset >= self.max_seq_len:
             self.finish("max_seq_len")  # no room left in the cache to feed the token
 
     def finish(self, reason: str) -> None:
-        """End the request: finish_reason, no next_token, no cache, the detokenizer
-        flushed. Its decode slot, if any, is the scheduler's to free."""
-        # Week 2 Day 6: finish: set finish_reason, drop next_token and the cache,
-        # finalize the detokenizer
+        """End the request: finish_reason (so no next_token), no cache, the
+        detokenizer flushed. Its decode slot, if any, is the planner's to free."""
+        # Week 2 Day 6: finish: set finish_reason, drop the cache, finalize the
+        # detokenizer
         self.finish_reason = reason
-        self.next_token = None
         self.detokenizer.finalize()
         self.kv_cache = None
 
     def fail(self, message: str) -> None:
         """Finish this request alone with "error", `message` saying why; the tokens
-        so far are kept, next_token and the cache dropped."""
-        # Week 2 Day 6: fail: keep the error message, finish with 'error', drop
-        # next_token and the cache
+        so far are kept, the cache dropped."""
+        # Week 2 Day 6: fail: keep the error message, finish with 'error', drop the
+        # cache
         self.error = message
         self.finish_reason = "error"
-        self.next_token = None
         self.kv_cache = None
 
     def result(self) -> GenerationResult:

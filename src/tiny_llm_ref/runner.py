@@ -81,9 +81,13 @@ class ModelRunner:
         except BaseException as interrupt:
             self.fail(requests, f"interrupted by {type(interrupt).__name__}", plan)
             raise
-        decodes = [r for r in plan.rows if r]
         seconds = self.clock() - start
+        decodes = self.decoded(plan)
         return Forward(start, seconds, plan.chunks, decodes, plan.mixed, drafts)
+
+    def decoded(self, plan: Plan) -> list[Request]:
+        """The requests the plan's forward decoded: every row's request."""
+        return [r for r in plan.rows if r]
 
     def decode(self, plan: Plan) -> None:
         """One token for every decoding request: the plan's rows, up to the highest
@@ -130,12 +134,12 @@ class ModelRunner:
         tokens, offsets = plan.decode_inputs()
         chunks = [
             PrefillChunk(
-                r.prefill_tokens[r.offset : r.offset + n],
+                r.tokens[r.offset : r.offset + n],
                 r.offset,
                 r.kv_cache,
                 logit_rows=n
                 if r.sampling_state.wants_prompt_logprobs
-                else int(r.offset + n == len(r.prefill_tokens)),
+                else int(r.offset + n == r.prefill_length),
             )
             for r, n in plan.chunks
         ]

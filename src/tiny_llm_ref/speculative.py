@@ -112,14 +112,6 @@ def can_verify(sampler) -> bool:
     return is_greedy(sampler) or isinstance(sampler, TokenSampler)
 
 
-def request_tokens(request: Request) -> list[int]:
-    """The request's prompt and generated tokens (a preempted request's
-    prefill_tokens already hold some generated ones: take the prompt part)."""
-    # Week 3 Day 4: request_tokens: the first metrics.prompt_tokens of prefill_tokens,
-    # then generated
-    return request.prefill_tokens[: request.metrics.prompt_tokens] + request.generated
-
-
 def may_draft(request: Request, rows: int) -> bool:
     """May this decoding request propose drafts in a step of `rows` decode rows?
 
@@ -128,7 +120,7 @@ def may_draft(request: Request, rows: int) -> bool:
     at a time) and a next token to feed, and not while it is paused. When its
     acceptance average no longer pays (worth_drafting), it pauses: RETRY_AFTER
     generated tokens the first time, twice as long as the last pause each time
-    after (draft_pauses counts them). Its average is set to break_even(rows), so
+    after (drafting.pauses counts them). Its average is set to break_even(rows), so
     the verification after the pause is a probe: a better acceptance than
     break-even keeps it drafting, a worse one starts the next pause.
     """
@@ -138,13 +130,14 @@ def may_draft(request: Request, rows: int) -> bool:
         return False
     if not request.sampling_state.allows_drafts:
         return False
-    if len(request.generated) < request.drafts_resume_at:
+    drafting = request.drafting
+    if len(request.generated) < drafting.resume_at:
         return False
-    if not worth_drafting(request.draft_acceptance, rows):
-        pause = RETRY_AFTER * 2**request.draft_pauses
-        request.drafts_resume_at = len(request.generated) + pause
-        request.draft_pauses += 1
-        request.draft_acceptance = break_even(rows)
+    if not worth_drafting(drafting.acceptance, rows):
+        pause = RETRY_AFTER * 2**drafting.pauses
+        drafting.resume_at = len(request.generated) + pause
+        drafting.pauses += 1
+        drafting.acceptance = break_even(rows)
         return False
     return True
 
@@ -155,7 +148,8 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     first k of constraint_state.forced_tokens(), and only with config.jump_forward
     (week 3 day 5 writes forced_tokens; no constrained request exists before it).
     Any other request proposes with config.speculative "ngram": prompt lookup over
-    its tokens (find_drafts with prompt_lookup_max and _min); else nothing."""
+    its tokens, prompt and generated (find_drafts over request.tokens with
+    prompt_lookup_max and _min); else nothing."""
     # Week 3 Day 4: propose_drafts: the docstring's two cases
     if request.constraint is not None:
         if not config.jump_forward:
@@ -164,7 +158,7 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     if config.speculative != "ngram":
         return []
     return find_drafts(
-        request_tokens(request), k, config.prompt_lookup_max, config.prompt_lookup_min
+        request.tokens, k, config.prompt_lookup_max, config.prompt_lookup_min
     )
 
 
@@ -177,11 +171,11 @@ def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     (max_tokens - 1 - generated; no bound when max_tokens is None) and every
     position within max_seq_len (max_seq_len - 1 - offset); propose_drafts; then
     cut to the room the KV manager gives beside its decode token
-    (kv.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
+    (planner.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
 
     The budget is checked before asking may_draft, which can start a pause: once it
     is 0, later requests are not asked. A request whose k comes out 0 or less is
-    skipped without proposing; only a request with drafts asks kv.reserve (its
+    skipped without proposing; only a request with drafts asks planner.reserve (its
     decode row already has its room).
     """
     # Week 3 Day 4: plan_drafts: the docstring's bounds, in its order
@@ -201,7 +195,7 @@ def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
             continue
         guess = propose_drafts(request, k, config)
         if guess:
-            guess = guess[: planner.kv.reserve(request, 1 + len(guess)) - 1]
+            guess = guess[: planner.reserve(request, 1 + len(guess)) - 1]
         if guess:
             drafts[request] = guess
             budget -= len(guess)
@@ -246,10 +240,13 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
 def record_verification(request: Request, proposed: int, accepted: int) -> None:
     """After a verification: the request's metrics count the drafts proposed and
     accepted, and its acceptance average moves ACCEPTANCE_WEIGHT of the way towards
-    accepted / proposed (what may_draft reads)."""
+    accepted / proposed (drafting.acceptance: what may_draft reads)."""
     # Week 3 Day 4: record_verification: metrics.draft_tokens and
-    # accepted_draft_tokens; draft_acceptance moves ACCEPTANCE_WEIGHT towards the rate
+    # accepted_draft_tokens; drafting.acceptance moves ACCEPTANCE_WEIGHT towards the
+    # rate
     request.metrics.draft_tokens += proposed
     request.metrics.accepted_draft_tokens += accepted
-    rate = accepted / proposed
-    request.draft_acceptance += ACCEPTANCE_WEIGHT * (rate - request.draft_acceptance)
+    drafting = request.drafting
+    drafting.acceptance += ACCEPTANCE_WEIGHT * (
+        accepted / proposed - drafting.acceptance
+    )

@@ -16,15 +16,12 @@ import sys
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import mlx.core as mx
 import numpy as np
 
 from .automaton import DEAD, Dfa
 
-if TYPE_CHECKING:  # the Vocabulary (constrained.py) is passed in, never imported
-    from .constrained import Vocabulary
 
 # The built states of every token index of a vocabulary, at most this many bytes in
 # all (a permissive state maps nearly every token: ~2.5 MB); least recent go first.
@@ -72,14 +69,16 @@ class StateCache:
 
 
 class TokenIndex:
-    """dfa's token index over vocabulary, built state by state as requests reach them.
+    """dfa's token index over vocabulary (a Vocabulary, constrained.py: passed in,
+    never imported, since constrained.py builds TokenIndexes), built state by state
+    as requests reach them.
 
     A position is (DFA state, at_start): at_start only before the first token of a
     vocabulary whose detokenizer drops the first space. Built states are kept in
     the vocabulary's StateCache (bounded in bytes), so a state may be built again.
     """
 
-    def __init__(self, dfa: Dfa, vocabulary: "Vocabulary"):
+    def __init__(self, dfa: Dfa, vocabulary):
         self.dfa = dfa
         self.vocabulary = vocabulary
 
@@ -120,7 +119,7 @@ class TokenIndex:
         return StateTokens(mx.array(mask), next_state, int(mask.sum()))
 
 
-def check_spellable(dfa: Dfa, vocabulary: "Vocabulary") -> None:
+def check_spellable(dfa: Dfa, vocabulary) -> None:
     """ValueError, before any request runs, when no text the vocabulary can spell
     matches: walked only on characters that some token contains, the DFA never
     reaches an accepting state (an emoji or a NUL that no token holds). Given, not

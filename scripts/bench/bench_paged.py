@@ -38,14 +38,8 @@ import mlx.core as mx
 
 from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import (
-    Bench,
-    at_least,
-    at_most,
-    identical,
-    interleaved,
-    medians,
-)
+from scripts.bench.benchlib.harness import Bench, interleaved, medians
+from scripts.bench.benchlib.goals import at_least, at_most, identical
 from scripts.bench.benchlib.chats import (
     engine_replies,
     mlx_lm_replies,

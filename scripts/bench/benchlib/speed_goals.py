@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from scripts.bench.benchlib.harness import Goal
+from scripts.bench.benchlib.goals import Goal
 
 # name -> the benchmark's module and its options
 PARTS = {

@@ -293,7 +293,7 @@ def main() -> None:
 
     def write(line: str) -> None:
         print(line, flush=True)
-        app.state.engine_loop.last_log_line = line
+        app.state.engine_loop.status_page.last_log_line = line
 
     def started() -> None:
         print(

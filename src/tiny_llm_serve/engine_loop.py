@@ -26,7 +26,8 @@ from .streams import EngineFailure, Stream
 
 class EngineLoop:
     """The engine thread and its streams. After each step it has `recorder` write
-    the Prometheus metrics and `status_page` take the snapshot (GET /engine).
+    the Prometheus metrics and `status_page` take the snapshot (GET /engine; its
+    last_log_line is the command's to set).
 
     on_step(snapshot) is called on the engine thread after every step (the periodic
     log line hangs there). `unstarted`: ids handed over that have no token yet;

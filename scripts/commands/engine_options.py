@@ -275,6 +275,7 @@ ENGINE_OPTIONS = (
 
 
 def parse_prefill_step(value: str) -> int | None:
+    """--prefill-step: tokens per chunk, or None for 'none' (whole prompts)."""
     if value.strip().lower() == "none":
         return None
     try:
@@ -287,7 +288,9 @@ def parse_prefill_step(value: str) -> int | None:
 
 
 def parse_token_budget(args: argparse.Namespace) -> int | None:
-    """A mixed step's budget: room for one decode token per slot and a prefill token."""
+    """batch-main's --token-budget ('none': no limit): a mixed step's budget, with
+    room for one decode token per slot and a prefill token. (serve's is an int the
+    engine checks.)"""
     if args.token_budget is None or args.token_budget.strip().lower() == "none":
         return None
     if args.policy == "alternate":

@@ -28,39 +28,45 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import tiny_llm_base  # noqa: E402, F401  (before mlx.core: loads the fast BLAS)
-from rich.console import Console, Group  # noqa: E402
+from rich.console import Console  # noqa: E402
 from rich.live import Live  # noqa: E402
-from rich.progress_bar import ProgressBar  # noqa: E402
-from rich.table import Table  # noqa: E402
-from rich.text import Text  # noqa: E402
 
 from scripts.commands.solution import (  # noqa: E402
     add_solution_option,
     check_solution,
     solution_package,
 )
+from scripts.commands.batch_view import (  # noqa: E402
+    live_view,
+    print_failures,
+    print_summary,
+)
 from scripts.commands.cli import (  # noqa: E402
-    STEP_LIMIT_OPTIONS,
-    EngineLog,
-    add_kv_memory_option,
-    check_kv_dtype,
-    add_scheduling_options,
-    check_scheduling_options,
-    context_length,
     fail,
     fail_with_options,
-    kv_cache_line,
-    load_model_or_exit,
-    newest_kv_cache,
-    newest_model,
-    newest_policy,
-    note_slow_blas,
     option_parser,
-    parse_kv_memory,
     require_at_least,
     require_model_name,
+)
+from scripts.commands.engine_log import EngineLog, kv_cache_line  # noqa: E402
+from scripts.commands.engine_options import (  # noqa: E402
+    ENGINE_OPTIONS,
+    add_kv_memory_option,
+    add_scheduling_options,
+    check_kv_dtype,
+    check_scheduling_options,
+    parse_kv_memory,
+    parse_prefill_step,
+    parse_token_budget,
     scheduling_settings,
 )
+from scripts.commands.model_loading import (  # noqa: E402
+    context_length,
+    load_model_or_exit,
+    newest_model,
+    note_slow_blas,
+)
+from scripts.commands.probes import newest_kv_cache, newest_policy  # noqa: E402
 from scripts.commands.constraints import (  # noqa: E402
     add_constraint_options,
     check_constraint,
@@ -73,21 +79,6 @@ from scripts.commands.ranks import (  # noqa: E402
     join_ranks,
     quiet_unless_rank_zero,
     sharded_model,
-)
-
-# The options that set an engine argument of the same name: its errors name them.
-ENGINE_OPTIONS = (
-    "--batch-size",
-    "--max-seq-len",
-    "--max-tokens",
-    "--prefill-step",
-    "--token-budget",
-    "--kv-cache",
-    "--block-size",
-    "--kv-memory",
-    "--kv-dtype",
-    *STEP_LIMIT_OPTIONS,
-    "--batch-patience",
 )
 
 DEFAULT_PROMPTS = [
@@ -164,37 +155,6 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def parse_prefill_step(value: str) -> int | None:
-    if value.strip().lower() == "none":
-        return None
-    try:
-        step = int(value)
-    except ValueError:
-        fail(f"--prefill-step must be a number of tokens or 'none', got {value!r}")
-    if step < 1:
-        fail(f"--prefill-step must be at least 1 (or 'none'), got {step}")
-    return step
-
-
-def parse_token_budget(args: argparse.Namespace) -> int | None:
-    """A mixed step's budget: room for one decode token per slot and a prefill token."""
-    if args.token_budget is None or args.token_budget.strip().lower() == "none":
-        return None
-    if args.policy == "alternate":
-        fail("--token-budget limits a mixed step: add --policy mixed")
-    try:
-        budget = int(args.token_budget)
-    except ValueError:
-        fail(f"--token-budget must be a number of tokens, got {args.token_budget!r}")
-    if budget <= args.batch_size:
-        fail(
-            f"--token-budget must be more than --batch-size ({args.batch_size}): each "
-            f"step runs one decode token per slot and needs room for a prompt token, "
-            f"got {budget}"
-        )
-    return budget
-
-
 def policy_name(args: argparse.Namespace) -> str:
     if args.policy == "alternate":
         return "policy alternate"
@@ -213,52 +173,6 @@ def read_prompts(path: str) -> list[str]:
     if not prompts:
         fail(f"--prompts-file {path} has no prompts: write one prompt per line")
     return prompts
-
-
-def one_line(text: str) -> str:
-    return text.replace("\n", " ").replace("\r", " ")
-
-
-def live_view(snapshot, policy: str) -> Group:
-    """The decode slots, the request being prefilled, and the finished requests."""
-    slots = Table(title=f"decode slots (step {snapshot.step}, {policy})", expand=True)
-    slots.add_column("slot", justify="right")
-    slots.add_column("request", justify="right")
-    slots.add_column("priority")
-    slots.add_column("position", justify="right")
-    slots.add_column("generated", justify="right")
-    slots.add_column("text so far", ratio=1, no_wrap=True, overflow="ellipsis")
-    for number, view in enumerate(snapshot.slots):
-        if view is None:
-            slots.add_row(str(number), "-", "", "", "", Text("(free)", style="dim"))
-        else:
-            slots.add_row(
-                str(number),
-                f"#{view.request}",
-                view.priority,
-                str(view.offset),
-                str(view.generated),
-                one_line(view.text_tail),
-            )
-    progress = Table.grid(padding=(0, 1))
-    progress.add_column(width=12)
-    progress.add_column(width=40)
-    progress.add_column()
-    if snapshot.prefilling is None:
-        progress.add_row("prefilling", "", Text("-", style="dim"))
-    else:
-        request, offset, prompt_tokens = snapshot.prefilling
-        progress.add_row(
-            "prefilling",
-            ProgressBar(total=prompt_tokens, completed=offset),
-            f"#{request}: {offset}/{prompt_tokens} prompt tokens",
-        )
-    progress.add_row(
-        "finished",
-        ProgressBar(total=snapshot.total, completed=snapshot.finished),
-        f"{snapshot.finished}/{snapshot.total} requests",
-    )
-    return Group(slots, progress)
 
 
 def run(
@@ -328,72 +242,6 @@ def run(
         return generate(on_step)
 
 
-def print_summary(results, console: Console, policy: str) -> None:
-    table = Table(title="results", expand=True)
-    table.add_column("#", justify="right")
-    table.add_column("finish")
-    table.add_column("prompt", justify="right")
-    table.add_column("tokens", justify="right")
-    table.add_column("TTFT", justify="right")
-    table.add_column("answer", ratio=1, no_wrap=True, overflow="ellipsis")
-    for number, result in enumerate(results):
-        ttft = result.metrics.time_to_first_token
-        answer = result.error if result.error else one_line(result.text)
-        table.add_row(
-            str(number),
-            result.finish_reason,
-            str(result.metrics.prompt_tokens),
-            str(len(result.tokens)),
-            "-" if ttft is None else f"{ttft:.2f} s",
-            answer,
-        )
-    console.print(table)
-    metrics = results.metrics
-    prompt_tokens = sum(r.metrics.prompt_tokens for r in results)
-    generated = sum(len(r.tokens) for r in results)
-    seconds = max(metrics.total_seconds, 1e-9)  # 0 when every prompt failed at once
-    console.print(
-        f"{len(results)} requests in {metrics.total_seconds:.1f} s: "
-        f"{prompt_tokens} prompt tokens ({prompt_tokens / seconds:.1f} tokens/s), "
-        f"{generated} generated tokens ({generated / seconds:.1f} tokens/s); "
-        f"{policy}: {metrics.prefill_chunks} prefill chunks, "
-        f"{metrics.decode_steps} decode steps, "
-        f"longest decode stall {1000 * metrics.longest_decode_stall:.0f} ms, "
-        f"peak memory {metrics.peak_memory_bytes / 2**20:.0f} MiB",
-        highlight=False,
-    )
-    if metrics.kv_blocks_total:
-        console.print(
-            f"paged KV: peak {metrics.kv_peak_blocks_in_use} of "
-            f"{metrics.kv_blocks_total} blocks of {metrics.kv_block_size} "
-            f"({metrics.kv_peak_tokens} positions of a "
-            f"{metrics.kv_blocks_total * metrics.kv_block_size:,}-token budget, "
-            f"{metrics.kv_peak_tokens * metrics.kv_bytes_per_token / 2**20:.1f} MiB) "
-            f"against {metrics.kv_dense_tokens} dense "
-            f"({100 * metrics.kv_peak_tokens / metrics.kv_dense_tokens:.0f}%); "
-            f"prefix cache hit rate {100 * metrics.prefix_cache_hit_rate:.0f}% "
-            f"({metrics.prefix_cached_tokens} of {metrics.prefix_prompt_tokens} "
-            f"prompt tokens); {metrics.preemptions} preemptions",
-            highlight=False,
-        )
-    if metrics.drafts:
-        console.print(
-            f"speculative decoding: {metrics.draft_tokens} draft tokens in "
-            f"{metrics.drafts} verifications, {metrics.accepted_draft_tokens} accepted "
-            f"({100 * metrics.draft_acceptance_rate:.0f}%), mean accepted length "
-            f"{metrics.mean_accepted_length:.2f} tokens a step",
-            highlight=False,
-        )
-
-
-def print_failures(results) -> int:
-    """Each failed request's whole error on stderr (the table cuts it); their count."""
-    failed = [(n, r) for n, r in enumerate(results) if r.finish_reason == "error"]
-    for number, result in failed:
-        print(f"request #{number} failed: {result.error}", file=sys.stderr)
-    return len(failed)
-
-
 def clamp_max_seq_len(args, mlx_model) -> None:
     """A decode slot cannot hold more positions than the model was trained for."""
     limit = context_length(mlx_model)
@@ -450,7 +298,7 @@ def main() -> None:
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
     except (TypeError, ValueError) as error:
-        fail_with_options(error, ENGINE_OPTIONS)
+        fail_with_options(error, (*ENGINE_OPTIONS, "--max-tokens"))
     print_summary(results, console, policy_name(args))
     if print_failures(results):
         sys.exit(1)

@@ -28,19 +28,21 @@ from scripts.commands.solution import (  # noqa: E402
     solution_package,
 )
 from scripts.commands.cli import (  # noqa: E402
-    MODEL_KINDS,
-    context_length,
     fail,
     fail_with_options,
-    load_model_or_exit,
-    newest_model,
-    note_slow_blas,
     option_parser,
     read_piped_stdin,
     read_stdin,
     require_at_least,
     require_finite,
     require_model_name,
+)
+from scripts.commands.model_loading import (  # noqa: E402
+    MODEL_KINDS,
+    context_length,
+    load_model_or_exit,
+    newest_model,
+    note_slow_blas,
 )
 
 DEFAULT_PROMPT = "Give me three tips for a good night's sleep."

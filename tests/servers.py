@@ -129,15 +129,23 @@ class HeldEngine:
     """An engine whose steps a test can hold: within held_after(n), n more steps
     run, then step() waits until the block ends. A request is then surely still
     running when the test looks, however fast or loaded the machine (a readiness
-    gate, not a sleep). Everything else is the engine's."""
+    gate, not a sleep). A ServedEngine: every other member is the engine's."""
 
     def __init__(self, engine):
         self.engine = engine
+        self.config, self.model = engine.config, engine.model
+        self.tokenizer, self.metrics = engine.tokenizer, engine.metrics
         self.gate = threading.Condition()
         self.steps_left: int | None = None
 
-    def __getattr__(self, name: str):
-        return getattr(self.engine, name)
+    def add_request(self, spec: PromptSpec) -> int:
+        return self.engine.add_request(spec)
+
+    def abort(self, request_id: int, index: int | None = None) -> None:
+        self.engine.abort(request_id, index)
+
+    def has_unfinished(self) -> bool:
+        return self.engine.has_unfinished()
 
     def step(self):
         with self.gate:
@@ -145,6 +153,12 @@ class HeldEngine:
             if self.steps_left is not None:
                 self.steps_left -= 1
         return self.engine.step()
+
+    def snapshot(self):
+        return self.engine.snapshot()
+
+    def close(self) -> None:
+        self.engine.close()
 
     @contextmanager
     def held_after(self, steps: int) -> Iterator[None]:
@@ -159,20 +173,21 @@ class HeldEngine:
 
 
 class BrokenEngine:
-    """The Engine's interface as the server uses it, with a step that raises."""
+    """A ServedEngine whose step raises, as a learner's unwritten day does."""
 
     config = EngineConfig(batch_size=2, max_seq_len=64, policy="alternate")
 
     def __init__(self, tokenizer, vocab_size):
         self.tokenizer = tokenizer
         self.model = type("Model", (), {"vocab_size": vocab_size})()
+        self.metrics = tiny.RunMetrics()
         self.added = []
 
     def add_request(self, spec: PromptSpec) -> int:
         self.added.append(spec)
         return len(self.added) - 1
 
-    def abort(self, request_id: int) -> None:
+    def abort(self, request_id: int, index: int | None = None) -> None:
         pass
 
     def has_unfinished(self) -> bool:
@@ -180,6 +195,9 @@ class BrokenEngine:
 
     def step(self):
         raise NotImplementedError("Week 2 Day 6: Engine.step")
+
+    def snapshot(self):
+        raise NotImplementedError("Week 2 Day 6: Engine.snapshot")
 
     def close(self) -> None:
         pass

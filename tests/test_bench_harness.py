@@ -18,14 +18,8 @@ import mlx.core as mx
 import pytest
 from rich.console import Console
 
-from scripts.bench.benchlib.harness import (
-    BOOK_IMAGES,
-    Bench,
-    at_least,
-    at_most,
-    identical,
-    interleaved,
-)
+from scripts.bench.benchlib.harness import BOOK_IMAGES, Bench, interleaved
+from scripts.bench.benchlib.goals import at_least, at_most, identical
 from scripts.bench.benchlib.runners import run_to_end
 
 from .solution import SOLUTION

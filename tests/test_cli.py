@@ -7,6 +7,7 @@ Most checks run the script's main in this process, piped input through a real pi
 (each script's first bad input), a piped prompt answered, Ctrl-C, the slow-BLAS
 note, the first run's conversion."""
 
+import argparse
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from scripts.commands import cli
+from scripts.commands import engine_options, model_loading, probes
 from scripts.commands.interrupt import READY_LINE, READY_VARIABLE
 
 from .cli_runs import assert_one_line_error, run_in_process, run_in_subprocess
@@ -416,8 +417,8 @@ def test_kv_dtype_takes_every_kv_dtype_the_engine_takes():
     the engine's KV_DTYPES and refuse a name outside them."""
     from tiny_llm_base.memory import KV_DTYPES
 
-    parser = cli.argparse.ArgumentParser()
-    cli.add_kv_memory_option(parser)
+    parser = argparse.ArgumentParser()
+    engine_options.add_kv_memory_option(parser)
     for kv_dtype in KV_DTYPES:
         assert parser.parse_args(["--kv-dtype", kv_dtype]).kv_dtype == kv_dtype
     with pytest.raises(SystemExit):
@@ -677,8 +678,8 @@ def test_learner_gets_the_newest_model_it_has_implemented(
     done, expected, embedded_model, capsys
 ):
     mlx_model, _ = embedded_model
-    model, kind = cli.newest_model(
-        fake_learner(*done), mlx_model, list(cli.MODEL_KINDS)
+    model, kind = model_loading.newest_model(
+        fake_learner(*done), mlx_model, list(model_loading.MODEL_KINDS)
     )
     assert kind == expected
     week2 = expected != "week1"
@@ -687,7 +688,9 @@ def test_learner_gets_the_newest_model_it_has_implemented(
     )
     if week2:
         assert model.fast == (expected == "week2-fast")
-    assert capsys.readouterr().err == f"tiny_llm: {cli.MODEL_KINDS[expected]}\n"
+    assert (
+        capsys.readouterr().err == f"tiny_llm: {model_loading.MODEL_KINDS[expected]}\n"
+    )
 
 
 def test_learner_with_no_model_yet_is_told_the_first_day_to_write(
@@ -695,8 +698,10 @@ def test_learner_with_no_model_yet_is_told_the_first_day_to_write(
 ):
     mlx_model, _ = embedded_model
     with pytest.raises(SystemExit) as exit_info:
-        cli.newest_model(
-            fake_learner(False, False, False), mlx_model, list(cli.MODEL_KINDS)
+        model_loading.newest_model(
+            fake_learner(False, False, False),
+            mlx_model,
+            list(model_loading.MODEL_KINDS),
         )
     assert exit_info.value.code == 1
     assert capsys.readouterr().err == (
@@ -729,7 +734,7 @@ def test_learner_runs_the_newest_kv_cache_it_has_built(
     pool, asked, prefix_caching, expected, said, capsys
 ):
     package = SimpleNamespace(__name__="tiny_llm", BlockPool=pool)
-    assert cli.newest_kv_cache(package, asked, prefix_caching) == expected
+    assert probes.newest_kv_cache(package, asked, prefix_caching) == expected
     err = capsys.readouterr().err
     assert (said in err) if said else err == ""
 
@@ -769,8 +774,8 @@ def test_first_run_in_a_pipe_says_what_it_is_doing_in_plain_lines(tmp_path):
     folder = tmp_path / store.MODEL_DIR_NAME
     lines = stderr_lines(result)
     assert lines[:2] == [
-        f"{cli.STAGES['verify']} (98 MB)",
-        f"{cli.STAGES['convert']} into {folder} (694 tensors): once, on first use",
+        f"{model_loading.STAGES['verify']} (98 MB)",
+        f"{model_loading.STAGES['convert']} into {folder} (694 tensors): once, on first use",
     ]
     assert "\r" not in result.stderr and "\x1b" not in result.stderr
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from scripts.tools.clients import Server, anthropic_client, openai_client
+from scripts.tools.clients import ServerAddress, anthropic_client, openai_client
 
 from .servers import API_KEY, MODEL, package_server
 
@@ -28,7 +28,7 @@ def outcomes(embedded_model) -> dict:
     """(module, feature name) -> the future of that feature's run; all started at
     once against one server."""
     with package_server(embedded_model) as running:
-        server = Server(running.url, MODEL, API_KEY)
+        server = ServerAddress(running.url, MODEL, API_KEY)
         with ThreadPoolExecutor(len(FEATURES)) as pool:
             futures = {
                 (module, name): pool.submit(module.FEATURES[name], server)

@@ -401,12 +401,13 @@ def test_book_build_rebuilds_its_own_output(tmp_path):
 
 
 def scheduling_args(*argv: str):
-    from scripts.commands import cli
+    from scripts.commands import engine_options
+    from scripts.commands.cli import option_parser
 
-    parser = cli.option_parser("test")
-    cli.add_scheduling_options(parser)
+    parser = option_parser("test")
+    engine_options.add_scheduling_options(parser)
     args = parser.parse_args(list(argv))
-    cli.check_scheduling_options(args)
+    engine_options.check_scheduling_options(args)
     return args
 
 
@@ -429,11 +430,11 @@ def test_draft_options_without_drafting_are_refused(capsys, argv, words):
 
 
 def test_step_ahead_option_reaches_the_engine_settings():
-    from scripts.commands import cli
+    from scripts.commands import engine_options
 
     for argv, expected in (([], True), (["--step-ahead", "off"], False)):
         args = scheduling_args(*argv)
-        settings = cli.scheduling_settings(args, "alternate", package=None)
+        settings = engine_options.scheduling_settings(args, "alternate", package=None)
         assert settings["step_ahead"] is expected
 
 

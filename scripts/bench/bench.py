@@ -48,9 +48,11 @@ from scripts.bench.benchlib.decoding import (
     decode_times,
     prefill_seconds,
 )
-from scripts.bench.benchlib.harness import Bench, at_least, interleaved, medians
+from scripts.bench.benchlib.harness import Bench, interleaved, medians
+from scripts.bench.benchlib.goals import at_least
 from scripts.bench.benchlib.roofline import read_bandwidth, weight_bytes_per_token
-from scripts.commands.cli import context_length, fail
+from scripts.commands.cli import fail
+from scripts.commands.model_loading import context_length
 
 DECODE_PROMPT_TOKENS = 16
 # The goal: on the same float32 weights the fast path keeps up with mlx-lm on every

@@ -50,7 +50,8 @@ from scripts.bench.benchlib.fast_path_before import (
     random_layer_cache,
     rewind,
 )
-from scripts.bench.benchlib.harness import Bench, at_least, identical, medians, timed
+from scripts.bench.benchlib.harness import Bench, medians, timed
+from scripts.bench.benchlib.goals import at_least, identical
 from scripts.bench.benchlib.render import grid
 from scripts.bench.benchlib.workloads import long_prompt
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS

@@ -63,10 +63,8 @@ from scripts.bench.benchlib.runners import (
     run_ours,
 )
 from scripts.bench.benchlib.workloads import CASE_TITLES, WORKLOADS, warmup_workload
-from scripts.commands.cli import (
-    fail,
-    newest_policy,
-)
+from scripts.commands.cli import fail
+from scripts.commands.probes import newest_policy
 
 DEFAULT_CONFIGS = (
     "alternate:32,alternate:128,alternate:512,alternate:none,"

@@ -36,10 +36,12 @@ import statistics
 from scripts.bench.benchlib import engine_speed as es
 from scripts.bench.benchlib import paged_step as ps
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, same_tokens
+from scripts.bench.benchlib.harness import Bench
+from scripts.bench.benchlib.goals import at_least, same_tokens
 from scripts.bench.benchlib.harness import interleaved, medians
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
-from scripts.commands.cli import context_length, fail, require_at_least
+from scripts.commands.cli import fail, require_at_least
+from scripts.commands.model_loading import context_length
 
 
 def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:

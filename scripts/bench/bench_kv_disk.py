@@ -29,7 +29,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, clocked, identical
+from scripts.bench.benchlib.harness import Bench, clocked
+from scripts.bench.benchlib.goals import at_least, at_most, identical
 from scripts.bench.benchlib.runners import paged_engine, run_to_end
 from scripts.bench.benchlib.chats import Reply, engine_replies, replay, reusable
 from scripts.bench.benchlib.workloads import agent_session

@@ -41,7 +41,8 @@ import mlx.core as mx
 
 from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, Goal, at_most, identical
+from scripts.bench.benchlib.harness import Bench
+from scripts.bench.benchlib.goals import Goal, at_most, identical
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
 from scripts.bench.benchlib.runners import all_decoding, run_to_end
 from scripts.bench.benchlib.settings import check_rows, parse_sets
@@ -57,7 +58,8 @@ from scripts.bench.benchlib.traces import (
     trace_table,
 )
 from scripts.bench.benchlib.workloads import long_prompt, warmup_workload
-from scripts.commands.cli import MIXED_STEP_DEFAULTS, newest_kv_cache
+from scripts.commands.engine_options import MIXED_STEP_DEFAULTS
+from scripts.commands.probes import newest_kv_cache
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 

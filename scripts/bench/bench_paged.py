@@ -42,10 +42,14 @@ import mlx.core as mx
 
 from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, identical
-from scripts.bench.benchlib.harness import interleaved, medians
-from scripts.bench.benchlib.chats import engine_replies, mlx_lm_replies
-from scripts.bench.benchlib.chats import replay, reusable
+from scripts.bench.benchlib.harness import Bench, interleaved, medians
+from scripts.bench.benchlib.goals import at_least, at_most, identical
+from scripts.bench.benchlib.chats import (
+    engine_replies,
+    mlx_lm_replies,
+    replay,
+    reusable,
+)
 from scripts.bench.benchlib.kv_dtypes import kv_part, kv_table
 from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
 from scripts.bench.benchlib.runners import all_decoding, paged_engine

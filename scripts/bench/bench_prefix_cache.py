@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 
 from scripts.bench.benchlib import plots
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, at_most, clocked
-from scripts.bench.benchlib.harness import same_tokens
+from scripts.bench.benchlib.harness import Bench, clocked
+from scripts.bench.benchlib.goals import at_least, at_most
+from scripts.bench.benchlib.goals import same_tokens
 from scripts.bench.benchlib.prompt_texts import LIGHTHOUSE_TURNS
 from scripts.bench.benchlib.chats import Reply, common_prefix, engine_replies
 from scripts.bench.benchlib.chats import mlx_lm_replies, replay

@@ -30,7 +30,8 @@ import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 import mlx.core as mx
 
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_most, timed
+from scripts.bench.benchlib.harness import Bench, timed
+from scripts.bench.benchlib.goals import at_most
 from scripts.bench.benchlib.render import grid
 from tiny_llm_base import choose_weight_format
 

@@ -24,7 +24,8 @@ import asyncio
 from pathlib import Path
 
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, Goal, at_most
+from scripts.bench.benchlib.harness import Bench
+from scripts.bench.benchlib.goals import Goal, at_most
 from scripts.bench.benchlib.servers import Server, ours, peer
 from scripts.commands.ports import free_port
 from scripts.bench.loadlib import report

@@ -37,7 +37,8 @@ import mlx.core as mx
 
 from scripts.bench.benchlib import plots, render
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, identical
+from scripts.bench.benchlib.harness import Bench
+from scripts.bench.benchlib.goals import at_least, identical
 from scripts.bench.benchlib.harness import interleaved, medians
 from scripts.bench.benchlib.measure import Run, decode_tps
 from scripts.bench.benchlib.runners import Config, run_mlx_lm_alone, run_ours

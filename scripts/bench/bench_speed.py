@@ -19,7 +19,8 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 
 # isort: split
 from scripts.bench.benchlib.course import run_benchmark
-from scripts.bench.benchlib.harness import Bench, Goal
+from scripts.bench.benchlib.harness import Bench
+from scripts.bench.benchlib.goals import Goal
 from scripts.bench.benchlib.speed_goals import PARTS, run_each
 
 

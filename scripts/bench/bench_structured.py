@@ -47,7 +47,8 @@ from rich.markup import escape
 
 from scripts.bench.benchlib import servers
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, clocked, identical
+from scripts.bench.benchlib.harness import Bench, clocked
+from scripts.bench.benchlib.goals import at_least, identical
 from scripts.bench.benchlib.harness import interleaved
 from scripts.bench.benchlib.runners import run_to_end
 from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE, obj

@@ -29,7 +29,8 @@ import jsonschema
 
 from scripts.bench.benchlib import servers
 from scripts.bench.benchlib.course import course, run_benchmark
-from scripts.bench.benchlib.harness import Bench, at_least, clocked
+from scripts.bench.benchlib.harness import Bench, clocked
+from scripts.bench.benchlib.goals import at_least
 from scripts.bench.benchlib.tool_sets import CALL_MAX_TOKENS, TOOL_SETS
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.tool_prompts import hermes_messages, tool_chat_token_ids

@@ -23,7 +23,6 @@ import argparse  # noqa: E402
 import errno  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from scripts.commands.solution import (  # noqa: E402
@@ -32,34 +31,34 @@ from scripts.commands.solution import (  # noqa: E402
     solution_package,
 )
 from scripts.commands.cli import (  # noqa: E402
-    EngineLog,
-    STEP_LIMIT_OPTIONS,
-    add_kv_memory_option,
-    check_kv_dtype,
-    add_scheduling_options,
-    check_scheduling_options,
-    context_length,
     fail,
     fail_with_options,
-    kv_cache_line,
-    load_model_or_exit,
-    newest_kv_cache,
-    newest_model,
-    newest_policy,
-    note_slow_blas,
     option_parser,
-    parse_kv_memory,
     require_at_least,
     require_model_name,
+)
+from scripts.commands.engine_log import EngineLog, kv_cache_line  # noqa: E402
+from scripts.commands.engine_options import (  # noqa: E402
+    ENGINE_OPTIONS,
+    add_kv_memory_option,
+    add_scheduling_options,
+    check_kv_dtype,
+    check_scheduling_options,
+    parse_kv_memory,
+    parse_prefill_step,
     scheduling_settings,
 )
+from scripts.commands.model_loading import (  # noqa: E402
+    context_length,
+    load_model_or_exit,
+    newest_model,
+    note_slow_blas,
+)
+from scripts.commands.probes import newest_kv_cache, newest_policy  # noqa: E402
 from scripts.commands.ranks import (  # noqa: E402
     Ranks,
-    RankZeroEngine,
-    Watchdog,
     agreed_num_blocks,
     budget_source,
-    follow,
     join_ranks,
     quiet_unless_rank_zero,
     refuse_clock_decisions,
@@ -67,21 +66,12 @@ from scripts.commands.ranks import (  # noqa: E402
 )
 
 # The options that set an engine argument of the same name: its errors name them.
-ENGINE_OPTIONS = (
-    "--batch-size",
-    "--max-seq-len",
-    "--prefill-step",
-    "--token-budget",
+SERVE_ENGINE_OPTIONS = (
+    *ENGINE_OPTIONS,
     "--reserved-interactive-slots",
-    "--kv-cache",
-    "--block-size",
     "--num-blocks",
-    "--kv-memory",
     "--kv-disk-dir",
     "--kv-disk-budget",
-    "--kv-dtype",
-    *STEP_LIMIT_OPTIONS,
-    "--batch-patience",
 )
 
 
@@ -179,14 +169,7 @@ def parse_args() -> argparse.Namespace:
     args.kv_memory = parse_kv_memory(args.kv_memory)
     if args.kv_disk_budget is not None and args.kv_disk_dir is None:
         fail("--kv-disk-budget sizes the disk tier: add --kv-disk-dir")
-    if args.prefill_step.strip().lower() == "none":
-        args.prefill_step = None
-    elif not args.prefill_step.isdigit() or int(args.prefill_step) < 1:
-        fail(
-            f"--prefill-step must be a number of tokens or 'none', got {args.prefill_step!r}"
-        )
-    else:
-        args.prefill_step = int(args.prefill_step)
+    args.prefill_step = parse_prefill_step(args.prefill_step)
     if args.token_budget is not None and args.policy == "alternate":
         fail("--token-budget limits a mixed step: add --policy mixed")
     check_scheduling_options(args)
@@ -242,7 +225,7 @@ def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
     except NotImplementedError as error:
         fail(f"not implemented yet in src/tiny_llm: {error}", status=1)
     except (TypeError, ValueError) as error:
-        fail_with_options(error, ENGINE_OPTIONS)
+        fail_with_options(error, SERVE_ENGINE_OPTIONS)
 
 
 def main() -> None:
@@ -256,6 +239,13 @@ def main() -> None:
         create_app,
         listen_socket,
         serve,
+    )
+
+    from scripts.commands.rank_server import (
+        RankZeroEngine,
+        follow,
+        stop_other_ranks_with,
+        watch_ranks,
     )
 
     unwind_on_interrupt()  # the imports are done
@@ -308,7 +298,7 @@ def main() -> None:
 
     def write(line: str) -> None:
         print(line, flush=True)
-        app.state.engine_loop.last_log_line = line
+        app.state.engine_loop.status_page.last_log_line = line
 
     def started() -> None:
         print(
@@ -390,38 +380,6 @@ def share_pool(package, model, ranks: Ranks, args, max_seq_len: int) -> None:
     )
     args.kv_source = budget_source(ranks, args.kv_memory)
     args.kv_memory = None
-
-
-def watch_ranks(engine_loop, engine: RankZeroEngine) -> None:
-    """A rank that dies leaves rank 0's next sum waiting for good, and the server
-    listening but answering nothing. When a step overruns its limit (Watchdog):
-    every open request ends with a 503 saying so, then the process exits with an
-    error line, and mlx.launch ends the other ranks."""
-
-    def on_stuck(what: str) -> None:
-        message = (
-            f"a rank stopped answering during {what}: the ranks cannot compute "
-            "together any more; restart the server"
-        )
-        engine_loop.fail_all(message, status=503)
-        print(f"error: {message}", file=sys.stderr, flush=True)
-        time.sleep(1.0)  # the failed requests' 503s go out first
-        os._exit(1)
-
-    engine.watchdog = Watchdog(on_stuck)
-
-
-def stop_other_ranks_with(engine_loop, engine: RankZeroEngine) -> None:
-    """Once the engine thread has stopped (the app's shutdown), tell the other
-    ranks to stop: uvicorn ends the process by re-raising SIGTERM after the
-    shutdown, so nothing after serve() would run."""
-    stop = engine_loop.stop
-
-    def stop_then_release() -> None:
-        stop()
-        engine.stop_ranks()
-
-    engine_loop.stop = stop_then_release
 
 
 if __name__ == "__main__":

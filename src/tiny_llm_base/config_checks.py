@@ -2,19 +2,16 @@
 and range, then the settings that only mean something together (a mixed step's
 limits, speculative decoding's, the KV cache's and its disk tier's). A wrong type is
 a TypeError, a wrong value a ValueError, each naming the setting and saying what to
-pass instead.
+pass instead. Each check takes the EngineConfig being made (config.py imports this
+module, so this one names the class only here).
 """
 
 import dataclasses
 import math
 import os
-from typing import TYPE_CHECKING
 
 from .memory import KV_DTYPES, parse_bytes
 from .prompts import check_int, is_int
-
-if TYPE_CHECKING:
-    from .config import EngineConfig
 
 POLICIES = ("alternate", "mixed")
 KV_CACHES = ("dense", "paged")
@@ -40,7 +37,7 @@ def is_adaptive(policy) -> bool:
 DRAFT_SETTINGS = ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
 
 
-def check_settings(config: "EngineConfig") -> None:
+def check_settings(config) -> None:
     """Every check, in order: the batch, the chunking, the policy, then the
     groups below."""
     check_int("batch_size", config.batch_size, 1)
@@ -74,7 +71,7 @@ def check_settings(config: "EngineConfig") -> None:
     check_kv_cache(config)
 
 
-def check_prefill_limits(config: "EngineConfig") -> None:
+def check_prefill_limits(config) -> None:
     """The mixed step's limits (token_budget and STEP_LIMITS: mixed policy only)
     and batch_patience."""
     for name in STEP_LIMITS:
@@ -110,7 +107,7 @@ def check_prefill_limits(config: "EngineConfig") -> None:
         )
 
 
-def check_speculative(config: "EngineConfig") -> None:
+def check_speculative(config) -> None:
     """speculative, the draft settings (meaningless without it), the types of
     jump_forward, prefix_caching and step_ahead; drafts need the mixed policy."""
     if config.speculative not in SPECULATIVE:
@@ -149,7 +146,7 @@ def check_speculative(config: "EngineConfig") -> None:
         )
 
 
-def check_kv_cache(config: "EngineConfig") -> None:
+def check_kv_cache(config) -> None:
     """kv_cache, the pool's size (num_blocks or kv_memory, parsed to bytes, not
     both), kv_dtype (paged only), then the disk tier."""
     if config.kv_cache not in KV_CACHES:
@@ -190,7 +187,7 @@ def check_kv_cache(config: "EngineConfig") -> None:
     check_kv_disk(config)
 
 
-def check_kv_disk(config: "EngineConfig") -> None:
+def check_kv_disk(config) -> None:
     """kv_disk_dir (a folder, for paged prefix caching only) and kv_disk_budget
     (parsed to bytes; meaningless without the folder)."""
     object.__setattr__(

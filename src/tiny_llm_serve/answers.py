@@ -15,9 +15,10 @@ from fastapi.responses import StreamingResponse
 
 from tiny_llm_base import TokenLogprob
 
-from .generation import Ending, Generation
+from .finish import finish_reason
+from .generation import Ending, Generation, Part
 from .request import GenerationRequest
-from .tool_answers import CallCheck, CallSplitter, finish_reason, split_calls
+from .tool_answers import CallCheck, CallSplitter, split_calls
 
 
 @dataclass
@@ -34,20 +35,6 @@ class Answer:
     logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
-@dataclass
-class Part:
-    """A piece of choice `index`'s streamed answer: text that is surely content,
-    the calls completed with it, the logprobs of the tokens it came with, and, on
-    the choice's last Part only, the ending and the finish_reason (as Answer's)."""
-
-    index: int
-    text: str = ""
-    calls: list = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    ending: Ending | None = None
-    reason: str | None = None
-
-
 async def whole_answers(
     generation: Generation, request: GenerationRequest, parse: Callable
 ) -> list[Answer]:
@@ -56,10 +43,10 @@ async def whole_answers(
     texts, entries = [""] * request.n, [[] for _ in range(request.n)]
     endings: list[Ending | None] = [None] * request.n
     try:
-        async for piece in generation.pieces():
-            texts[piece.index] += piece.text
-            entries[piece.index] += piece.logprobs
-            endings[piece.index] = piece.ending or endings[piece.index]
+        async for part in generation.parts():
+            texts[part.index] += part.text
+            entries[part.index] += part.logprobs
+            endings[part.index] = part.ending or endings[part.index]
     finally:
         generation.close()
     answers = []
@@ -69,7 +56,7 @@ async def whole_answers(
             text, calls = split_calls(text, parse)
             CallCheck(request.constraint).check(calls)
             calls = calls[: request.max_calls]
-        reason = finish_reason(ending.reason, bool(calls))
+        reason = ending_reason(ending, bool(calls))
         answers.append(Answer(text, calls, ending, reason, logprobs))
     return answers
 
@@ -93,8 +80,8 @@ async def answer_parts(
     checks = [CallCheck(request.constraint) for _ in range(request.n)]
     called = [False] * request.n
     sent = [0] * request.n  # calls given out
-    async for piece in generation.pieces():
-        index, text, end = piece.index, piece.text, piece.ending
+    async for part in generation.parts():
+        index, text, end = part.index, part.text, part.ending
         calls = []
         if request.tools:
             text, calls = splitters[index].feed(text)
@@ -104,11 +91,15 @@ async def answer_parts(
                 calls = calls[: max(0, request.max_calls - sent[index])]
             sent[index] += len(calls)
         called[index] = called[index] or bool(calls)
-        if text or calls or piece.logprobs:
-            yield Part(index, text, calls, piece.logprobs)
+        if text or calls or part.logprobs:
+            yield Part(index, text, calls, part.logprobs)
         if end is not None:
-            reason = finish_reason(end.reason, called[index])
-            yield Part(index, ending=end, reason=reason)
+            yield Part(index, ending=end, reason=ending_reason(end, called[index]))
+
+
+def ending_reason(ending: Ending, called: bool) -> str:
+    """The finish_reason of a choice that ended so, having called a tool or not."""
+    return finish_reason(ending.engine_reason, ending.stop_string is not None, called)
 
 
 def event_stream(events: AsyncIterator[str]) -> StreamingResponse:

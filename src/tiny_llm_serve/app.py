@@ -18,6 +18,7 @@ from tiny_llm_base import SchedulerSnapshot
 
 from .constraints import ConstraintFactory
 from .engine_loop import EngineLoop
+from .engine_protocol import ServedEngine
 from .errors import ApiError, answer_api_error, answer_http_error
 from .metrics import ServerMetrics
 from .middleware import AnswerUnexpectedErrors, RequireApiKey
@@ -26,13 +27,13 @@ from .state import ServerSettings, ServerState
 
 
 def create_app(
-    engine,
+    engine: ServedEngine,
     settings: ServerSettings,
     make_sampler: Callable,
     constraints: ConstraintFactory,
     on_step: Callable[[SchedulerSnapshot], None] | None = None,
 ) -> FastAPI:
-    """The app serving `engine` (either package's Engine). make_sampler(temp, top_p,
+    """The app serving `engine` (either package's Engine, or a ServedEngine). make_sampler(temp, top_p,
     top_k) and constraints: the engine's package's (ConstraintFactory.of(package)),
     for requests with temperature > 0 (greedy ones use the engine's default
     sampler) and for structured outputs. on_step(snapshot): called on the engine

@@ -23,7 +23,7 @@ back, so the two read as the tokenizer decodes them together: "The sky is" +
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
@@ -32,7 +32,7 @@ from tiny_llm_base import PromptSpec, TokenLogprob
 from tiny_llm_base.tool_prompts import tool_chat_token_ids
 
 from .constraints import checked_constraint, generation_error
-from .engine_loop import EngineFailure, Stream, finish_reason
+from .streams import EngineFailure, Stream
 from .errors import ApiError, invalid, short
 from .logprobs import token_texts
 from .request import GenerationRequest
@@ -41,31 +41,37 @@ from .state import ServerState
 
 @dataclass
 class Ending:
-    """How a choice ended: OpenAI's finish_reason, the tokens its client got (up
-    to the one that completed a stop string), those its prompt found cached, and
-    the stop string that ended it (None when none did)."""
+    """How a choice ended: the engine's finish reason ("stop", "length",
+    "max_seq_len", "abort", "error"), the tokens its client got (up to the one that
+    completed a stop string), those its prompt found cached, and the stop string
+    that ended it (None when none did). finish.finish_reason turns it into the
+    API's finish_reason."""
 
-    reason: str
+    engine_reason: str
     completion_tokens: int
     cached_tokens: int
     stop_string: str | None = None
 
 
 @dataclass
-class Piece:
-    """A piece of choice `index`'s answer: its text, the logprobs of the tokens it
-    came with (when asked; those past a stop string are dropped with their text),
-    and, on the choice's last piece, how it ended."""
+class Part:
+    """A piece of choice `index`'s answer, the one record every API's writer reads:
+    text that is surely content, the tool calls completed with it (answers.py
+    splits them out), the logprobs of the tokens it came with (when asked; those
+    past a stop string are dropped with their text), and, on the choice's last
+    Part only, its Ending and OpenAI's finish_reason (set by answers.py)."""
 
     index: int
-    text: str
-    logprobs: list[TokenLogprob]
+    text: str = ""
+    calls: list = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     ending: Ending | None = None
+    reason: str | None = None
 
 
 class Generation:
-    """One request handed to the engine. pieces() yields each choice's Pieces, its
-    last one with its Ending; a failed choice raises ApiError (500; 503 when the
+    """One request handed to the engine. parts() yields each choice's Parts (text
+    and logprobs; no calls, no finish_reason yet), its last one with its Ending; a failed choice raises ApiError (500; 503 when the
     server is stopping; 400 for a constraint stuck mid-answer). prompt_ids: the
     prompt's token ids; prompt_logprobs: theirs (None first), once the prefill has
     given them (echo with logprobs); completion_tokens(i): choice i's so far.
@@ -100,7 +106,7 @@ class Generation:
         completion_tokens once it has ended."""
         return 0 if self.scores_only else self.received[index]
 
-    async def pieces(self) -> AsyncIterator[Piece]:
+    async def parts(self) -> AsyncIterator[Part]:
         stream, loop = self.stream, self.server.loop
         received = self.received
         left = stream.n
@@ -138,7 +144,7 @@ class Generation:
             if self.scores_only:
                 piece, logprobs = "", []
             if piece or logprobs:
-                yield Piece(index, piece, logprobs)
+                yield Part(index, piece, logprobs=logprobs)
             if output.finish_reason is None:
                 continue
             left -= 1
@@ -146,14 +152,14 @@ class Generation:
             if output.finish_reason == "error":
                 raise generation_error(output.result, stream.constraint_param)
             stopped = stream.stopped_by_string[index]
-            reason = finish_reason(output.finish_reason, stopped)
-            result = output.result
+            reason, result = output.finish_reason, output.result
             tokens = received[index] if stopped else len(result.tokens)
             found = stops.found if stopped else None
             if self.scores_only:
                 reason, tokens = "length", 0
-            ending = Ending(reason, tokens, result.cached_tokens, found)
-            yield Piece(index, "", [], ending)
+            yield Part(
+                index, ending=Ending(reason, tokens, result.cached_tokens, found)
+            )
 
     def close(self) -> None:
         self.watcher.cancel()

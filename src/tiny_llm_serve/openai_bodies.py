@@ -59,7 +59,15 @@ PROMPT_FORMS = (
 )
 
 
-def at_least_zero(value: int | None) -> int | None:
+def at_least_one_or_scoring(value: int | None) -> int | None:
+    """max_tokens: at least 1, and 0 passes here too, for a prompt scored alone
+    (echoes_prompt); a body that does not echo refuses it."""
+    if value is not None and value < 0:
+        raise Refusal(f"must be at least 0, got {value}")
+    return value
+
+
+def not_negative(value: int | None) -> int | None:
     if value is not None and value < 0:
         raise Refusal(f"must be at least 0, got {value}")
     return value
@@ -134,7 +142,7 @@ class GenerationBody(RefusesUnhonoured, SamplingFields, StructuredOutputFields):
         StreamOptions | None, expect('an object like {"include_usage": true}')
     ] = None
     max_tokens: Annotated[
-        int | None, expect("an integer"), AfterValidator(at_least_zero)
+        int | None, expect("an integer"), AfterValidator(at_least_one_or_scoring)
     ] = None
     temperature: Annotated[float, number_in(0.0, MAX_TEMPERATURE, 1.0)] = None
     top_p: Annotated[float, number_in(0.0, 1.0, 1.0, open_low=True)] = None

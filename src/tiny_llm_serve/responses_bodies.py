@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from .errors import short
-from .openai_bodies import at_least_one, at_least_zero
+from .openai_bodies import at_least_one, not_negative
 from .request import ConstraintRequest, GenerationRequest
 from .responses_input import InputItem, chat_messages, input_value
 from .structured_options import Schema
@@ -166,7 +166,7 @@ class ResponsesBody(RefusesUnhonoured):
     tool_choice: Annotated[Any, PlainValidator(tool_choice_value)] = None
     parallel_tool_calls: Annotated[bool | None, expect("true or false")] = None
     max_tool_calls: Annotated[
-        int | None, expect("an integer"), AfterValidator(at_least_zero)
+        int | None, expect("an integer"), AfterValidator(not_negative)
     ] = None
     text: Annotated[
         TextOptions | None, expect('an object like {"format": {"type": "text"}}')

@@ -69,7 +69,7 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-class Server(uvicorn.Server):
+class GracefulServer(uvicorn.Server):
     """uvicorn's server, telling the app's engine loop first when asked to stop."""
 
     def __init__(self, app: FastAPI, on_started: Callable[[], None]):
@@ -121,7 +121,7 @@ class Server(uvicorn.Server):
 def serve(app: FastAPI, sock: socket.socket, on_started: Callable[[], None]) -> None:
     """Serve `app` on `sock` (from listen_socket) until a stop signal, which is then
     raised again for the program's own handler (Ctrl-C: one line, status 130)."""
-    server = Server(app, on_started)
+    server = GracefulServer(app, on_started)
     server.run(sockets=[sock])
     for sig in reversed(server._captured_signals):
         signal.raise_signal(sig)

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 
 from .constraints import ConstraintFactory
 from .engine_loop import EngineLoop
+from .engine_protocol import ServedEngine
 from .metrics import ServerMetrics
 
 
@@ -39,14 +40,14 @@ class ServerSettings:
 
 @dataclass
 class ServerState:
-    """engine: either package's Engine (or a wrapper with its interface).
+    """engine: either package's Engine, or a wrapper of it (a ServedEngine).
     loop: the engine thread. make_sampler(temp, top_p, top_k) and constraints: the
     engine's package's, for requests that sample or carry a structured-output
     option. admitting: requests between the busy check and their hand-over, which
     the busy check counts as waiting. started: when the app was made (the model's
     `created`)."""
 
-    engine: object
+    engine: ServedEngine
     settings: ServerSettings
     loop: EngineLoop
     metrics: ServerMetrics

@@ -115,12 +115,6 @@ def split_calls(text: str, parse: Callable) -> tuple[str, list]:
     return content.partition(OPEN)[0].strip() + cut, calls
 
 
-def finish_reason(reason: str, called: bool) -> str:
-    """OpenAI's "tool_calls" when the model called and then stopped by itself; an
-    answer cut at max_tokens stays "length"."""
-    return "tool_calls" if called and reason == "stop" else reason
-
-
 class CallSplitter:
     """Feeds a streamed answer's pieces; gives back the text that is surely content
     and the calls completed, holding back a possible call until it closes."""

@@ -16,7 +16,6 @@ tiny_llm_base first).
 """
 
 import argparse
-import dataclasses
 import math
 import os
 import shlex
@@ -34,59 +33,9 @@ from scripts.commands import cli, interrupt
 
 from .course import add_option, course, use
 from .record import machine, out_path, unwritable, without, write_json
+from .goals import Goal
 
 BOOK_IMAGES = Path(__file__).resolve().parents[3] / "book" / "src" / "images"
-
-
-@dataclass
-class Goal:
-    """`value` at most or at least `bound` (a ratio; None: never measured, missed).
-    why: the figures behind the value; a missed goal says it as what limited it."""
-
-    name: str
-    value: float | None
-    bound: float
-    why: str
-    at_most: bool = False
-
-    @property
-    def met(self) -> bool:
-        if self.value is None or math.isnan(self.value):
-            return False
-        return self.value <= self.bound if self.at_most else self.value >= self.bound
-
-    def line(self) -> str:
-        digits = (
-            4 if self.value is not None and round(self.value, 2) == self.bound else 2
-        )
-        value = "-" if self.value is None else f"{self.value:.{digits}f}"
-        bound = f"{'at most' if self.at_most else 'at least'} {self.bound:g}"
-        why = f"; {'' if self.met else 'limited by '}{self.why}" if self.why else ""
-        return f"{'met' if self.met else 'MISSED'}: {self.name}: {value} ({bound}){why}"
-
-    def record(self) -> dict:
-        return {**dataclasses.asdict(self), "met": self.met}
-
-
-def at_most(name: str, value: float | None, bound: float, why: str) -> Goal:
-    return Goal(name, value, bound, why, at_most=True)
-
-
-def at_least(name: str, value: float | None, bound: float, why: str) -> Goal:
-    return Goal(name, value, bound, why)
-
-
-def identical(name: str, same: int, of: int) -> Goal:
-    """Every one of `of` outputs the same: the share that is, at least 1."""
-    why = f"{same} of {of} the same" if of else "nothing compared"
-    return Goal(name, same / of if of else None, 1.0, why)
-
-
-def same_tokens(name: str, outputs: list, reference: list) -> Goal:
-    """Every output equal to the reference's at its place (identical's counts)."""
-    return identical(
-        name, sum(a == b for a, b in zip(outputs, reference)), len(reference)
-    )
 
 
 def clocked(fn: Callable, *args, **kwargs) -> tuple[object, float]:
@@ -307,7 +256,7 @@ class Bench:
     def table(self, title: str, columns, rows) -> None:
         """render.grid's table on the console: columns a list of headers and rows of
         cells, or {header: cell(row)} and rows of anything; None: a section line."""
-        from .render import grid  # render reads this module's goals
+        from .render import grid  # render imports MLX (through its workloads)
 
         self.console.print(grid(title, columns, rows))
 

@@ -20,7 +20,8 @@ import mlx.core as mx
 
 from scripts.bench.benchlib import render
 from scripts.bench.benchlib.course import course
-from scripts.bench.benchlib.harness import at_least, at_most, interleaved, medians
+from scripts.bench.benchlib.harness import interleaved, medians
+from scripts.bench.benchlib.goals import at_least, at_most
 from scripts.bench.benchlib.paged_step import decode_step, paged_batch
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
 from scripts.bench.benchlib.runners import run_to_end

@@ -12,7 +12,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from .harness import Goal, at_most
+from .goals import Goal, at_most
 from .workloads import Workload
 
 MARGIN = 0.10  # "at least 10% better": a ratio of 0.90 or less

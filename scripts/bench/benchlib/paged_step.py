@@ -18,7 +18,8 @@ import mlx.core as mx
 
 from tiny_llm_base import fast_blas
 from scripts.bench.benchlib.course import course
-from scripts.bench.benchlib.harness import at_most, interleaved
+from scripts.bench.benchlib.harness import interleaved
+from scripts.bench.benchlib.goals import at_most
 
 BLOCK_SIZE = 16
 ROOM = 64  # positions past each row's length: the steps a benchmark may time

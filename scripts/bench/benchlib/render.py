@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 
 from rich.table import Table
 
-from .harness import Goal
+from .goals import Goal
 from .measure import Run
 
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from scripts.bench.benchlib.harness import Goal
+from scripts.bench.benchlib.goals import Goal
 
 # name -> the benchmark's module and its options
 PARTS = {

@@ -1,6 +1,6 @@
 """The clients `pdm run client-check` drives: one module per client, each a dict
 FEATURES of feature name -> function(server) that runs the client's first
-documented usage of that feature against `server` (a Server) and raises when it
+documented usage of that feature against `server` (a ServerAddress) and raises when it
 does not work. check.py runs a module's features in that client's own virtualenv
 (requirements/<module>.txt); openai and anthropic run in the project's, where
 they are dev dependencies (the test suite runs their features too)."""
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Server:
+class ServerAddress:
     """Where the server listens: `url` is http://host:port (no /v1)."""
 
     url: str

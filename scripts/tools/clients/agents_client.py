@@ -18,7 +18,7 @@ from agents.exceptions import ModelBehaviorError
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
-from scripts.tools.clients import ModelAnswer, Server
+from scripts.tools.clients import ModelAnswer, ServerAddress
 
 set_tracing_disabled(True)
 SETTINGS = ModelSettings(max_tokens=96)
@@ -35,13 +35,13 @@ def get_weather(city: str) -> str:
     return f"The weather in {city} is sunny."
 
 
-def model(server: Server, kind):
+def model(server: ServerAddress, kind):
     client = AsyncOpenAI(base_url=server.v1, api_key=server.api_key, max_retries=0)
     return kind(model=server.model, openai_client=client)
 
 
 def no_tools(kind):
-    def feature(server: Server) -> None:
+    def feature(server: ServerAddress) -> None:
         agent = Agent(
             name="Assistant",
             instructions="You are a helpful assistant",
@@ -55,7 +55,7 @@ def no_tools(kind):
 
 
 def streamed(kind):
-    def feature(server: Server) -> None:
+    def feature(server: ServerAddress) -> None:
         agent = Agent(name="Joker", model=model(server, kind), model_settings=SETTINGS)
 
         async def main() -> str:
@@ -72,7 +72,7 @@ def streamed(kind):
 
 
 def output_type(kind):
-    def feature(server: Server) -> None:
+    def feature(server: ServerAddress) -> None:
         agent = Agent(
             name="Calendar extractor",
             instructions="Extract calendar events from text",
@@ -87,7 +87,7 @@ def output_type(kind):
 
 
 def tool(kind):
-    def feature(server: Server) -> None:
+    def feature(server: ServerAddress) -> None:
         # tool_choice "required" makes the small model call; the SDK then resets
         # it (reset_tool_choice), so the next turn can answer in text. The model
         # may call again and again: 384 tokens hold the server's 8 calls (a call of

@@ -4,7 +4,7 @@ openai_client's."""
 
 import anthropic
 
-from scripts.tools.clients import Server
+from scripts.tools.clients import ServerAddress
 
 WEATHER = {
     "name": "get_weather",
@@ -20,20 +20,20 @@ HELLO = [{"role": "user", "content": "Hello, Claude"}]
 GREEDY = {"temperature": 0}
 
 
-def client(server: Server) -> anthropic.Anthropic:
+def client(server: ServerAddress) -> anthropic.Anthropic:
     return anthropic.Anthropic(
         base_url=server.url, api_key=server.api_key, max_retries=0
     )
 
 
-def create(server: Server) -> None:
+def create(server: ServerAddress) -> None:
     message = client(server).messages.create(
         max_tokens=16, messages=HELLO, model=server.model, extra_body=GREEDY
     )
     assert message.content and message.content[0].text, message
 
 
-def stream(server: Server) -> None:
+def stream(server: ServerAddress) -> None:
     with client(server).messages.stream(
         max_tokens=16, messages=HELLO, model=server.model, extra_body=GREEDY
     ) as stream:
@@ -41,7 +41,7 @@ def stream(server: Server) -> None:
     assert text and stream.get_final_message().usage.output_tokens, text
 
 
-def tool_round_trip(server: Server) -> None:
+def tool_round_trip(server: ServerAddress) -> None:
     claude = client(server)
     question = [{"role": "user", "content": "What is the weather like in Paris?"}]
     message = claude.messages.create(

@@ -17,7 +17,7 @@ import signal
 import sys
 import traceback
 
-from scripts.tools.clients import ModelAnswer, Server
+from scripts.tools.clients import ModelAnswer, ServerAddress
 
 
 class FeatureTimeout(Exception):
@@ -31,7 +31,7 @@ def one_line(error: BaseException) -> str:
     return line if len(line) <= 240 else line[:237] + "..."
 
 
-def run_feature(feature, server: Server, seconds: int) -> dict:
+def run_feature(feature, server: ServerAddress, seconds: int) -> dict:
     def expire(signum, frame):
         raise FeatureTimeout(f"no answer within {seconds} s")
 
@@ -54,7 +54,7 @@ def run_feature(feature, server: Server, seconds: int) -> dict:
 def main() -> None:
     module_name, url, model, api_key, seconds = sys.argv[1:6]
     module = importlib.import_module(f"scripts.tools.clients.{module_name}")
-    server = Server(url, model, api_key)
+    server = ServerAddress(url, model, api_key)
     print(json.dumps({"feature_names": list(module.FEATURES)}), flush=True)
     for name, feature in module.FEATURES.items():
         result = {"feature": name, **run_feature(feature, server, int(seconds))}

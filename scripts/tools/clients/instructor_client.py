@@ -15,7 +15,7 @@ from instructor.core.exceptions import IncompleteOutputException
 from openai import OpenAI
 from pydantic import BaseModel
 
-from scripts.tools.clients import ModelAnswer, Server, cut_short
+from scripts.tools.clients import ModelAnswer, ServerAddress, cut_short
 
 MAX_TOKENS = 96
 
@@ -25,7 +25,7 @@ class User(BaseModel):
     age: int
 
 
-def extract(server: Server, mode: instructor.Mode) -> User:
+def extract(server: ServerAddress, mode: instructor.Mode) -> User:
     client = instructor.from_openai(
         OpenAI(base_url=server.v1, api_key=server.api_key, max_retries=0), mode=mode
     )
@@ -39,7 +39,7 @@ def extract(server: Server, mode: instructor.Mode) -> User:
 
 
 def enforced(mode: instructor.Mode):
-    def feature(server: Server) -> None:
+    def feature(server: ServerAddress) -> None:
         try:
             assert isinstance(extract(server, mode), User)
         except IncompleteOutputException as error:
@@ -50,7 +50,7 @@ def enforced(mode: instructor.Mode):
     return feature
 
 
-def json_object(server: Server) -> None:
+def json_object(server: ServerAddress) -> None:
     try:
         extract(server, instructor.Mode.JSON)
     except Exception as error:
@@ -66,7 +66,7 @@ def json_object(server: Server) -> None:
         raise
 
 
-def markdown_json(server: Server) -> None:
+def markdown_json(server: ServerAddress) -> None:
     try:
         extract(server, instructor.Mode.MD_JSON)
     except Exception as error:

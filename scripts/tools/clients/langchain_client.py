@@ -5,7 +5,7 @@ import openai
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 
-from scripts.tools.clients import ModelAnswer, Server, cut_short
+from scripts.tools.clients import ModelAnswer, ServerAddress, cut_short
 
 LONG = 96  # tokens for a structured answer or a call
 
@@ -23,7 +23,7 @@ class GetWeather(BaseModel):
     location: str = Field(..., description="The city, e.g. San Francisco")
 
 
-def chat(server: Server, max_tokens: int = 16) -> ChatOpenAI:
+def chat(server: ServerAddress, max_tokens: int = 16) -> ChatOpenAI:
     return ChatOpenAI(
         model=server.model,
         base_url=server.v1,
@@ -33,18 +33,18 @@ def chat(server: Server, max_tokens: int = 16) -> ChatOpenAI:
     )
 
 
-def invoke(server: Server) -> None:
+def invoke(server: ServerAddress) -> None:
     message = chat(server).invoke("Translate to French: I love programming.")
     assert message.content, message
 
 
-def stream(server: Server) -> None:
+def stream(server: ServerAddress) -> None:
     pieces = [c.content for c in chat(server).stream("Write a haiku about the sea.")]
     assert "".join(pieces), pieces
 
 
 def structured(method: str | None):
-    def feature(server: Server) -> None:
+    def feature(server: ServerAddress) -> None:
         options = {"method": method} if method else {}
         runnable = chat(server, LONG).with_structured_output(
             Joke, include_raw=True, **options
@@ -68,7 +68,7 @@ def structured(method: str | None):
     return feature
 
 
-def bind_tools(server: Server) -> None:
+def bind_tools(server: ServerAddress) -> None:
     with_tools = chat(server, LONG).bind_tools([GetWeather], tool_choice="any")
     message = with_tools.invoke("What is the weather like in San Francisco?")
     if (

@@ -5,7 +5,7 @@ import json
 
 import litellm
 
-from scripts.tools.clients import Server
+from scripts.tools.clients import ServerAddress
 
 WEATHER = {
     "type": "function",
@@ -21,7 +21,7 @@ WEATHER = {
 }
 
 
-def options(server: Server) -> dict:
+def options(server: ServerAddress) -> dict:
     return {
         "model": f"openai/{server.model}",
         "api_base": server.v1,
@@ -30,24 +30,24 @@ def options(server: Server) -> dict:
     }
 
 
-def chat(server: Server) -> None:
+def chat(server: ServerAddress) -> None:
     messages = [{"content": "Hello, how are you?", "role": "user"}]
     response = litellm.completion(messages=messages, **options(server))
     assert response.choices[0].message.content, response
 
 
-def stream(server: Server) -> None:
+def stream(server: ServerAddress) -> None:
     messages = [{"content": "Hello, how are you?", "role": "user"}]
     chunks = litellm.completion(messages=messages, stream=True, **options(server))
     assert "".join(c.choices[0].delta.content or "" for c in chunks)
 
 
-def completions(server: Server) -> None:
+def completions(server: ServerAddress) -> None:
     response = litellm.text_completion(prompt="Good morning,", **options(server))
     assert response.choices[0].text, response
 
 
-def tools(server: Server) -> None:
+def tools(server: ServerAddress) -> None:
     messages = [{"role": "user", "content": "What's the weather like in Boston?"}]
     response = litellm.completion(
         messages=messages,

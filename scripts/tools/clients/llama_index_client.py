@@ -4,7 +4,7 @@ for an OpenAI-compatible server: chat and stream_chat."""
 from llama_index.core.llms import ChatMessage
 from llama_index.llms.openai_like import OpenAILike
 
-from scripts.tools.clients import Server
+from scripts.tools.clients import ServerAddress
 
 MESSAGES = [
     ChatMessage(role="system", content="You are a pirate with a colorful personality"),
@@ -12,7 +12,7 @@ MESSAGES = [
 ]
 
 
-def llm(server: Server) -> OpenAILike:
+def llm(server: ServerAddress) -> OpenAILike:
     return OpenAILike(
         model=server.model,
         api_base=server.v1,
@@ -24,12 +24,12 @@ def llm(server: Server) -> OpenAILike:
     )
 
 
-def chat(server: Server) -> None:
+def chat(server: ServerAddress) -> None:
     response = llm(server).chat(MESSAGES)
     assert response.message.content, response
 
 
-def stream(server: Server) -> None:
+def stream(server: ServerAddress) -> None:
     pieces = [r.delta for r in llm(server).stream_chat(MESSAGES)]
     assert "".join(p or "" for p in pieces), pieces
 

@@ -14,13 +14,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scripts.tools.clients import Server
+from scripts.tools.clients import ServerAddress
 
 TASKS = Path(__file__).parent / "lm_eval_tasks"
 SECONDS = 200  # inside the feature's own bound
 
 
-def evaluate(server: Server, model: str, task: str, endpoint: str, *extra) -> dict:
+def evaluate(
+    server: ServerAddress, model: str, task: str, endpoint: str, *extra
+) -> dict:
     """`lm_eval --model MODEL --tasks TASK ...`'s results for TASK; extra: more
     options, model_args as "key=value" strings first."""
     more = [arg for arg in extra if "=" in arg]
@@ -54,7 +56,7 @@ def last_error(output: str) -> str:
     return lines[-1] if lines else output.strip()[-200:] or "no output"
 
 
-def loglikelihood(server: Server) -> None:
+def loglikelihood(server: ServerAddress) -> None:
     tokenizer = os.environ["CLIENT_CHECK_TOKENIZER"]
     metrics = evaluate(
         server,
@@ -67,7 +69,7 @@ def loglikelihood(server: Server) -> None:
     assert "acc,none" in metrics, metrics
 
 
-def generation(server: Server) -> None:
+def generation(server: ServerAddress) -> None:
     metrics = evaluate(
         server,
         "local-chat-completions",

@@ -7,7 +7,7 @@ import json
 from openai import OpenAI
 from pydantic import BaseModel
 
-from scripts.tools.clients import Server
+from scripts.tools.clients import ServerAddress
 
 WEATHER = {
     "type": "function",
@@ -30,11 +30,11 @@ class CalendarEvent(BaseModel):
     date: str
 
 
-def client(server: Server) -> OpenAI:
+def client(server: ServerAddress) -> OpenAI:
     return OpenAI(base_url=server.v1, api_key=server.api_key, max_retries=0)
 
 
-def chat(server: Server) -> None:
+def chat(server: ServerAddress) -> None:
     completion = client(server).chat.completions.create(
         model=server.model,
         messages=[
@@ -47,7 +47,7 @@ def chat(server: Server) -> None:
     assert completion.choices[0].message.content, completion
 
 
-def stream(server: Server) -> None:
+def stream(server: ServerAddress) -> None:
     chunks = list(
         client(server).chat.completions.create(
             model=server.model,
@@ -63,20 +63,20 @@ def stream(server: Server) -> None:
     assert chunks[-1].usage and chunks[-1].usage.completion_tokens, chunks[-1]
 
 
-def completions(server: Server) -> None:
+def completions(server: ServerAddress) -> None:
     completion = client(server).completions.create(
         model=server.model, prompt="Say this is a test", max_tokens=7, temperature=0
     )
     assert completion.choices[0].text, completion
 
 
-def models(server: Server) -> None:
+def models(server: ServerAddress) -> None:
     openai = client(server)
     assert server.model in [m.id for m in openai.models.list()]
     assert openai.models.retrieve(server.model).id == server.model
 
 
-def parse(server: Server) -> None:
+def parse(server: ServerAddress) -> None:
     completion = client(server).chat.completions.parse(
         model=server.model,
         messages=[
@@ -90,7 +90,7 @@ def parse(server: Server) -> None:
     assert isinstance(completion.choices[0].message.parsed, CalendarEvent)
 
 
-def tool_call(server: Server, tool_choice) -> list:
+def tool_call(server: ServerAddress, tool_choice) -> list:
     completion = client(server).chat.completions.create(
         model=server.model,
         messages=ASK_WEATHER,
@@ -108,20 +108,20 @@ def tool_call(server: Server, tool_choice) -> list:
     return calls
 
 
-def tools_auto(server: Server) -> None:
+def tools_auto(server: ServerAddress) -> None:
     tool_call(server, "auto")
 
 
-def tools_required(server: Server) -> None:
+def tools_required(server: ServerAddress) -> None:
     assert tool_call(server, "required"), "no tool call under required"
 
 
-def tools_named(server: Server) -> None:
+def tools_named(server: ServerAddress) -> None:
     named = {"type": "function", "function": {"name": "get_weather"}}
     assert tool_call(server, named), "no tool call under a named tool_choice"
 
 
-def tool_round_trip(server: Server) -> None:
+def tool_round_trip(server: ServerAddress) -> None:
     calls = tool_call(server, "required")
     messages = [
         *ASK_WEATHER,
@@ -138,7 +138,7 @@ def tool_round_trip(server: Server) -> None:
     assert completion.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
-def responses(server: Server) -> None:
+def responses(server: ServerAddress) -> None:
     response = client(server).responses.create(
         model=server.model,
         instructions="You are a coding assistant that talks like a pirate.",
@@ -149,7 +149,7 @@ def responses(server: Server) -> None:
     assert response.output_text, response
 
 
-def responses_tool(server: Server) -> None:
+def responses_tool(server: ServerAddress) -> None:
     openai = client(server)
     tools = [{"type": "function", **WEATHER["function"]}]
     question = [{"role": "user", "content": "What is the weather like in Paris?"}]

@@ -10,7 +10,7 @@ from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from scripts.tools.clients import ModelAnswer, Server
+from scripts.tools.clients import ModelAnswer, ServerAddress
 
 SETTINGS = {"max_tokens": 96}
 
@@ -20,19 +20,19 @@ class CityLocation(BaseModel):
     country: str
 
 
-def agent(server: Server, **options) -> Agent:
+def agent(server: ServerAddress, **options) -> Agent:
     provider = OpenAIProvider(base_url=server.v1, api_key=server.api_key)
     model = OpenAIChatModel(server.model, provider=provider)
     return Agent(model, model_settings=SETTINGS, **options)
 
 
-def text(server: Server) -> None:
+def text(server: ServerAddress) -> None:
     result = agent(server, instructions="Be concise, reply with one sentence.")
     output = result.run_sync('Where does "hello world" come from?').output
     assert isinstance(output, str) and output, output
 
 
-def stream(server: Server) -> None:
+def stream(server: ServerAddress) -> None:
     async def main() -> str:
         async with agent(server).run_stream("What is the capital of the UK?") as run:
             return "".join([piece async for piece in run.stream_text(delta=True)])
@@ -40,7 +40,7 @@ def stream(server: Server) -> None:
     assert asyncio.run(main())
 
 
-def function_tool(server: Server) -> None:
+def function_tool(server: ServerAddress) -> None:
     dice = agent(server, instructions="Roll the die with the tool, then answer.")
 
     @dice.tool_plain
@@ -61,7 +61,7 @@ def function_tool(server: Server) -> None:
         )
 
 
-def tool_output(server: Server) -> None:
+def tool_output(server: ServerAddress) -> None:
     result = agent(server, output_type=CityLocation).run_sync(
         "Where were the olympics held in 2012?"
     )

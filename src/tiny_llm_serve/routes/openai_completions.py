@@ -4,7 +4,7 @@ The body is read and checked by its model (openai_bodies.py, through json_body),
 handed to the engine (generation.py), and the answer written as OpenAI's response
 object, or, with `stream: true`, as server-sent events of its chunks ending with
 `data: [DONE]`. Each of the request's n choices is written by its own
-ChoiceWriter (choices.py: echo, tool calls, logprobs), from the Answers or
+ChoiceWriter (choice_writer.py: echo, tool calls, logprobs), from the Answers or
 Parts that answers.py reads, as the other APIs' routes read theirs.
 """
 
@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..answers import answer_parts, event_stream, whole_answers
-from ..choices import ChoiceWriter
+from ..choice_writer import ChoiceWriter
 from ..errors import ApiError, internal_message
 from ..generation import Ending, Generation, start_generation
 from ..json_body import json_body

@@ -15,6 +15,7 @@ import pytest
 
 from tiny_llm_base import ModelLoadError, fast_blas, load_model
 from tiny_llm_base import embedded_model as store
+from scripts.tools import check_platform
 from tiny_llm_base.device import PATHS, PATHS_VARIABLE, gpu_paths
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +101,44 @@ def test_the_install_hook_fetches_openblas_only_for_the_cpu(paths):
         assert fast_blas.DEBIAN_PACKAGE in result.stderr
     else:
         assert (result.stdout, result.stderr) == ("", "")
+
+
+@pytest.mark.parametrize(
+    "system, machine, release, words",
+    [
+        ("Darwin", "arm64", "14.5", None),
+        ("Darwin", "arm64", "26.1", None),
+        ("Linux", "x86_64", "", None),
+        ("Linux", "aarch64", "", None),
+        ("Darwin", "arm64", "13.6", "macOS 14 or newer"),
+        ("Darwin", "x86_64", "14.2", "Apple silicon"),
+        ("Linux", "riscv64", "", "x86-64 and arm64"),
+        ("Windows", "AMD64", "", "WSL 2"),
+    ],
+)
+def test_the_install_names_an_unsupported_platform(system, machine, release, words):
+    """MLX 0.32.4 has wheels for macOS 14+ on Apple silicon and Linux x86-64/arm64
+    (PyPI's file list); anywhere else the install's first step says so in a line."""
+    found = check_platform.problem(system, machine, release)
+    assert (found is None) == (words is None), found
+    assert words is None or words in found
+    if words is not None:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from scripts.tools import "
+                "check_platform as c; c.problem = lambda *a: "
+                + repr(found)
+                + "; sys.exit(c.main())",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
+        assert result.returncode == 1
+        assert result.stderr == f"error: tiny-llm cannot be installed here: {found}\n"
 
 
 def test_embedded_model_folder_is_intact_and_pinned(embedded_model):

@@ -20,7 +20,6 @@ from pydantic import AfterValidator, Field, PlainValidator, model_validator
 from .anthropic_content import Message, messages_given, system_text
 
 from .errors import json_type, short
-from .openai_bodies import at_least_one, top_k_limit
 from .request import ConstraintRequest, GenerationRequest
 from .structured_options import Schema
 from .tool_options import ignore_tool_choice, refuse_unknown_tool, tools_and_format
@@ -31,9 +30,11 @@ from .validation import (
     Refusal,
     RequestModel,
     Unsupported,
+    at_least_one,
     expect,
     number_in,
     required,
+    top_k_limit,
     valid_text,
 )
 

@@ -39,14 +39,17 @@ from .tool_results import chat_calls_and_results, refuse_unasked_results
 from .unhonoured import CHAT_ONLY, COMPLETION_ONLY, NOT_YET, RefusesUnhonoured
 from .validation import (
     OptionsObject,
-    RequestModel,
     Refusal,
+    RequestModel,
     Text,
     Unsupported,
+    at_least_one,
+    at_least_one_or_scoring,
     expect,
     is_int,
     number_in,
     required,
+    top_k_limit,
     valid_text,
 )
 
@@ -57,33 +60,6 @@ PROMPT_FORMS = (
     'a string ("Once upon a time"), a list of token ids ([1, 2, 3]), or a list '
     "holding one of them"
 )
-
-
-def at_least_one_or_scoring(value: int | None) -> int | None:
-    """max_tokens: at least 1, and 0 passes here too, for a prompt scored alone
-    (echoes_prompt); a body that does not echo refuses it."""
-    if value is not None and value < 0:
-        raise Refusal(f"must be at least 0, got {value}")
-    return value
-
-
-def not_negative(value: int | None) -> int | None:
-    if value is not None and value < 0:
-        raise Refusal(f"must be at least 0, got {value}")
-    return value
-
-
-def at_least_one(value: int | None) -> int | None:
-    if value is not None and value < 1:
-        raise Refusal(f"must be at least 1, got {value}")
-    return value
-
-
-def top_k_limit(top_k: int | None) -> int | None:
-    """None for no limit (0 and -1 say so too)."""
-    if top_k is not None and top_k < -1:
-        raise Refusal(f"must be at least 1 (or -1 for no limit), got {top_k}")
-    return top_k if top_k is not None and top_k >= 1 else None
 
 
 def stop_strings(stop) -> list[str]:

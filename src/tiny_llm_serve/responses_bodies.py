@@ -15,7 +15,6 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, PlainValidator, model_validator
 
 from .errors import short
-from .openai_bodies import at_least_one, not_negative
 from .request import ConstraintRequest, GenerationRequest
 from .responses_input import InputItem, chat_messages, input_value
 from .structured_options import Schema
@@ -33,7 +32,9 @@ from .validation import (
     Refusal,
     RequestModel,
     Unsupported,
+    at_least_one,
     expect,
+    not_negative,
     number_in,
 )
 

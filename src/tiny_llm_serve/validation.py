@@ -211,3 +211,30 @@ def refused(error: ValidationError) -> ApiError:
         message = f"the request body must be a JSON object, got {got}"
         return invalid(message, None, code="invalid_type")
     return invalid(f"{param}: {first['msg'].lower()}, got {got}", param)
+
+
+def at_least_one_or_scoring(value: int | None) -> int | None:
+    """max_tokens: at least 1, and 0 passes here too, for a prompt scored alone
+    (echoes_prompt); a body that does not echo refuses it."""
+    if value is not None and value < 0:
+        raise Refusal(f"must be at least 0, got {value}")
+    return value
+
+
+def not_negative(value: int | None) -> int | None:
+    if value is not None and value < 0:
+        raise Refusal(f"must be at least 0, got {value}")
+    return value
+
+
+def at_least_one(value: int | None) -> int | None:
+    if value is not None and value < 1:
+        raise Refusal(f"must be at least 1, got {value}")
+    return value
+
+
+def top_k_limit(top_k: int | None) -> int | None:
+    """None for no limit (0 and -1 say so too)."""
+    if top_k is not None and top_k < -1:
+        raise Refusal(f"must be at least 1 (or -1 for no limit), got {top_k}")
+    return top_k if top_k is not None and top_k >= 1 else None

@@ -46,7 +46,7 @@ def newest_policy(package, asked: str | None) -> str:
         planner = package.Planner(package.EngineConfig(policy="mixed"), kv=None)
         policy = package.MixedPolicy(planner)
         policy.plan()
-        policy.chunk_limit(SimpleNamespace(prefill_tokens=[], offset=0), 1)
+        policy.chunk_limit(SimpleNamespace(prefill_length=0, offset=0), 1)
     except NotImplementedError:
         print(
             f"{package.__name__}: policy alternate (the mixed step is week 3 day 1)",

@@ -125,7 +125,10 @@ def test_a_call_the_request_did_not_offer_is_never_returned(server, api, name, s
 def test_a_schema_jsonschema_cannot_read_is_a_400_before_any_work(server):
     tool = {
         "type": "function",
-        "function": {"name": "f", "parameters": {"type": "object", "required": 3}},
+        "function": {
+            "name": "forge_arguments",
+            "parameters": {"type": "object", "required": 3},
+        },
     }
     with httpx.Client(base_url=server.url, timeout=120) as http:
         response = http.post(

@@ -36,16 +36,14 @@ from scripts.bench.benchlib.course import add_option, course, run_benchmark, use
 from scripts.bench.benchlib.prompt_texts import OPEN_QUESTIONS, SHORT_QUESTIONS
 from scripts.bench.benchlib.runners import run_to_end
 from scripts.bench.benchlib.workloads import chat
-from scripts.commands.cli import (
+from scripts.commands.cli import option_parser, require_at_least
+from scripts.commands.engine_options import (
     NO_LIMIT,
     add_scheduling_options,
-    build_model,
     check_scheduling_options,
-    load_model_or_exit,
-    option_parser,
-    require_at_least,
     scheduling_settings,
 )
+from scripts.commands.model_loading import build_model, load_model_or_exit
 from tiny_llm_base import PromptSpec
 
 # 16 distinct questions, --prompts takes the first: the short ones, then the

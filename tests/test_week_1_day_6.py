@@ -14,6 +14,8 @@ from tiny_llm_base.mlx_lm_reference import chat_ids
 
 from .solution import tiny
 
+pytestmark = pytest.mark.task(1)
+
 # Greedy decoding is compared token for token, so every prompt here was checked to
 # have no near-tie (top-two logit gap >= 0.08, against differences of ~0.02 between
 # the two models) among its first 12 tokens. Prompt -> max_tokens: the first one ends

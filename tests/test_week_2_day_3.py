@@ -18,6 +18,8 @@ from .helpers import assert_within
 from .random_models import random_models
 from .solution import tiny
 
+pytestmark = pytest.mark.task(3)
+
 # Absolute, on logits of size ~0.5 (random models), as on day 1.
 TOLERANCE = {mx.float32: 1e-4, mx.bfloat16: 2e-2}
 # Embedded model against mlx-lm (its own 4-bit matmuls, logits up to ~40) as on

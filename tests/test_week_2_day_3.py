@@ -17,6 +17,7 @@ from mlx import nn
 from .helpers import assert_within
 from .random_models import random_models
 from .solution import tiny
+from .test_week_2_day_1 import check_embedded_last_position, check_last_position_only
 
 pytestmark = pytest.mark.task(3)
 
@@ -121,3 +122,17 @@ def test_embedded_model_fast_kernels_match_mlx_lm(
         results[use_fast_kernels] = feed(model, inputs, lengths)
         assert_close(results[use_fast_kernels], expected, EMBEDDED_LOGIT_ATOL)
     assert_close(results[True], results[False], FAST_VS_SLOW_ATOL)
+
+
+@pytest.mark.parametrize("lengths", [[11], [4, 7]], ids=["whole", "chunks"])
+def test_fast_kernels_give_only_the_last_position(lengths):
+    """Week 2 Day 1's last_position_only check, on the fast kernels."""
+    check_last_position_only(lengths, fast=True)
+
+
+def test_embedded_model_fast_kernels_give_only_the_last_position(
+    embedded_model, embedded_week2_model, embedded_float32_reference
+):
+    check_embedded_last_position(
+        embedded_model[1], embedded_week2_model(True), embedded_float32_reference
+    )

@@ -33,6 +33,11 @@ def week1_model(embedded_model):
     return tiny.Qwen2ModelWeek1(embedded_model[0])
 
 
+def greedy(logprobs: mx.array) -> mx.array:
+    """The most likely token of each row: what make_sampler(0.0) does on Day 7."""
+    return mx.argmax(logprobs, axis=-1)
+
+
 @pytest.fixture(scope="module")
 def generations(embedded_model, embedded_float32_reference, week1_model):
     """prompt -> (our text, our on_text segments, mlx-lm's text), each made once."""
@@ -44,7 +49,7 @@ def generations(embedded_model, embedded_float32_reference, week1_model):
             week1_model,
             tokenizer,
             prompt,
-            sampler=tiny.make_sampler(0.0),
+            sampler=greedy,  # make_sampler is tomorrow's (Day 7)
             max_tokens=MAX_TOKENS[prompt],
             on_text=segments.append,
         )

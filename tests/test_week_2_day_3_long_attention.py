@@ -45,8 +45,11 @@ def inputs(B, H_q, H, L, S, D, dtype=mx.float32, seed=0):
 
 
 def row_mask(offsets: list[int], L: int, S: int) -> mx.array:
-    """Additive [B, 1, L, S]: row b's query i sees keys 0 .. offsets[b] + i."""
-    return tiny.kv_cache.batch_causal_mask(mx.array(offsets), L, S, mx.float32)
+    """Additive [B, 1, L, S]: row b's query i sees keys 0 .. offsets[b] + i (built
+    here: batch_causal_mask is Day 5's)."""
+    query = np.array(offsets)[:, None, None] + np.arange(L)[None, :, None]
+    visible = np.arange(S)[None, None, :] <= query
+    return mx.array(np.where(visible, 0.0, -np.inf).astype(np.float32))[:, None]
 
 
 # ---- fast_exp -----------------------------------------------------------------

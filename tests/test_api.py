@@ -248,3 +248,32 @@ def test_no_answer_ships_in_the_skeleton():
         if not any(f"`{shown}" in text for shown in names):
             problems.append(f"{chapter} never names the given {name}")
     assert not problems, "\n".join(problems)
+
+
+@skeleton_check
+def test_untouched_skeleton_fails_a_task_alone_with_its_days_error():
+    """`--task 3` runs only task 3's tests, and on the untouched skeleton they fail
+    with Week 1 Day 1's NotImplementedError (tests/tasks.py)."""
+    env = dict(os.environ, TINY_LLM_SOLUTION="learner", COLUMNS="200")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--task",
+            "3",
+            "tests/test_week_1_day_1.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-2000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " failed" in summary and " deselected" in summary and "passed" not in summary
+    assert "NotImplementedError: Week 1 Day 1" in result.stdout

@@ -124,7 +124,7 @@ def test_every_course_function_raises_not_implemented_with_its_day(path):
     """Every reference function with a day comment is a stub in the skeleton that
     names the day; the week 2 day 6 engine and the week 3 managers are among them."""
     reference = (ROOT / "src/tiny_llm_ref" / path.name).read_text()
-    marked = set(re.findall(r"\n\s*# (Week \d+ Day \d+):", reference))
+    marked = set(re.findall(r"\n\s*# (Week \d+ Day \d+)(?: Task \d+)?:", reference))
     stubs = [
         ast.unparse(node.exc)
         for node in ast.walk(ast.parse(path.read_text()))
@@ -169,3 +169,110 @@ def test_untouched_skeleton_fails_with_not_implemented_not_import_errors():
         "ImportError" not in result.stdout
         and "errors during collection" not in result.stdout
     )
+
+
+# Reference code a day module ships whole in the skeleton, on purpose: each entry
+# names the chapter that tells the learner it is given. Anything else in a day module
+# longer than GIVEN_LINES lines is a stub of its day, or it hands out an answer.
+GIVEN = {
+    "automaton.Nfa.new_state": "week3-05-structured-outputs.md",
+    "regex_parser.RegexParser.repeat": "week3-05-structured-outputs.md",
+    "regex_parser.RegexParser.counted": "week3-05-structured-outputs.md",
+    "regex_parser.RegexParser.atom": "week3-05-structured-outputs.md",
+    "regex_parser.RegexParser.escape": "week3-05-structured-outputs.md",
+    "regex_parser.RegexParser.char_class": "week3-05-structured-outputs.md",
+    "token_index.check_spellable": "week3-05-structured-outputs.md",
+    "tool_calls.check_tools": "week4-02-tool-calls.md",
+    # Week 2 day 6 is not cut into tasks yet (tests/tasks.py's PENDING_DAYS).
+}
+GIVEN_LINES = 8
+
+
+def skeleton_functions(path: Path):
+    """(qualified name, function) for every function and method of a skeleton module."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef):
+            yield f"{path.stem}.{node.name}", node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    yield f"{path.stem}.{node.name}.{item.name}", item
+
+
+def is_stub(function: ast.FunctionDef) -> bool:
+    """The body (after the docstring) is one `raise NotImplementedError("Week ...")`."""
+    body = function.body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return (
+        len(body) == 1
+        and isinstance(body[0], ast.Raise)
+        and re.search(r"Week \d+ Day \d+", ast.unparse(body[0])) is not None
+    )
+
+
+def body_lines(function: ast.FunctionDef) -> int:
+    first = function.body[0]
+    docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    start = first.end_lineno if docstring else first.lineno - 1
+    return function.end_lineno - start
+
+
+@skeleton_check
+def test_no_answer_ships_in_the_skeleton():
+    """In a module with a day's stubs, every function of more than GIVEN_LINES lines
+    is a stub or on GIVEN, and each given one is named in its chapter: the skeleton
+    hands out no day's answer unannounced."""
+    found, problems = set(), []
+    for path in skeleton_modules():
+        functions = list(skeleton_functions(path))
+        if not any(is_stub(f) for _, f in functions):
+            continue
+        for name, function in functions:
+            if is_stub(function) or body_lines(function) <= GIVEN_LINES:
+                continue
+            found.add(name)
+            if name not in GIVEN:
+                problems.append(
+                    f"{name} ({body_lines(function)} lines) ships whole in "
+                    "src/tiny_llm: label it with its day and task in the reference, "
+                    "or list it in GIVEN and name it in its chapter"
+                )
+    for name, chapter in GIVEN.items():
+        if name not in found:
+            problems.append(f"GIVEN lists {name}, which is no longer a given function")
+        # A method is named by its own name or its class's (RegexParser: the parser).
+        names = name.split(".")[1:]
+        text = (ROOT / "book" / "src" / chapter).read_text()
+        if not any(f"`{shown}" in text for shown in names):
+            problems.append(f"{chapter} never names the given {name}")
+    assert not problems, "\n".join(problems)
+
+
+@skeleton_check
+def test_untouched_skeleton_fails_a_task_alone_with_its_days_error():
+    """`--task 3` runs only task 3's tests, and on the untouched skeleton they fail
+    with Week 1 Day 1's NotImplementedError (tests/tasks.py)."""
+    env = dict(os.environ, TINY_LLM_SOLUTION="learner", COLUMNS="200")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--task",
+            "3",
+            "tests/test_week_1_day_1.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-2000:]
+    summary = result.stdout.strip().splitlines()[-1]
+    assert " failed" in summary and " deselected" in summary and "passed" not in summary
+    assert "NotImplementedError: Week 1 Day 1" in result.stdout

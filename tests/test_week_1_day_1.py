@@ -14,6 +14,7 @@ from .solution import tiny
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("axis", [-1, 0, 1])
 def test_softmax(dtype, axis):
@@ -21,6 +22,7 @@ def test_softmax(dtype, axis):
     assert_close(tiny.softmax(x, axis=axis), mx.softmax(x, axis=axis), dtype)
 
 
+@pytest.mark.task(1)
 def test_softmax_is_stable_for_large_inputs():
     x = mx.array([[1000.0, 1001.0, 1002.0], [-1000.0, -1000.0, -999.0]])
     expected = np.exp(np.array([[-2.0, -1.0, 0.0], [-1.0, -1.0, 0.0]]))
@@ -28,6 +30,7 @@ def test_softmax_is_stable_for_large_inputs():
     np.testing.assert_allclose(np.array(tiny.softmax(x, axis=-1)), expected, rtol=1e-6)
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_linear(dtype, with_bias):
@@ -38,12 +41,14 @@ def test_linear(dtype, with_bias):
     assert_close(tiny.linear(x, layer.weight, bias), layer(x), dtype)
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu(dtype):
     x = (4 * mx.random.normal((4, 9))).astype(dtype)
     assert_close(tiny.silu(x), nn.silu(x), dtype)
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1, 1, 1, 8), (2, 3, 5, 7, 16), (3, 2, 9, 9, 12)])
 def test_attention_simple(dtype, shape):
@@ -54,6 +59,7 @@ def test_attention_simple(dtype, shape):
     assert_close(tiny.scaled_dot_product_attention_simple(q, k, v), expected, dtype)
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_attention_simple_with_scale_and_mask(dtype):
     q, k, v = random_qkv(2, 3, 3, 4, 6, 8, dtype)
@@ -63,6 +69,7 @@ def test_attention_simple_with_scale_and_mask(dtype):
     assert_close(actual, expected, dtype)
 
 
+@pytest.mark.task(2)
 def test_attention_simple_with_leading_dims_only():
     q = mx.random.normal((5, 8))
     k = mx.random.normal((7, 8))
@@ -74,6 +81,7 @@ def test_attention_simple_with_leading_dims_only():
     np.testing.assert_allclose(np.array(actual), weights @ np.array(v), atol=1e-5)
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_simple_multi_head_attention(dtype, with_mask):

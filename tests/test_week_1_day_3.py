@@ -14,6 +14,7 @@ from .solution import tiny
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("L, S", [(1, 1), (4, 4), (3, 7), (1, 9), (5, 12)])
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
 def test_causal_mask(L, S, dtype):
@@ -25,11 +26,13 @@ def test_causal_mask(L, S, dtype):
     )
 
 
+@pytest.mark.task(1)
 def test_causal_mask_square_is_lower_triangular():
     mask = np.array(tiny.causal_mask(6, 6, mx.float32))
     np.testing.assert_array_equal(mask == 0, np.tril(np.ones((6, 6), dtype=bool)))
 
 
+@pytest.mark.task(1)
 def test_causal_mask_single_query_masks_nothing():
     np.testing.assert_array_equal(np.array(tiny.causal_mask(1, 10, mx.float32)), 0)
 
@@ -43,6 +46,7 @@ SHAPES = [
 ]
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_grouped_attention_no_mask(dtype, shape):
@@ -52,6 +56,7 @@ def test_grouped_attention_no_mask(dtype, shape):
     assert_close(tiny.scaled_dot_product_attention_grouped(q, k, v), expected, dtype)
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [s for s in SHAPES if s[3] == s[4]])
 def test_grouped_attention_causal_square(dtype, shape):
@@ -63,6 +68,7 @@ def test_grouped_attention_causal_square(dtype, shape):
     assert_close(actual, expected, dtype)
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("L, S", [(1, 9), (3, 8), (5, 6)])
 def test_grouped_attention_causal_chunk(dtype, L, S):
@@ -75,6 +81,7 @@ def test_grouped_attention_causal_chunk(dtype, L, S):
     assert_close(actual, expected, dtype)
 
 
+@pytest.mark.task(2)
 def test_grouped_attention_causal_single_query_equals_no_mask():
     q, k, v = random_qkv(2, 6, 2, 1, 11, 8, mx.float32)
     unmasked = mx.fast.scaled_dot_product_attention(q, k, v, scale=8**-0.5)
@@ -82,6 +89,7 @@ def test_grouped_attention_causal_single_query_equals_no_mask():
     assert_close(causal, unmasked, mx.float32)
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mask_shape", [(4, 7), (2, 1, 4, 7), (2, 6, 4, 7)])
 def test_grouped_attention_array_mask(dtype, mask_shape):
@@ -92,6 +100,7 @@ def test_grouped_attention_array_mask(dtype, mask_shape):
     assert_close(actual, expected, dtype)
 
 
+@pytest.mark.task(2)
 def test_grouped_attention_rejects_uneven_heads():
     q, k, v = random_qkv(1, 6, 4, 2, 2, 8, mx.float32)
     with pytest.raises(ValueError):

@@ -16,6 +16,7 @@ from .solution import tiny
 DTYPES = [mx.float32, mx.float16, mx.bfloat16]
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim, eps", [(7, 1e-5), (96, 1e-6), (576, 1e-5)])
 def test_rms_norm(dtype, dim, eps):
@@ -28,6 +29,7 @@ def test_rms_norm(dtype, dim, eps):
     assert_close(norm(x), reference(x), dtype)
 
 
+@pytest.mark.task(1)
 def test_rms_norm_default_eps():
     x = 1e-3 * mx.random.normal((4, 16))
     weight = mx.random.normal((16,))
@@ -35,6 +37,7 @@ def test_rms_norm_default_eps():
     assert_close(actual, mx.fast.rms_norm(x, weight, 1e-5), mx.float32)
 
 
+@pytest.mark.task(1)
 def test_rms_norm_float16_large_activations():
     # Squares of values in the hundreds overflow float16 (max 65504).
     x = (400 * mx.random.normal((2, 64))).astype(mx.float16)
@@ -50,6 +53,7 @@ def test_rms_norm_float16_large_activations():
     )
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim, hidden_dim", [(24, 40), (96, 160), (64, 7)])
 def test_qwen2_mlp(dtype, dim, hidden_dim):

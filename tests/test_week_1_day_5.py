@@ -20,6 +20,7 @@ DTYPES = [mx.float32, mx.float16, mx.bfloat16]
 assert_close = functools.partial(helpers.assert_close, tolerance=TOLERANCE)
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_embedding(dtype):
     vocab, dim = 101, 24
@@ -32,6 +33,64 @@ def test_embedding(dtype):
     assert_close(embedding.as_linear(x), reference.as_linear(x), dtype)
 
 
+def layer_parts(reference, index: int = 0):
+    """The attention and the block of layer `index` of an mlx-lm model, built by
+    hand from its weights: (our attention, our block, mlx-lm's layer)."""
+    args, layer = reference.args, reference.model.layers[index]
+    attn, mlp = layer.self_attn, layer.mlp
+    head_dim = args.hidden_size // args.num_attention_heads
+    rope = tiny.RoPE(
+        head_dim,
+        args.max_position_embeddings or 4096,
+        base=args.rope_theta,
+        traditional=args.rope_traditional,
+    )
+
+    def bias(linear):
+        return linear["bias"] if "bias" in linear else None
+
+    attention = tiny.qwen2_week1.Qwen2MultiHeadAttention(
+        args.num_attention_heads,
+        args.num_key_value_heads,
+        attn.q_proj.weight,
+        attn.k_proj.weight,
+        attn.v_proj.weight,
+        attn.o_proj.weight,
+        rope=rope,
+        bq=bias(attn.q_proj),
+        bk=bias(attn.k_proj),
+        bv=bias(attn.v_proj),
+        bo=bias(attn.o_proj),
+    )
+    eps = args.rms_norm_eps
+    block = tiny.qwen2_week1.Qwen2TransformerBlock(
+        attention,
+        tiny.Qwen2MLP(
+            args.hidden_size,
+            args.intermediate_size,
+            mlp.gate_proj.weight,
+            mlp.up_proj.weight,
+            mlp.down_proj.weight,
+        ),
+        tiny.RMSNorm(args.hidden_size, layer.input_layernorm.weight, eps=eps),
+        tiny.RMSNorm(args.hidden_size, layer.post_attention_layernorm.weight, eps=eps),
+    )
+    return attention, block, layer
+
+
+@pytest.mark.task(2)
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_attention_and_block_match_an_mlx_lm_layer(arch):
+    """One layer, built by hand from an mlx-lm layer's weights (qwen2 with biases,
+    llama without), against that layer with mlx-lm's causal mask."""
+    reference = random_model(arch, 96, 6, 2, 160, 1, 211, seed=3)
+    attention, block, layer = layer_parts(reference)
+    x = mx.random.normal((2, 7, 96))
+    assert_close(attention(x), layer.self_attn(x, mask="causal"), mx.float32)
+    assert_close(block(x), layer(x, mask="causal"), mx.float32)
+
+
+@pytest.mark.task(3)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_model_matches_mlx_lm_on_random_models(dtype):
     for reference in random_models(dtype):
@@ -40,6 +99,7 @@ def test_model_matches_mlx_lm_on_random_models(dtype):
         assert_close(model(inputs), reference(inputs), dtype)
 
 
+@pytest.mark.task(3)
 def test_model_single_token_and_batch_rows_are_independent():
     reference = random_model("qwen2", 64, 4, 2, 48, 2, 97, tied=False, seed=5)
     model = tiny.Qwen2ModelWeek1(reference)
@@ -50,6 +110,7 @@ def test_model_single_token_and_batch_rows_are_independent():
         assert_close(batched[row : row + 1], model(inputs[row : row + 1]), mx.float32)
 
 
+@pytest.mark.task(3)
 def test_model_is_causal():
     """Logits at position p must not change when later tokens change."""
     model = tiny.Qwen2ModelWeek1(
@@ -79,6 +140,7 @@ def embedded_logits(embedded_model):
     return np.array(model(inputs)[0]), np.array(mlx_model(inputs)[0]), model
 
 
+@pytest.mark.task(3)
 def test_embedded_model_keeps_float32(embedded_logits):
     _, _, model = embedded_logits
     logits = model(mx.array([[1, 2, 3]]))
@@ -86,12 +148,14 @@ def test_embedded_model_keeps_float32(embedded_logits):
     assert logits.shape == (1, 3, 49152)
 
 
+@pytest.mark.task(3)
 def test_embedded_model_logits(embedded_logits):
     ours, reference, _ = embedded_logits
     assert ours.shape == reference.shape
     np.testing.assert_allclose(ours, reference, atol=EMBEDDED_LOGIT_ATOL, rtol=0)
 
 
+@pytest.mark.task(3)
 def test_embedded_model_greedy_tokens(embedded_logits):
     ours, reference, _ = embedded_logits
     top_two = np.sort(reference, axis=-1)[:, -2:]

@@ -14,6 +14,8 @@ from tiny_llm_base.mlx_lm_reference import chat_ids
 
 from .solution import tiny
 
+pytestmark = pytest.mark.task(1)
+
 # Greedy decoding is compared token for token, so every prompt here was checked to
 # have no near-tie (top-two logit gap >= 0.08, against differences of ~0.02 between
 # the two models) among its first 12 tokens. Prompt -> max_tokens: the first one ends
@@ -31,6 +33,11 @@ def week1_model(embedded_model):
     return tiny.Qwen2ModelWeek1(embedded_model[0])
 
 
+def greedy(logprobs: mx.array) -> mx.array:
+    """The most likely token of each row: what make_sampler(0.0) does on Day 7."""
+    return mx.argmax(logprobs, axis=-1)
+
+
 @pytest.fixture(scope="module")
 def generations(embedded_model, embedded_float32_reference, week1_model):
     """prompt -> (our text, our on_text segments, mlx-lm's text), each made once."""
@@ -42,7 +49,7 @@ def generations(embedded_model, embedded_float32_reference, week1_model):
             week1_model,
             tokenizer,
             prompt,
-            sampler=tiny.make_sampler(0.0),
+            sampler=greedy,  # make_sampler is tomorrow's (Day 7)
             max_tokens=MAX_TOKENS[prompt],
             on_text=segments.append,
         )

@@ -52,6 +52,7 @@ def random_logits(vocab: int, seed: int, spread: float = 1.5) -> np.ndarray:
     )
 
 
+@pytest.mark.task(1)
 def test_greedy_is_argmax():
     logprobs = mx.random.normal((7, 97))
     tokens = tiny.make_sampler(0.0)(logprobs)
@@ -59,12 +60,14 @@ def test_greedy_is_argmax():
     np.testing.assert_array_equal(np.array(tokens), np.array(logprobs).argmax(axis=-1))
 
 
+@pytest.mark.task(1)
 def test_greedy_ignores_top_p_and_top_k():
     logprobs = mx.random.normal((5, 31))
     tokens = tiny.make_sampler(0.0, top_p=0.3, top_k=2)(logprobs)
     np.testing.assert_array_equal(np.array(tokens), np.array(logprobs).argmax(axis=-1))
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("temp", [0.5, 1.0, 2.0])
 def test_temperature_frequencies(temp):
     logits = random_logits(9, seed=1)
@@ -74,12 +77,14 @@ def test_temperature_frequencies(temp):
     )
 
 
+@pytest.mark.task(1)
 def test_low_temperature_concentrates_on_the_best_token():
     logits = random_logits(40, seed=2)
     tokens = sample_many(tiny.make_sampler(0.05), logits)
     assert (tokens == logits.argmax()).mean() > 0.99
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("top_k", [1, 3, 7])
 def test_top_k_keeps_only_k_candidates(top_k):
     logits = random_logits(50, seed=3, spread=0.8)
@@ -93,6 +98,7 @@ def test_top_k_keeps_only_k_candidates(top_k):
     )
 
 
+@pytest.mark.task(2)
 def test_top_k_larger_than_vocab_keeps_everything():
     logits = random_logits(6, seed=4)
     tokens = sample_many(tiny.make_sampler(1.0, top_k=100), logits)
@@ -101,6 +107,7 @@ def test_top_k_larger_than_vocab_keeps_everything():
     )
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("top_p", [0.1, 0.5, 0.9])
 def test_top_p_keeps_the_smallest_set_reaching_p(top_p):
     logits = random_logits(30, seed=5)
@@ -110,12 +117,14 @@ def test_top_p_keeps_the_smallest_set_reaching_p(top_p):
     np.testing.assert_allclose(frequencies(tokens, 30), expected, atol=FREQUENCY_ATOL)
 
 
+@pytest.mark.task(3)
 def test_top_p_always_keeps_the_best_token():
     logits = np.array([0.0, 3.0, 1.0, 2.0], dtype=np.float32)
     tokens = sample_many(tiny.make_sampler(1.0, top_p=0.01), logits)
     assert (tokens == 1).all()
 
 
+@pytest.mark.task(3)
 def test_temperature_top_k_and_top_p_together():
     logits = random_logits(40, seed=6)
     sampler = tiny.make_sampler(0.7, top_p=0.8, top_k=6)
@@ -124,6 +133,7 @@ def test_temperature_top_k_and_top_p_together():
     np.testing.assert_allclose(frequencies(tokens, 40), expected, atol=FREQUENCY_ATOL)
 
 
+@pytest.mark.task(3)
 def test_rows_are_sampled_from_their_own_distribution():
     # Row r puts almost all its mass on token r.
     logprobs = mx.array(log_softmax(20.0 * np.eye(5, dtype=np.float32)))
@@ -131,6 +141,7 @@ def test_rows_are_sampled_from_their_own_distribution():
         np.testing.assert_array_equal(np.array(sampler(logprobs)), np.arange(5))
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -60,6 +60,7 @@ assert_close = functools.partial(assert_within, same_dtype=True)
 # --- The cache itself -------------------------------------------------------------
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize(
     "dtype", [mx.float32, mx.bfloat16], ids=["float32", "bfloat16"]
 )
@@ -91,6 +92,7 @@ def test_full_cache_returns_everything_stored_so_far(dtype):
             assert mask is None  # one query, at the end: it sees every key
 
 
+@pytest.mark.task(1)
 def test_full_cache_takes_a_prompt_longer_than_its_first_allocation():
     cache = tiny.TinyKvFullCache()
     keys = mx.random.normal((1, 2, 700, 4))
@@ -103,6 +105,7 @@ def test_full_cache_takes_a_prompt_longer_than_its_first_allocation():
     np.testing.assert_array_equal(np.array(all_values), -expected)
 
 
+@pytest.mark.task(1)
 def test_full_cache_grows_geometrically():
     """Doubling (or any constant factor) reallocates O(log n) times, so the copies
     add up to O(n); growing by a fixed step would copy O(n^2) over a generation."""
@@ -153,6 +156,7 @@ def llama_with_attention_biases() -> nn.Module:
     return model
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize(
     "dtype", [mx.float32, mx.bfloat16], ids=["float32", "bfloat16"]
 )
@@ -166,6 +170,7 @@ def test_cached_steps_match_mlx_lm_on_the_whole_sequence(dtype, lengths):
         assert_close(feed(model, inputs, lengths), reference(inputs), TOLERANCE[dtype])
 
 
+@pytest.mark.task(2)
 def test_llama_attention_biases_are_used():
     reference = llama_with_attention_biases()
     model = tiny.Qwen2ModelWeek2(reference, weights="float32")
@@ -174,6 +179,7 @@ def test_llama_attention_biases_are_used():
     assert_close(feed(model, inputs, [6, 1, 1, 1]), expected, TOLERANCE[mx.float32])
 
 
+@pytest.mark.task(2)
 def test_one_cache_per_layer_each_at_the_sequence_length():
     reference = random_models()[1]
     model = tiny.Qwen2ModelWeek2(reference, weights="float32")
@@ -184,6 +190,7 @@ def test_one_cache_per_layer_each_at_the_sequence_length():
     assert [layer.offset for layer in cache] == [8] * len(cache)
 
 
+@pytest.mark.task(2)
 def test_a_list_offset_gives_each_row_its_position():
     reference = random_models()[0]
     model = tiny.Qwen2ModelWeek2(reference, weights="float32")
@@ -194,6 +201,7 @@ def test_a_list_offset_gives_each_row_its_position():
     assert_close(last, reference(inputs)[:, 4:], TOLERANCE[mx.float32])
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("wrong", [12, 14, [13, 12]], ids=["behind", "ahead", "row"])
 def test_an_offset_that_is_not_the_cache_length_names_both_numbers(wrong):
     """RoPE takes the offset it is given, the mask comes from the cache's own count:
@@ -216,10 +224,15 @@ def test_an_offset_that_is_not_the_cache_length_names_both_numbers(wrong):
     assert_close(last, reference(inputs)[:, 13:], TOLERANCE[mx.float32])
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
+@pytest.mark.task(2)
 @pytest.mark.parametrize("lengths", [[11], [4, 7]], ids=["whole", "chunks"])
-def test_last_position_only_gives_mlx_lm_last_logits(fast, lengths):
-    """A prefill chunk samples only after its last token: [B, 1, V], mlx-lm's last row."""
+def test_last_position_only_gives_mlx_lm_last_logits(lengths):
+    """A prefill chunk samples only after its last token: [B, 1, V], mlx-lm's last row.
+    (Week 2 Day 3 runs the same check on the fast kernels.)"""
+    check_last_position_only(lengths, fast=False)
+
+
+def check_last_position_only(lengths: list[int], fast: bool):
     for reference in random_models():
         model = tiny.Qwen2ModelWeek2(
             reference, weights="float32", use_fast_kernels=fast
@@ -246,6 +259,7 @@ def embedded_week2(embedded_model, embedded_week2_model):
     return embedded_week2_model(False), mlx_model, tokenizer
 
 
+@pytest.mark.task(2)
 def test_embedded_model_prefill_then_decode_matches_mlx_lm(embedded_week2):
     model, mlx_model, tokenizer = embedded_week2
     ids = tokenizer.encode(
@@ -261,14 +275,20 @@ def test_embedded_model_prefill_then_decode_matches_mlx_lm(embedded_week2):
     assert_close(chunked, expected, EMBEDDED_LOGIT_ATOL)
 
 
-@pytest.mark.parametrize("fast", [False, True], ids=["hand-written", "mx.fast"])
+@pytest.mark.task(2)
 def test_embedded_model_last_position_only_matches_mlx_lm_float32(
-    embedded_week2, embedded_week2_model, embedded_float32_reference, fast
+    embedded_week2, embedded_week2_model, embedded_float32_reference
 ):
     """On the same float32 weights as mlx-lm's model: a prompt prefilled in two
-    chunks, each giving only its last position's logits."""
+    chunks, each giving only its last position's logits. (Week 2 Day 3 runs the
+    same check on the fast kernels.)"""
     _, _, tokenizer = embedded_week2
-    model = embedded_week2_model(fast)
+    check_embedded_last_position(
+        tokenizer, embedded_week2_model(False), embedded_float32_reference
+    )
+
+
+def check_embedded_last_position(tokenizer, model, float32_reference):
     ids = tokenizer.encode(
         "The capital of France is Paris, and the capital of Italy is"
     )
@@ -278,7 +298,7 @@ def test_embedded_model_last_position_only_matches_mlx_lm_float32(
     first = model(inputs[:, :split], 0, cache, last_position_only=True)
     last = model(inputs[:, split:], split, cache, last_position_only=True)
     for actual, end in [(first, split), (last, len(ids))]:
-        expected = embedded_float32_reference(inputs[:, :end])[:, -1:, :]
+        expected = float32_reference(inputs[:, :end])[:, -1:, :]
         assert_close(actual, expected, EMBEDDED_FLOAT32_ATOL)
 
 
@@ -286,6 +306,7 @@ GENERATION_PROMPTS = ["What is the capital of France?", "Write a haiku about the
 MAX_TOKENS = 16
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("prompt", GENERATION_PROMPTS)
 def test_generate_with_kv_cache_matches_mlx_lm_greedy(
     embedded_week2, embedded_float32_reference, prompt

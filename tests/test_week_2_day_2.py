@@ -47,6 +47,7 @@ def float32_quantized_matmul(
     )
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_unpack_reads_values_lowest_bits_first(bits):
     rng = np.random.default_rng(bits)
@@ -60,6 +61,7 @@ def test_unpack_reads_values_lowest_bits_first(bits):
     np.testing.assert_array_equal(np.array(unpacked), values)
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("bits", [2, 4, 8])
@@ -73,6 +75,7 @@ def test_dequantize_weight_matches_mlx(bits, group_size, dtype):
     assert_close(actual, expected, TOLERANCE[dtype] / 10)
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 @pytest.mark.parametrize("bits", [4, 8])
@@ -90,6 +93,7 @@ def test_quantized_matmul_matches_mlx(bits, group_size, dtype):
     assert_close(actual, expected, TOLERANCE[dtype])
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize(
     "a_shape, n",
     [((1, 96), 19), ((3, 4, 96), 40), ((2, 1, 7, 96), 1), ((13, 96), 130)],
@@ -104,6 +108,7 @@ def test_quantized_matmul_shapes(a_shape, n):
     assert_close(actual, expected, TOLERANCE["float32"])
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("bits", [4, 8])
 def test_quantized_matmul_untransposed(bits, dtype):
@@ -119,6 +124,7 @@ def test_quantized_matmul_untransposed(bits, dtype):
     assert_close(actual, expected, TOLERANCE[dtype])
 
 
+@pytest.mark.task(1)
 def test_unsupported_bits_and_mismatched_group_size_say_so():
     packed, scales, biases = quantized((8, 64), mx.float32, 32, 4)
     with pytest.raises(ValueError, match="bits"):
@@ -127,6 +133,7 @@ def test_unsupported_bits_and_mismatched_group_size_say_so():
         tiny.dequantize_weight(scales, biases, 64, 4, packed)
 
 
+@pytest.mark.task(2)
 def test_embedded_model_linear_layers(embedded_model):
     model, _ = embedded_model
     layer = model.model.layers[0]
@@ -151,6 +158,7 @@ def test_embedded_model_linear_layers(embedded_model):
         assert_close(actual, linear(inputs), 1e-5)
 
 
+@pytest.mark.task(2)
 def test_embedded_model_embedding_and_tied_head(embedded_model):
     model, _ = embedded_model
     embedding = model.model.embed_tokens
@@ -178,6 +186,7 @@ def test_embedded_model_embedding_and_tied_head(embedded_model):
     )
 
 
+@pytest.mark.task(1)
 def test_from_mlx_layer_rejects_other_modes():
     with pytest.raises(ValueError, match="affine"):
         tiny.QuantizedWeights.from_mlx_layer(
@@ -185,6 +194,7 @@ def test_from_mlx_layer_rejects_other_modes():
         )
 
 
+@pytest.mark.task(2)
 def test_choose_weight_format_per_device(monkeypatch):
     """A device named picks its format; none named, the device switch's side."""
     assert tiny.choose_weight_format(mx.Device(mx.cpu)) == "float32"

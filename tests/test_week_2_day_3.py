@@ -22,6 +22,9 @@ from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
 from .helpers import assert_same_tokens, assert_within
 from .random_models import random_models
 from .solution import tiny
+from .test_week_2_day_1 import check_embedded_last_position, check_last_position_only
+
+pytestmark = pytest.mark.task(3)
 
 # Absolute, on logits of size ~0.5 (random models), as on day 1.
 TOLERANCE = {mx.float32: 1e-4, mx.bfloat16: 2e-2}
@@ -174,3 +177,17 @@ def test_auto_weights_on_the_gpu_side_give_float32_greedy_tokens(
     prompt = embedded_model[1].encode("The capital of France is")
     expected, gaps = mlx_lm_greedy(embedded_float32_reference, prompt, 8, ())
     assert_same_tokens(greedy_tokens(model, prompt, 8), expected, gaps, "auto")
+
+
+@pytest.mark.parametrize("lengths", [[11], [4, 7]], ids=["whole", "chunks"])
+def test_fast_kernels_give_only_the_last_position(lengths):
+    """Week 2 Day 1's last_position_only check, on the fast kernels."""
+    check_last_position_only(lengths, fast=True)
+
+
+def test_embedded_model_fast_kernels_give_only_the_last_position(
+    embedded_model, embedded_week2_model, embedded_float32_reference
+):
+    check_embedded_last_position(
+        embedded_model[1], embedded_week2_model(True), embedded_float32_reference
+    )

@@ -45,13 +45,17 @@ def inputs(B, H_q, H, L, S, D, dtype=mx.float32, seed=0):
 
 
 def row_mask(offsets: list[int], L: int, S: int) -> mx.array:
-    """Additive [B, 1, L, S]: row b's query i sees keys 0 .. offsets[b] + i."""
-    return tiny.kv_cache.batch_causal_mask(mx.array(offsets), L, S, mx.float32)
+    """Additive [B, 1, L, S]: row b's query i sees keys 0 .. offsets[b] + i (built
+    here: batch_causal_mask is Day 5's)."""
+    query = np.array(offsets)[:, None, None] + np.arange(L)[None, :, None]
+    visible = np.arange(S)[None, None, :] <= query
+    return mx.array(np.where(visible, 0.0, -np.inf).astype(np.float32))[:, None]
 
 
 # ---- fast_exp -----------------------------------------------------------------
 
 
+@pytest.mark.task(1)
 def test_fast_exp_matches_numpy_over_the_float32_range():
     x = mx.concatenate(
         [
@@ -71,6 +75,7 @@ def test_fast_exp_matches_numpy_over_the_float32_range():
     )
 
 
+@pytest.mark.task(1)
 def test_fast_exp_underflows_to_zero_and_overflows_to_inf():
     """-inf (a mask's) is exactly 0; below the normal range at most the smallest
     normal float away, never negative; far above it inf; never NaN."""
@@ -89,6 +94,7 @@ def test_fast_exp_underflows_to_zero_and_overflows_to_inf():
     assert np.isinf(tiny.fast_exp(mx.array([mx.inf])).item())
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["f16", "bf16"])
 def test_fast_exp_takes_half_precision_and_returns_float32(dtype):
     x = (mx.random.normal((7, 33), key=mx.random.key(1)) * 4).astype(dtype)
@@ -98,6 +104,7 @@ def test_fast_exp_takes_half_precision_and_returns_float32(dtype):
     assert_within(actual, expected, 0.0, "fast_exp", rtol=2e-6)
 
 
+@pytest.mark.task(1)
 def test_fast_exp_keeps_any_shape():
     for shape in [(), (1,), (3, 1, 5), (2, 3, 4, 5)]:
         x = mx.random.uniform(-20, 20, shape, key=mx.random.key(len(shape)))
@@ -106,6 +113,7 @@ def test_fast_exp_keeps_any_shape():
         assert_within(actual, np.exp(np.array(x).astype(np.float64)), 0.0, rtol=3e-6)
 
 
+@pytest.mark.task(1)
 def test_softmax_numerators_subtract_each_columns_max():
     scores = mx.random.normal((2, 300, 7), key=mx.random.key(2)) * 10
     scores[0, 5:, 3] = -mx.inf  # a masked stretch of one column
@@ -116,6 +124,7 @@ def test_softmax_numerators_subtract_each_columns_max():
     assert np.array(actual)[0, 5:, 3].max() == 0.0
 
 
+@pytest.mark.task(1)
 def test_shape_limited_compile_keeps_few_shapes_and_stays_correct():
     compiled = kernels().ShapeLimitedCompile(lambda x: 2 * x + 1, limit=4)
     for n in range(1, 12):
@@ -128,6 +137,7 @@ def test_shape_limited_compile_keeps_few_shapes_and_stays_correct():
 # ---- cpu_attention -------------------------------------------------------------
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize(
     "B, H_q, H, L, S, D",
     [
@@ -147,6 +157,7 @@ def test_cpu_attention_causal_matches_numpy(B, H_q, H, L, S, D):
     assert_within(actual, expected, ATTENTION_ATOL[mx.float32], "cpu_attention")
 
 
+@pytest.mark.task(2)
 def test_cpu_attention_matches_mx_fast():
     q, k, v = inputs(2, 9, 3, 70, 1200, 32, seed=3)
     for mask in ("causal", None, row_mask([1130, 500], 70, 1200)):
@@ -155,6 +166,7 @@ def test_cpu_attention_matches_mx_fast():
         assert_within(actual, expected, ATTENTION_ATOL[mx.float32], f"mask {mask}")
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("L", [1, 5, 40])
 def test_cpu_attention_with_one_offset_per_row(L):
     """A batch cache's mask: each row's queries at their own positions; an array
@@ -173,6 +185,7 @@ def test_cpu_attention_with_one_offset_per_row(L):
     assert_within(actual, expected, ATTENTION_ATOL[mx.float32], "bool [L, S]")
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("score_block", [1, 700, 5000])
 def test_cpu_attention_in_tiny_blocks(monkeypatch, score_block):
     """Blocks of any size give the same result: with SCORE_BLOCK tiny, a small
@@ -185,6 +198,7 @@ def test_cpu_attention_in_tiny_blocks(monkeypatch, score_block):
         assert_within(actual, expected, ATTENTION_ATOL[mx.float32], f"mask {mask}")
 
 
+@pytest.mark.task(2)
 def test_cpu_attention_bfloat16_returns_bfloat16():
     q, k, v = inputs(1, 6, 2, 50, 600, 32, dtype=mx.bfloat16, seed=5)
     actual = tiny.cpu_attention(q, k, v, 32**-0.5, "causal")
@@ -193,12 +207,14 @@ def test_cpu_attention_bfloat16_returns_bfloat16():
     assert_within(actual, expected, ATTENTION_ATOL[mx.bfloat16], "bfloat16")
 
 
+@pytest.mark.task(2)
 def test_cpu_attention_refuses_an_unknown_mask_name():
     q, k, v = inputs(1, 2, 1, 3, 3, 8)
     with pytest.raises(ValueError, match="causal"):
         tiny.cpu_attention(q, k, v, 1.0, "sliding")
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("name", ["swiglu_fast_exp", "swiglu"])
 def test_swiglu_matches_silu_times_up(name):
     """The fast path's swiglu (silu from fast_exp, and swiglu, which picks it on the

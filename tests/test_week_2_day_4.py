@@ -37,6 +37,7 @@ def assert_close(actual, expected, tolerance):
     assert_within(actual, expected, tolerance, rtol=tolerance)
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_no_mask_matches_mx_fast(shape, dtype):
@@ -51,6 +52,7 @@ def test_no_mask_matches_mx_fast(shape, dtype):
     assert_close(output, numpy_attention(query, key, value, scale), TOLERANCE[dtype])
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_causal_chunk_mask(shape, dtype):
@@ -66,6 +68,7 @@ def test_causal_chunk_mask(shape, dtype):
     assert_close(output, expected, TOLERANCE[dtype])
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
 @pytest.mark.parametrize("mask_shape", ["L S", "B 1 L S", "B H_q L S"])
 def test_array_mask(mask_shape, dtype):
@@ -87,6 +90,7 @@ def test_array_mask(mask_shape, dtype):
     assert_close(output, expected, TOLERANCE[dtype])
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize(
     "query_tile, key_tile", [(1, 97), (25, 1), (16, 48), (64, 64), (512, 7)]
 )
@@ -102,6 +106,7 @@ def test_tile_sizes_leave_output_unchanged(query_tile, key_tile, mask):
     assert_close(output, numpy_attention(query, key, value, scale, chunk), FLOAT32)
 
 
+@pytest.mark.task(2)
 def test_causal_ordinary_when_L_equals_S():
     B, H_q, H, L, S, D = 1, 3, 3, 130, 130, 64
     query, key, value = random_qkv(B, H_q, H, L, S, D, mx.float32)
@@ -112,6 +117,7 @@ def test_causal_ordinary_when_L_equals_S():
     assert_close(output[:, :, 0], np.array(value[:, :, 0]), FLOAT32)
 
 
+@pytest.mark.task(1)
 def test_masked_first_tile_does_not_poison_rows():
     """A row whose first key tile is all -inf must not turn into NaN."""
     B, H_q, H, L, S, D = 1, 2, 1, 5, 40, 32
@@ -126,6 +132,7 @@ def test_masked_first_tile_does_not_poison_rows():
     assert_close(output, expected, FLOAT32)
 
 
+@pytest.mark.task(1)
 def test_fully_masked_row_is_zero_not_nan():
     B, H_q, H, L, S, D = 1, 2, 2, 4, 70, 32
     query, key, value = random_qkv(B, H_q, H, L, S, D, mx.float32)
@@ -141,6 +148,7 @@ def test_fully_masked_row_is_zero_not_nan():
     np.testing.assert_allclose(output[:, :, [0, 1, 3]], expected, atol=FLOAT32)
 
 
+@pytest.mark.task(1)
 def test_large_scores_do_not_overflow():
     """Scores around 1e4 overflow exp() unless every tile subtracts a running max."""
     B, H_q, H, L, S, D = 1, 2, 2, 9, 150, 64
@@ -152,12 +160,14 @@ def test_large_scores_do_not_overflow():
     np.testing.assert_allclose(np.array(output), expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.task(1)
 def test_query_heads_must_be_a_multiple_of_kv_heads():
     query, key, value = random_qkv(1, 5, 2, 3, 10, 32, mx.float32)
     with pytest.raises(ValueError):
         tiny.flash_attention(query, key, value)
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("mask", ["upper", mx.ones((3, 10), dtype=mx.bool_)])
 def test_unsupported_masks_are_refused(mask):
     query, key, value = random_qkv(1, 2, 2, 3, 10, 32, mx.float32)
@@ -182,6 +192,7 @@ def extra_peak_bytes(attention, L, S, heads=2, D=64):
     return mx.get_peak_memory() - inputs
 
 
+@pytest.mark.task(1)
 def test_peak_memory_does_not_grow_with_L_times_S():
     L, heads, small, large = 256, 2, 1024, 8192
     scores_growth = L * (large - small) * heads * 4  # float32 [L, S] scores per head

@@ -115,6 +115,7 @@ def reference(request):
     return random_model(*SIZES[request.param], seed=request.param)
 
 
+@pytest.mark.task(2)
 @FAST_DEVICE_BRANCH
 def test_batch_matches_each_prompt_alone(reference, fast):
     model = tiny.Qwen2ModelWeek2(reference, weights="float32", use_fast_kernels=fast)
@@ -141,6 +142,7 @@ def embedded_float32(embedded_model, embedded_week2_model, embedded_float32_refe
     return embedded_float32_reference, embedded_week2_model(False), embedded_model[1]
 
 
+@pytest.mark.task(2)
 def test_embedded_model_batch_matches_each_prompt_alone(embedded_float32):
     reference, model, tokenizer = embedded_float32
     questions = ["Hi!", "What is the capital of France?", "Name two colors."]
@@ -162,6 +164,7 @@ def numpy_batch_mask(offsets, L, S):
     return np.where(key <= query, 0.0, -np.inf)[:, None]
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
 @pytest.mark.parametrize(
     "offsets, L, S", [([0, 3, 7], 1, 8), ([5, 0, 2, 9], 4, 13), ([6], 3, 11)]
@@ -175,6 +178,7 @@ def test_batch_causal_mask_matches_numpy(offsets, L, S, dtype):
     )
 
 
+@pytest.mark.task(2)
 @FAST_DEVICE_BRANCH
 def test_empty_slots_give_finite_logits_in_every_row(fast):
     reference = random_model(*SIZES[0], seed=0)
@@ -198,6 +202,7 @@ def test_empty_slots_give_finite_logits_in_every_row(fast):
         assert list(layer.offset) == [0, 0, 9, 0]  # empty slots stay at offset 0
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("size", [0, 2], ids=lambda i: f"{SIZES[i][0]}-{SIZES[i][1]}")
 def test_removed_request_leaves_every_layer(size):
     reference = random_model(*SIZES[size], seed=size)
@@ -225,6 +230,7 @@ def test_removed_request_leaves_every_layer(size):
         )
 
 
+@pytest.mark.task(2)
 @FAST_DEVICE_BRANCH
 @pytest.mark.parametrize("size", [1, 3], ids=lambda i: f"{SIZES[i][0]}-{SIZES[i][1]}")
 def test_reused_slot_never_sees_the_previous_keys(size, fast):
@@ -260,6 +266,7 @@ def test_reused_slot_never_sees_the_previous_keys(size, fast):
         )
 
 
+@pytest.mark.task(2)
 def test_a_row_offset_that_is_not_its_cache_length_names_both_numbers():
     """Each row's offset must be its own count in the batch cache (an empty slot
     runs a dummy token, at offset 0 here); a wrong one is refused before any layer's
@@ -286,6 +293,7 @@ def test_a_row_offset_that_is_not_its_cache_length_names_both_numbers():
         assert list(layer.offset) == [12, 0, 18]
 
 
+@pytest.mark.task(2)
 def test_max_seq_len_is_enforced():
     model = tiny.Qwen2ModelWeek2(random_model(*SIZES[0], seed=0), weights="float32")
     batch = Batch(model, slots=2, max_seq_len=6)

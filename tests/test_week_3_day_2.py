@@ -31,11 +31,13 @@ def paged_engine(model, tokenizer, **settings):
 # --- the block pool ----------------------------------------------------------------
 
 
+@pytest.mark.task(1)
 def test_blocks_needed():
     for tokens, size, blocks in [(0, 4, 0), (1, 4, 1), (4, 4, 1), (5, 4, 2), (7, 1, 7)]:
         assert tiny.blocks_needed(tokens, size) == blocks
 
 
+@pytest.mark.task(1)
 def test_pool_hands_out_each_block_once_and_takes_it_back():
     pool = tiny.BlockPool(6, 4)
     assert pool.available == 6 and pool.in_use == 0
@@ -59,6 +61,7 @@ def test_pool_hands_out_each_block_once_and_takes_it_back():
 # --- one request's keys through its block table -----------------------------------
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 def test_paged_cache_reads_back_every_key_in_order(block_size):
     """Chunks of uneven length written through a shuffled block table read back as
@@ -93,6 +96,7 @@ def test_paged_cache_reads_back_every_key_in_order(block_size):
     assert not np.array(layer.keys)[unused].any(), "a write left its blocks"
 
 
+@pytest.mark.task(2)
 def test_paged_cache_refuses_to_write_past_its_blocks():
     table = tiny.BlockTable([0, 1])
     cache = tiny.PagedKvCache(tiny.LayerBlocks(4, 3), table)
@@ -100,6 +104,7 @@ def test_paged_cache_refuses_to_write_past_its_blocks():
         cache.update_and_fetch(mx.zeros((1, 2, 7, 4)), mx.zeros((1, 2, 7, 4)))
 
 
+@pytest.mark.task(3)
 def test_batch_view_gives_each_row_its_own_keys_and_mask():
     """Three requests of different lengths in slots 0, 2 and 3 (slot 1 empty): one
     decode token each. Attention through the view equals attention over each
@@ -144,6 +149,7 @@ def test_batch_view_gives_each_row_its_own_keys_and_mask():
 # --- the engine on the paged cache -------------------------------------------------
 
 
+@pytest.mark.task(4)
 @settings(
     max_examples=12,
     deadline=None,
@@ -194,6 +200,7 @@ def test_paged_engine_matches_mlx_lm(random_pairs, tokenizer, data):
     assert not engine.kv.pool.cached, "nothing is cached without prefix caching"
 
 
+@pytest.mark.task(4)
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
 def test_a_small_pool_preempts_and_recomputes_without_changing_tokens(
     pair, tokenizer, no_eos, policy
@@ -231,6 +238,7 @@ def test_a_small_pool_preempts_and_recomputes_without_changing_tokens(
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(4)
 def test_a_preempted_request_that_is_the_newest_preempts_itself(
     pair, tokenizer, no_eos
 ):
@@ -270,6 +278,7 @@ def kv_bytes_per_token(mlx_model, element_size: int = 4) -> int:
     return 2 * heads * head_dim * element_size * args.num_hidden_layers
 
 
+@pytest.mark.task(4)
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
 def test_paged_memory_follows_the_tokens_computed(pair, tokenizer, no_eos, policy):
     """After every step a request holds ceil(offset / block_size) blocks: blocks come
@@ -326,6 +335,7 @@ def test_paged_memory_follows_the_tokens_computed(pair, tokenizer, no_eos, polic
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(4)
 def test_abort_and_failures_give_blocks_back(pair, tokenizer, no_eos):
     """Aborting a request mid-prefill and mid-decode, and a request whose sampler
     fails, leave no block held."""
@@ -376,6 +386,7 @@ def test_abort_and_failures_give_blocks_back(pair, tokenizer, no_eos):
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(4)
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
 def test_peak_counts_blocks_given_back_in_the_same_step(
     pair, tokenizer, no_eos, policy
@@ -404,6 +415,7 @@ def test_peak_counts_blocks_given_back_in_the_same_step(
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(4)
 def test_embedded_model_on_the_paged_cache(
     embedded_model, embedded_week2_model, embedded_float32_reference
 ):
@@ -426,6 +438,7 @@ def test_embedded_model_on_the_paged_cache(
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(4)
 @pytest.mark.parametrize(
     "settings, error, name",
     [
@@ -447,6 +460,7 @@ def test_engine_rejects_bad_kv_cache_settings(pair, tokenizer, settings, error, 
         tiny.Engine(model, tokenizer, max_seq_len=64, **settings)
 
 
+@pytest.mark.task(4)
 def test_a_dense_cache_past_kv_memory_is_refused_with_the_batch_size_that_fits(
     pair, tokenizer
 ):
@@ -464,6 +478,7 @@ def test_a_dense_cache_past_kv_memory_is_refused_with_the_batch_size_that_fits(
         tiny.Engine(model, tokenizer, max_seq_len=64, kv_memory=budget // 3)
 
 
+@pytest.mark.task(2)
 def test_layer_arrays_grow_by_doubling_and_keep_what_was_written():
     """The arrays hold 256 positions' worth of blocks at the first write, double to
     cover a higher block id (at least that block + 1, at most num_blocks), and keep
@@ -486,6 +501,7 @@ def test_layer_arrays_grow_by_doubling_and_keep_what_was_written():
         layer.flush()
 
 
+@pytest.mark.task(3)
 def test_parts_sharing_a_layer_are_written_in_one_scatter():
     """Three parts of one step (two prefilling requests and a decode row) stage
     their keys in one layer; the first read writes all of them at once, and every
@@ -537,6 +553,7 @@ def test_parts_sharing_a_layer_are_written_in_one_scatter():
     np.testing.assert_array_equal(np.array(keys), np.array(k))
 
 
+@pytest.mark.task(4)
 def test_a_mixed_step_writes_each_layer_once(pair, tokenizer, no_eos):
     """Decodes and two prefill chunks in every step: each layer's pool takes one
     write a step, however many parts the step has, and the tokens are mlx-lm's.
@@ -578,6 +595,7 @@ def test_a_mixed_step_writes_each_layer_once(pair, tokenizer, no_eos):
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(4)
 def test_a_prefill_chunk_preempts_only_newer_waiting_requests(pair, tokenizer, no_eos):
     """Two long prompts chunked side by side in a pool that holds one and a half of
     them: when the older one's next chunk finds no block, the newer one (still
@@ -609,6 +627,7 @@ def test_a_prefill_chunk_preempts_only_newer_waiting_requests(pair, tokenizer, n
 # --- the n choices of one prompt ----------------------------------------------------
 
 
+@pytest.mark.task(4)
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
 def test_the_choices_of_one_prompt_share_its_full_blocks(
     pair, tokenizer, no_eos, policy

@@ -36,6 +36,7 @@ def paged_engine(model, tokenizer, **settings):
 # --- group_rows ---------------------------------------------------------------------
 
 
+@pytest.mark.task(3)
 @settings(max_examples=200, deadline=None)
 @given(
     lengths=st.lists(st.integers(1, 3000), min_size=1, max_size=12),
@@ -57,6 +58,7 @@ def test_group_rows_follows_the_rule(lengths, call_positions):
         assert before - after > call_positions, "a group that should have joined"
 
 
+@pytest.mark.task(3)
 def test_group_rows_keeps_similar_rows_together():
     assert tiny.group_rows([6001, 201, 201, 201], 256) == [[0], [1, 2, 3]]
     assert tiny.group_rows([30, 900, 40, 880], 256) == [[1, 3], [0, 2]]
@@ -86,6 +88,7 @@ def fill_rows(layer, rng, lengths, H, D, free):
     return views, history
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("lengths", [[300, 5, 0, 290], [300, 290, 5, 0]])
 @pytest.mark.parametrize("L", [1, 3])
 def test_decode_rows_attend_by_length(L, lengths):
@@ -136,6 +139,7 @@ def test_decode_rows_attend_by_length(L, lengths):
     assert np.isfinite(np.array(out)).all(), "the empty row made NaN"
 
 
+@pytest.mark.task(4)
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
 def test_engine_with_every_row_in_its_own_group(
     monkeypatch, random_pairs, tokenizer, policy
@@ -164,6 +168,7 @@ def test_engine_with_every_row_in_its_own_group(
 # --- quantized keys and values ----------------------------------------------------
 
 
+@pytest.mark.task(5)
 @pytest.mark.parametrize("kv_dtype, bits", [("int8", 8), ("int4", 4)])
 def test_quantized_rows_decode_within_one_step(kv_dtype, bits):
     """encode packs each row [.., D] into D * bits / 32 words and a float32 scale and
@@ -188,6 +193,7 @@ def test_quantized_rows_decode_within_one_step(kv_dtype, bits):
     assert (error <= step * 1.0001 + 1e-6).all()
 
 
+@pytest.mark.task(5)
 @pytest.mark.parametrize("kv_dtype, bits", [("int8", 8), ("int4", 4)])
 def test_quantized_rows_decode_as_mx_dequantize(kv_dtype, bits):
     """decode writes scale * q + bias out (the chapter's faster form); its numbers
@@ -203,6 +209,7 @@ def test_quantized_rows_decode_as_mx_dequantize(kv_dtype, bits):
     )
 
 
+@pytest.mark.task(5)
 def test_float16_rows_decode_as_a_cast():
     layer = tiny.QuantizedLayerBlocks(8, 4, "float16")
     rows = mx.random.normal((5, 3, 24)) * 10
@@ -215,6 +222,7 @@ def test_float16_rows_decode_as_a_cast():
     )
 
 
+@pytest.mark.task(5)
 @pytest.mark.parametrize("paths", ["cpu", "gpu"])
 def test_float16_decode_of_every_float16(monkeypatch, paths):
     """All 65,536 float16 bit patterns, in a float32 pool's layout: decode gives
@@ -239,6 +247,7 @@ def test_float16_decode_of_every_float16(monkeypatch, paths):
     np.testing.assert_array_equal(np.signbit(back), np.signbit(want))
 
 
+@pytest.mark.task(5)
 @pytest.mark.parametrize("kv_dtype, bits", [("int8", 8), ("int4", 4), ("float16", 11)])
 def test_a_quantized_pool_reads_back_what_was_written(kv_dtype, bits):
     """Uneven chunks through a shuffled table of a quantized pool read back, with
@@ -266,6 +275,7 @@ def test_a_quantized_pool_reads_back_what_was_written(kv_dtype, bits):
     assert layer.keys.dtype == (mx.float16 if kv_dtype == "float16" else mx.uint32)
 
 
+@pytest.mark.task(5)
 @pytest.mark.parametrize("kv_dtype", ["float16", "int8", "int4"])
 def test_quantized_engine_matches_mlx_lm_quantized_cache(
     embedded_model, embedded_week2_model, embedded_float32_reference, kv_dtype
@@ -301,6 +311,7 @@ def test_quantized_engine_matches_mlx_lm_quantized_cache(
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(5)
 @pytest.mark.device_branch
 def test_fast_kernels_on_a_float16_pool_match_mlx_lm_float16_cache(
     random_pairs, tokenizer
@@ -332,6 +343,7 @@ def test_fast_kernels_on_a_float16_pool_match_mlx_lm_float16_cache(
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(5)
 def test_a_quantized_budget_holds_more_tokens(tokenizer, embedded_week2_model):
     """A kv_memory holds budget / (bytes a token x block size) blocks: for the
     embedded model (30 layers, 3 KV heads of 64) a token takes 46,080 bytes in
@@ -352,6 +364,7 @@ def test_a_quantized_budget_holds_more_tokens(tokenizer, embedded_week2_model):
         assert engine.metrics.kv_bytes_per_token == size
 
 
+@pytest.mark.task(5)
 @pytest.mark.parametrize(
     "settings, message",
     [
@@ -364,6 +377,7 @@ def test_bad_kv_dtype_is_refused(pair, tokenizer, settings, message):
         tiny.Engine(pair[1], tokenizer, **settings)
 
 
+@pytest.mark.task(5)
 def test_a_head_dim_the_groups_do_not_divide_is_refused(pair, tokenizer):
     """The first random model's heads have 16 numbers: groups of 32 do not fit."""
     with pytest.raises(ValueError, match="groups of 32 numbers, but this model's"):

@@ -10,6 +10,9 @@ from tiny_llm_base.device import PATHS_VARIABLE
 
 from .helpers import kv_bytes_a_token
 
+# The KV budget the PagedKvManager (task 4) is given.
+pytestmark = pytest.mark.task(4)
+
 GIB = 2**30
 # What mx.device_info() reports: a Mac's GPU (Metal), a CUDA GPU, a CPU.
 METAL = {"memory_size": 16 * GIB, memory.METAL_WORKING_SET: 12 * GIB}

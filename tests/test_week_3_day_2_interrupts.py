@@ -9,6 +9,8 @@ from .interrupts import INTERRUPTS, check_interrupted_run
 from .paged_checks import assert_pool_empty
 from .solution import tiny
 
+pytestmark = pytest.mark.task(4)
+
 
 @INTERRUPTS
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])

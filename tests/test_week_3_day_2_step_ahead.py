@@ -4,7 +4,11 @@ whose next position needs a new block runs synchronously, so a request still hol
 blocks only for the tokens computed; the same under the mixed policy (week 3 day
 1)."""
 
+import pytest
+
 from .test_week_2_day_6_step_ahead import check_tokens
+
+pytestmark = pytest.mark.task(4)
 
 
 def test_paged_tokens_equal_mlx_lm_through_finishes_arrivals_and_an_abort(

@@ -32,6 +32,7 @@ def shared_prefix(a: list[int], b: list[int]) -> int:
 # --- names and the pool -----------------------------------------------------------
 
 
+@pytest.mark.task(1)
 def test_chain_hash_names_a_block_by_everything_before_it():
     first = tiny.chain_hash(None, [1, 2, 3])
     assert first == tiny.chain_hash(None, [1, 2, 3])
@@ -43,6 +44,7 @@ def test_chain_hash_names_a_block_by_everything_before_it():
     assert tiny.chain_hash(None, [2**40]) != tiny.chain_hash(None, [0])
 
 
+@pytest.mark.task(1)
 def test_pool_finds_the_longest_cached_chain_and_evicts_least_recent_first():
     size = 2
     pool = tiny.BlockPool(5, size)
@@ -79,6 +81,7 @@ def test_pool_finds_the_longest_cached_chain_and_evicts_least_recent_first():
     assert pool.hash_of == {} and pool.available == 1
 
 
+@pytest.mark.task(1)
 def test_a_name_taken_keeps_its_first_block():
     pool = tiny.BlockPool(3, 2)
     a, b = pool.allocate(2)
@@ -93,6 +96,7 @@ def test_a_name_taken_keeps_its_first_block():
 # --- the engine with prefix caching -----------------------------------------------
 
 
+@pytest.mark.task(2)
 @settings(
     max_examples=10,
     deadline=None,
@@ -164,6 +168,7 @@ def test_prefix_caching_changes_no_token(random_pairs, tokenizer, data):
         assert metrics.prefill_tokens == computed
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("block_size", [1, 3, 16])
 def test_a_later_request_starts_after_the_blocks_it_shares(pair, tokenizer, block_size):
     """One request at a time: the second starts its prefill after the full blocks
@@ -216,6 +221,7 @@ def test_a_later_request_starts_after_the_blocks_it_shares(pair, tokenizer, bloc
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(2)
 def test_shared_blocks_are_never_written(pair, tokenizer):
     """The keys and values of A's cached blocks are the same bytes after B, which
     shares them, has prefilled and decoded beside them."""
@@ -253,6 +259,7 @@ def test_shared_blocks_are_never_written(pair, tokenizer):
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
 def test_blocks_shared_with_a_running_request_are_never_written(
     pair, tokenizer, no_eos, policy
@@ -311,6 +318,7 @@ def test_blocks_shared_with_a_running_request_are_never_written(
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("policy", ["alternate", "mixed"])
 def test_eviction_and_preemption_with_caching_change_no_token(
     pair, tokenizer, no_eos, policy
@@ -344,6 +352,7 @@ def test_eviction_and_preemption_with_caching_change_no_token(
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(2)
 def test_embedded_model_chat_turns_reuse_the_conversation(
     embedded_model, embedded_week2_model, embedded_float32_reference
 ):
@@ -378,6 +387,7 @@ def test_embedded_model_chat_turns_reuse_the_conversation(
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(2)
 def test_a_follow_up_turn_reuses_the_answer_blocks(pair, tokenizer, no_eos):
     """A follow-up that resends a finished request's prompt and its answer finds
     every full block of both cached: the answer's blocks were named as they filled,
@@ -411,6 +421,7 @@ def test_a_follow_up_turn_reuses_the_answer_blocks(pair, tokenizer, no_eos):
     assert_pool_empty(engine)
 
 
+@pytest.mark.task(2)
 def test_a_request_asking_prompt_logprobs_computes_its_whole_prompt(pair, tokenizer):
     """A cached position has no logits: a request that wants its prompt's logprobs
     is not served from the cache (cached_prefix gives it nothing), gets every

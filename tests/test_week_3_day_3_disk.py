@@ -37,6 +37,8 @@ from .random_models import random_model
 from .servers import CONSTRAINTS, HI, WAIT_S, RunningServer
 from .solution import tiny
 
+pytestmark = pytest.mark.task(2)
+
 
 def shared_prefix(a: list[int], b: list[int]) -> int:
     n = 0

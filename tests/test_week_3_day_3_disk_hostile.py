@@ -33,6 +33,8 @@ from .disk_checks import (
 from .helpers import assert_like_mlx_lm
 from .paged_checks import run_engine
 
+pytestmark = pytest.mark.task(2)
+
 ACCESS = "let this process read and write kv_disk_dir"
 
 

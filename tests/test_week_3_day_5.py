@@ -51,6 +51,7 @@ def patterns():
     return st.recursive(leaf, extend, max_leaves=8)
 
 
+@pytest.mark.task(1)
 @settings(max_examples=300, deadline=None)
 @given(pattern=patterns(), texts=st.lists(st.text(ALPHABET, max_size=8), max_size=20))
 def test_the_automaton_matches_what_re_fullmatch_matches(pattern, texts):
@@ -60,6 +61,7 @@ def test_the_automaton_matches_what_re_fullmatch_matches(pattern, texts):
         assert dfa.fullmatch(text) == expected, (pattern, text)
 
 
+@pytest.mark.task(1)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), pattern=patterns())
 def test_the_automaton_accepts_strings_drawn_to_match(data, pattern):
@@ -68,6 +70,7 @@ def test_the_automaton_accepts_strings_drawn_to_match(data, pattern):
     assert tiny.compile_regex(pattern).fullmatch(text), (pattern, text)
 
 
+@pytest.mark.task(1)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), pattern=patterns())
 def test_forced_text_starts_every_match_from_its_state(data, pattern):
@@ -80,6 +83,7 @@ def test_forced_text_starts_every_match_from_its_state(data, pattern):
         assert text[cut:].startswith(forced), (pattern, text, cut, forced)
 
 
+@pytest.mark.task(1)
 def test_forced_text_stops_at_a_choice_or_a_whole_match():
     dfa = tiny.compile_regex(r'\{"name": "[a-z]+", "id": \d\}')
     assert dfa.forced_text(0, 40) == '{"name": "'
@@ -91,6 +95,7 @@ def test_forced_text_stops_at_a_choice_or_a_whole_match():
     assert choices.forced_text(0, 40) == "yes"  # then it accepts: EOS or "terday"
 
 
+@pytest.mark.task(1)
 def test_anchors_escapes_and_counts():
     cases = {
         r"^\d{3}-\d{4}$": (["555-1234"], ["5551234", "555-123"]),
@@ -109,6 +114,7 @@ def test_anchors_escapes_and_counts():
             assert not dfa.fullmatch(text), (pattern, text)
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize(
     "pattern, words",
     [
@@ -133,6 +139,7 @@ def test_unsupported_or_empty_patterns_say_where(pattern, words):
         tiny.parse_regex(pattern)
 
 
+@pytest.mark.task(1)
 @settings(max_examples=100, deadline=None)
 @given(
     options=st.lists(st.text("ab1 ", max_size=5), min_size=1, max_size=6),
@@ -144,6 +151,7 @@ def test_choices_accept_exactly_the_options(options, texts):
         assert dfa.fullmatch(text) == (text in options), (options, text)
 
 
+@pytest.mark.task(1)
 def test_bad_choice_lists_raise():
     with pytest.raises(ValueError, match="empty"):
         tiny.compile_choices([])
@@ -153,6 +161,7 @@ def test_bad_choice_lists_raise():
         tiny.compile_choices(["yes", 1])
 
 
+@pytest.mark.task(1)
 def test_a_huge_or_deeply_nested_pattern_is_refused_before_any_work():
     """Limits that keep one request from holding the server's CPU (the parser and
     regex_parser.MAX_PATTERN_CHARS / MAX_NESTING are given): a pattern longer than
@@ -197,6 +206,7 @@ def brute_force_allowed(dfa, state, texts, eos):
     return allowed, (list(eos) if dfa.accepting[state] else [])
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize(
     "pattern",
     [r"(ab|ba)*c?", r"\d{1,3}a?", r"[abc ]{2,6}", r'\{"a+":\d\}', r"x|1a2|bb"],
@@ -213,6 +223,7 @@ def test_token_masks_agree_with_a_brute_force_walk(pattern):
         assert entry.next_state == allowed, (pattern, state)
 
 
+@pytest.mark.task(2)
 @settings(max_examples=60, deadline=None)
 @given(
     options=st.lists(st.text("ab1 ", min_size=1, max_size=5), min_size=1, max_size=5),
@@ -242,6 +253,7 @@ def test_choice_masks_are_the_tokens_that_keep_an_option_reachable(options, walk
         prefix += SMALL_TEXTS[token]
 
 
+@pytest.mark.task(2)
 def test_a_leading_space_is_dropped_only_at_the_start():
     """With a detokenizer that drops an answer's first space, " a" may start the
     answer "a", and a lone " " leaves the start state but reads nothing."""
@@ -256,6 +268,7 @@ def test_a_leading_space_is_dropped_only_at_the_start():
     assert set(state.allowed().next_state) == {3}  # "b"
 
 
+@pytest.mark.task(2)
 def test_longest_tokens_cut_from_the_left():
     vocabulary = small_vocabulary()
     assert vocabulary.longest_tokens('{"ab":') == [16, 17, 4, 18]
@@ -264,6 +277,7 @@ def test_longest_tokens_cut_from_the_left():
     assert vocabulary.longest_tokens("") == []
 
 
+@pytest.mark.task(2)
 def test_masks_along_drafts_are_the_masks_after_each_and_move_nothing():
     index = tiny.TokenIndex(
         tiny.compile_regex(r'\{"(ab|ba)+":\d\}'), small_vocabulary()
@@ -283,6 +297,7 @@ def test_masks_along_drafts_are_the_masks_after_each_and_move_nothing():
     assert walked.forced_tokens() == []  # a digit comes next: no token is forced
 
 
+@pytest.mark.task(2)
 def test_a_token_outside_the_mask_is_refused():
     index = tiny.TokenIndex(tiny.compile_choices(["ab"]), small_vocabulary())
     state = tiny.ConstraintState(index)
@@ -293,6 +308,7 @@ def test_a_token_outside_the_mask_is_refused():
     assert np.isfinite(masked).tolist() == [t in (2, 4) for t in range(len(masked))]
 
 
+@pytest.mark.task(2)
 def test_token_texts_concatenate_to_the_detokenizers_text(tokenizer):
     """Any run of allowed tokens: their texts joined (the first space dropped) are
     exactly what the request's detokenizer shows."""
@@ -360,6 +376,7 @@ def digits_viable(text):
     return re.fullmatch(r"\d{1,3}(\.\d{0,2})?|", text) is not None
 
 
+@pytest.mark.task(3)
 def test_constrained_greedy_masks_mlx_lms_logits(random_pairs, tokenizer):
     """Each random model, a choice and a regex request beside an unconstrained one:
     the constrained tokens are the argmax of mlx-lm's logits over the tokens a
@@ -405,6 +422,7 @@ def test_constrained_greedy_masks_mlx_lms_logits(random_pairs, tokenizer):
         assert results[0].text in CHOICES and results[0].finish_reason == "stop"
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("temp", [0.0, 1.0])
 def test_answers_always_match_on_random_models(random_pairs, tokenizer, temp):
     """Random models' own answers are garbage; under a constraint they match, greedy
@@ -446,6 +464,7 @@ def test_answers_always_match_on_random_models(random_pairs, tokenizer, temp):
                 assert dfa.walk(0, result.text) != tiny.DEAD
 
 
+@pytest.mark.task(3)
 def test_bad_constraints_fail_their_request_alone(pair, tokenizer):
     mlx_model, model = pair
     rng = np.random.default_rng(3)
@@ -475,6 +494,7 @@ def test_bad_constraints_fail_their_request_alone(pair, tokenizer):
     assert re.fullmatch("[a-c]{3}", unfinished.text)
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("kv_cache", ["dense", "paged"])
 def test_jump_forward_gives_the_step_by_step_tokens(random_pairs, tokenizer, kv_cache):
     """Forced tokens fed as drafts and verified under the mask: the same greedy
@@ -519,6 +539,7 @@ CUSTOMER_SCHEMA = {
 }
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize(
     "constraint",
     [tiny.Regex(CUSTOMER_PATTERN), tiny.JsonSchema(CUSTOMER_SCHEMA)],
@@ -553,6 +574,7 @@ def test_the_embedded_model_jumps_over_fixed_keys(
     )
 
 
+@pytest.mark.task(3)
 def test_the_embedded_model_answers_in_shape(
     embedded_model, embedded_week2_model, embedded_float32_reference
 ):
@@ -586,6 +608,7 @@ def test_the_embedded_model_answers_in_shape(
 # --- what a vocabulary cannot spell, and what the index may keep ----------------------
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize(
     "constraint, missing",
     [
@@ -608,6 +631,7 @@ def test_a_constraint_the_vocabulary_cannot_spell_is_refused_at_the_start(
             raise
 
 
+@pytest.mark.task(3)
 def test_the_token_index_keeps_at_most_its_byte_budget(tokenizer):
     """Every built state of a vocabulary's token indexes lives in one StateCache of
     at most MAX_CACHED_STATE_BYTES (given): a server sees constraints without end,

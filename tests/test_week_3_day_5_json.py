@@ -28,6 +28,8 @@ from .helpers import assert_same_tokens, expected_tokens, token_ids
 from .random_models import random_model
 from .solution import tiny
 
+pytestmark = pytest.mark.task(3)
+
 VOCAB = 49152  # the embedded tokenizer's: JSON punctuation comes in whole tokens
 
 

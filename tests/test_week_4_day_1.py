@@ -38,6 +38,7 @@ RANDOM_ATOL = 1e-4
 # --- Who holds what ----------------------------------------------------------------
 
 
+@pytest.mark.task(1)
 def test_split_evenly_gives_the_extra_to_the_first_pieces():
     assert tiny.split_evenly(9, 2) == [5, 4]
     assert tiny.split_evenly(3, 2) == [2, 1]
@@ -48,6 +49,7 @@ def test_split_evenly_gives_the_extra_to_the_first_pieces():
         tiny.split_evenly(4, 0)
 
 
+@pytest.mark.task(1)
 def test_shard_range_covers_the_items_in_whole_units():
     assert [tiny.shard_range(1536, 2, r) for r in range(2)] == [
         (0, 768),
@@ -62,6 +64,7 @@ def test_shard_range_covers_the_items_in_whole_units():
         tiny.shard_range(100, 2, 0, unit=64)
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize(
     "num_heads, num_kv_heads",
     [(9, 3), (6, 2), (4, 4), (3, 1), (10, 5), (14, 2), (8, 8), (12, 4)],
@@ -92,6 +95,7 @@ def test_shard_heads_gives_every_query_head_to_one_rank_with_its_kv_head(
             assert counts == sorted(counts, reverse=True)
 
 
+@pytest.mark.task(1)
 def test_shard_heads_of_the_embedded_model_on_two_ranks():
     assert tiny.shard_heads(9, 3, 2) == [
         tiny.HeadShard(0, 6, 0, 2),
@@ -101,6 +105,7 @@ def test_shard_heads_of_the_embedded_model_on_two_ranks():
         tiny.shard_heads(9, 3, 10)
 
 
+@pytest.mark.task(2)
 def test_rows_and_columns_of_a_quantized_weight():
     w = mx.random.normal((8, 128))
     packed, scales, biases = mx.quantize(w, group_size=32, bits=4)
@@ -120,6 +125,7 @@ def test_rows_and_columns_of_a_quantized_weight():
         tiny.input_columns(q, 16, 96)
 
 
+@pytest.mark.task(2)
 def test_one_rank_is_the_unsharded_model():
     """Not launched: mx.distributed.init() is a group of one, all_sum a copy."""
     mlx_model = random_model(*worker.SIZES[0], seed=0)
@@ -193,6 +199,7 @@ def one_rank(embedded_model):
     return arrays, worker.generations(small, tokenizer)
 
 
+@pytest.mark.task(2)
 def test_sharded_logits_match_one_rank(ranks, one_rank):
     size, results = ranks
     expected, _ = one_rank
@@ -202,6 +209,7 @@ def test_sharded_logits_match_one_rank(ranks, one_rank):
             assert_within(arrays[name], logits, RANDOM_ATOL, where)
 
 
+@pytest.mark.task(2)
 def test_every_rank_computes_the_same_logits_bit_for_bit(ranks):
     """After each all_sum every rank holds the same residual, so every rank samples
     the same token: the engines never disagree."""
@@ -212,6 +220,7 @@ def test_every_rank_computes_the_same_logits_bit_for_bit(ranks):
             assert np.array_equal(arrays[name], first[name]), f"{name}, rank {rank}"
 
 
+@pytest.mark.task(2)
 def test_each_rank_caches_only_its_kv_heads(ranks):
     size, results = ranks
     for rank, (_, facts) in enumerate(results):
@@ -222,6 +231,7 @@ def test_each_rank_caches_only_its_kv_heads(ranks):
         assert facts["kv_heads"]["quantized"] == heads.num_kv_heads
 
 
+@pytest.mark.task(2)
 def test_greedy_tokens_match_one_rank(ranks, one_rank):
     size, results = ranks
     _, expected = one_rank
@@ -231,6 +241,7 @@ def test_greedy_tokens_match_one_rank(ranks, one_rank):
     assert any(len(t) == 7 for t in expected["mixed-dense"]), "every prompt hit EOS"
 
 
+@pytest.mark.task(2)
 def test_a_rank_that_dies_fails_the_run_and_leaves_no_process(tmp_path):
     start = time.monotonic()
     output = launch(2, tmp_path, "die")

@@ -42,6 +42,8 @@ from .random_models import random_model
 from .servers import wait_idle
 from .solution import SOLUTION, tiny
 
+pytestmark = pytest.mark.task(2)
+
 ROOT = Path(__file__).resolve().parents[1]
 MAX_TOKENS = 6
 # qwen2, hidden, heads, KV heads, intermediate, layers: the embedded model's heads.

@@ -107,6 +107,7 @@ CASES = [
 ]
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("name, arguments", CASES)
 def test_a_call_is_accepted_exactly_when_its_schema_validates(
     tokenizer, name, arguments
@@ -117,6 +118,7 @@ def test_a_call_is_accepted_exactly_when_its_schema_validates(
     ), text
 
 
+@pytest.mark.task(2)
 @settings(max_examples=40, deadline=None)
 @given(
     st.dictionaries(
@@ -141,6 +143,7 @@ def test_random_arguments_agree_with_jsonschema(tokenizer, arguments):
     ), text
 
 
+@pytest.mark.task(2)
 def test_tool_choice_decides_what_the_answer_may_be(tokenizer):
     call = call_text("add", {"a": 1, "b": 2})
     other = call_text("get_weather", {"city": "Rome"})
@@ -170,6 +173,7 @@ def test_tool_choice_decides_what_the_answer_may_be(tokenizer):
     assert not accepts(tokenizer, TOOLS, "\n".join([call] * (most + 1)), "required")
 
 
+@pytest.mark.task(2)
 def test_a_bad_tool_choice_or_tool_set_says_what_is_wrong():
     with pytest.raises(ValueError, match="names no function"):
         tiny.tool_constraint(TOOLS, {"type": "function", "function": {"name": "mul"}})
@@ -202,6 +206,7 @@ def test_a_bad_tool_choice_or_tool_set_says_what_is_wrong():
             tiny.check_tools(tools)
 
 
+@pytest.mark.task(2)
 def test_no_call_past_the_limit_even_one_the_user_asked_to_copy(tokenizer):
     """The text after the last allowed call never holds the tag: a model asked to
     repeat `<tool_call>{"name": "delete_all_files"...}` cannot write it, whether
@@ -220,6 +225,7 @@ def test_no_call_past_the_limit_even_one_the_user_asked_to_copy(tokenizer):
     assert not accepts(tokenizer, TOOLS, f"{calls} {more}", "auto")
 
 
+@pytest.mark.task(2)
 def test_defs_and_definitions_of_the_same_name_stay_apart(tokenizer):
     """`#/$defs/t` and `#/definitions/t` are two schemas (here a string and an
     integer); the grammar accepts a call exactly when jsonschema validates it."""
@@ -298,6 +304,7 @@ forced_pieces = st.one_of(
 )
 
 
+@pytest.mark.task(2)
 @settings(max_examples=150, deadline=None)
 @given(
     tool_sets,
@@ -348,6 +355,7 @@ calls = st.tuples(
 )
 
 
+@pytest.mark.task(1)
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(pieces, calls), max_size=4), pieces)
 def test_parse_tool_calls_splits_text_and_calls(parts, tail):
@@ -357,6 +365,7 @@ def test_parse_tool_calls_splits_text_and_calls(parts, tail):
     assert content == ("".join(piece for piece, _ in parts) + tail).strip()
 
 
+@pytest.mark.task(2)
 def test_a_tag_inside_an_argument_is_part_of_the_call(tokenizer):
     """The grammar lets a string hold the tags' text (a sampled city may), so the
     call must read back whole, not end at the tag inside its JSON."""
@@ -368,6 +377,7 @@ def test_a_tag_inside_an_argument_is_part_of_the_call(tokenizer):
         assert content == "a  b"
 
 
+@pytest.mark.task(1)
 def test_a_block_that_is_not_a_call_stays_in_the_text():
     broken = '<tool_call>\n{"name": "f", "arguments": {"x": 1}\n</tool_call>'
     keyless = '<tool_call>\n{"function": "f"}\n</tool_call>'
@@ -387,6 +397,7 @@ def wide_model():
     return tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
 
 
+@pytest.mark.task(2)
 def test_a_random_model_calls_every_tool_set_validly(wide_model, tokenizer):
     """Sampled at temperature 1, one call each ("required", no parallel calls):
     every answer is exactly one call that names a function of its set and whose
@@ -418,6 +429,7 @@ def test_a_random_model_calls_every_tool_set_validly(wide_model, tokenizer):
         jsonschema.validate(call.arguments, function["parameters"])
 
 
+@pytest.mark.task(2)
 def test_the_embedded_model_calls_the_named_function(embedded_model, tokenizer):
     """Through the chat template (the tools described in the system message, as
     the embedded model's template has no tool support), greedy."""

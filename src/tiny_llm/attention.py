@@ -22,8 +22,8 @@ def scaled_dot_product_attention_simple(
     broadcasts to [..., L, S].
     """
     raise NotImplementedError(
-        "Week 1 Day 1: scaled_dot_product_attention_simple (scores, mask, softmax, @ "
-        "value)"
+        "Week 1 Day 1 Task 2: scaled_dot_product_attention_simple (scores, mask, "
+        "softmax, @ value)"
     )
 
 
@@ -43,7 +43,7 @@ class SimpleMultiHeadAttention:
         wo: mx.array,
     ):
         raise NotImplementedError(
-            "Week 1 Day 1: SimpleMultiHeadAttention.__init__ (keep the weights)"
+            "Week 1 Day 1 Task 3: SimpleMultiHeadAttention.__init__ (keep the weights)"
         )
 
     def __call__(
@@ -55,8 +55,8 @@ class SimpleMultiHeadAttention:
     ) -> mx.array:
         """query: [N, L, E], key and value: [N, S, E], mask: [L, S] -> [N, L, E]."""
         raise NotImplementedError(
-            "Week 1 Day 1: SimpleMultiHeadAttention (project, split heads, attend, "
-            "merge, project)"
+            "Week 1 Day 1 Task 3: SimpleMultiHeadAttention (project, split heads, "
+            "attend, merge, project)"
         )
 
 
@@ -68,7 +68,7 @@ def causal_mask(L: int, S: int, dtype: mx.Dtype) -> mx.array:
     causal mask; L == 1 (one decoded token) masks nothing.
     """
     raise NotImplementedError(
-        "Week 1 Day 3: causal_mask (0 where j <= S - L + i, else -inf)"
+        "Week 1 Day 3 Task 1: causal_mask (0 where j <= S - L + i, else -inf)"
     )
 
 
@@ -89,6 +89,6 @@ def scaled_dot_product_attention_grouped(
     "causal" for causal_mask(L, S).
     """
     raise NotImplementedError(
-        "Week 1 Day 3: scaled_dot_product_attention_grouped (reshape, attend, reshape"
-        " back)"
+        "Week 1 Day 3 Task 2: scaled_dot_product_attention_grouped (reshape, attend, "
+        "reshape back)"
     )

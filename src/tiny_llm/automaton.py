@@ -61,10 +61,10 @@ class Nfa:
         start to end is exactly what the node matches. A concatenation of nothing
         (the empty choice "") is its start joined to its end by one empty edge."""
         raise NotImplementedError(
-            "Week 3 Day 5: Nfa.build: chars: start -c-> end; concat: the parts' "
-            "fragments chained by empty edges; alt: start -> each branch -> end; "
-            "repeat: min copies in a row, then either a loop (no max) or max - min "
-            "optional copies"
+            "Week 3 Day 5 Task 1: Nfa.build: chars: start -c-> end; concat: the "
+            "parts' fragments chained by empty edges; alt: start -> each branch -> "
+            "end; repeat: min copies in a row, then either a loop (no max) or max - "
+            "min optional copies"
         )
 
     def closure(self, states) -> frozenset[int]:
@@ -106,14 +106,14 @@ class Dfa:
         """The state after reading one character in `state` (a live state: DEAD
         has no row of its own, table[-1] is the last state's; walk stops at DEAD)."""
         raise NotImplementedError(
-            "Week 3 Day 5: Dfa.step: find the character's interval (bisect on bounds)"
-            " and look it up in the table"
+            "Week 3 Day 5 Task 1: Dfa.step: find the character's interval (bisect on "
+            "bounds) and look it up in the table"
         )
 
     def walk(self, state: int, text: str) -> int:
         """The state after reading `text` from `state` (DEAD once it cannot match)."""
         raise NotImplementedError(
-            "Week 3 Day 5: Dfa.walk: step through the characters, stop at DEAD"
+            "Week 3 Day 5 Task 1: Dfa.walk: step through the characters, stop at DEAD"
         )
 
     def forced_text(self, state: int, limit: int) -> str:
@@ -121,14 +121,15 @@ class Dfa:
         read while the state does not accept and exactly one character leads
         anywhere but DEAD (a fixed key, a closing quote)."""
         raise NotImplementedError(
-            "Week 3 Day 5: Dfa.forced_text: the docstring's rule, one character at a "
-            "time"
+            "Week 3 Day 5 Task 1: Dfa.forced_text: the docstring's rule, one "
+            "character at a time"
         )
 
     def fullmatch(self, text: str) -> bool:
         """Does the whole text match (re.fullmatch's question)?"""
         raise NotImplementedError(
-            "Week 3 Day 5: Dfa.fullmatch: walk from 0, then the state is accepting"
+            "Week 3 Day 5 Task 1: Dfa.fullmatch: walk from 0, then the state is "
+            "accepting"
         )
 
 
@@ -136,18 +137,18 @@ def determinize(nfa: Nfa, start: int, accept: int) -> Dfa:
     """The subset construction: the DFA whose states are the sets of NFA states a
     text can lead to. ValueError past MAX_DFA_STATES."""
     raise NotImplementedError(
-        "Week 3 Day 5: determinize: cut the code points at every edge range's ends "
-        "(bounds); from the start's closure, for each set and each interval gather "
-        "the targets of the edges covering it, take their closure, and number each "
-        "new set as it is found; an empty set is DEAD"
+        "Week 3 Day 5 Task 1: determinize: cut the code points at every edge range's "
+        "ends (bounds); from the start's closure, for each set and each interval "
+        "gather the targets of the edges covering it, take their closure, and number "
+        "each new set as it is found; an empty set is DEAD"
     )
 
 
 def compile_tree(tree: tuple) -> Dfa:
     """A parsed tree (parse_regex, choices_tree) as a DFA."""
     raise NotImplementedError(
-        "Week 3 Day 5: compile_tree: Nfa().build(tree), then determinize from its "
-        "start to its end state"
+        "Week 3 Day 5 Task 1: compile_tree: Nfa().build(tree), then determinize from "
+        "its start to its end state"
     )
 
 

@@ -10,7 +10,7 @@ def softmax(x: mx.array, axis: int) -> mx.array:
     from overflowing; the sum is done in float32 and the result has x's dtype.
     """
     raise NotImplementedError(
-        "Week 1 Day 1: softmax (subtract the max, exp, normalize)"
+        "Week 1 Day 1 Task 1: softmax (subtract the max, exp, normalize)"
     )
 
 
@@ -20,9 +20,9 @@ def linear(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
     Weights are stored one output row per neuron (the PyTorch / MLX layout), so the
     product is x @ w.T.
     """
-    raise NotImplementedError("Week 1 Day 1: linear (x @ w.T + bias)")
+    raise NotImplementedError("Week 1 Day 1 Task 1: linear (x @ w.T + bias)")
 
 
 def silu(x: mx.array) -> mx.array:
     """x * sigmoid(x), elementwise (also called swish)."""
-    raise NotImplementedError("Week 1 Day 1: silu (x * sigmoid(x))")
+    raise NotImplementedError("Week 1 Day 1 Task 1: silu (x * sigmoid(x))")

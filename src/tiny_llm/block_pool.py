@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 def blocks_needed(tokens: int, block_size: int) -> int:
     """The blocks that hold `tokens` positions: ceil(tokens / block_size)."""
     raise NotImplementedError(
-        "Week 3 Day 2: blocks_needed: ceil(tokens / block_size), in integers"
+        "Week 3 Day 2 Task 1: blocks_needed: ceil(tokens / block_size), in integers"
     )
 
 
@@ -41,8 +41,9 @@ def chain_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
     block) and its token ids. Equal names mean equal tokens at every position before
     the block's end (a collision would need a broken SHA-256)."""
     raise NotImplementedError(
-        "Week 3 Day 3: chain_hash: hashlib.sha256 fed the parent hash (b'' for None),"
-        " then the token ids as bytes (array('q', tokens).tobytes()); its digest()"
+        "Week 3 Day 3 Task 1: chain_hash: hashlib.sha256 fed the parent hash (b'' for"
+        " None), then the token ids as bytes (array('q', tokens).tobytes()); its "
+        "digest()"
     )
 
 
@@ -72,23 +73,23 @@ class BlockPool:
 
     def __init__(self, num_blocks: int, block_size: int):
         raise NotImplementedError(
-            "Week 3 Day 2: BlockPool: keep num_blocks and block_size; high_water 0, "
-            "no free ids (a list used as a heap), no refcounts; no cached blocks (an "
-            "OrderedDict keyed by block id, least recently used first) and no names "
-            "(hash_of, block_of: empty dicts); peak_in_use 0"
+            "Week 3 Day 2 Task 1: BlockPool: keep num_blocks and block_size; "
+            "high_water 0, no free ids (a list used as a heap), no refcounts; no "
+            "cached blocks (an OrderedDict keyed by block id, least recently used "
+            "first) and no names (hash_of, block_of: empty dicts); peak_in_use 0"
         )
 
     @property
     def available(self) -> int:
         """Blocks allocate() can hand out: free, cached, or never used."""
         raise NotImplementedError(
-            "Week 3 Day 2: available: free + cached + the ids above high_water"
+            "Week 3 Day 2 Task 1: available: free + cached + the ids above high_water"
         )
 
     @property
     def in_use(self) -> int:
         """Blocks some request holds."""
-        raise NotImplementedError("Week 3 Day 2: in_use: num_blocks - available")
+        raise NotImplementedError("Week 3 Day 2 Task 1: in_use: num_blocks - available")
 
     def allocate(self, count: int) -> list[int]:
         """`count` blocks, each with refcount 1. A given-back block is reused before
@@ -97,8 +98,8 @@ class BlockPool:
         high_water. ValueError when fewer than `count` are available (check
         `available` first)."""
         raise NotImplementedError(
-            "Week 3 Day 2: allocate: ValueError if count > available; else for each "
-            "block pop the lowest free id (heapq), or (day 3) evict the least "
+            "Week 3 Day 2 Task 1: allocate: ValueError if count > available; else for"
+            " each block pop the lowest free id (heapq), or (day 3) evict the least "
             "recently used cached block, forgetting its name in hash_of and block_of,"
             " or take id high_water (high_water + 1, a new refcount); refcount 1; "
             "then raise peak_in_use to in_use"
@@ -110,15 +111,15 @@ class BlockPool:
         are given back last to first, so a chain's tail is evicted before its root:
         without its root block, the rest of a chain can never be found."""
         raise NotImplementedError(
-            "Week 3 Day 2: release: refcount - 1 per block, last to first; at 0 the "
-            "block goes on the free heap (day 3: into `cached`, most recently used, "
-            "if it has a name)"
+            "Week 3 Day 2 Task 1: release: refcount - 1 per block, last to first; at "
+            "0 the block goes on the free heap (day 3: into `cached`, most recently "
+            "used, if it has a name)"
         )
 
     def share(self, blocks: list[int]) -> list[int]:
         """Held blocks get one more holder each (refcount + 1); returns them."""
         raise NotImplementedError(
-            "Week 3 Day 2: share: refcount + 1 for each block; return the list"
+            "Week 3 Day 2 Task 1: share: refcount + 1 for each block; return the list"
         )
 
     def lookup(self, tokens: Sequence[int]) -> BlockTable:
@@ -126,7 +127,7 @@ class BlockPool:
         refcount raised (a cached one is no longer evictable): a BlockTable of them
         and their hashes. Only full blocks of `tokens` count."""
         raise NotImplementedError(
-            "Week 3 Day 3: lookup: walk the full blocks of tokens, chaining "
+            "Week 3 Day 3 Task 1: lookup: walk the full blocks of tokens, chaining "
             "chain_hash from None; stop at the first name block_of lacks; for each "
             "found block raise its refcount, take it out of `cached`, and add it and "
             "its hash to a new BlockTable; then raise peak_in_use to in_use"
@@ -137,6 +138,6 @@ class BlockPool:
         block computed twice, by requests that ran side by side) keeps its first
         block: this one stays unnamed, and is freed when its request ends."""
         raise NotImplementedError(
-            "Week 3 Day 3: remember: unless the hash or the block already has a name,"
-            " record block_of[hash] = block and hash_of[block] = hash"
+            "Week 3 Day 3 Task 1: remember: unless the hash or the block already has "
+            "a name, record block_of[hash] = block and hash_of[block] = hash"
         )

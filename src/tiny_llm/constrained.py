@@ -93,8 +93,8 @@ class Vocabulary:
 
     def __post_init__(self) -> None:
         raise NotImplementedError(
-            "Week 3 Day 5: Vocabulary: a TrieNode root; insert each token id under "
-            "its text, one node per character"
+            "Week 3 Day 5 Task 2: Vocabulary: a TrieNode root; insert each token id "
+            "under its text, one node per character"
         )
 
     def longest_tokens(self, text: str) -> list[int]:
@@ -102,7 +102,8 @@ class Vocabulary:
         starts the rest (the lowest id among equal texts); it stops early where no
         token starts the rest."""
         raise NotImplementedError(
-            "Week 3 Day 5: Vocabulary.longest_tokens: the docstring's cut, on the trie"
+            "Week 3 Day 5 Task 2: Vocabulary.longest_tokens: the docstring's cut, on "
+            "the trie"
         )
 
     def index(self, constraint) -> "TokenIndex":
@@ -131,12 +132,12 @@ def token_texts(tokenizer, size: int) -> list[str | None]:
     len(tokenizer), a text that does not start with the anchor's, an empty text,
     and a text holding "\ufffd" (part of a character)."""
     raise NotImplementedError(
-        "Week 3 Day 5: token_texts: special ids (all_special_ids and the added tokens"
-        " marked special, where the tokenizer has them) and ids past len(tokenizer) "
-        "are None; for the others detokenize an anchor token then the token (reset, "
-        "add_token each, then finalize(): mlx-lm's streaming detokenizers hold the "
-        'last text back until then), keep what it added, None for "" or text with '
-        '"\\ufffd"'
+        "Week 3 Day 5 Task 2: token_texts: special ids (all_special_ids and the added"
+        " tokens marked special, where the tokenizer has them) and ids past "
+        "len(tokenizer) are None; for the others detokenize an anchor token then the "
+        "token (reset, add_token each, then finalize(): mlx-lm's streaming "
+        "detokenizers hold the last text back until then), keep what it added, None "
+        'for "" or text with "\\ufffd"'
     )
 
 
@@ -176,8 +177,8 @@ class ConstraintState:
 
     def __init__(self, index: TokenIndex):
         raise NotImplementedError(
-            "Week 3 Day 5: ConstraintState: keep the index, state 0, at_start from "
-            "the vocabulary's drops_first_space"
+            "Week 3 Day 5 Task 2: ConstraintState: keep the index, state 0, at_start "
+            "from the vocabulary's drops_first_space"
         )
 
     @property
@@ -190,14 +191,15 @@ class ConstraintState:
         ValueError) when there are none: the vocabulary cannot spell any
         continuation, which is the constraint's fault, not the sampler's."""
         raise NotImplementedError(
-            "Week 3 Day 5: ConstraintState.allowed: index.allowed(state, at_start); "
-            "raise UnsatisfiableConstraint when its count is 0"
+            "Week 3 Day 5 Task 2: ConstraintState.allowed: index.allowed(state, "
+            "at_start); raise UnsatisfiableConstraint when its count is 0"
         )
 
     def mask(self, logits: mx.array) -> mx.array:
         """logits: [1, V] -> the same with every token not allowed at -inf."""
         raise NotImplementedError(
-            "Week 3 Day 5: ConstraintState.mask: mx.where(allowed().mask, logits, -inf)"
+            "Week 3 Day 5 Task 2: ConstraintState.mask: mx.where(allowed().mask, "
+            "logits, -inf)"
         )
 
     def forced_tokens(self) -> list[int]:
@@ -208,17 +210,17 @@ class ConstraintState:
         where no token goes on (index.allowed of the state the token leads to, its
         next_state, has count 0): plain decoding fails there one token later."""
         raise NotImplementedError(
-            "Week 3 Day 5: ConstraintState.forced_tokens: [] at_start; else the "
-            "vocabulary's longest_tokens of dfa.forced_text(state, FORCED_CHARS), "
-            "kept while the state each leads to allows some token"
+            "Week 3 Day 5 Task 2: ConstraintState.forced_tokens: [] at_start; else "
+            "the vocabulary's longest_tokens of dfa.forced_text(state, FORCED_CHARS),"
+            " kept while the state each leads to allows some token"
         )
 
     def masks_along(self, tokens: list[int]) -> mx.array:
         """[1 + len(tokens), V] bool: row j is the mask after tokens[:j] (row 0: here),
         what verifying those tokens as drafts needs. The state does not move."""
         raise NotImplementedError(
-            "Week 3 Day 5: ConstraintState.masks_along: the docstring's rows; the "
-            "state ends where it started"
+            "Week 3 Day 5 Task 2: ConstraintState.masks_along: the docstring's rows; "
+            "the state ends where it started"
         )
 
     def advance(self, token: int) -> None:
@@ -226,8 +228,9 @@ class ConstraintState:
         constraint does not allow (a sampler that ignored the mask), a ValueError
         naming it: f"token {token} is not allowed by the constraint here"."""
         raise NotImplementedError(
-            "Week 3 Day 5: ConstraintState.advance: next_state[token] of allowed(), a"
-            " ValueError naming the token when it is missing; at_start becomes False"
+            "Week 3 Day 5 Task 2: ConstraintState.advance: next_state[token] of "
+            "allowed(), a ValueError naming the token when it is missing; at_start "
+            "becomes False"
         )
 
 
@@ -246,8 +249,8 @@ def start_constraint(
     a constraint that no token can start.
     """
     raise NotImplementedError(
-        "Week 3 Day 5: start_constraint: a JsonSchema (JsonObject too) or a Grammar "
-        "returns constraint.start(tokenizer, vocab_size); TypeError unless Regex or "
-        "Choice; the vocabulary's index for it; a ConstraintState whose allowed() is "
-        "checked now"
+        "Week 3 Day 5 Task 3: start_constraint: a JsonSchema (JsonObject too) or a "
+        "Grammar returns constraint.start(tokenizer, vocab_size); TypeError unless "
+        "Regex or Choice; the vocabulary's index for it; a ConstraintState whose "
+        "allowed() is checked now"
     )

@@ -46,9 +46,9 @@ def fast_exp(x: mx.array) -> mx.array:
     inf (the true exp overflows at 88.72).
     """
     raise NotImplementedError(
-        "Week 2 Day 3: fast_exp: clip x (as float32) to [-127 ln2, 128 ln2]; n = "
-        "round(x / ln2) by adding and subtracting ROUND_TO_INTEGER; bits = ((n + 127)"
-        " * MANTISSA_BITS).astype(int32), read as float32 with mx.view, is 2^n; "
+        "Week 2 Day 3 Task 1: fast_exp: clip x (as float32) to [-127 ln2, 128 ln2]; n"
+        " = round(x / ln2) by adding and subtracting ROUND_TO_INTEGER; bits = ((n + "
+        "127) * MANTISSA_BITS).astype(int32), read as float32 with mx.view, is 2^n; "
         "recover n from bits (bits.astype(float32) / MANTISSA_BITS - 127) so "
         "mx.compile makes two loops, one on each side of the view; g = x - n ln2; "
         "return e^g's Taylor polynomial (1/k! for k = 0..6, grouped as pairs) times "
@@ -83,7 +83,9 @@ class ShapeLimitedCompile:
 
 def shifted_exp(scores: mx.array, row_max: mx.array) -> mx.array:
     """exp(scores - row_max): a softmax's numerators."""
-    raise NotImplementedError("Week 2 Day 3: shifted_exp: fast_exp(scores - row_max)")
+    raise NotImplementedError(
+        "Week 2 Day 3 Task 1: shifted_exp: fast_exp(scores - row_max)"
+    )
 
 
 # shifted_exp compiled: the subtraction runs inside fast_exp's fused loops.
@@ -107,11 +109,12 @@ def attend_block(
     an additive array [..., R, n, S]. Returns [..., R, n, D] in float32.
     """
     raise NotImplementedError(
-        'Week 2 Day 3: attend_block: for "causal", keep only the keys the last query '
-        'sees; scores = k @ q^T, [..., keys, R * n]; for "causal", overwrite the rows'
-        " of the keys some query must not see with a where() over their own small "
-        "matmul; add an array mask (its key axis moved in front of R, n); the max and"
-        " the sum over the keys (axis -2), softmax_numerators, then (p^T @ v) / sum"
+        'Week 2 Day 3 Task 2: attend_block: for "causal", keep only the keys the last'
+        ' query sees; scores = k @ q^T, [..., keys, R * n]; for "causal", overwrite '
+        "the rows of the keys some query must not see with a where() over their own "
+        "small matmul; add an array mask (its key axis moved in front of R, n); the "
+        "max and the sum over the keys (axis -2), softmax_numerators, then (p^T @ v) "
+        "/ sum"
     )
     # ANCHOR_END: attend_block
 
@@ -129,16 +132,18 @@ def cpu_attention(
     (a decode step, a short chunk) every head is one attend_block. Otherwise each
     key/value head is, its queries cut into blocks of about SCORE_BLOCK scores (a
     causal chunk also into blocks of at most QUERY_BLOCK queries, each against only
-    the keys it sees).
+    the keys it sees). Any other mask name raises ValueError with a message that
+    names "causal", the one named mask (the tests check for that word).
     """
     raise NotImplementedError(
-        "Week 2 Day 3: cpu_attention: a boolean mask becomes additive, an array mask "
-        "is broadcast to [B, H_q, L, S]; scale q; q [B, H, n_repeats, L, D], the mask"
-        " [B, H, n_repeats, L, S], k and v in float32; if B * H_q * L * S <= "
-        'SCORE_BLOCK (and L <= QUERY_BLOCK for "causal"), one attend_block for all '
-        "heads; else attend_block for each kv head and block of queries (at most "
-        'SCORE_BLOCK scores and, for "causal", QUERY_BLOCK queries; a block\'s queries'
-        " start at position S - L + start), joined along L, then the heads stacked; "
-        "[B, H_q, L, D] in q's dtype"
+        'Week 2 Day 3 Task 2: cpu_attention: refuse a mask name other than "causal" '
+        '(ValueError, the message naming "causal"); a boolean mask becomes additive, '
+        "an array mask is broadcast to [B, H_q, L, S]; scale q; q [B, H, n_repeats, "
+        "L, D], the mask [B, H, n_repeats, L, S], k and v in float32; if B * H_q * L "
+        '* S <= SCORE_BLOCK (and L <= QUERY_BLOCK for "causal"), one attend_block for'
+        " all heads; else attend_block for each kv head and block of queries (at most"
+        ' SCORE_BLOCK scores and, for "causal", QUERY_BLOCK queries; a block\'s '
+        "queries start at position S - L + start), joined along L, then the heads "
+        "stacked; [B, H_q, L, D] in q's dtype"
     )
     # ANCHOR_END: cpu_attention

@@ -34,8 +34,8 @@ def flash_attention(
     Returns [B, H_q, L, D] in query's dtype. A row that sees no key at all is zeros.
     """
     raise NotImplementedError(
-        "Week 2 Day 4: implement flash_attention, an online softmax over key/value "
-        "tiles (running max, running sum, rescaled accumulator)"
+        "Week 2 Day 4 Task 1: flash_attention: check the heads and the mask, then cut"
+        " the queries into tiles and hand each to _attend_query_tile"
     )
 
 
@@ -50,44 +50,17 @@ def _attend_query_tile(
     key_tile: int,
 ) -> mx.array:
     """Online softmax of one query tile q: [B, H, n_repeats, T_q, D] over all keys."""
-    num_keys = key.shape[2]
-    offset = num_keys - length  # query i sits at absolute position offset + i
-    # Keys past what the tile's last row may see are masked for every row: skip them.
-    keys_seen = max(0, offset + rows.stop) if causal else num_keys
-
-    running_max = mx.full((*q.shape[:-1], 1), -mx.inf, dtype=mx.float32)
-    running_sum = mx.zeros_like(running_max)
-    accumulator = mx.zeros(q.shape, dtype=mx.float32)
-    for start in range(0, keys_seen, key_tile):
-        cols = range(start, min(start + key_tile, keys_seen))
-        # [B, H, 1, T_k, D]: broadcast over the n_repeats query heads of a group.
-        k = key[:, :, None, cols.start : cols.stop].astype(mx.float32)
-        v = value[:, :, None, cols.start : cols.stop].astype(mx.float32)
-        scores = q @ k.swapaxes(-1, -2)  # [B, H, n_repeats, T_q, T_k]
-        if causal:
-            if cols.stop - 1 > offset + rows.start:  # some row misses some key
-                scores = scores + _causal_tile(rows, cols, offset)
-        elif mask is not None:
-            tile = mask[:, :, rows.start : rows.stop, cols.start : cols.stop]
-            scores = scores + tile.reshape(scores.shape)
-
-        new_max = mx.maximum(running_max, scores.max(axis=-1, keepdims=True))
-        # A row that has seen only masked keys still has max -inf, and
-        # exp(-inf - -inf) is NaN; shifting such a row by 0 gives exp(-inf) = 0.
-        shift = mx.where(new_max == -mx.inf, 0.0, new_max)
-        probs = mx.exp(scores - shift)
-        rescale = mx.exp(running_max - shift)
-        running_sum = running_sum * rescale + probs.sum(axis=-1, keepdims=True)
-        accumulator = accumulator * rescale + probs @ v
-        running_max = new_max
-        # Evaluate now: left lazy, MLX may compute many tiles of scores before it
-        # consumes them, and the peak memory grows with S again.
-        mx.eval(running_max, running_sum, accumulator)
-    return accumulator / mx.where(running_sum == 0, 1.0, running_sum)
+    raise NotImplementedError(
+        "Week 2 Day 4 Task 1: _attend_query_tile: the online softmax of one query "
+        "tile over the key tiles (running max, running sum, rescaled accumulator); "
+        "add the array mask's tile, or _causal_tile where some row misses some key, "
+        "and skip the keys no row of the tile sees"
+    )
 
 
 def _causal_tile(rows: range, cols: range, offset: int) -> mx.array:
     """[T_q, T_k] additive chunk mask: 0 where key j <= offset + query i, else -inf."""
-    query_pos = mx.arange(rows.start, rows.stop)[:, None] + offset
-    key_pos = mx.arange(cols.start, cols.stop)[None, :]
-    return mx.where(key_pos <= query_pos, 0.0, -mx.inf)
+    raise NotImplementedError(
+        "Week 2 Day 4 Task 2: _causal_tile: the [T_q, T_k] additive chunk mask of one"
+        " tile (0 where key j <= offset + query i, else -inf)"
+    )

@@ -7,7 +7,7 @@ import mlx.core as mx
 
 from .qwen2_week1 import Qwen2ModelWeek1
 from .qwen2_week2 import Qwen2ModelWeek2
-from .sampler import Sampler, make_sampler
+from .sampler import Sampler
 
 
 def simple_generate(
@@ -27,7 +27,9 @@ def simple_generate(
     on_text(segment) is called with each newly readable piece of text; the pieces
     concatenate to the returned string.
     """
-    raise NotImplementedError("Week 1 Day 6: simple_generate (the generation loop)")
+    raise NotImplementedError(
+        "Week 1 Day 6 Task 1: simple_generate (the generation loop)"
+    )
 
 
 def simple_generate_with_kv_cache(
@@ -47,9 +49,9 @@ def simple_generate_with_kv_cache(
     stopping rule and streaming as simple_generate.
     """
     raise NotImplementedError(
-        "Week 2 Day 1: simple_generate_with_kv_cache: like simple_generate, but "
-        "create the model's KV cache once, run the prompt at offset 0, then feed only"
-        " the last sampled token at offset = the tokens already cached"
+        "Week 2 Day 1 Task 3: simple_generate_with_kv_cache: like simple_generate, "
+        "but create the model's KV cache once, run the prompt at offset 0, then feed "
+        "only the last sampled token at offset = the tokens already cached"
     )
 
 
@@ -62,28 +64,14 @@ def generate_text(
     on_text: Callable[[str], None] | None,
 ) -> str:
     """The loop both generators share; next_logits(all tokens so far) -> logits [1, V]."""
-    sampler = sampler or make_sampler(0.0)
-    tokens = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True
+    raise NotImplementedError(
+        "Week 1 Day 6 Task 1: generate_text: chat-template the prompt, then loop: "
+        "next_logits(tokens) -> logprobs -> sampler; stop at EOS or max_tokens; "
+        "stream readable text through the detokenizer to on_text"
     )
-    detokenizer = tokenizer.detokenizer  # a fresh streaming detokenizer
-    pieces = []
 
-    def emit(segment: str) -> None:
-        if segment:
-            pieces.append(segment)
-            if on_text is not None:
-                on_text(segment)
 
-    for _ in range(max_tokens):
-        logits = next_logits(tokens)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        token = sampler(logprobs).item()
-        if token in tokenizer.eos_token_ids:
-            break
-        tokens.append(token)
-        detokenizer.add_token(token)
-        emit(detokenizer.last_segment)
-    detokenizer.finalize()
-    emit(detokenizer.last_segment)
-    return "".join(pieces)
+def greedy(logprobs: mx.array) -> mx.array:
+    """The most likely token of each row: make_sampler(0.0)'s choice, without
+    needing Week 1 Day 7."""
+    return mx.argmax(logprobs, axis=-1)

@@ -22,8 +22,8 @@ class TinyKvCache:
     ) -> tuple[mx.array, mx.array, mx.array | str | None]:
         """Store this step's keys/values [B, H, L, D]; return all keys, values and the mask."""
         raise NotImplementedError(
-            "Week 2 Day 1: TinyKvCache is the interface; TinyKvFullCache (and on Day "
-            "5 BatchingKvCache) implement update_and_fetch"
+            "Week 2 Day 1 Task 1: TinyKvCache is the interface; TinyKvFullCache (and "
+            "on Day 5 BatchingKvCache) implement update_and_fetch"
         )
 
     def stage(self, keys: mx.array, values: mx.array) -> None:
@@ -59,36 +59,37 @@ class TinyKvFullCache(TinyKvCache):
 
     def __init__(self) -> None:
         raise NotImplementedError(
-            "Week 2 Day 1: TinyKvFullCache: start empty: no key/value storage yet and"
-            " offset 0"
+            "Week 2 Day 1 Task 1: TinyKvFullCache: start empty: no key/value storage "
+            "yet and offset 0"
         )
 
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array | str | None]:
         raise NotImplementedError(
-            "Week 2 Day 1: update_and_fetch: grow the storage if offset + L does not "
-            "fit, write keys/values at offset .. offset + L - 1, advance offset, and "
-            'return keys[:, :, :offset], values[:, :, :offset] and the mask ("causal"'
-            " when L > 1, None for one token)"
+            "Week 2 Day 1 Task 1: update_and_fetch: grow the storage if offset + L "
+            "does not fit, write keys/values at offset .. offset + L - 1, advance "
+            "offset, and return keys[:, :, :offset], values[:, :, :offset] and the "
+            'mask ("causal" when L > 1, None for one token)'
         )
 
     def capacity(self) -> int:
         raise NotImplementedError(
-            "Week 2 Day 1: capacity: how many tokens the storage holds (0 when empty)"
+            "Week 2 Day 1 Task 1: capacity: how many tokens the storage holds (0 when"
+            " empty)"
         )
 
     def grow(self, B: int, H: int, capacity: int, D: int, dtype: mx.Dtype) -> None:
         raise NotImplementedError(
-            "Week 2 Day 1: grow: allocate [B, H, capacity, D] keys and values and "
-            "copy the first offset tokens over (update_and_fetch asks for at least "
-            "twice the old capacity, and INITIAL_CAPACITY the first time)"
+            "Week 2 Day 1 Task 1: grow: allocate [B, H, capacity, D] keys and values "
+            "and copy the first offset tokens over (update_and_fetch asks for at "
+            "least twice the old capacity, and INITIAL_CAPACITY the first time)"
         )
 
     def fetch(self) -> tuple[mx.array, mx.array]:
         """All stored keys and values: [B, H, offset, D]."""
         raise NotImplementedError(
-            "Week 2 Day 1: fetch: the stored keys and values up to offset"
+            "Week 2 Day 1 Task 1: fetch: the stored keys and values up to offset"
         )
 
 
@@ -99,7 +100,7 @@ def batch_causal_mask(offsets: mx.array, L: int, S: int, dtype: mx.Dtype) -> mx.
     sees key 0, so no row is all -inf and softmax never makes NaN.
     """
     raise NotImplementedError(
-        "Week 2 Day 5: batch_causal_mask: compare arange(S) with offsets[b] + "
+        "Week 2 Day 5 Task 1: batch_causal_mask: compare arange(S) with offsets[b] + "
         "arange(L) per row; 0 where visible, -inf elsewhere; add the head axis"
     )
 
@@ -120,23 +121,24 @@ class BatchingKvCache(TinyKvCache):
 
     def __init__(self, max_active_requests: int, max_seq_len: int) -> None:
         raise NotImplementedError(
-            "Week 2 Day 5: BatchingKvCache: keep the sizes, no storage yet (it grows "
-            "when the head count and dtype are known, see fit) and one offset 0 per "
-            "slot"
+            "Week 2 Day 5 Task 2: BatchingKvCache: keep the sizes, no storage yet (it"
+            " grows when the head count and dtype are known, see fit) and one offset "
+            "0 per slot"
         )
 
     @property
     def offset(self) -> list[int]:
         raise NotImplementedError(
-            "Week 2 Day 5: BatchingKvCache.offset: a copy of the per-slot offsets"
+            "Week 2 Day 5 Task 2: BatchingKvCache.offset: a copy of the per-slot "
+            "offsets"
         )
 
     @property
     def rows(self) -> int:
         """The highest slot in use + 1 (0 when empty): the rows a step must feed."""
         raise NotImplementedError(
-            "Week 2 Day 5: rows: 1 + the highest slot whose offset is not 0; 0 when "
-            "every slot is empty"
+            "Week 2 Day 5 Task 2: rows: 1 + the highest slot whose offset is not 0; 0"
+            " when every slot is empty"
         )
 
     def fit(self, rows: int, length: int, H: int, D: int, dtype: mx.Dtype) -> None:
@@ -145,17 +147,17 @@ class BatchingKvCache(TinyKvCache):
         Rows cut from the end must be empty; the other rows keep their keys and values.
         """
         raise NotImplementedError(
-            "Week 2 Day 5: fit: cut the storage to `rows` rows if it has more; if it "
-            "then has fewer rows or fewer than `length` positions, allocate zeroed "
-            "[rows, H, capacity, D] keys and values (capacity: at least length, twice"
-            " the old and INITIAL_CAPACITY, at most max_seq_len) and copy the old "
-            "storage in"
+            "Week 2 Day 5 Task 2: fit: cut the storage to `rows` rows if it has more;"
+            " if it then has fewer rows or fewer than `length` positions, allocate "
+            "zeroed [rows, H, capacity, D] keys and values (capacity: at least "
+            "length, twice the old and INITIAL_CAPACITY, at most max_seq_len) and "
+            "copy the old storage in"
         )
 
     def add_request(self, prefilled: TinyKvFullCache, slot: int) -> None:
         """Copy a prefilled request's keys/values [1, H, S, D] into row `slot`."""
         raise NotImplementedError(
-            "Week 2 Day 5: add_request: ValueError for a slot outside [0, "
+            "Week 2 Day 5 Task 2: add_request: ValueError for a slot outside [0, "
             "max_active_requests), a slot in use, or S > max_seq_len; fit the storage"
             " to cover row slot and S positions; copy the prefilled keys/values into "
             "row slot; offset S"
@@ -167,8 +169,8 @@ class BatchingKvCache(TinyKvCache):
         An empty cache lets go of its storage.
         """
         raise NotImplementedError(
-            "Week 2 Day 5: remove_request: set the slot's offset back to 0; drop the "
-            "storage once no slot is in use"
+            "Week 2 Day 5 Task 2: remove_request: set the slot's offset back to 0; "
+            "drop the storage once no slot is in use"
         )
 
     def row_view(self, slot: int, offset: int) -> "BatchRowView":
@@ -195,7 +197,7 @@ class BatchingKvCache(TinyKvCache):
         is a single sequence's: one slice write, and the mask TinyKvFullCache gives
         ("causal", or None for one token), so no per-row arrays are built."""
         raise NotImplementedError(
-            "Week 2 Day 5: update_and_fetch: ValueError unless rows <= B <= "
+            "Week 2 Day 5 Task 2: update_and_fetch: ValueError unless rows <= B <= "
             "max_active_requests, or when a row would pass max_seq_len; fit the "
             "storage to B rows and S = max(offsets[:B]) + L positions; rows all at "
             'one offset: write them as one slice, mask "causal" (None for L = 1); '

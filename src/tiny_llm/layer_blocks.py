@@ -56,8 +56,8 @@ class LayerBlocks:
 
     def __init__(self, num_blocks: int, block_size: int):
         raise NotImplementedError(
-            "Week 3 Day 2: LayerBlocks: keep num_blocks and block_size; keys and "
-            "values None until the first write; nothing staged"
+            "Week 3 Day 2 Task 2: LayerBlocks: keep num_blocks and block_size; keys "
+            "and values None until the first write; nothing staged"
         )
 
     @property
@@ -71,15 +71,15 @@ class LayerBlocks:
         """Hold keys/values [n, H, D] for row i's position: slot slots[i] of block
         blocks[i]. Nothing is written until flush()."""
         raise NotImplementedError(
-            "Week 3 Day 2: stage: append (blocks, slots, keys, values) to staged"
+            "Week 3 Day 2 Task 2: stage: append (blocks, slots, keys, values) to staged"
         )
 
     def flush(self) -> None:
         """Write everything staged in ONE scatter per array, growing the arrays first
         if a block id is past them. Nothing staged: nothing to do."""
         raise NotImplementedError(
-            "Week 3 Day 2: flush: concatenate the staged blocks, slots, keys and "
-            "values; grow to cover max(blocks) + 1; pool[blocks[:, None], "
+            "Week 3 Day 2 Task 2: flush: concatenate the staged blocks, slots, keys "
+            "and values; grow to cover max(blocks) + 1; pool[blocks[:, None], "
             "mx.arange(H)[None, :], slots[:, None]] = rows for keys and values; "
             "nothing staged afterwards"
         )
@@ -91,8 +91,8 @@ class LayerBlocks:
         machine (check_memory). More than num_blocks blocks is a bug in the caller:
         ValueError "block {blocks - 1} is past the pool's {num_blocks} blocks"."""
         raise NotImplementedError(
-            "Week 3 Day 2: grow: nothing to do when blocks <= capacity; ValueError "
-            "past num_blocks (the docstring's words); else the first time "
+            "Week 3 Day 2 Task 2: grow: nothing to do when blocks <= capacity; "
+            "ValueError past num_blocks (the docstring's words); else the first time "
             "check_memory(2 x num_blocks x block_size x H x D x dtype.size bytes, "
             "num_blocks x block_size positions); new capacity max(blocks, 2 x "
             "capacity, blocks_needed(FIRST_POSITIONS, block_size)), at most "
@@ -105,11 +105,11 @@ class LayerBlocks:
         others is padded with block 0: the caller's mask must hide those positions.
         """
         raise NotImplementedError(
-            "Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length / "
-            "block_size) blocks (a table may hold blocks reserved past length; pad "
-            "with block 0); index the pool with the [B, 1, width] table array and the"
-            " [1, H, 1] heads -> [B, H, width, block_size, D], decode() those blocks,"
-            " reshape to [B, H, width * block_size, D] and cut to length"
+            "Week 3 Day 2 Task 2: gather: flush(); cut or pad every table to "
+            "ceil(length / block_size) blocks (a table may hold blocks reserved past "
+            "length; pad with block 0); index the pool with the [B, 1, width] table "
+            "array and the [1, H, 1] heads -> [B, H, width, block_size, D], decode() "
+            "those blocks, reshape to [B, H, width * block_size, D] and cut to length"
         )
 
     def decode(self, stored: mx.array) -> mx.array:

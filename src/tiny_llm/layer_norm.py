@@ -12,11 +12,11 @@ class RMSNorm:
 
     def __init__(self, dim: int, weight: mx.array, eps: float = 1e-5):
         raise NotImplementedError(
-            "Week 1 Day 4: RMSNorm.__init__ (keep weight and eps)"
+            "Week 1 Day 4 Task 1: RMSNorm.__init__ (keep weight and eps)"
         )
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [..., dim] -> [..., dim]."""
         raise NotImplementedError(
-            "Week 1 Day 4: RMSNorm (normalize in float32, scale by weight)"
+            "Week 1 Day 4 Task 1: RMSNorm (normalize in float32, scale by weight)"
         )

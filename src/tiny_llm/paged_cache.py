@@ -27,43 +27,43 @@ class PagedKvCache(TinyKvCache):
 
     def __init__(self, layer: LayerBlocks, table: BlockTable, offset: int = 0):
         raise NotImplementedError(
-            "Week 3 Day 2: PagedKvCache: keep the layer's LayerBlocks, the request's "
-            "BlockTable and offset"
+            "Week 3 Day 2 Task 2: PagedKvCache: keep the layer's LayerBlocks, the "
+            "request's BlockTable and offset"
         )
 
     @property
     def keys(self) -> mx.array | None:
         raise NotImplementedError(
-            "Week 3 Day 2: keys: the layer's pool of keys (layer.keys)"
+            "Week 3 Day 2 Task 2: keys: the layer's pool of keys (layer.keys)"
         )
 
     @property
     def values(self) -> mx.array | None:
         raise NotImplementedError(
-            "Week 3 Day 2: values: the layer's pool of values (layer.values)"
+            "Week 3 Day 2 Task 2: values: the layer's pool of values (layer.values)"
         )
 
     def check_room(self, end: int) -> None:
         raise NotImplementedError(
-            "Week 3 Day 2: check_room: ValueError unless positions 0 .. end - 1 fit "
-            "the table's blocks (len(blocks) * block_size), saying to reserve blocks "
-            "before the forward"
+            "Week 3 Day 2 Task 2: check_room: ValueError unless positions 0 .. end - "
+            "1 fit the table's blocks (len(blocks) * block_size), saying to reserve "
+            "blocks before the forward"
         )
 
     def stage(self, keys: mx.array, values: mx.array) -> None:
         """keys/values: [1, H, L, D] at positions offset .. offset + L - 1, staged in
         the layer (written at the next read); offset += L."""
         raise NotImplementedError(
-            "Week 3 Day 2: stage: check_room(offset + L); stage rows [L, H, D] in the"
-            " layer at each position's block and slot; remember L; offset += L"
+            "Week 3 Day 2 Task 2: stage: check_room(offset + L); stage rows [L, H, D]"
+            " in the layer at each position's block and slot; remember L; offset += L"
         )
 
     def fetch_staged(self) -> tuple[mx.array, mx.array, str | None]:
         """All keys/values [1, H, offset, D] and the mask of the staged step
         ("causal", or None for L = 1)."""
         raise NotImplementedError(
-            "Week 3 Day 2: fetch_staged: gather the table's first offset positions; "
-            "mask 'causal' when the staged L > 1 else None"
+            "Week 3 Day 2 Task 2: fetch_staged: gather the table's first offset "
+            "positions; mask 'causal' when the staged L > 1 else None"
         )
 
     def update_and_fetch(
@@ -93,9 +93,10 @@ def group_rows(
     rows of about one length share one call.
     """
     raise NotImplementedError(
-        "Week 3 Day 2: group_rows: sort the row indexes by length, longest first; a "
-        "row whose length is within call_positions of its group's first (longest) row"
-        " joins it, else it starts a new group; each group's indexes sorted"
+        "Week 3 Day 2 Task 3: group_rows: sort the row indexes by length, longest "
+        "first; a row whose length is within call_positions of its group's first "
+        "(longest) row joins it, else it starts a new group; each group's indexes "
+        "sorted"
     )
 
 
@@ -118,34 +119,37 @@ class PagedBatchingKvCache(TinyKvCache):
 
     def __init__(self, max_active_requests: int, max_seq_len: int):
         raise NotImplementedError(
-            "Week 3 Day 2: PagedBatchingKvCache: keep max_active_requests and "
+            "Week 3 Day 2 Task 3: PagedBatchingKvCache: keep max_active_requests and "
             "max_seq_len; every slot None"
         )
 
     @property
     def offset(self) -> list[int]:
         raise NotImplementedError(
-            "Week 3 Day 2: offset: each slot's view's offset, 0 for an empty slot"
+            "Week 3 Day 2 Task 3: offset: each slot's view's offset, 0 for an empty "
+            "slot"
         )
 
     @property
     def rows(self) -> int:
         """The highest slot in use + 1 (0 when empty): the rows a step must feed."""
         raise NotImplementedError(
-            "Week 3 Day 2: rows: the highest occupied slot + 1, 0 when empty"
+            "Week 3 Day 2 Task 3: rows: the highest occupied slot + 1, 0 when empty"
         )
 
     def add_request(self, prefilled: PagedKvCache, slot: int) -> None:
         """Row `slot` reads and writes through the request's own block table."""
         raise NotImplementedError(
-            "Week 3 Day 2: add_request: ValueError for a slot outside [0, "
+            "Week 3 Day 2 Task 3: add_request: ValueError for a slot outside [0, "
             "max_active_requests) or in use; else the slot holds the request's "
             "PagedKvCache (nothing is copied)"
         )
 
     def remove_request(self, slot: int) -> None:
         """Row `slot` is empty again; the request's blocks are the engine's to release."""
-        raise NotImplementedError("Week 3 Day 2: remove_request: the slot holds None")
+        raise NotImplementedError(
+            "Week 3 Day 2 Task 3: remove_request: the slot holds None"
+        )
 
     def row_view(self, slot: int, offset: int) -> PagedKvCache:
         """Row `slot` as one sequence's cache from position `offset` on (week 3 day
@@ -167,11 +171,11 @@ class PagedBatchingKvCache(TinyKvCache):
         own view at its offset (an empty row's are dropped); the offsets before the
         step are kept for the mask."""
         raise NotImplementedError(
-            "Week 3 Day 2: stage: check rows <= B <= max_active_requests and S = "
-            "max(offsets) + L <= max_seq_len as BatchingKvCache does, and that some "
-            "row is occupied and has room (check_room) before staging any; keep the "
-            "offsets before the step; stage keys[b:b+1] through each occupied row's "
-            "view"
+            "Week 3 Day 2 Task 3: stage: check rows <= B <= max_active_requests and S"
+            " = max(offsets) + L <= max_seq_len as BatchingKvCache does, and that "
+            "some row is occupied and has room (check_room) before staging any; keep "
+            "the offsets before the step; stage keys[b:b+1] through each occupied "
+            "row's view"
         )
 
     def fetch_staged(self) -> tuple[mx.array, mx.array, mx.array]:
@@ -179,9 +183,9 @@ class PagedBatchingKvCache(TinyKvCache):
         L, every row read through its table (an empty row: an empty table), and the
         mask [B, 1, L, S] from the offsets before the step."""
         raise NotImplementedError(
-            "Week 3 Day 2: fetch_staged: gather every row's table to S positions "
-            "through the layer of an occupied view; batch_causal_mask from the kept "
-            "offsets"
+            "Week 3 Day 2 Task 3: fetch_staged: gather every row's table to S "
+            "positions through the layer of an occupied view; batch_causal_mask from "
+            "the kept offsets"
         )
 
     def attend_staged(self, q: mx.array, attention) -> mx.array:
@@ -192,11 +196,11 @@ class PagedBatchingKvCache(TinyKvCache):
         longest one. A group whose rows all hold the same length needs only the
         chunk mask ("causal", or None for L = 1)."""
         raise NotImplementedError(
-            "Week 3 Day 2: attend_staged: the lengths after the step (kept offsets + "
-            "L); for each group of group_rows(lengths), taken in order of their first"
-            " rows: gather its tables to its longest length through the layer of an "
-            "occupied view, batch_causal_mask from its kept offsets (or the chunk "
-            "mask when its lengths are equal), attention on its rows of q "
+            "Week 3 Day 2 Task 3: attend_staged: the lengths after the step (kept "
+            "offsets + L); for each group of group_rows(lengths), taken in order of "
+            "their first rows: gather its tables to its longest length through the "
+            "layer of an occupied view, batch_causal_mask from its kept offsets (or "
+            "the chunk mask when its lengths are equal), attention on its rows of q "
             "(take_rows); the groups' outputs concatenated, put back in row order "
             "only when they are not already"
         )

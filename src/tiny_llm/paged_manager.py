@@ -37,7 +37,7 @@ class PagedKvManager(KvManager):
 
     def __init__(self, model, config: EngineConfig):
         raise NotImplementedError(
-            "Week 3 Day 2: PagedKvManager: config.pool_blocks(model) blocks, "
+            "Week 3 Day 2 Task 4: PagedKvManager: config.pool_blocks(model) blocks, "
             "check_pool_fits (with config.kv_dtype), the BlockPool, a LayerBlocks (a "
             "QuantizedLayerBlocks of config.kv_dtype when it is not 'float32') and a "
             "PagedBatchingKvCache per layer, no tables"
@@ -49,9 +49,9 @@ class PagedKvManager(KvManager):
         pool has no block for its next token. Its PagedKvCaches start at the cached
         tokens; returns how many (the planner moves the request past them)."""
         raise NotImplementedError(
-            "Week 3 Day 2: admit: cached_prefix; if the pool has no block available, "
-            "release it and return None; else the table, PagedKvCache views from the "
-            "cached tokens, and their count"
+            "Week 3 Day 2 Task 4: admit: cached_prefix; if the pool has no block "
+            "available, release it and return None; else the table, PagedKvCache "
+            "views from the cached tokens, and their count"
         )
 
     def cached_prefix(self, request: Request) -> BlockTable:
@@ -62,10 +62,10 @@ class PagedKvManager(KvManager):
         so it computes only the rest; none when the first choice holds no blocks.
         Otherwise none (day 3's PrefixCachingKvManager finds them in its cache)."""
         raise NotImplementedError(
-            "Week 3 Day 2: cached_prefix: for a request with a first_choice in "
-            "tables, a BlockTable of pool.share(its first min((prompt tokens - 1) // "
-            "block_size, first choice's offset // block_size) blocks); else an empty "
-            "BlockTable"
+            "Week 3 Day 2 Task 4: cached_prefix: for a request with a first_choice in"
+            " tables, a BlockTable of pool.share(its first min((prompt tokens - 1) //"
+            " block_size, first choice's offset // block_size) blocks); else an empty"
+            " BlockTable"
         )
 
     def reserve(self, request: Request, tokens: int) -> int:
@@ -73,9 +73,9 @@ class PagedKvManager(KvManager):
         blocks they need beyond its table, as many as the pool has. Returns how
         many tokens fit (0 when the pool has no block for the next one)."""
         raise NotImplementedError(
-            "Week 3 Day 2: reserve: the blocks needed for offset + tokens beyond the "
-            "table, at most pool.available; allocate them; return the tokens the "
-            "table now has room for, at most `tokens`"
+            "Week 3 Day 2 Task 4: reserve: the blocks needed for offset + tokens "
+            "beyond the table, at most pool.available; allocate them; return the "
+            "tokens the table now has room for, at most `tokens`"
         )
 
     def has_room(self, request: Request, position: int) -> bool:
@@ -96,34 +96,35 @@ class PagedKvManager(KvManager):
     def release(self, request: Request) -> None:
         """The request's blocks go back to the pool."""
         raise NotImplementedError(
-            "Week 3 Day 2: release: pool.release of the table popped from tables"
+            "Week 3 Day 2 Task 4: release: pool.release of the table popped from tables"
         )
 
     def after_step(self) -> None:
         """Whatever a failed forward left staged is dropped: it must never be
         written over blocks that have changed hands."""
         raise NotImplementedError(
-            "Week 3 Day 2: after_step: empty every layer's staged list"
+            "Week 3 Day 2 Task 4: after_step: empty every layer's staged list"
         )
 
     def record(self, metrics) -> None:
         """The pool in the run's metrics: its size, blocks held, the most held at
         once, blocks cached, and the bytes one token takes."""
         raise NotImplementedError(
-            "Week 3 Day 2: record: kv_blocks_total, kv_block_size and "
+            "Week 3 Day 2 Task 4: record: kv_blocks_total, kv_block_size and "
             "record_blocks(in use, peak, cached, bytes per token)"
         )
 
     def pool_bytes(self) -> int:
         """Bytes the layers' arrays hold now."""
         raise NotImplementedError(
-            "Week 3 Day 2: pool_bytes: keys and values nbytes, summed over layers"
+            "Week 3 Day 2 Task 4: pool_bytes: keys and values nbytes, summed over "
+            "layers"
         )
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of keys and values one token takes over all layers (0 before the
         pool's arrays exist)."""
         raise NotImplementedError(
-            "Week 3 Day 2: kv_bytes_per_token: keys and values bytes per position, "
-            "summed over layers"
+            "Week 3 Day 2 Task 4: kv_bytes_per_token: keys and values bytes per "
+            "position, summed over layers"
         )

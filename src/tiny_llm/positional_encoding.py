@@ -20,7 +20,7 @@ class RoPE:
         self, dims: int, seq_len: int, base: float = 10000, traditional: bool = False
     ):
         raise NotImplementedError(
-            "Week 1 Day 2: RoPE.__init__ (precompute cos/sin tables)"
+            "Week 1 Day 2 Task 1: RoPE.__init__ (precompute cos/sin tables)"
         )
 
     def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
@@ -30,4 +30,6 @@ class RoPE:
         mx.array [B] with one start position per row (rows of a batch that are at
         different points of their sequences).
         """
-        raise NotImplementedError("Week 1 Day 2: RoPE.__call__ (rotate feature pairs)")
+        raise NotImplementedError(
+            "Week 1 Day 2 Task 1: RoPE.__call__ (rotate feature pairs)"
+        )

@@ -41,14 +41,14 @@ class Preemption:
         """Higher is newer, preempted first: batch after interactive, then the
         order added."""
         raise NotImplementedError(
-            'Week 3 Day 2: rank: (priority == "batch", planner.order[request])'
+            'Week 3 Day 2 Task 4: rank: (priority == "batch", planner.order[request])'
         )
 
     def newest_holder(self) -> Request:
         """The request to preempt: the newest batch request holding memory, else the
         newest interactive one."""
         raise NotImplementedError(
-            "Week 3 Day 2: newest_holder: max of planner.holding by rank"
+            "Week 3 Day 2 Task 4: newest_holder: max of planner.holding by rank"
         )
 
     def reserve_chunk(

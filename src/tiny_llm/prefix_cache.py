@@ -29,7 +29,7 @@ class PrefixCachingKvManager(PagedKvManager):
 
     def __init__(self, model, config):
         super().__init__(model, config)
-        # Week 3 Day 3: PrefixCachingKvManager: the paged manager, counters at 0
+        # Week 3 Day 3 Task 2: PrefixCachingKvManager: the paged manager, counters at 0
         self.prompt_tokens = 0
         self.cached_tokens = 0
 
@@ -38,8 +38,8 @@ class PrefixCachingKvManager(PagedKvManager):
         over all but its last token (pool.lookup); none for a request whose
         sampling_state wants_prompt_logprobs: a cached position has no logits."""
         raise NotImplementedError(
-            "Week 3 Day 3: cached_prefix: an empty BlockTable when the request wants "
-            "prompt logprobs, else pool.lookup(prefill_tokens[:-1])"
+            "Week 3 Day 3 Task 2: cached_prefix: an empty BlockTable when the request"
+            " wants prompt logprobs, else pool.lookup(prefill_tokens[:-1])"
         )
 
     def admit(self, request: Request) -> int | None:
@@ -49,22 +49,22 @@ class PrefixCachingKvManager(PagedKvManager):
         counted twice), its metrics.cached_tokens and the manager's counters count
         the tokens found. Returns what the paged admit returned."""
         raise NotImplementedError(
-            "Week 3 Day 3: admit: the paged admit, then at a first admission count "
-            "the cached tokens"
+            "Week 3 Day 3 Task 2: admit: the paged admit, then at a first admission "
+            "count the cached tokens"
         )
 
     def after_step(self) -> None:
         """The paged after_step, then name every holder's newly filled blocks."""
         raise NotImplementedError(
-            "Week 3 Day 3: after_step: the paged after_step, then name_full_blocks of"
-            " every holder"
+            "Week 3 Day 3 Task 2: after_step: the paged after_step, then "
+            "name_full_blocks of every holder"
         )
 
     def release(self, request: Request) -> None:
         """Name the request's full blocks before they go back: the pool keeps them
         cached for later prompts."""
         raise NotImplementedError(
-            "Week 3 Day 3: release: name_full_blocks, then the paged release"
+            "Week 3 Day 3 Task 2: release: name_full_blocks, then the paged release"
         )
 
     def name_full_blocks(self, request: Request) -> None:
@@ -74,13 +74,13 @@ class PrefixCachingKvManager(PagedKvManager):
         chain goes on. Its tokens are request.tokens (prompt, then generated);
         `offset` says how many are in the cache."""
         raise NotImplementedError(
-            "Week 3 Day 3: name_full_blocks: chain_hash each full block not named yet"
-            " and pool.remember it"
+            "Week 3 Day 3 Task 2: name_full_blocks: chain_hash each full block not "
+            "named yet and pool.remember it"
         )
 
     def record(self, metrics) -> None:
         """The pool's figures (PagedKvManager.record) and the prompt tokens found
         cached."""
         raise NotImplementedError(
-            "Week 3 Day 3: record: the paged figures and the prefix counters"
+            "Week 3 Day 3 Task 2: record: the paged figures and the prefix counters"
         )

@@ -32,8 +32,8 @@ def unpack_quantized(packed: mx.array, bits: int) -> mx.array:
     bits must divide 32 (2, 4 or 8); raise ValueError otherwise.
     """
     raise NotImplementedError(
-        "Week 2 Day 2: unpack_quantized: shift each word right by 0, bits, 2*bits, "
-        "... and mask with 2**bits - 1"
+        "Week 2 Day 2 Task 1: unpack_quantized: shift each word right by 0, bits, "
+        "2*bits, ... and mask with 2**bits - 1"
     )
 
 
@@ -48,8 +48,8 @@ def dequantize_weight(
     not fit b's shape and group_size raise ValueError.
     """
     raise NotImplementedError(
-        "Week 2 Day 2: dequantize_weight: unpack, reshape to [N, K / group_size, "
-        "group_size], apply scale and bias per group"
+        "Week 2 Day 2 Task 1: dequantize_weight: unpack, reshape to [N, K / "
+        "group_size, group_size], apply scale and bias per group"
     )
 
 
@@ -72,5 +72,6 @@ def quantized_matmul(
     the rebuilt weight to float16.
     """
     raise NotImplementedError(
-        "Week 2 Day 2: quantized_matmul: dequantize b in the result dtype, then matmul"
+        "Week 2 Day 2 Task 2: quantized_matmul: dequantize b in the result dtype, "
+        "then matmul"
     )

@@ -96,11 +96,11 @@ class QuantizedLayerBlocks(LayerBlocks):
         row's packed integers, then its scales, then its biases (float32 bits,
         through mx.view). Keeps D and the rows' dtype for decode."""
         raise NotImplementedError(
-            "Week 3 Day 2: encode: keep head_dim and dtype; float16 (bits None): the "
-            "rows as float16; else mx.quantize the rows as float32 with group_size "
-            "KV_GROUP_SIZE and self.bits, and concatenate the packed words, "
-            "mx.view(scales, mx.uint32) and mx.view(biases, mx.uint32) along the last"
-            " axis"
+            "Week 3 Day 2 Task 5: encode: keep head_dim and dtype; float16 (bits "
+            "None): the rows as float16; else mx.quantize the rows as float32 with "
+            "group_size KV_GROUP_SIZE and self.bits, and concatenate the packed "
+            "words, mx.view(scales, mx.uint32) and mx.view(biases, mx.uint32) along "
+            "the last axis"
         )
 
     def decode(self, stored: mx.array) -> mx.array:
@@ -114,12 +114,12 @@ class QuantizedLayerBlocks(LayerBlocks):
         each group times its scale plus its bias; on a CPU that is about twice as
         fast as mx.dequantize, to the same bits."""
         raise NotImplementedError(
-            "Week 3 Day 2: decode: float16: float16_to_float32 when self.dtype is "
-            "float32 and not gpu_paths() (the CPU's side), else a cast to self.dtype;"
-            " quantized: cut the last axis at words = head_dim * bits / 32 and words "
-            "+ groups (groups = head_dim / KV_GROUP_SIZE), read scales and biases "
-            "back with mx.view(..., mx.float32); the words through mx.view(..., "
-            "mx.uint8) (4 bits: each byte's low and high four bits, in that order) as"
-            " float32 numbers [..., groups, KV_GROUP_SIZE]; numbers * scales + "
-            "biases, reshaped to [..., head_dim], cast to self.dtype"
+            "Week 3 Day 2 Task 5: decode: float16: float16_to_float32 when self.dtype"
+            " is float32 and not gpu_paths() (the CPU's side), else a cast to "
+            "self.dtype; quantized: cut the last axis at words = head_dim * bits / 32"
+            " and words + groups (groups = head_dim / KV_GROUP_SIZE), read scales and"
+            " biases back with mx.view(..., mx.float32); the words through "
+            "mx.view(..., mx.uint8) (4 bits: each byte's low and high four bits, in "
+            "that order) as float32 numbers [..., groups, KV_GROUP_SIZE]; numbers * "
+            "scales + biases, reshaped to [..., head_dim], cast to self.dtype"
         )

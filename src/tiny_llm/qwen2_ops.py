@@ -27,8 +27,8 @@ def project(
 ) -> mx.array:
     """x: [..., in] -> [..., out] through a dense [out, in] or a quantized weight."""
     raise NotImplementedError(
-        "Week 2 Day 1: project: linear(x, w, bias) for a dense weight. Day 2: a "
-        "QuantizedWeights w goes through quantized_matmul(w.scales, w.biases, "
+        "Week 2 Day 1 Task 2: project: linear(x, w, bias) for a dense weight. Day 2: "
+        "a QuantizedWeights w goes through quantized_matmul(w.scales, w.biases, "
         "w.group_size, w.bits, x, w.weight). Day 3: with fast, mx.quantized_matmul"
     )
 
@@ -42,7 +42,7 @@ def swiglu_fast_exp(gate: mx.array, up: mx.array) -> mx.array:
     gives -0, the limit. The result keeps gate's dtype.
     """
     raise NotImplementedError(
-        "Week 2 Day 3: swiglu_fast_exp: silu(gate) * up as gate / (1 + "
+        "Week 2 Day 3 Task 3: swiglu_fast_exp: silu(gate) * up as gate / (1 + "
         "fast_exp(-gate)) (back in gate's dtype) times up, decorated with @mx.compile"
         " so the elementwise ops run as fused loops"
     )
@@ -54,8 +54,8 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     strict float arithmetic keeps; a GPU's fast-math compiler may fold it away, and
     a GPU's own exp is fast anyway."""
     raise NotImplementedError(
-        "Week 2 Day 3: swiglu: silu(gate) * up where gpu_paths() (the device switch, "
-        "tiny_llm_base.device), else swiglu_fast_exp"
+        "Week 2 Day 3 Task 3: swiglu: silu(gate) * up where gpu_paths() (the device "
+        "switch, tiny_llm_base.device), else swiglu_fast_exp"
     )
     # ANCHOR_END: swiglu
 
@@ -73,8 +73,8 @@ def fast_attention(
     several times, a decode step with a batch about twice.
     """
     raise NotImplementedError(
-        "Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v, "
-        "scale=scale, mask=mask) passes the tests; then, unless gpu_paths(), "
+        "Week 2 Day 3 Task 3: fast_attention: mx.fast.scaled_dot_product_attention(q,"
+        " k, v, scale=scale, mask=mask) passes the tests; then, unless gpu_paths(), "
         "cpu_attention(q, k, v, scale, mask)"
     )
     # ANCHOR_END: fast_attention
@@ -88,8 +88,8 @@ def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
     promote a bfloat16 model's activations to float32).
     """
     raise NotImplementedError(
-        "Week 2 Day 1: rms_norm: norm(x). Day 3: with fast, mx.fast.rms_norm(x, "
-        "norm.weight.astype(x.dtype), norm.eps)"
+        "Week 2 Day 1 Task 2: rms_norm: norm(x). Day 3: with fast, "
+        "mx.fast.rms_norm(x, norm.weight.astype(x.dtype), norm.eps)"
     )
 
 
@@ -104,11 +104,11 @@ def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None
     token at any position.
     """
     raise NotImplementedError(
-        "Week 2 Day 1: check_offset: compare each row's offset (an int is every "
-        "row's) with cache.offset and raise ValueError naming both numbers, e.g. "
-        "'offset 7 (row 0) does not match the KV cache, which holds 6 tokens'. Day 5:"
-        " a BatchingKvCache's offset is a list, one count per row; skip its empty "
-        "rows (count 0)"
+        "Week 2 Day 1 Task 2: check_offset: compare each row's offset (an int is "
+        "every row's) with cache.offset and raise ValueError naming both numbers, "
+        "e.g. 'offset 7 (row 0) does not match the KV cache, which holds 6 tokens'. "
+        "Day 5: a BatchingKvCache's offset is a list, one count per row; skip its "
+        "empty rows (count 0)"
     )
 
 
@@ -117,19 +117,19 @@ class WeightLoader:
 
     def __init__(self, quantized: bool, dtype: mx.Dtype):
         raise NotImplementedError(
-            "Week 2 Day 1: WeightLoader: keep `quantized` (always False until Day 2) "
-            "and the dtype of the dense weights"
+            "Week 2 Day 1 Task 2: WeightLoader: keep `quantized` (always False until "
+            "Day 2) and the dtype of the dense weights"
         )
 
     def weight(self, layer: nn.Module) -> Weight:
         raise NotImplementedError(
-            "Week 2 Day 1: WeightLoader.weight: dequantize_linear(layer, dtype). Day "
-            '2: when quantized and "scales" in layer, '
+            "Week 2 Day 1 Task 2: WeightLoader.weight: dequantize_linear(layer, "
+            'dtype). Day 2: when quantized and "scales" in layer, '
             "QuantizedWeights.from_mlx_layer(layer) instead"
         )
 
     def bias(self, layer: nn.Module) -> mx.array | None:
         raise NotImplementedError(
-            'Week 2 Day 1: WeightLoader.bias: layer["bias"] in dtype, or None when '
-            "the layer has no bias"
+            'Week 2 Day 1 Task 2: WeightLoader.bias: layer["bias"] in dtype, or None '
+            "when the layer has no bias"
         )

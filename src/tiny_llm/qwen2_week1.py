@@ -35,11 +35,15 @@ class Qwen2MLP:
         w_up: mx.array,
         w_down: mx.array,
     ):
-        raise NotImplementedError("Week 1 Day 4: Qwen2MLP.__init__ (keep the weights)")
+        raise NotImplementedError(
+            "Week 1 Day 4 Task 2: Qwen2MLP.__init__ (keep the weights)"
+        )
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [..., dim] -> [..., dim]."""
-        raise NotImplementedError("Week 1 Day 4: Qwen2MLP (down(silu(gate x) * up x))")
+        raise NotImplementedError(
+            "Week 1 Day 4 Task 2: Qwen2MLP (down(silu(gate x) * up x))"
+        )
 
 
 class Qwen2MultiHeadAttention:
@@ -63,11 +67,13 @@ class Qwen2MultiHeadAttention:
         bv: mx.array | None = None,
         bo: mx.array | None = None,
     ):
-        raise NotImplementedError("Week 1 Day 5: Qwen2MultiHeadAttention.__init__")
+        raise NotImplementedError(
+            "Week 1 Day 5 Task 2: Qwen2MultiHeadAttention.__init__"
+        )
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [B, L, E] -> [B, L, E]; position p attends to positions 0 .. p."""
-        raise NotImplementedError("Week 1 Day 5: Qwen2MultiHeadAttention")
+        raise NotImplementedError("Week 1 Day 5 Task 2: Qwen2MultiHeadAttention")
 
 
 class Qwen2TransformerBlock:
@@ -80,12 +86,12 @@ class Qwen2TransformerBlock:
         input_norm: RMSNorm,
         post_attention_norm: RMSNorm,
     ):
-        raise NotImplementedError("Week 1 Day 5: Qwen2TransformerBlock.__init__")
+        raise NotImplementedError("Week 1 Day 5 Task 2: Qwen2TransformerBlock.__init__")
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [B, L, E] -> [B, L, E]."""
         raise NotImplementedError(
-            "Week 1 Day 5: Qwen2TransformerBlock (two residual branches)"
+            "Week 1 Day 5 Task 2: Qwen2TransformerBlock (two residual branches)"
         )
 
 
@@ -116,49 +122,29 @@ class Qwen2ModelWeek1:
         table covers max_position_embeddings or DEFAULT_MAX_SEQ_LEN positions.
         """
         raise NotImplementedError(
-            "Week 1 Day 5: Qwen2ModelWeek1.__init__ (copy the weights)"
+            "Week 1 Day 5 Task 3: Qwen2ModelWeek1.__init__ (copy the weights)"
         )
 
     def _weight(self, layer: nn.Module) -> mx.array:
-        weight = dequantize_linear(layer, self.dtype)
-        mx.eval(weight)  # dequantize now, once, not lazily inside the first forward
-        return weight
+        raise NotImplementedError(
+            "Week 1 Day 5 Task 3: _weight: the layer's weight as a float array of "
+            "self.dtype (dequantize_linear), evaluated now"
+        )
 
     def _bias(self, layer: nn.Module) -> mx.array | None:
-        return layer["bias"].astype(self.dtype) if "bias" in layer else None
+        raise NotImplementedError(
+            "Week 1 Day 5 Task 3: _bias: the layer's bias in self.dtype, or None when"
+            " it has none"
+        )
 
     def _block(self, layer: nn.Module, args, rope: RoPE) -> Qwen2TransformerBlock:
-        attn, mlp = layer.self_attn, layer.mlp
-        attention = Qwen2MultiHeadAttention(
-            args.num_attention_heads,
-            args.num_key_value_heads,
-            self._weight(attn.q_proj),
-            self._weight(attn.k_proj),
-            self._weight(attn.v_proj),
-            self._weight(attn.o_proj),
-            rope=rope,
-            bq=self._bias(attn.q_proj),
-            bk=self._bias(attn.k_proj),
-            bv=self._bias(attn.v_proj),
-            bo=self._bias(attn.o_proj),
-        )
-        feed_forward = Qwen2MLP(
-            args.hidden_size,
-            args.intermediate_size,
-            self._weight(mlp.gate_proj),
-            self._weight(mlp.up_proj),
-            self._weight(mlp.down_proj),
-        )
-        eps = args.rms_norm_eps
-        return Qwen2TransformerBlock(
-            attention,
-            feed_forward,
-            RMSNorm(args.hidden_size, layer.input_layernorm.weight, eps=eps),
-            RMSNorm(args.hidden_size, layer.post_attention_layernorm.weight, eps=eps),
+        raise NotImplementedError(
+            "Week 1 Day 5 Task 3: _block: one Qwen2TransformerBlock from an mlx-lm "
+            "layer (attention with its biases, MLP, the two norms)"
         )
 
     def __call__(self, inputs: mx.array) -> mx.array:
         """inputs: [B, L] token ids -> logits [B, L, vocab_size], causal, no cache."""
         raise NotImplementedError(
-            "Week 1 Day 5: Qwen2ModelWeek1 (embed, blocks, norm, head)"
+            "Week 1 Day 5 Task 3: Qwen2ModelWeek1 (embed, blocks, norm, head)"
         )

@@ -52,16 +52,17 @@ class Qwen2AttentionWeek2:
         self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
     ):
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2AttentionWeek2: head counts and head_dim (q_proj's "
-            "output size / num_attention_heads), wq wk wv wo and their biases (o_proj"
-            " has one in a Llama with attention_bias) through `load`, the shared rope"
+            "Week 2 Day 1 Task 2: Qwen2AttentionWeek2: head counts and head_dim "
+            "(q_proj's output size / num_attention_heads), wq wk wv wo and their "
+            "biases (o_proj has one in a Llama with attention_bias) through `load`, "
+            "the shared rope"
         )
 
     def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
         raise NotImplementedError(
-            "Week 2 Day 1: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and "
-            "2 around it. Day 3: with fast, mx.fast.rope(x, head_dim, "
+            "Week 2 Day 1 Task 2: apply_rope: your RoPE takes [B, L, H, D]: swap axes"
+            " 1 and 2 around it. Day 3: with fast, mx.fast.rope(x, head_dim, "
             "traditional=..., base=rope_theta, scale=1.0, offset=offset) on [B, H, L,"
             " D] directly"
         )
@@ -72,8 +73,8 @@ class Qwen2AttentionWeek2:
         Each token is projected alone: tokens of different sequences can share a call.
         """
         raise NotImplementedError(
-            "Week 2 Day 1: project_qkv: project x through wq/wk/wv (with their "
-            "biases), reshape to [B, L, heads, head_dim] and swap axes 1 and 2"
+            "Week 2 Day 1 Task 2: project_qkv: project x through wq/wk/wv (with their"
+            " biases), reshape to [B, L, heads, head_dim] and swap axes 1 and 2"
         )
 
     def attend(
@@ -91,8 +92,8 @@ class Qwen2AttentionWeek2:
         stored in the cache, and attention to everything it holds under its mask.
         """
         raise NotImplementedError(
-            "Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask = "
-            "cache.update_and_fetch(k, v); then self.attention. Week 3 Day 2: "
+            "Week 2 Day 1 Task 2: attend: RoPE on q and k at `offset`; keys, values, "
+            "mask = cache.update_and_fetch(k, v); then self.attention. Week 3 Day 2: "
             "cache.stage(k, v), then cache.attend_staged(q, self.attention) (given: "
             "the same for the caches before, and the paged decode rows attend in "
             "groups)"
@@ -104,15 +105,15 @@ class Qwen2AttentionWeek2:
         """q: [B, H_q, L, D] (rotated) against keys/values [B, H, S, D] under `mask`
         -> [B, H_q, L, D]."""
         raise NotImplementedError(
-            "Week 2 Day 1: attention: grouped attention with scale and the mask. Day "
-            "3: with fast, fast_attention"
+            "Week 2 Day 1 Task 2: attention: grouped attention with scale and the "
+            "mask. Day 3: with fast, fast_attention"
         )
 
     def project_out(self, out: mx.array) -> mx.array:
         """out: [B, H_q, L, D] -> [B, L, E]: the heads side by side, through wo."""
         raise NotImplementedError(
-            "Week 2 Day 1: project_out: swap axes 1 and 2, reshape to [B, L, H_q * "
-            "D], project through wo (and its bias)"
+            "Week 2 Day 1 Task 2: project_out: swap axes 1 and 2, reshape to [B, L, "
+            "H_q * D], project through wo (and its bias)"
         )
 
 
@@ -123,8 +124,8 @@ class Qwen2BlockWeek2:
         self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
     ):
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2BlockWeek2: the attention, the MLP's gate/up/down "
-            "weights through `load`, the two RMSNorms"
+            "Week 2 Day 1 Task 2: Qwen2BlockWeek2: the attention, the MLP's "
+            "gate/up/down weights through `load`, the two RMSNorms"
         )
 
     def __call__(
@@ -132,8 +133,8 @@ class Qwen2BlockWeek2:
     ) -> mx.array:
         """x: [B, L, E] at positions offset .. offset + L - 1 -> [B, L, E]."""
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2BlockWeek2: self.forward(x, attend) with attend(q, k,"
-            " v) = self.attention.attend(q, k, v, offset, cache)"
+            "Week 2 Day 1 Task 2: Qwen2BlockWeek2: self.forward(x, attend) with "
+            "attend(q, k, v) = self.attention.attend(q, k, v, offset, cache)"
         )
 
     def forward(self, x: mx.array, attend: Attend) -> mx.array:
@@ -145,7 +146,7 @@ class Qwen2BlockWeek2:
         tokens their own positions and cache (the mixed step, week 3 day 1).
         """
         raise NotImplementedError(
-            "Week 2 Day 1: forward: as week 1's block: h = x + "
+            "Week 2 Day 1 Task 2: forward: as week 1's block: h = x + "
             "project_out(attend(*project_qkv(input_norm(x)))); out = h + "
             "mlp(post_attention_norm(h)), the norms through rms_norm"
         )
@@ -153,8 +154,8 @@ class Qwen2BlockWeek2:
     def mlp(self, y: mx.array) -> mx.array:
         """y: [B, L, E] -> [B, L, E]: silu(y w_gate) * (y w_up), then w_down."""
         raise NotImplementedError(
-            "Week 2 Day 1: mlp: project through w_gate and w_up, silu(gate) * up, "
-            "project through w_down. Day 3: swiglu(gate, up) when fast"
+            "Week 2 Day 1 Task 2: mlp: project through w_gate and w_up, silu(gate) * "
+            "up, project through w_down. Day 3: swiglu(gate, up) when fast"
         )
 
 
@@ -175,10 +176,10 @@ class Qwen2ModelWeek2:
         use_fast_kernels: bool = False,
     ):
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2ModelWeek2: as week 1's model, with weights='float32'"
-            " (dequantized to float32; an unquantized checkpoint keeps its dtype), "
-            "one RoPE shared by the layers, and use_fast_kernels kept for Day 3; keep"
-            " vocab_size (args.vocab_size) and context_length "
+            "Week 2 Day 1 Task 2: Qwen2ModelWeek2: as week 1's model, with "
+            "weights='float32' (dequantized to float32; an unquantized checkpoint "
+            "keeps its dtype), one RoPE shared by the layers, and use_fast_kernels "
+            "kept for Day 3; keep vocab_size (args.vocab_size) and context_length "
             "(args.max_position_embeddings, or DEFAULT_MAX_SEQ_LEN when None: also "
             "the RoPE table's length) for Day 6's requests. Day 2: 'auto' asks "
             "choose_weight_format(), 'quantized' keeps packed weights, anything else "
@@ -188,7 +189,7 @@ class Qwen2ModelWeek2:
     def create_kv_cache(self) -> list[TinyKvFullCache]:
         """One empty cache per layer."""
         raise NotImplementedError(
-            "Week 2 Day 1: create_kv_cache: one TinyKvFullCache per layer"
+            "Week 2 Day 1 Task 2: create_kv_cache: one TinyKvFullCache per layer"
         )
 
     def __call__(
@@ -206,16 +207,16 @@ class Qwen2ModelWeek2:
         L - 1 positions, which would cost L x V floats.
         """
         raise NotImplementedError(
-            "Week 2 Day 1: Qwen2ModelWeek2: check_offset(offset, layer_cache) for "
-            "every layer first; a list offset becomes an mx.array; embed, run every "
-            "layer with its own cache, then self.logits on every position, or on h[:,"
-            " -1:] with last_position_only"
+            "Week 2 Day 1 Task 2: Qwen2ModelWeek2: check_offset(offset, layer_cache) "
+            "for every layer first; a list offset becomes an mx.array; embed, run "
+            "every layer with its own cache, then self.logits on every position, or "
+            "on h[:, -1:] with last_position_only"
         )
 
     def logits(self, h: mx.array) -> mx.array:
         """h: [..., E] -> [..., V]: the final norm, then the LM head (the embedding
         matrix when the two are tied)."""
         raise NotImplementedError(
-            "Week 2 Day 1: logits: rms_norm with the final norm, then the lm head "
-            "(the embedding's as_linear when tied)"
+            "Week 2 Day 1 Task 2: logits: rms_norm with the final norm, then the lm "
+            "head (the embedding's as_linear when tied)"
         )

@@ -274,7 +274,7 @@ def choices_tree(choices) -> tuple:
     a list of strings"; an empty list a ValueError saying it is "empty"; an item that
     is not a string a TypeError saying "every choice must be a string"."""
     raise NotImplementedError(
-        "Week 3 Day 5: choices_tree: check the list (not a lone string, not empty, "
-        'only strings), then ("alt", [("concat", [("chars", ((c, c),)) per '
+        "Week 3 Day 5 Task 1: choices_tree: check the list (not a lone string, not "
+        'empty, only strings), then ("alt", [("concat", [("chars", ((c, c),)) per '
         "character])])"
     )

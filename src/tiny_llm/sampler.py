@@ -31,13 +31,13 @@ class TokenSampler:
         """logprobs: [B, V] -> the logits [B, V] a token is drawn from (temp > 0):
         scaled by temp, every token outside top_k and top_p at -inf."""
         raise NotImplementedError(
-            "Week 1 Day 7: TokenSampler.logits: divide by temp, then keep_top_k (when"
-            " top_k < V), then keep_top_p (when top_p < 1)"
+            "Week 1 Day 7 Task 1: TokenSampler.logits: divide by temp, then "
+            "keep_top_k (when top_k < V), then keep_top_p (when top_p < 1)"
         )
 
     def __call__(self, logprobs: mx.array) -> mx.array:
         raise NotImplementedError(
-            "Week 1 Day 7: TokenSampler.__call__: argmax when temp == 0, else "
+            "Week 1 Day 7 Task 1: TokenSampler.__call__: argmax when temp == 0, else "
             "mx.random.categorical over logits(logprobs)"
         )
 
@@ -46,16 +46,17 @@ def make_sampler(temp: float, top_p: float = 1.0, top_k: int | None = None) -> S
     """A TokenSampler, once the settings are checked: temp a finite number >= 0 (0
     means greedy), top_p in (0, 1], top_k an int >= 1 or None."""
     raise NotImplementedError(
-        "Week 1 Day 7: make_sampler: ValueError for a bad temp, top_p or top_k; else "
-        "TokenSampler(temp, top_p, top_k)"
+        "Week 1 Day 7 Task 1: make_sampler: ValueError for a bad temp, top_p or "
+        "top_k; else TokenSampler(temp, top_p, top_k)"
     )
 
 
 def keep_top_k(logits: mx.array, k: int) -> mx.array:
     """logits: [B, V]; every token outside each row's k largest becomes -inf."""
     raise NotImplementedError(
-        "Week 1 Day 7: keep_top_k (mx.argpartition, then -inf the rest) argpartition "
-        "puts the k largest first, in no particular order: drop the rest."
+        "Week 1 Day 7 Task 2: keep_top_k (mx.argpartition, then -inf the rest) "
+        "argpartition puts the k largest first, in no particular order: drop the "
+        "rest."
     )
 
 
@@ -66,5 +67,5 @@ def keep_top_p(logits: mx.array, p: float) -> mx.array:
     p, so the most likely token always survives.
     """
     raise NotImplementedError(
-        "Week 1 Day 7: keep_top_p (sort, cumulative sum, -inf the tail)"
+        "Week 1 Day 7 Task 3: keep_top_p (sort, cumulative sum, -inf the tail)"
     )

@@ -37,8 +37,9 @@ def output_rows(w: Weight, start: int, stop: int) -> Weight:
     """Rows start .. stop - 1 of a [out, in] weight (outputs start .. stop - 1), as
     an array of its own: a slice is a view that would keep the whole matrix alive."""
     raise NotImplementedError(
-        "Week 4 Day 1: output_rows: mx.contiguous(w[start:stop]); a QuantizedWeights "
-        "keeps its group_size and bits and slices weight, scales and biases by row"
+        "Week 4 Day 1 Task 2: output_rows: mx.contiguous(w[start:stop]); a "
+        "QuantizedWeights keeps its group_size and bits and slices weight, scales and"
+        " biases by row"
     )
 
 
@@ -49,7 +50,7 @@ def input_columns(w: Weight, start: int, stop: int) -> Weight:
     group's edge, else a ValueError that says to shard a dense model
     (weights='float32')."""
     raise NotImplementedError(
-        "Week 4 Day 1: input_columns: mx.contiguous(w[:, start:stop]); a "
+        "Week 4 Day 1 Task 2: input_columns: mx.contiguous(w[:, start:stop]); a "
         "QuantizedWeights: ValueError unless group_size divides start and stop, then "
         "the columns of its packed weight, scales and biases that hold inputs start "
         ".. stop - 1"
@@ -74,20 +75,20 @@ class ShardedAttention(Qwen2AttentionWeek2):
         self, full: Qwen2AttentionWeek2, heads: HeadShard, group: mx.distributed.Group
     ):
         raise NotImplementedError(
-            "Week 4 Day 1: ShardedAttention: num_heads, num_kv_heads from `heads`; "
-            "head_dim, scale, rope, rope_base, fast as in `full`; output_rows of wq "
-            "(rows q_start * head_dim .. q_stop * head_dim), wk and wv (the kv rows) "
-            "and of their biases (None stays None); input_columns of wo over the "
-            "query heads' columns; bo whole (added once, after the sum); keep the "
-            "group"
+            "Week 4 Day 1 Task 2: ShardedAttention: num_heads, num_kv_heads from "
+            "`heads`; head_dim, scale, rope, rope_base, fast as in `full`; "
+            "output_rows of wq (rows q_start * head_dim .. q_stop * head_dim), wk and"
+            " wv (the kv rows) and of their biases (None stays None); input_columns "
+            "of wo over the query heads' columns; bo whole (added once, after the "
+            "sum); keep the group"
         )
 
     def project_out(self, out: mx.array) -> mx.array:
         """out: [B, H_local, L, D] -> [B, L, E]: this rank's heads through its columns
         of wo give a partial sum; all_sum adds every rank's part, then the bias."""
         raise NotImplementedError(
-            "Week 4 Day 1: project_out: as Qwen2AttentionWeek2's, without the bias; "
-            "then mx.distributed.all_sum over the group; then bo, if any"
+            "Week 4 Day 1 Task 2: project_out: as Qwen2AttentionWeek2's, without the "
+            "bias; then mx.distributed.all_sum over the group; then bo, if any"
         )
 
 
@@ -103,10 +104,11 @@ class ShardedBlock(Qwen2BlockWeek2):
         group: mx.distributed.Group,
     ):
         raise NotImplementedError(
-            "Week 4 Day 1: ShardedBlock: attention = ShardedAttention(full.attention,"
-            " heads, group); output_rows of w_gate and w_up and input_columns of "
-            "w_down over the hidden units hidden[0] .. hidden[1] - 1; input_norm, "
-            "post_attention_norm and fast from `full`; keep the group"
+            "Week 4 Day 1 Task 2: ShardedBlock: attention = "
+            "ShardedAttention(full.attention, heads, group); output_rows of w_gate "
+            "and w_up and input_columns of w_down over the hidden units hidden[0] .. "
+            "hidden[1] - 1; input_norm, post_attention_norm and fast from `full`; "
+            "keep the group"
         )
 
     def mlp(self, y: mx.array) -> mx.array:
@@ -115,8 +117,8 @@ class ShardedBlock(Qwen2BlockWeek2):
         ShardedAttention.project_out, the block's two sums over the ranks: forward
         is the parent's."""
         raise NotImplementedError(
-            "Week 4 Day 1: mlp: Qwen2BlockWeek2.mlp on this rank's slices (a partial "
-            "sum), then mx.distributed.all_sum over the group"
+            "Week 4 Day 1 Task 2: mlp: Qwen2BlockWeek2.mlp on this rank's slices (a "
+            "partial sum), then mx.distributed.all_sum over the group"
         )
 
 
@@ -140,8 +142,8 @@ class ShardedQwen2Model(Qwen2ModelWeek2):
         use_fast_kernels: bool = False,
     ):
         raise NotImplementedError(
-            "Week 4 Day 1: ShardedQwen2Model: Qwen2ModelWeek2's __init__; group (or "
-            "mx.distributed.init()), rank and size; this rank's HeadShard "
+            "Week 4 Day 1 Task 2: ShardedQwen2Model: Qwen2ModelWeek2's __init__; "
+            "group (or mx.distributed.init()), rank and size; this rank's HeadShard "
             "(shard_heads) and hidden units (shard_range over intermediate_size, in "
             "whole quantization groups of down_proj); every layer replaced by its "
             "ShardedBlock"

@@ -96,8 +96,9 @@ class TokenIndex:
         is not DEAD, and every token on a followed node is allowed, leading to the
         state there. At the start a leading " " is read without moving the DFA."""
         raise NotImplementedError(
-            "Week 3 Day 5: TokenIndex.build: the docstring's walk of the trie (the "
-            'chapter\'s "From characters to tokens"); the StateTokens of what it found'
+            "Week 3 Day 5 Task 2: TokenIndex.build: the docstring's walk of the trie "
+            '(the chapter\'s "From characters to tokens"); the StateTokens of what it '
+            "found"
         )
 
 

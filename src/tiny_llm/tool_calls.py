@@ -105,9 +105,9 @@ def call_schema(functions: list[dict]) -> dict:
     functions' keys can meet.
     """
     raise NotImplementedError(
-        "Week 4 Day 2: call_schema: per function, its parameters (and their $defs and"
-        " definitions) moved to the call schema's $defs with rooted_refs; an anyOf "
-        'branch {"type": "object", "properties": {"name": {"const": NAME}, '
+        "Week 4 Day 2 Task 2: call_schema: per function, its parameters (and their "
+        "$defs and definitions) moved to the call schema's $defs with rooted_refs; an"
+        ' anyOf branch {"type": "object", "properties": {"name": {"const": NAME}, '
         '"arguments": {"$ref": ...}}, both required, no other property}; '
         '"x-guidance": JSON_STYLE'
     )
@@ -120,15 +120,16 @@ def rooted_refs(schema, name: str):
     any other "#..." (the root, "#/properties/a") -> "#/$defs/NAME..."; other
     values copied as they are."""
     raise NotImplementedError(
-        'Week 4 Day 2: rooted_refs: walk dicts and lists; rewrite each "$ref" string'
+        'Week 4 Day 2 Task 2: rooted_refs: walk dicts and lists; rewrite each "$ref" '
+        "string"
     )
 
 
 def rooted_ref(ref: str, name: str) -> str:
     """One $ref of function `name`'s parameters, as rooted_refs rewrites it."""
     raise NotImplementedError(
-        "Week 4 Day 2: rooted_ref: the docstring's three cases; a ref that is not "
-        'local ("other.json#/a") is left as it is'
+        "Week 4 Day 2 Task 2: rooted_ref: the docstring's three cases; a ref that is "
+        'not local ("other.json#/a") is left as it is'
     )
 
 
@@ -153,10 +154,10 @@ def tool_grammar(
     is none of these, or one naming no function in `functions`.
     """
     raise NotImplementedError(
-        "Week 4 Day 2: tool_grammar: the docstring's three grammars (the chapter's "
-        '"The grammar of an answer"); for a named function, call_schema of that '
-        "function alone text that never holds OPEN: any text, minus the texts that "
-        "hold it"
+        "Week 4 Day 2 Task 2: tool_grammar: the docstring's three grammars (the "
+        'chapter\'s "The grammar of an answer"); for a named function, call_schema of '
+        "that function alone text that never holds OPEN: any text, minus the texts "
+        "that hold it"
     )
 
 
@@ -186,9 +187,9 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
     (another OPEN comes first, or none: the scan goes on from that next OPEN).
     """
     raise NotImplementedError(
-        "Week 4 Day 2: parse_tool_calls: at each OPEN, call_of reads a call; else the"
-        " block up to the next CLOSE is text, or up to the next OPEN when that comes "
-        "first (or the answer ends)"
+        "Week 4 Day 2 Task 1: parse_tool_calls: at each OPEN, call_of reads a call; "
+        "else the block up to the next CLOSE is text, or up to the next OPEN when "
+        "that comes first (or the answer ends)"
     )
 
 
@@ -197,7 +198,7 @@ def call_of(text: str, at: int) -> tuple[ToolCall, int] | None:
     index just past its CLOSE); None unless the JSON is an object with exactly a str
     "name" and a dict "arguments", followed by whitespace and CLOSE."""
     raise NotImplementedError(
-        "Week 4 Day 2: call_of: json.JSONDecoder().raw_decode from the first "
+        "Week 4 Day 2 Task 1: call_of: json.JSONDecoder().raw_decode from the first "
         "character that is not whitespace (None on a JSONDecodeError), the "
         "docstring's checks, then CLOSE after whitespace"
     )

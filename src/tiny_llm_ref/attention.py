@@ -21,7 +21,8 @@ def scaled_dot_product_attention_simple(
     softmax does not saturate. mask is additive (0 keeps a score, -inf drops it) and
     broadcasts to [..., L, S].
     """
-    # Week 1 Day 1: scaled_dot_product_attention_simple (scores, mask, softmax, @ value)
+    # Week 1 Day 1 Task 2: scaled_dot_product_attention_simple (scores, mask, softmax, @
+    # value)
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     scores = (query @ key.swapaxes(-1, -2)) * scale
@@ -45,7 +46,7 @@ class SimpleMultiHeadAttention:
         wv: mx.array,
         wo: mx.array,
     ):
-        # Week 1 Day 1: SimpleMultiHeadAttention.__init__ (keep the weights)
+        # Week 1 Day 1 Task 3: SimpleMultiHeadAttention.__init__ (keep the weights)
         if hidden_size % num_heads != 0:
             raise ValueError(
                 f"hidden_size {hidden_size} must be a multiple of num_heads {num_heads}"
@@ -63,8 +64,8 @@ class SimpleMultiHeadAttention:
         mask: mx.array | None = None,
     ) -> mx.array:
         """query: [N, L, E], key and value: [N, S, E], mask: [L, S] -> [N, L, E]."""
-        # Week 1 Day 1: SimpleMultiHeadAttention (project, split heads, attend, merge,
-        # project)
+        # Week 1 Day 1 Task 3: SimpleMultiHeadAttention (project, split heads, attend,
+        # merge, project)
         n, length, _ = query.shape
 
         def split_heads(x: mx.array, w: mx.array) -> mx.array:
@@ -90,7 +91,7 @@ def causal_mask(L: int, S: int, dtype: mx.Dtype) -> mx.array:
     position S - L + i and sees key j iff j <= S - L + i. L == S is the ordinary
     causal mask; L == 1 (one decoded token) masks nothing.
     """
-    # Week 1 Day 3: causal_mask (0 where j <= S - L + i, else -inf)
+    # Week 1 Day 3 Task 1: causal_mask (0 where j <= S - L + i, else -inf)
     visible = mx.tril(mx.ones((L, S), dtype=mx.bool_), k=S - L)
     return mx.where(visible, mx.array(0, dtype), mx.array(-mx.inf, dtype))
 
@@ -111,7 +112,8 @@ def scaled_dot_product_attention_grouped(
     does the sharing. mask: additive, broadcastable to [B, H_q, L, S], or
     "causal" for causal_mask(L, S).
     """
-    # Week 1 Day 3: scaled_dot_product_attention_grouped (reshape, attend, reshape back)
+    # Week 1 Day 3 Task 2: scaled_dot_product_attention_grouped (reshape, attend,
+    # reshape back)
     *batch, h_q, length, dim = query.shape
     h_kv, s = key.shape[-3], key.shape[-2]
     if h_q % h_kv != 0:

@@ -60,9 +60,9 @@ class Nfa:
         """A fragment for `node`: (its start, its end) states; the text read from
         start to end is exactly what the node matches. A concatenation of nothing
         (the empty choice "") is its start joined to its end by one empty edge."""
-        # Week 3 Day 5: Nfa.build: chars: start -c-> end; concat: the parts' fragments
-        # chained by empty edges; alt: start -> each branch -> end; repeat: min
-        # copies in a row, then either a loop (no max) or max - min optional copies
+        # Week 3 Day 5 Task 1: Nfa.build: chars: start -c-> end; concat: the parts'
+        # fragments chained by empty edges; alt: start -> each branch -> end; repeat:
+        # min copies in a row, then either a loop (no max) or max - min optional copies
         start, end = self.new_state(), self.new_state()
         kind = node[0]
         if kind == "chars":
@@ -137,13 +137,13 @@ class Dfa:
     def step(self, state: int, char: str) -> int:
         """The state after reading one character in `state` (a live state: DEAD
         has no row of its own, table[-1] is the last state's; walk stops at DEAD)."""
-        # Week 3 Day 5: Dfa.step: find the character's interval (bisect on bounds) and
-        # look it up in the table
+        # Week 3 Day 5 Task 1: Dfa.step: find the character's interval (bisect on
+        # bounds) and look it up in the table
         return self.table[state][bisect_right(self.bounds, ord(char)) - 1]
 
     def walk(self, state: int, text: str) -> int:
         """The state after reading `text` from `state` (DEAD once it cannot match)."""
-        # Week 3 Day 5: Dfa.walk: step through the characters, stop at DEAD
+        # Week 3 Day 5 Task 1: Dfa.walk: step through the characters, stop at DEAD
         for char in text:
             state = self.step(state, char)
             if state == DEAD:
@@ -154,7 +154,8 @@ class Dfa:
         """The characters every match must read next from `state`, at most `limit`:
         read while the state does not accept and exactly one character leads
         anywhere but DEAD (a fixed key, a closing quote)."""
-        # Week 3 Day 5: Dfa.forced_text: the docstring's rule, one character at a time
+        # Week 3 Day 5 Task 1: Dfa.forced_text: the docstring's rule, one character at a
+        # time
         text = []
         while len(text) < limit and not self.accepting[state]:
             live = [i for i, after in enumerate(self.table[state]) if after != DEAD]
@@ -166,7 +167,7 @@ class Dfa:
 
     def fullmatch(self, text: str) -> bool:
         """Does the whole text match (re.fullmatch's question)?"""
-        # Week 3 Day 5: Dfa.fullmatch: walk from 0, then the state is accepting
+        # Week 3 Day 5 Task 1: Dfa.fullmatch: walk from 0, then the state is accepting
         state = self.walk(0, text)
         return state != DEAD and self.accepting[state]
 
@@ -174,7 +175,7 @@ class Dfa:
 def determinize(nfa: Nfa, start: int, accept: int) -> Dfa:
     """The subset construction: the DFA whose states are the sets of NFA states a
     text can lead to. ValueError past MAX_DFA_STATES."""
-    # Week 3 Day 5: determinize: cut the code points at every edge range's ends
+    # Week 3 Day 5 Task 1: determinize: cut the code points at every edge range's ends
     # (bounds); from the start's closure, for each set and each interval gather the
     # targets of the edges covering it, take their closure, and number each new set
     # as it is found; an empty set is DEAD
@@ -218,8 +219,8 @@ def determinize(nfa: Nfa, start: int, accept: int) -> Dfa:
 
 def compile_tree(tree: tuple) -> Dfa:
     """A parsed tree (parse_regex, choices_tree) as a DFA."""
-    # Week 3 Day 5: compile_tree: Nfa().build(tree), then determinize from its start
-    # to its end state
+    # Week 3 Day 5 Task 1: compile_tree: Nfa().build(tree), then determinize from its
+    # start to its end state
     nfa = Nfa()
     start, accept = nfa.build(tree)
     return determinize(nfa, start, accept)

@@ -9,7 +9,7 @@ def softmax(x: mx.array, axis: int) -> mx.array:
     Subtracting the maximum first changes nothing mathematically but keeps `exp`
     from overflowing; the sum is done in float32 and the result has x's dtype.
     """
-    # Week 1 Day 1: softmax (subtract the max, exp, normalize)
+    # Week 1 Day 1 Task 1: softmax (subtract the max, exp, normalize)
     x32 = x.astype(mx.float32)
     exps = mx.exp(x32 - mx.max(x32, axis=axis, keepdims=True))
     return (exps / mx.sum(exps, axis=axis, keepdims=True)).astype(x.dtype)
@@ -21,7 +21,7 @@ def linear(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
     Weights are stored one output row per neuron (the PyTorch / MLX layout), so the
     product is x @ w.T.
     """
-    # Week 1 Day 1: linear (x @ w.T + bias)
+    # Week 1 Day 1 Task 1: linear (x @ w.T + bias)
     y = x @ w.T
     if bias is not None:
         y = y + bias
@@ -30,5 +30,5 @@ def linear(x: mx.array, w: mx.array, bias: mx.array | None = None) -> mx.array:
 
 def silu(x: mx.array) -> mx.array:
     """x * sigmoid(x), elementwise (also called swish)."""
-    # Week 1 Day 1: silu (x * sigmoid(x))
+    # Week 1 Day 1 Task 1: silu (x * sigmoid(x))
     return x * mx.sigmoid(x)

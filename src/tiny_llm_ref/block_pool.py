@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 def blocks_needed(tokens: int, block_size: int) -> int:
     """The blocks that hold `tokens` positions: ceil(tokens / block_size)."""
-    # Week 3 Day 2: blocks_needed: ceil(tokens / block_size), in integers
+    # Week 3 Day 2 Task 1: blocks_needed: ceil(tokens / block_size), in integers
     return -(-tokens // block_size)
 
 
@@ -39,8 +39,8 @@ def chain_hash(parent: bytes | None, tokens: Sequence[int]) -> bytes:
     """A full block's name: SHA-256 over its parent block's hash (None for the first
     block) and its token ids. Equal names mean equal tokens at every position before
     the block's end (a collision would need a broken SHA-256)."""
-    # Week 3 Day 3: chain_hash: hashlib.sha256 fed the parent hash (b'' for None), then
-    # the token ids as bytes (array('q', tokens).tobytes()); its digest()
+    # Week 3 Day 3 Task 1: chain_hash: hashlib.sha256 fed the parent hash (b'' for
+    # None), then the token ids as bytes (array('q', tokens).tobytes()); its digest()
     digest = hashlib.sha256(parent or b"")
     digest.update(array("q", tokens).tobytes())
     return digest.digest()
@@ -71,9 +71,10 @@ class BlockPool:
     """
 
     def __init__(self, num_blocks: int, block_size: int):
-        # Week 3 Day 2: BlockPool: keep num_blocks and block_size; high_water 0, no
-        # free ids (a list used as a heap), no refcounts; no cached blocks (an
-        # OrderedDict keyed by block id, least recently used first) and no names (hash_of, block_of: empty dicts); peak_in_use 0
+        # Week 3 Day 2 Task 1: BlockPool: keep num_blocks and block_size; high_water 0,
+        # no free ids (a list used as a heap), no refcounts; no cached blocks (an
+        # OrderedDict keyed by block id, least recently used first) and no names
+        # (hash_of, block_of: empty dicts); peak_in_use 0
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.high_water = 0
@@ -87,13 +88,13 @@ class BlockPool:
     @property
     def available(self) -> int:
         """Blocks allocate() can hand out: free, cached, or never used."""
-        # Week 3 Day 2: available: free + cached + the ids above high_water
+        # Week 3 Day 2 Task 1: available: free + cached + the ids above high_water
         return len(self.free) + len(self.cached) + self.num_blocks - self.high_water
 
     @property
     def in_use(self) -> int:
         """Blocks some request holds."""
-        # Week 3 Day 2: in_use: num_blocks - available
+        # Week 3 Day 2 Task 1: in_use: num_blocks - available
         return self.num_blocks - self.available
 
     def allocate(self, count: int) -> list[int]:
@@ -102,8 +103,8 @@ class BlockPool:
         recently used cached block, which forgets its name, and only then a new id at
         high_water. ValueError when fewer than `count` are available (check
         `available` first)."""
-        # Week 3 Day 2: allocate: ValueError if count > available; else for each block
-        # pop the lowest free id (heapq), or (day 3) evict the least recently used
+        # Week 3 Day 2 Task 1: allocate: ValueError if count > available; else for each
+        # block pop the lowest free id (heapq), or (day 3) evict the least recently used
         # cached block, forgetting its name in hash_of and block_of, or take id
         # high_water (high_water + 1, a new refcount); refcount 1; then raise
         # peak_in_use to in_use
@@ -133,9 +134,9 @@ class BlockPool:
         (most recently used) if hashed, else free. `blocks` come in table order and
         are given back last to first, so a chain's tail is evicted before its root:
         without its root block, the rest of a chain can never be found."""
-        # Week 3 Day 2: release: refcount - 1 per block, last to first; at 0 the block
-        # goes on the free heap (day 3: into `cached`, most recently used, if it has a
-        # name)
+        # Week 3 Day 2 Task 1: release: refcount - 1 per block, last to first; at 0 the
+        # block goes on the free heap (day 3: into `cached`, most recently used, if it
+        # has a name)
         for block in reversed(blocks):
             self.refcounts[block] -= 1
             if self.refcounts[block] == 0:
@@ -146,7 +147,7 @@ class BlockPool:
 
     def share(self, blocks: list[int]) -> list[int]:
         """Held blocks get one more holder each (refcount + 1); returns them."""
-        # Week 3 Day 2: share: refcount + 1 for each block; return the list
+        # Week 3 Day 2 Task 1: share: refcount + 1 for each block; return the list
         for block in blocks:
             self.refcounts[block] += 1
         return blocks
@@ -155,10 +156,10 @@ class BlockPool:
         """The longest chain of cached full blocks that starts `tokens`, each block's
         refcount raised (a cached one is no longer evictable): a BlockTable of them
         and their hashes. Only full blocks of `tokens` count."""
-        # Week 3 Day 3: lookup: walk the full blocks of tokens, chaining chain_hash from
-        # None; stop at the first name block_of lacks; for each found block raise its
-        # refcount, take it out of `cached`, and add it and its hash to a new
-        # BlockTable; then raise peak_in_use to in_use
+        # Week 3 Day 3 Task 1: lookup: walk the full blocks of tokens, chaining
+        # chain_hash from None; stop at the first name block_of lacks; for each found
+        # block raise its refcount, take it out of `cached`, and add it and its hash to
+        # a new BlockTable; then raise peak_in_use to in_use
         table = BlockTable()
         size = self.block_size
         parent = None
@@ -178,8 +179,8 @@ class BlockPool:
         """Name a full block so later requests can find it. A name already taken (a
         block computed twice, by requests that ran side by side) keeps its first
         block: this one stays unnamed, and is freed when its request ends."""
-        # Week 3 Day 3: remember: unless the hash or the block already has a name,
-        # record block_of[hash] = block and hash_of[block] = hash
+        # Week 3 Day 3 Task 1: remember: unless the hash or the block already has a
+        # name, record block_of[hash] = block and hash_of[block] = hash
         if block_hash not in self.block_of and block not in self.hash_of:
             self.block_of[block_hash] = block
             self.hash_of[block] = block_hash

@@ -92,8 +92,8 @@ class Vocabulary:
     states: "StateCache" = field(init=False, default_factory=lambda: StateCache())
 
     def __post_init__(self) -> None:
-        # Week 3 Day 5: Vocabulary: a TrieNode root; insert each token id under its
-        # text, one node per character
+        # Week 3 Day 5 Task 2: Vocabulary: a TrieNode root; insert each token id under
+        # its text, one node per character
         self.trie = TrieNode()
         for token, text in enumerate(self.texts):
             if text is None:
@@ -107,7 +107,8 @@ class Vocabulary:
         """`text` cut into tokens left to right, each the longest token text that
         starts the rest (the lowest id among equal texts); it stops early where no
         token starts the rest."""
-        # Week 3 Day 5: Vocabulary.longest_tokens: the docstring's cut, on the trie
+        # Week 3 Day 5 Task 2: Vocabulary.longest_tokens: the docstring's cut, on the
+        # trie
         tokens, start = [], 0
         while start < len(text):
             node, longest = self.trie, None
@@ -148,9 +149,9 @@ def token_texts(tokenizer, size: int) -> list[str | None]:
     tokenizer.added_tokens_decoder), the EOS ids (eos_token_ids), ids past
     len(tokenizer), a text that does not start with the anchor's, an empty text,
     and a text holding "\ufffd" (part of a character)."""
-    # Week 3 Day 5: token_texts: special ids (all_special_ids and the added tokens
-    # marked special, where the tokenizer has them) and ids past len(tokenizer) are
-    # None; for the others detokenize an anchor token then the token (reset,
+    # Week 3 Day 5 Task 2: token_texts: special ids (all_special_ids and the added
+    # tokens marked special, where the tokenizer has them) and ids past len(tokenizer)
+    # are None; for the others detokenize an anchor token then the token (reset,
     # add_token each, then finalize(): mlx-lm's streaming detokenizers hold the last
     # text back until then), keep what it added, None for "" or text with "\ufffd"
     special = set(getattr(tokenizer, "all_special_ids", ()) or ())
@@ -214,8 +215,8 @@ class ConstraintState:
     reads_each_token = True
 
     def __init__(self, index: TokenIndex):
-        # Week 3 Day 5: ConstraintState: keep the index, state 0, at_start from the
-        # vocabulary's drops_first_space
+        # Week 3 Day 5 Task 2: ConstraintState: keep the index, state 0, at_start from
+        # the vocabulary's drops_first_space
         self.index = index
         self.state = 0
         self.at_start = index.vocabulary.drops_first_space
@@ -229,8 +230,8 @@ class ConstraintState:
         """The allowed tokens from here; UnsatisfiableConstraint (tiny_llm_base, a
         ValueError) when there are none: the vocabulary cannot spell any
         continuation, which is the constraint's fault, not the sampler's."""
-        # Week 3 Day 5: ConstraintState.allowed: index.allowed(state, at_start); raise
-        # UnsatisfiableConstraint when its count is 0
+        # Week 3 Day 5 Task 2: ConstraintState.allowed: index.allowed(state, at_start);
+        # raise UnsatisfiableConstraint when its count is 0
         tokens = self.index.allowed(self.state, self.at_start)
         if tokens.count == 0:
             raise UnsatisfiableConstraint(
@@ -241,7 +242,8 @@ class ConstraintState:
 
     def mask(self, logits: mx.array) -> mx.array:
         """logits: [1, V] -> the same with every token not allowed at -inf."""
-        # Week 3 Day 5: ConstraintState.mask: mx.where(allowed().mask, logits, -inf)
+        # Week 3 Day 5 Task 2: ConstraintState.mask: mx.where(allowed().mask, logits,
+        # -inf)
         return mx.where(self.allowed().mask, logits, mx.array(-mx.inf, logits.dtype))
 
     def forced_tokens(self) -> list[int]:
@@ -251,7 +253,7 @@ class ConstraintState:
         first token's space is read differently. They stop before a token that leads
         where no token goes on (index.allowed of the state the token leads to, its
         next_state, has count 0): plain decoding fails there one token later."""
-        # Week 3 Day 5: ConstraintState.forced_tokens: [] at_start; else the
+        # Week 3 Day 5 Task 2: ConstraintState.forced_tokens: [] at_start; else the
         # vocabulary's longest_tokens of dfa.forced_text(state, FORCED_CHARS), kept
         # while the state each leads to allows some token
         if self.at_start:
@@ -268,8 +270,8 @@ class ConstraintState:
     def masks_along(self, tokens: list[int]) -> mx.array:
         """[1 + len(tokens), V] bool: row j is the mask after tokens[:j] (row 0: here),
         what verifying those tokens as drafts needs. The state does not move."""
-        # Week 3 Day 5: ConstraintState.masks_along: the docstring's rows; the state
-        # ends where it started
+        # Week 3 Day 5 Task 2: ConstraintState.masks_along: the docstring's rows; the
+        # state ends where it started
         state, at_start = self.state, self.at_start
         try:
             masks = [self.allowed().mask]
@@ -284,8 +286,8 @@ class ConstraintState:
         """A kept (non-EOS) token: move to the state it leads to; for a token the
         constraint does not allow (a sampler that ignored the mask), a ValueError
         naming it: f"token {token} is not allowed by the constraint here"."""
-        # Week 3 Day 5: ConstraintState.advance: next_state[token] of allowed(), a
-        # ValueError naming the token when it is missing; at_start becomes False
+        # Week 3 Day 5 Task 2: ConstraintState.advance: next_state[token] of allowed(),
+        # a ValueError naming the token when it is missing; at_start becomes False
         next_state = self.allowed().next_state
         if token not in next_state:
             raise ValueError(
@@ -310,9 +312,9 @@ def start_constraint(
     Grammar(lark) or None") and the type given; ValueError for a bad pattern or schema, an empty choice list, or
     a constraint that no token can start.
     """
-    # Week 3 Day 5: start_constraint: a JsonSchema (JsonObject too) or a Grammar returns
-    # constraint.start(tokenizer, vocab_size); TypeError unless Regex or Choice; the
-    # vocabulary's index for it; a ConstraintState whose allowed() is checked now
+    # Week 3 Day 5 Task 3: start_constraint: a JsonSchema (JsonObject too) or a Grammar
+    # returns constraint.start(tokenizer, vocab_size); TypeError unless Regex or Choice;
+    # the vocabulary's index for it; a ConstraintState whose allowed() is checked now
     if isinstance(constraint, (JsonSchema, Grammar)):  # a library's masks
         return constraint.start(tokenizer, vocab_size)
     if not isinstance(constraint, (Regex, Choice)):

@@ -45,7 +45,7 @@ def fast_exp(x: mx.array) -> mx.array:
     results below 2^-126 may lose precision, and x from 127.5 ln2 (about 88.4) gives
     inf (the true exp overflows at 88.72).
     """
-    # Week 2 Day 3: fast_exp: clip x (as float32) to [-127 ln2, 128 ln2]; n =
+    # Week 2 Day 3 Task 1: fast_exp: clip x (as float32) to [-127 ln2, 128 ln2]; n =
     # round(x / ln2) by adding and subtracting ROUND_TO_INTEGER; bits = ((n + 127) *
     # MANTISSA_BITS).astype(int32), read as float32 with mx.view, is 2^n; recover n
     # from bits (bits.astype(float32) / MANTISSA_BITS - 127) so mx.compile makes two
@@ -92,7 +92,7 @@ class ShapeLimitedCompile:
 
 def shifted_exp(scores: mx.array, row_max: mx.array) -> mx.array:
     """exp(scores - row_max): a softmax's numerators."""
-    # Week 2 Day 3: shifted_exp: fast_exp(scores - row_max)
+    # Week 2 Day 3 Task 1: shifted_exp: fast_exp(scores - row_max)
     return fast_exp(scores - row_max)
 
 
@@ -116,11 +116,11 @@ def attend_block(
     all of them. mask: "causal" (query i sees keys 0 .. first_position + i), None, or
     an additive array [..., R, n, S]. Returns [..., R, n, D] in float32.
     """
-    # Week 2 Day 3: attend_block: for "causal", keep only the keys the last query sees;
-    # scores = k @ q^T, [..., keys, R * n]; for "causal", overwrite the rows of the keys
-    # some query must not see with a where() over their own small matmul; add an array
-    # mask (its key axis moved in front of R, n); the max and the sum over the keys
-    # (axis -2), softmax_numerators, then (p^T @ v) / sum
+    # Week 2 Day 3 Task 2: attend_block: for "causal", keep only the keys the last query
+    # sees; scores = k @ q^T, [..., keys, R * n]; for "causal", overwrite the rows of
+    # the keys some query must not see with a where() over their own small matmul; add
+    # an array mask (its key axis moved in front of R, n); the max and the sum over the
+    # keys (axis -2), softmax_numerators, then (p^T @ v) / sum
     *lead, R, n, D = q.shape
     if isinstance(mask, str):
         k, v = k[..., : first_position + n, :], v[..., : first_position + n, :]
@@ -163,15 +163,18 @@ def cpu_attention(
     (a decode step, a short chunk) every head is one attend_block. Otherwise each
     key/value head is, its queries cut into blocks of about SCORE_BLOCK scores (a
     causal chunk also into blocks of at most QUERY_BLOCK queries, each against only
-    the keys it sees).
+    the keys it sees). Any other mask name raises ValueError with a message that
+    names "causal", the one named mask (the tests check for that word).
     """
-    # Week 2 Day 3: cpu_attention: a boolean mask becomes additive, an array mask is
-    # broadcast to [B, H_q, L, S]; scale q; q [B, H, n_repeats, L, D], the mask [B, H,
-    # n_repeats, L, S], k and v in float32; if B * H_q * L * S <= SCORE_BLOCK (and L <=
-    # QUERY_BLOCK for "causal"), one attend_block for all heads; else attend_block for
-    # each kv head and block of queries (at most SCORE_BLOCK scores and, for "causal",
-    # QUERY_BLOCK queries; a block's queries start at position S - L + start), joined
-    # along L, then the heads stacked; [B, H_q, L, D] in q's dtype
+    # Week 2 Day 3 Task 2: cpu_attention: refuse a mask name other than "causal"
+    # (ValueError, the message naming "causal"); a boolean mask becomes additive, an
+    # array mask is broadcast to [B, H_q, L, S]; scale q; q [B, H, n_repeats, L, D], the
+    # mask [B, H, n_repeats, L, S], k and v in float32; if B * H_q * L * S <=
+    # SCORE_BLOCK (and L <= QUERY_BLOCK for "causal"), one attend_block for all heads;
+    # else attend_block for each kv head and block of queries (at most SCORE_BLOCK
+    # scores and, for "causal", QUERY_BLOCK queries; a block's queries start at position
+    # S - L + start), joined along L, then the heads stacked; [B, H_q, L, D] in q's
+    # dtype
     B, H_q, L, D = q.shape
     H, S = k.shape[1], k.shape[2]
     n_repeats, dtype = H_q // H, q.dtype

@@ -33,8 +33,8 @@ def flash_attention(
     query_tile, key_tile: the tile sizes; the result does not depend on them.
     Returns [B, H_q, L, D] in query's dtype. A row that sees no key at all is zeros.
     """
-    # Week 2 Day 4: implement flash_attention, an online softmax over key/value tiles
-    # (running max, running sum, rescaled accumulator)
+    # Week 2 Day 4 Task 1: flash_attention: check the heads and the mask, then cut the
+    # queries into tiles and hand each to _attend_query_tile
     batch, query_heads, length, head_dim = query.shape
     _, kv_heads, num_keys, _ = key.shape
     if query_heads % kv_heads != 0:
@@ -83,6 +83,10 @@ def _attend_query_tile(
     key_tile: int,
 ) -> mx.array:
     """Online softmax of one query tile q: [B, H, n_repeats, T_q, D] over all keys."""
+    # Week 2 Day 4 Task 1: _attend_query_tile: the online softmax of one query tile over
+    # the key tiles (running max, running sum, rescaled accumulator); add the array
+    # mask's tile, or _causal_tile where some row misses some key, and skip the keys no
+    # row of the tile sees
     num_keys = key.shape[2]
     offset = num_keys - length  # query i sits at absolute position offset + i
     # Keys past what the tile's last row may see are masked for every row: skip them.
@@ -121,6 +125,8 @@ def _attend_query_tile(
 
 def _causal_tile(rows: range, cols: range, offset: int) -> mx.array:
     """[T_q, T_k] additive chunk mask: 0 where key j <= offset + query i, else -inf."""
+    # Week 2 Day 4 Task 2: _causal_tile: the [T_q, T_k] additive chunk mask of one tile
+    # (0 where key j <= offset + query i, else -inf)
     query_pos = mx.arange(rows.start, rows.stop)[:, None] + offset
     key_pos = mx.arange(cols.start, cols.stop)[None, :]
     return mx.where(key_pos <= query_pos, 0.0, -mx.inf)

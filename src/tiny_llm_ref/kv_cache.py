@@ -21,8 +21,8 @@ class TinyKvCache:
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array | str | None]:
         """Store this step's keys/values [B, H, L, D]; return all keys, values and the mask."""
-        # Week 2 Day 1: TinyKvCache is the interface; TinyKvFullCache (and on Day 5
-        # BatchingKvCache) implement update_and_fetch
+        # Week 2 Day 1 Task 1: TinyKvCache is the interface; TinyKvFullCache (and on Day
+        # 5 BatchingKvCache) implement update_and_fetch
         raise NotImplementedError
 
     def stage(self, keys: mx.array, values: mx.array) -> None:
@@ -57,8 +57,8 @@ class TinyKvFullCache(TinyKvCache):
     INITIAL_CAPACITY = 256
 
     def __init__(self) -> None:
-        # Week 2 Day 1: TinyKvFullCache: start empty: no key/value storage yet and
-        # offset 0
+        # Week 2 Day 1 Task 1: TinyKvFullCache: start empty: no key/value storage yet
+        # and offset 0
         self.keys: mx.array | None = None
         self.values: mx.array | None = None
         self.offset = 0
@@ -66,8 +66,8 @@ class TinyKvFullCache(TinyKvCache):
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, mx.array | str | None]:
-        # Week 2 Day 1: update_and_fetch: grow the storage if offset + L does not fit,
-        # write keys/values at offset .. offset + L - 1, advance offset, and return
+        # Week 2 Day 1 Task 1: update_and_fetch: grow the storage if offset + L does not
+        # fit, write keys/values at offset .. offset + L - 1, advance offset, and return
         # keys[:, :, :offset], values[:, :, :offset] and the mask ("causal" when L > 1,
         # None for one token)
         B, H, L, D = keys.shape
@@ -87,13 +87,14 @@ class TinyKvFullCache(TinyKvCache):
         return self.keys[:, :, :end, :], self.values[:, :, :end, :], mask
 
     def capacity(self) -> int:
-        # Week 2 Day 1: capacity: how many tokens the storage holds (0 when empty)
+        # Week 2 Day 1 Task 1: capacity: how many tokens the storage holds (0 when
+        # empty)
         return 0 if self.keys is None else self.keys.shape[2]
 
     def grow(self, B: int, H: int, capacity: int, D: int, dtype: mx.Dtype) -> None:
-        # Week 2 Day 1: grow: allocate [B, H, capacity, D] keys and values and copy the
-        # first offset tokens over (update_and_fetch asks for at least twice the old
-        # capacity, and INITIAL_CAPACITY the first time)
+        # Week 2 Day 1 Task 1: grow: allocate [B, H, capacity, D] keys and values and
+        # copy the first offset tokens over (update_and_fetch asks for at least twice
+        # the old capacity, and INITIAL_CAPACITY the first time)
         keys = mx.zeros((B, H, capacity, D), dtype)
         values = mx.zeros((B, H, capacity, D), dtype)
         if self.keys is not None:
@@ -103,7 +104,7 @@ class TinyKvFullCache(TinyKvCache):
 
     def fetch(self) -> tuple[mx.array, mx.array]:
         """All stored keys and values: [B, H, offset, D]."""
-        # Week 2 Day 1: fetch: the stored keys and values up to offset
+        # Week 2 Day 1 Task 1: fetch: the stored keys and values up to offset
         return self.keys[:, :, : self.offset, :], self.values[:, :, : self.offset, :]
 
 
@@ -113,8 +114,8 @@ def batch_causal_mask(offsets: mx.array, L: int, S: int, dtype: mx.Dtype) -> mx.
     Row b's query i sees key j iff j <= offsets[b] + i. An empty row (offset 0) still
     sees key 0, so no row is all -inf and softmax never makes NaN.
     """
-    # Week 2 Day 5: batch_causal_mask: compare arange(S) with offsets[b] + arange(L) per
-    # row; 0 where visible, -inf elsewhere; add the head axis
+    # Week 2 Day 5 Task 1: batch_causal_mask: compare arange(S) with offsets[b] +
+    # arange(L) per row; 0 where visible, -inf elsewhere; add the head axis
     visible = (
         mx.arange(S)[None, None, :]
         <= offsets[:, None, None] + mx.arange(L)[None, :, None]
@@ -139,8 +140,8 @@ class BatchingKvCache(TinyKvCache):
     INITIAL_CAPACITY = 256
 
     def __init__(self, max_active_requests: int, max_seq_len: int) -> None:
-        # Week 2 Day 5: BatchingKvCache: keep the sizes, no storage yet (it grows when
-        # the head count and dtype are known, see fit) and one offset 0 per slot
+        # Week 2 Day 5 Task 2: BatchingKvCache: keep the sizes, no storage yet (it grows
+        # when the head count and dtype are known, see fit) and one offset 0 per slot
         self.max_active_requests = max_active_requests
         self.max_seq_len = max_seq_len
         self.keys: mx.array | None = None
@@ -149,14 +150,14 @@ class BatchingKvCache(TinyKvCache):
 
     @property
     def offset(self) -> list[int]:
-        # Week 2 Day 5: BatchingKvCache.offset: a copy of the per-slot offsets
+        # Week 2 Day 5 Task 2: BatchingKvCache.offset: a copy of the per-slot offsets
         return list(self.offsets)
 
     @property
     def rows(self) -> int:
         """The highest slot in use + 1 (0 when empty): the rows a step must feed."""
-        # Week 2 Day 5: rows: 1 + the highest slot whose offset is not 0; 0 when every
-        # slot is empty
+        # Week 2 Day 5 Task 2: rows: 1 + the highest slot whose offset is not 0; 0 when
+        # every slot is empty
         return max((slot + 1 for slot, n in enumerate(self.offsets) if n), default=0)
 
     def fit(self, rows: int, length: int, H: int, D: int, dtype: mx.Dtype) -> None:
@@ -164,9 +165,9 @@ class BatchingKvCache(TinyKvCache):
 
         Rows cut from the end must be empty; the other rows keep their keys and values.
         """
-        # Week 2 Day 5: fit: cut the storage to `rows` rows if it has more; if it then
-        # has fewer rows or fewer than `length` positions, allocate zeroed [rows, H,
-        # capacity, D] keys and values (capacity: at least length, twice the old and
+        # Week 2 Day 5 Task 2: fit: cut the storage to `rows` rows if it has more; if it
+        # then has fewer rows or fewer than `length` positions, allocate zeroed [rows,
+        # H, capacity, D] keys and values (capacity: at least length, twice the old and
         # INITIAL_CAPACITY, at most max_seq_len) and copy the old storage in
         stored_rows, stored_length = (
             (0, 0) if self.keys is None else (self.keys.shape[0], self.keys.shape[2])
@@ -189,7 +190,7 @@ class BatchingKvCache(TinyKvCache):
 
     def add_request(self, prefilled: TinyKvFullCache, slot: int) -> None:
         """Copy a prefilled request's keys/values [1, H, S, D] into row `slot`."""
-        # Week 2 Day 5: add_request: ValueError for a slot outside [0,
+        # Week 2 Day 5 Task 2: add_request: ValueError for a slot outside [0,
         # max_active_requests), a slot in use, or S > max_seq_len; fit the storage to
         # cover row slot and S positions; copy the prefilled keys/values into row slot;
         # offset S
@@ -214,7 +215,7 @@ class BatchingKvCache(TinyKvCache):
 
         An empty cache lets go of its storage.
         """
-        # Week 2 Day 5: remove_request: set the slot's offset back to 0; drop the
+        # Week 2 Day 5 Task 2: remove_request: set the slot's offset back to 0; drop the
         # storage once no slot is in use
         self.offsets[slot] = 0
         if self.rows == 0:
@@ -243,7 +244,7 @@ class BatchingKvCache(TinyKvCache):
         When every row fed is at the same offset (always so for one row), the step
         is a single sequence's: one slice write, and the mask TinyKvFullCache gives
         ("causal", or None for one token), so no per-row arrays are built."""
-        # Week 2 Day 5: update_and_fetch: ValueError unless rows <= B <=
+        # Week 2 Day 5 Task 2: update_and_fetch: ValueError unless rows <= B <=
         # max_active_requests, or when a row would pass max_seq_len; fit the storage to
         # B rows and S = max(offsets[:B]) + L positions; rows all at one offset: write
         # them as one slice, mask "causal" (None for L = 1); else write row b's L

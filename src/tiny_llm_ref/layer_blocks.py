@@ -55,8 +55,8 @@ class LayerBlocks:
     FIRST_POSITIONS = 256
 
     def __init__(self, num_blocks: int, block_size: int):
-        # Week 3 Day 2: LayerBlocks: keep num_blocks and block_size; keys and values
-        # None until the first write; nothing staged
+        # Week 3 Day 2 Task 2: LayerBlocks: keep num_blocks and block_size; keys and
+        # values None until the first write; nothing staged
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.keys: mx.array | None = None
@@ -73,15 +73,16 @@ class LayerBlocks:
     ) -> None:
         """Hold keys/values [n, H, D] for row i's position: slot slots[i] of block
         blocks[i]. Nothing is written until flush()."""
-        # Week 3 Day 2: stage: append (blocks, slots, keys, values) to staged
+        # Week 3 Day 2 Task 2: stage: append (blocks, slots, keys, values) to staged
         self.staged.append((blocks, slots, keys, values))
 
     def flush(self) -> None:
         """Write everything staged in ONE scatter per array, growing the arrays first
         if a block id is past them. Nothing staged: nothing to do."""
-        # Week 3 Day 2: flush: concatenate the staged blocks, slots, keys and values;
-        # grow to cover max(blocks) + 1; pool[blocks[:, None], mx.arange(H)[None, :],
-        # slots[:, None]] = rows for keys and values; nothing staged afterwards
+        # Week 3 Day 2 Task 2: flush: concatenate the staged blocks, slots, keys and
+        # values; grow to cover max(blocks) + 1; pool[blocks[:, None],
+        # mx.arange(H)[None, :], slots[:, None]] = rows for keys and values; nothing
+        # staged afterwards
         if not self.staged:
             return
         blocks = [b for staged in self.staged for b in staged[0]]
@@ -105,12 +106,12 @@ class LayerBlocks:
         copied in. The first growth checks that the whole budget could fit the
         machine (check_memory). More than num_blocks blocks is a bug in the caller:
         ValueError "block {blocks - 1} is past the pool's {num_blocks} blocks"."""
-        # Week 3 Day 2: grow: nothing to do when blocks <= capacity; ValueError past
-        # num_blocks (the docstring's words); else the first
-        # time check_memory(2 x num_blocks x block_size x H x D x dtype.size bytes,
-        # num_blocks x block_size positions); new capacity max(blocks, 2 x capacity,
-        # blocks_needed(FIRST_POSITIONS, block_size)), at most num_blocks;
-        # concatenate zeros after the old arrays
+        # Week 3 Day 2 Task 2: grow: nothing to do when blocks <= capacity; ValueError
+        # past num_blocks (the docstring's words); else the first time check_memory(2 x
+        # num_blocks x block_size x H x D x dtype.size bytes, num_blocks x block_size
+        # positions); new capacity max(blocks, 2 x capacity,
+        # blocks_needed(FIRST_POSITIONS, block_size)), at most num_blocks; concatenate
+        # zeros after the old arrays
         if blocks <= self.capacity:
             return
         if blocks > self.num_blocks:
@@ -134,7 +135,7 @@ class LayerBlocks:
         block table (staged writes are flushed first). A table shorter than the
         others is padded with block 0: the caller's mask must hide those positions.
         """
-        # Week 3 Day 2: gather: flush(); cut or pad every table to ceil(length /
+        # Week 3 Day 2 Task 2: gather: flush(); cut or pad every table to ceil(length /
         # block_size) blocks (a table may hold blocks reserved past length; pad with
         # block 0); index the pool with the [B, 1, width] table array and the [1, H,
         # 1] heads -> [B, H, width, block_size, D], decode() those blocks, reshape to

@@ -26,7 +26,7 @@ class PagedKvCache(TinyKvCache):
     """
 
     def __init__(self, layer: LayerBlocks, table: BlockTable, offset: int = 0):
-        # Week 3 Day 2: PagedKvCache: keep the layer's LayerBlocks, the request's
+        # Week 3 Day 2 Task 2: PagedKvCache: keep the layer's LayerBlocks, the request's
         # BlockTable and offset
         self.layer = layer
         self.table = table
@@ -34,18 +34,18 @@ class PagedKvCache(TinyKvCache):
 
     @property
     def keys(self) -> mx.array | None:
-        # Week 3 Day 2: keys: the layer's pool of keys (layer.keys)
+        # Week 3 Day 2 Task 2: keys: the layer's pool of keys (layer.keys)
         return self.layer.keys
 
     @property
     def values(self) -> mx.array | None:
-        # Week 3 Day 2: values: the layer's pool of values (layer.values)
+        # Week 3 Day 2 Task 2: values: the layer's pool of values (layer.values)
         return self.layer.values
 
     def check_room(self, end: int) -> None:
-        # Week 3 Day 2: check_room: ValueError unless positions 0 .. end - 1 fit the
-        # table's blocks (len(blocks) * block_size), saying to reserve blocks before the
-        # forward
+        # Week 3 Day 2 Task 2: check_room: ValueError unless positions 0 .. end - 1 fit
+        # the table's blocks (len(blocks) * block_size), saying to reserve blocks before
+        # the forward
         capacity = len(self.table.blocks) * self.layer.block_size
         if end > capacity:
             raise ValueError(
@@ -56,8 +56,8 @@ class PagedKvCache(TinyKvCache):
     def stage(self, keys: mx.array, values: mx.array) -> None:
         """keys/values: [1, H, L, D] at positions offset .. offset + L - 1, staged in
         the layer (written at the next read); offset += L."""
-        # Week 3 Day 2: stage: check_room(offset + L); stage rows [L, H, D] in the layer
-        # at each position's block and slot; remember L; offset += L
+        # Week 3 Day 2 Task 2: stage: check_room(offset + L); stage rows [L, H, D] in
+        # the layer at each position's block and slot; remember L; offset += L
         L = keys.shape[2]
         end = self.offset + L
         self.check_room(end)
@@ -75,8 +75,8 @@ class PagedKvCache(TinyKvCache):
     def fetch_staged(self) -> tuple[mx.array, mx.array, str | None]:
         """All keys/values [1, H, offset, D] and the mask of the staged step
         ("causal", or None for L = 1)."""
-        # Week 3 Day 2: fetch_staged: gather the table's first offset positions; mask
-        # 'causal' when the staged L > 1 else None
+        # Week 3 Day 2 Task 2: fetch_staged: gather the table's first offset positions;
+        # mask 'causal' when the staged L > 1 else None
         keys, values = self.layer.gather([self.table.blocks], self.offset)
         return keys, values, "causal" if self.staged_length > 1 else None
 
@@ -106,8 +106,8 @@ def group_rows(
     row never pays for more than call_positions positions it does not hold, and
     rows of about one length share one call.
     """
-    # Week 3 Day 2: group_rows: sort the row indexes by length, longest first; a row
-    # whose length is within call_positions of its group's first (longest) row joins
+    # Week 3 Day 2 Task 3: group_rows: sort the row indexes by length, longest first; a
+    # row whose length is within call_positions of its group's first (longest) row joins
     # it, else it starts a new group; each group's indexes sorted
     groups: list[list[int]] = []
     for b in sorted(range(len(lengths)), key=lambda b: -lengths[b]):
@@ -136,26 +136,26 @@ class PagedBatchingKvCache(TinyKvCache):
     """
 
     def __init__(self, max_active_requests: int, max_seq_len: int):
-        # Week 3 Day 2: PagedBatchingKvCache: keep max_active_requests and max_seq_len;
-        # every slot None
+        # Week 3 Day 2 Task 3: PagedBatchingKvCache: keep max_active_requests and
+        # max_seq_len; every slot None
         self.max_active_requests = max_active_requests
         self.max_seq_len = max_seq_len
         self.slots: list[PagedKvCache | None] = [None] * max_active_requests
 
     @property
     def offset(self) -> list[int]:
-        # Week 3 Day 2: offset: each slot's view's offset, 0 for an empty slot
+        # Week 3 Day 2 Task 3: offset: each slot's view's offset, 0 for an empty slot
         return [0 if view is None else view.offset for view in self.slots]
 
     @property
     def rows(self) -> int:
         """The highest slot in use + 1 (0 when empty): the rows a step must feed."""
-        # Week 3 Day 2: rows: the highest occupied slot + 1, 0 when empty
+        # Week 3 Day 2 Task 3: rows: the highest occupied slot + 1, 0 when empty
         return max((i + 1 for i, view in enumerate(self.slots) if view), default=0)
 
     def add_request(self, prefilled: PagedKvCache, slot: int) -> None:
         """Row `slot` reads and writes through the request's own block table."""
-        # Week 3 Day 2: add_request: ValueError for a slot outside [0,
+        # Week 3 Day 2 Task 3: add_request: ValueError for a slot outside [0,
         # max_active_requests) or in use; else the slot holds the request's PagedKvCache
         # (nothing is copied)
         if not 0 <= slot < self.max_active_requests:
@@ -166,7 +166,7 @@ class PagedBatchingKvCache(TinyKvCache):
 
     def remove_request(self, slot: int) -> None:
         """Row `slot` is empty again; the request's blocks are the engine's to release."""
-        # Week 3 Day 2: remove_request: the slot holds None
+        # Week 3 Day 2 Task 3: remove_request: the slot holds None
         self.slots[slot] = None
 
     def row_view(self, slot: int, offset: int) -> PagedKvCache:
@@ -187,7 +187,7 @@ class PagedBatchingKvCache(TinyKvCache):
         """keys/values: [B, H, L, D]: each occupied row's L tokens staged through its
         own view at its offset (an empty row's are dropped); the offsets before the
         step are kept for the mask."""
-        # Week 3 Day 2: stage: check rows <= B <= max_active_requests and S =
+        # Week 3 Day 2 Task 3: stage: check rows <= B <= max_active_requests and S =
         # max(offsets) + L <= max_seq_len as BatchingKvCache does, and that some row is
         # occupied and has room (check_room) before staging any; keep the offsets
         # before the step; stage keys[b:b+1] through each occupied row's view
@@ -214,8 +214,8 @@ class PagedBatchingKvCache(TinyKvCache):
         """keys/values [B, H, S, D], S = the longest row's offset before the step +
         L, every row read through its table (an empty row: an empty table), and the
         mask [B, 1, L, S] from the offsets before the step."""
-        # Week 3 Day 2: fetch_staged: gather every row's table to S positions through
-        # the layer of an occupied view; batch_causal_mask from the kept offsets
+        # Week 3 Day 2 Task 3: fetch_staged: gather every row's table to S positions
+        # through the layer of an occupied view; batch_causal_mask from the kept offsets
         L, offsets = self.staged_length, self.step_offsets
         views = self.slots[: len(offsets)]
         S = max(offsets) + L
@@ -231,12 +231,12 @@ class PagedBatchingKvCache(TinyKvCache):
         attention(q, keys, values, mask) call: a short row no longer pays for the
         longest one. A group whose rows all hold the same length needs only the
         chunk mask ("causal", or None for L = 1)."""
-        # Week 3 Day 2: attend_staged: the lengths after the step (kept offsets + L);
-        # for each group of group_rows(lengths), taken in order of their first rows:
-        # gather its tables to its longest length through the layer of an occupied
-        # view, batch_causal_mask from its kept offsets (or the chunk mask when its
-        # lengths are equal), attention on its rows of q (take_rows); the groups'
-        # outputs concatenated, put back in row order only when they are not already
+        # Week 3 Day 2 Task 3: attend_staged: the lengths after the step (kept offsets +
+        # L); for each group of group_rows(lengths), taken in order of their first rows:
+        # gather its tables to its longest length through the layer of an occupied view,
+        # batch_causal_mask from its kept offsets (or the chunk mask when its lengths
+        # are equal), attention on its rows of q (take_rows); the groups' outputs
+        # concatenated, put back in row order only when they are not already
         L, offsets = self.staged_length, self.step_offsets
         views = self.slots[: len(offsets)]
         layer = next(view.layer for view in views if view is not None)

@@ -36,7 +36,7 @@ class PagedKvManager(KvManager):
     """
 
     def __init__(self, model, config: EngineConfig):
-        # Week 3 Day 2: PagedKvManager: config.pool_blocks(model) blocks,
+        # Week 3 Day 2 Task 4: PagedKvManager: config.pool_blocks(model) blocks,
         # check_pool_fits (with config.kv_dtype), the BlockPool, a LayerBlocks (a
         # QuantizedLayerBlocks of config.kv_dtype when it is not 'float32') and a
         # PagedBatchingKvCache per layer, no tables
@@ -62,7 +62,7 @@ class PagedKvManager(KvManager):
         (cached_prefix), and none yet for the rest; None, holding nothing, when the
         pool has no block for its next token. Its PagedKvCaches start at the cached
         tokens; returns how many (the planner moves the request past them)."""
-        # Week 3 Day 2: admit: cached_prefix; if the pool has no block available,
+        # Week 3 Day 2 Task 4: admit: cached_prefix; if the pool has no block available,
         # release it and return None; else the table, PagedKvCache views from the
         # cached tokens, and their count
         table = self.cached_prefix(request)
@@ -83,9 +83,10 @@ class PagedKvManager(KvManager):
         (pool.share: one more holder each; the first choice writes only past them),
         so it computes only the rest; none when the first choice holds no blocks.
         Otherwise none (day 3's PrefixCachingKvManager finds them in its cache)."""
-        # Week 3 Day 2: cached_prefix: for a request with a first_choice in tables, a
-        # BlockTable of pool.share(its first min((prompt tokens - 1) // block_size,
-        # first choice's offset // block_size) blocks); else an empty BlockTable
+        # Week 3 Day 2 Task 4: cached_prefix: for a request with a first_choice in
+        # tables, a BlockTable of pool.share(its first min((prompt tokens - 1) //
+        # block_size, first choice's offset // block_size) blocks); else an empty
+        # BlockTable
         first = request.first_choice
         if first not in self.tables:
             return BlockTable()
@@ -97,7 +98,7 @@ class PagedKvManager(KvManager):
         """Room for up to `tokens` more tokens of the request, from its offset: the
         blocks they need beyond its table, as many as the pool has. Returns how
         many tokens fit (0 when the pool has no block for the next one)."""
-        # Week 3 Day 2: reserve: the blocks needed for offset + tokens beyond the
+        # Week 3 Day 2 Task 4: reserve: the blocks needed for offset + tokens beyond the
         # table, at most pool.available; allocate them; return the tokens the table now
         # has room for, at most `tokens`
         table = self.tables[request]
@@ -128,21 +129,21 @@ class PagedKvManager(KvManager):
 
     def release(self, request: Request) -> None:
         """The request's blocks go back to the pool."""
-        # Week 3 Day 2: release: pool.release of the table popped from tables
+        # Week 3 Day 2 Task 4: release: pool.release of the table popped from tables
         self.pool.release(self.tables.pop(request).blocks)
 
     def after_step(self) -> None:
         """Whatever a failed forward left staged is dropped: it must never be
         written over blocks that have changed hands."""
-        # Week 3 Day 2: after_step: empty every layer's staged list
+        # Week 3 Day 2 Task 4: after_step: empty every layer's staged list
         for layer in self.layer_blocks:
             layer.staged = []
 
     def record(self, metrics) -> None:
         """The pool in the run's metrics: its size, blocks held, the most held at
         once, blocks cached, and the bytes one token takes."""
-        # Week 3 Day 2: record: kv_blocks_total, kv_block_size and record_blocks(in use,
-        # peak, cached, bytes per token)
+        # Week 3 Day 2 Task 4: record: kv_blocks_total, kv_block_size and
+        # record_blocks(in use, peak, cached, bytes per token)
         metrics.kv_blocks_total = self.pool.num_blocks
         metrics.kv_block_size = self.block_size
         metrics.record_blocks(
@@ -155,7 +156,7 @@ class PagedKvManager(KvManager):
 
     def pool_bytes(self) -> int:
         """Bytes the layers' arrays hold now."""
-        # Week 3 Day 2: pool_bytes: keys and values nbytes, summed over layers
+        # Week 3 Day 2 Task 4: pool_bytes: keys and values nbytes, summed over layers
         return sum(
             layer.keys.nbytes + layer.values.nbytes
             for layer in self.layer_blocks
@@ -165,8 +166,8 @@ class PagedKvManager(KvManager):
     def kv_bytes_per_token(self) -> int:
         """Bytes of keys and values one token takes over all layers (0 before the
         pool's arrays exist)."""
-        # Week 3 Day 2: kv_bytes_per_token: keys and values bytes per position, summed
-        # over layers
+        # Week 3 Day 2 Task 4: kv_bytes_per_token: keys and values bytes per position,
+        # summed over layers
         return sum(
             (layer.keys.nbytes + layer.values.nbytes)
             // (layer.capacity * layer.block_size)

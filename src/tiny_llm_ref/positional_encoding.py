@@ -19,7 +19,7 @@ class RoPE:
     def __init__(
         self, dims: int, seq_len: int, base: float = 10000, traditional: bool = False
     ):
-        # Week 1 Day 2: RoPE.__init__ (precompute cos/sin tables)
+        # Week 1 Day 2 Task 1: RoPE.__init__ (precompute cos/sin tables)
         if dims % 2 != 0:
             raise ValueError(
                 f"RoPE rotates pairs of features: dims {dims} must be even"
@@ -39,7 +39,7 @@ class RoPE:
         mx.array [B] with one start position per row (rows of a batch that are at
         different points of their sequences).
         """
-        # Week 1 Day 2: RoPE.__call__ (rotate feature pairs)
+        # Week 1 Day 2 Task 1: RoPE.__call__ (rotate feature pairs)
         _, length, _, dim = x.shape
         if isinstance(offset, int) and offset + length > self.seq_len:
             raise ValueError(

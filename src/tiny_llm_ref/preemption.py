@@ -44,13 +44,13 @@ class Preemption:
     def rank(self, request: Request) -> tuple[bool, int]:
         """Higher is newer, preempted first: batch after interactive, then the
         order added."""
-        # Week 3 Day 2: rank: (priority == "batch", planner.order[request])
+        # Week 3 Day 2 Task 4: rank: (priority == "batch", planner.order[request])
         return request.priority == "batch", self.planner.order[request]
 
     def newest_holder(self) -> Request:
         """The request to preempt: the newest batch request holding memory, else the
         newest interactive one."""
-        # Week 3 Day 2: newest_holder: max of planner.holding by rank
+        # Week 3 Day 2 Task 4: newest_holder: max of planner.holding by rank
         return max(self.planner.holding, key=self.rank)
 
     def reserve_chunk(

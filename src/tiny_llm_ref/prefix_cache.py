@@ -29,7 +29,7 @@ class PrefixCachingKvManager(PagedKvManager):
 
     def __init__(self, model, config):
         super().__init__(model, config)
-        # Week 3 Day 3: PrefixCachingKvManager: the paged manager, counters at 0
+        # Week 3 Day 3 Task 2: PrefixCachingKvManager: the paged manager, counters at 0
         self.prompt_tokens = 0
         self.cached_tokens = 0
 
@@ -37,7 +37,7 @@ class PrefixCachingKvManager(PagedKvManager):
         """The longest chain of cached full blocks that starts the request's prompt,
         over all but its last token (pool.lookup); none for a request whose
         sampling_state wants_prompt_logprobs: a cached position has no logits."""
-        # Week 3 Day 3: cached_prefix: an empty BlockTable when the request wants
+        # Week 3 Day 3 Task 2: cached_prefix: an empty BlockTable when the request wants
         # prompt logprobs, else pool.lookup(prefill_tokens[:-1])
         if request.sampling_state.wants_prompt_logprobs:
             return BlockTable()
@@ -49,8 +49,8 @@ class PrefixCachingKvManager(PagedKvManager):
         (metrics.preemptions == 0: a request refused or preempted earlier is not
         counted twice), its metrics.cached_tokens and the manager's counters count
         the tokens found. Returns what the paged admit returned."""
-        # Week 3 Day 3: admit: the paged admit, then at a first admission count the
-        # cached tokens
+        # Week 3 Day 3 Task 2: admit: the paged admit, then at a first admission count
+        # the cached tokens
         cached = super().admit(request)
         if cached is not None and request.metrics.preemptions == 0:
             request.metrics.cached_tokens = cached
@@ -60,8 +60,8 @@ class PrefixCachingKvManager(PagedKvManager):
 
     def after_step(self) -> None:
         """The paged after_step, then name every holder's newly filled blocks."""
-        # Week 3 Day 3: after_step: the paged after_step, then name_full_blocks of every
-        # holder
+        # Week 3 Day 3 Task 2: after_step: the paged after_step, then name_full_blocks
+        # of every holder
         super().after_step()
         for request in self.tables:
             self.name_full_blocks(request)
@@ -69,7 +69,7 @@ class PrefixCachingKvManager(PagedKvManager):
     def release(self, request: Request) -> None:
         """Name the request's full blocks before they go back: the pool keeps them
         cached for later prompts."""
-        # Week 3 Day 3: release: name_full_blocks, then the paged release
+        # Week 3 Day 3 Task 2: release: name_full_blocks, then the paged release
         self.name_full_blocks(request)
         super().release(request)
 
@@ -79,7 +79,7 @@ class PrefixCachingKvManager(PagedKvManager):
         table.hashes even when remember keeps an earlier block under it, so the
         chain goes on. Its tokens are request.tokens (prompt, then generated);
         `offset` says how many are in the cache."""
-        # Week 3 Day 3: name_full_blocks: chain_hash each full block not named yet and
+        # Week 3 Day 3 Task 2: name_full_blocks: chain_hash each full block not named yet and
         # pool.remember it
         table = self.tables[request]
         size = self.block_size
@@ -96,7 +96,7 @@ class PrefixCachingKvManager(PagedKvManager):
     def record(self, metrics) -> None:
         """The pool's figures (PagedKvManager.record) and the prompt tokens found
         cached."""
-        # Week 3 Day 3: record: the paged figures and the prefix counters
+        # Week 3 Day 3 Task 2: record: the paged figures and the prefix counters
         super().record(metrics)
         metrics.prefix_prompt_tokens = self.prompt_tokens
         metrics.prefix_cached_tokens = self.cached_tokens

@@ -31,8 +31,8 @@ def unpack_quantized(packed: mx.array, bits: int) -> mx.array:
     packed: [..., K * bits / 32] uint32 -> [..., K] uint32, each value < 2**bits.
     bits must divide 32 (2, 4 or 8); raise ValueError otherwise.
     """
-    # Week 2 Day 2: unpack_quantized: shift each word right by 0, bits, 2*bits, ... and
-    # mask with 2**bits - 1
+    # Week 2 Day 2 Task 1: unpack_quantized: shift each word right by 0, bits, 2*bits,
+    # ... and mask with 2**bits - 1
     _check_bits(bits)
     per_word = 32 // bits
     shifts = mx.arange(per_word, dtype=mx.uint32) * bits
@@ -51,7 +51,7 @@ def dequantize_weight(
     rows first (`b[ids]`, `scales[ids]`, ...) and rebuild only those. Scales that do
     not fit b's shape and group_size raise ValueError.
     """
-    # Week 2 Day 2: dequantize_weight: unpack, reshape to [N, K / group_size,
+    # Week 2 Day 2 Task 1: dequantize_weight: unpack, reshape to [N, K / group_size,
     # group_size], apply scale and bias per group
     q = unpack_quantized(b, bits)
     *rows, cols = q.shape
@@ -86,7 +86,8 @@ def quantized_matmul(
     mx.quantized_matmul returns): float32 inputs with float16 scales must not round
     the rebuilt weight to float16.
     """
-    # Week 2 Day 2: quantized_matmul: dequantize b in the result dtype, then matmul
+    # Week 2 Day 2 Task 2: quantized_matmul: dequantize b in the result dtype, then
+    # matmul
     dtype = mx.result_type(a, scales)
     weight = dequantize_weight(
         scales.astype(dtype), biases.astype(dtype), group_size, bits, b

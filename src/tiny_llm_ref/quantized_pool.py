@@ -95,8 +95,8 @@ class QuantizedLayerBlocks(LayerBlocks):
         """rows: [..., D] -> float16 [..., D]; or, quantized, [..., W] uint32: each
         row's packed integers, then its scales, then its biases (float32 bits,
         through mx.view). Keeps D and the rows' dtype for decode."""
-        # Week 3 Day 2: encode: keep head_dim and dtype; float16 (bits None): the rows
-        # as float16; else mx.quantize the rows as float32 with group_size
+        # Week 3 Day 2 Task 5: encode: keep head_dim and dtype; float16 (bits None): the
+        # rows as float16; else mx.quantize the rows as float32 with group_size
         # KV_GROUP_SIZE and self.bits, and concatenate the packed words, mx.view(scales,
         # mx.uint32) and mx.view(biases, mx.uint32) along the last axis
         self.head_dim, self.dtype = rows.shape[-1], rows.dtype
@@ -118,7 +118,7 @@ class QuantizedLayerBlocks(LayerBlocks):
         the packed words read as bytes (two 4-bit numbers a byte, the low one first),
         each group times its scale plus its bias; on a CPU that is about twice as
         fast as mx.dequantize, to the same bits."""
-        # Week 3 Day 2: decode: float16: float16_to_float32 when self.dtype is
+        # Week 3 Day 2 Task 5: decode: float16: float16_to_float32 when self.dtype is
         # float32 and not gpu_paths() (the CPU's side), else a cast to self.dtype;
         # quantized: cut the last axis at words = head_dim * bits / 32 and words +
         # groups (groups = head_dim / KV_GROUP_SIZE), read scales and biases back

@@ -26,7 +26,7 @@ def project(
     x: mx.array, w: Weight, bias: mx.array | None = None, fast: bool = False
 ) -> mx.array:
     """x: [..., in] -> [..., out] through a dense [out, in] or a quantized weight."""
-    # Week 2 Day 1: project: linear(x, w, bias) for a dense weight. Day 2: a
+    # Week 2 Day 1 Task 2: project: linear(x, w, bias) for a dense weight. Day 2: a
     # QuantizedWeights w goes through quantized_matmul(w.scales, w.biases, w.group_size,
     # w.bits, x, w.weight). Day 3: with fast, mx.quantized_matmul
     if isinstance(w, mx.array):
@@ -54,9 +54,9 @@ def swiglu_fast_exp(gate: mx.array, up: mx.array) -> mx.array:
     silu(x) = x * sigmoid(x) = x / (1 + exp(-x)); exp(-x) = inf for x below -88
     gives -0, the limit. The result keeps gate's dtype.
     """
-    # Week 2 Day 3: swiglu_fast_exp: silu(gate) * up as gate / (1 + fast_exp(-gate))
-    # (back in gate's dtype) times up, decorated with @mx.compile so the elementwise
-    # ops run as fused loops
+    # Week 2 Day 3 Task 3: swiglu_fast_exp: silu(gate) * up as gate / (1 +
+    # fast_exp(-gate)) (back in gate's dtype) times up, decorated with @mx.compile so
+    # the elementwise ops run as fused loops
     return (gate / (1.0 + fast_exp(-gate))).astype(gate.dtype) * up
 
 
@@ -65,7 +65,7 @@ def swiglu(gate: mx.array, up: mx.array) -> mx.array:
     elsewhere. fast_exp rounds by adding and subtracting 1.5 * 2^23, which only
     strict float arithmetic keeps; a GPU's fast-math compiler may fold it away, and
     a GPU's own exp is fast anyway."""
-    # Week 2 Day 3: swiglu: silu(gate) * up where gpu_paths() (the device switch,
+    # Week 2 Day 3 Task 3: swiglu: silu(gate) * up where gpu_paths() (the device switch,
     # tiny_llm_base.device), else swiglu_fast_exp
     if gpu_paths():
         return silu(gate) * up
@@ -85,7 +85,7 @@ def fast_attention(
     faster there for every shape the model runs, a chunk over a long context
     several times, a decode step with a batch about twice.
     """
-    # Week 2 Day 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v,
+    # Week 2 Day 3 Task 3: fast_attention: mx.fast.scaled_dot_product_attention(q, k, v,
     # scale=scale, mask=mask) passes the tests; then, unless gpu_paths(),
     # cpu_attention(q, k, v, scale, mask)
     if gpu_paths():
@@ -101,7 +101,7 @@ def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
     that, like the hand-written norm, it returns x's dtype (a float32 weight would
     promote a bfloat16 model's activations to float32).
     """
-    # Week 2 Day 1: rms_norm: norm(x). Day 3: with fast, mx.fast.rms_norm(x,
+    # Week 2 Day 1 Task 2: rms_norm: norm(x). Day 3: with fast, mx.fast.rms_norm(x,
     # norm.weight.astype(x.dtype), norm.eps)
     if fast:
         return mx.fast.rms_norm(x, norm.weight.astype(x.dtype), norm.eps)
@@ -118,10 +118,11 @@ def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None
     rows; a BatchingKvCache one per row, and an empty row (0 tokens) runs a dummy
     token at any position.
     """
-    # Week 2 Day 1: check_offset: compare each row's offset (an int is every row's) with
-    # cache.offset and raise ValueError naming both numbers, e.g. 'offset 7 (row 0) does
-    # not match the KV cache, which holds 6 tokens'. Day 5: a BatchingKvCache's offset
-    # is a list, one count per row; skip its empty rows (count 0)
+    # Week 2 Day 1 Task 2: check_offset: compare each row's offset (an int is every
+    # row's) with cache.offset and raise ValueError naming both numbers, e.g. 'offset 7
+    # (row 0) does not match the KV cache, which holds 6 tokens'. Day 5: a
+    # BatchingKvCache's offset is a list, one count per row; skip its empty rows (count
+    # 0)
     counts = cache.offset
     per_row = isinstance(counts, list)
     if isinstance(offset, int):
@@ -148,20 +149,20 @@ class WeightLoader:
     """Turns mlx-lm layers into this model's weights: dense in `dtype`, or quantized."""
 
     def __init__(self, quantized: bool, dtype: mx.Dtype):
-        # Week 2 Day 1: WeightLoader: keep `quantized` (always False until Day 2) and
-        # the dtype of the dense weights
+        # Week 2 Day 1 Task 2: WeightLoader: keep `quantized` (always False until Day 2)
+        # and the dtype of the dense weights
         self.quantized = quantized
         self.dtype = dtype
 
     def weight(self, layer: nn.Module) -> Weight:
-        # Week 2 Day 1: WeightLoader.weight: dequantize_linear(layer, dtype). Day 2:
-        # when quantized and "scales" in layer, QuantizedWeights.from_mlx_layer(layer)
-        # instead
+        # Week 2 Day 1 Task 2: WeightLoader.weight: dequantize_linear(layer, dtype). Day
+        # 2: when quantized and "scales" in layer,
+        # QuantizedWeights.from_mlx_layer(layer) instead
         if self.quantized and "scales" in layer:
             return QuantizedWeights.from_mlx_layer(layer)
         return dequantize_linear(layer, self.dtype)
 
     def bias(self, layer: nn.Module) -> mx.array | None:
-        # Week 2 Day 1: WeightLoader.bias: layer["bias"] in dtype, or None when the
-        # layer has no bias
+        # Week 2 Day 1 Task 2: WeightLoader.bias: layer["bias"] in dtype, or None when
+        # the layer has no bias
         return layer["bias"].astype(self.dtype) if "bias" in layer else None

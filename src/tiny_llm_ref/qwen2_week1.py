@@ -35,14 +35,14 @@ class Qwen2MLP:
         w_up: mx.array,
         w_down: mx.array,
     ):
-        # Week 1 Day 4: Qwen2MLP.__init__ (keep the weights)
+        # Week 1 Day 4 Task 2: Qwen2MLP.__init__ (keep the weights)
         self.dim = dim
         self.hidden_dim = hidden_dim
         self.w_gate, self.w_up, self.w_down = w_gate, w_up, w_down
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [..., dim] -> [..., dim]."""
-        # Week 1 Day 4: Qwen2MLP (down(silu(gate x) * up x))
+        # Week 1 Day 4 Task 2: Qwen2MLP (down(silu(gate x) * up x))
         return linear(silu(linear(x, self.w_gate)) * linear(x, self.w_up), self.w_down)
 
 
@@ -67,7 +67,7 @@ class Qwen2MultiHeadAttention:
         bv: mx.array | None = None,
         bo: mx.array | None = None,
     ):
-        # Week 1 Day 5: Qwen2MultiHeadAttention.__init__
+        # Week 1 Day 5 Task 2: Qwen2MultiHeadAttention.__init__
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = wq.shape[0] // num_heads
@@ -77,7 +77,7 @@ class Qwen2MultiHeadAttention:
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [B, L, E] -> [B, L, E]; position p attends to positions 0 .. p."""
-        # Week 1 Day 5: Qwen2MultiHeadAttention
+        # Week 1 Day 5 Task 2: Qwen2MultiHeadAttention
         batch, length, _ = x.shape
         q = linear(x, self.wq, self.bq).reshape(batch, length, self.num_heads, -1)
         k = linear(x, self.wk, self.bk).reshape(batch, length, self.num_kv_heads, -1)
@@ -103,7 +103,7 @@ class Qwen2TransformerBlock:
         input_norm: RMSNorm,
         post_attention_norm: RMSNorm,
     ):
-        # Week 1 Day 5: Qwen2TransformerBlock.__init__
+        # Week 1 Day 5 Task 2: Qwen2TransformerBlock.__init__
         self.attention = attention
         self.mlp = mlp
         self.input_norm = input_norm
@@ -111,7 +111,7 @@ class Qwen2TransformerBlock:
 
     def __call__(self, x: mx.array) -> mx.array:
         """x: [B, L, E] -> [B, L, E]."""
-        # Week 1 Day 5: Qwen2TransformerBlock (two residual branches)
+        # Week 1 Day 5 Task 2: Qwen2TransformerBlock (two residual branches)
         h = x + self.attention(self.input_norm(x))
         return h + self.mlp(self.post_attention_norm(h))
 
@@ -142,7 +142,7 @@ class Qwen2ModelWeek1:
         layer. The head dim is q_proj's output size / num_attention_heads; RoPE's
         table covers max_position_embeddings or DEFAULT_MAX_SEQ_LEN positions.
         """
-        # Week 1 Day 5: Qwen2ModelWeek1.__init__ (copy the weights)
+        # Week 1 Day 5 Task 3: Qwen2ModelWeek1.__init__ (copy the weights)
         args = mlx_model.args
         check_supported_architecture(args)
         inner = mlx_model.model
@@ -168,14 +168,20 @@ class Qwen2ModelWeek1:
         )
 
     def _weight(self, layer: nn.Module) -> mx.array:
+        # Week 1 Day 5 Task 3: _weight: the layer's weight as a float array of
+        # self.dtype (dequantize_linear), evaluated now
         weight = dequantize_linear(layer, self.dtype)
         mx.eval(weight)  # dequantize now, once, not lazily inside the first forward
         return weight
 
     def _bias(self, layer: nn.Module) -> mx.array | None:
+        # Week 1 Day 5 Task 3: _bias: the layer's bias in self.dtype, or None when it
+        # has none
         return layer["bias"].astype(self.dtype) if "bias" in layer else None
 
     def _block(self, layer: nn.Module, args, rope: RoPE) -> Qwen2TransformerBlock:
+        # Week 1 Day 5 Task 3: _block: one Qwen2TransformerBlock from an mlx-lm layer
+        # (attention with its biases, MLP, the two norms)
         attn, mlp = layer.self_attn, layer.mlp
         attention = Qwen2MultiHeadAttention(
             args.num_attention_heads,
@@ -207,7 +213,7 @@ class Qwen2ModelWeek1:
 
     def __call__(self, inputs: mx.array) -> mx.array:
         """inputs: [B, L] token ids -> logits [B, L, vocab_size], causal, no cache."""
-        # Week 1 Day 5: Qwen2ModelWeek1 (embed, blocks, norm, head)
+        # Week 1 Day 5 Task 3: Qwen2ModelWeek1 (embed, blocks, norm, head)
         h = self.embedding(inputs)
         for layer in self.layers:
             h = layer(h)

@@ -51,9 +51,9 @@ class Qwen2AttentionWeek2:
     def __init__(
         self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
     ):
-        # Week 2 Day 1: Qwen2AttentionWeek2: head counts and head_dim (q_proj's output
-        # size / num_attention_heads), wq wk wv wo and their biases (o_proj has one in a
-        # Llama with attention_bias) through `load`, the shared rope
+        # Week 2 Day 1 Task 2: Qwen2AttentionWeek2: head counts and head_dim (q_proj's
+        # output size / num_attention_heads), wq wk wv wo and their biases (o_proj has
+        # one in a Llama with attention_bias) through `load`, the shared rope
         self.num_heads = args.num_attention_heads
         self.num_kv_heads = args.num_key_value_heads
         self.head_dim = layer.q_proj.weight.shape[0] // self.num_heads
@@ -73,8 +73,8 @@ class Qwen2AttentionWeek2:
 
     def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
-        # Week 2 Day 1: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and 2
-        # around it. Day 3: with fast, mx.fast.rope(x, head_dim, traditional=...,
+        # Week 2 Day 1 Task 2: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and
+        # 2 around it. Day 3: with fast, mx.fast.rope(x, head_dim, traditional=...,
         # base=rope_theta, scale=1.0, offset=offset) on [B, H, L, D] directly
         if self.fast:
             return mx.fast.rope(
@@ -92,8 +92,8 @@ class Qwen2AttentionWeek2:
 
         Each token is projected alone: tokens of different sequences can share a call.
         """
-        # Week 2 Day 1: project_qkv: project x through wq/wk/wv (with their biases),
-        # reshape to [B, L, heads, head_dim] and swap axes 1 and 2
+        # Week 2 Day 1 Task 2: project_qkv: project x through wq/wk/wv (with their
+        # biases), reshape to [B, L, heads, head_dim] and swap axes 1 and 2
         B, L, _ = x.shape
 
         def heads(w: Weight, b: mx.array | None, n: int) -> mx.array:
@@ -123,7 +123,7 @@ class Qwen2AttentionWeek2:
         The one step where tokens meet: RoPE at their positions, the keys and values
         stored in the cache, and attention to everything it holds under its mask.
         """
-        # Week 2 Day 1: attend: RoPE on q and k at `offset`; keys, values, mask =
+        # Week 2 Day 1 Task 2: attend: RoPE on q and k at `offset`; keys, values, mask =
         # cache.update_and_fetch(k, v); then self.attention. Week 3 Day 2:
         # cache.stage(k, v), then cache.attend_staged(q, self.attention) (given: the
         # same for the caches before, and the paged decode rows attend in groups)
@@ -136,8 +136,8 @@ class Qwen2AttentionWeek2:
     ) -> mx.array:
         """q: [B, H_q, L, D] (rotated) against keys/values [B, H, S, D] under `mask`
         -> [B, H_q, L, D]."""
-        # Week 2 Day 1: attention: grouped attention with scale and the mask. Day 3:
-        # with fast, fast_attention
+        # Week 2 Day 1 Task 2: attention: grouped attention with scale and the mask. Day
+        # 3: with fast, fast_attention
         attention = (
             fast_attention if self.fast else scaled_dot_product_attention_grouped
         )
@@ -145,8 +145,8 @@ class Qwen2AttentionWeek2:
 
     def project_out(self, out: mx.array) -> mx.array:
         """out: [B, H_q, L, D] -> [B, L, E]: the heads side by side, through wo."""
-        # Week 2 Day 1: project_out: swap axes 1 and 2, reshape to [B, L, H_q * D],
-        # project through wo (and its bias)
+        # Week 2 Day 1 Task 2: project_out: swap axes 1 and 2, reshape to [B, L, H_q *
+        # D], project through wo (and its bias)
         B, _, L, _ = out.shape
         return project(
             out.swapaxes(1, 2).reshape(B, L, -1), self.wo, self.bo, self.fast
@@ -159,8 +159,8 @@ class Qwen2BlockWeek2:
     def __init__(
         self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
     ):
-        # Week 2 Day 1: Qwen2BlockWeek2: the attention, the MLP's gate/up/down weights
-        # through `load`, the two RMSNorms
+        # Week 2 Day 1 Task 2: Qwen2BlockWeek2: the attention, the MLP's gate/up/down
+        # weights through `load`, the two RMSNorms
         self.attention = Qwen2AttentionWeek2(layer.self_attn, args, load, rope, fast)
         mlp = layer.mlp
         self.w_gate, self.w_up, self.w_down = (
@@ -178,8 +178,8 @@ class Qwen2BlockWeek2:
         self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
     ) -> mx.array:
         """x: [B, L, E] at positions offset .. offset + L - 1 -> [B, L, E]."""
-        # Week 2 Day 1: Qwen2BlockWeek2: self.forward(x, attend) with attend(q, k, v) =
-        # self.attention.attend(q, k, v, offset, cache)
+        # Week 2 Day 1 Task 2: Qwen2BlockWeek2: self.forward(x, attend) with attend(q,
+        # k, v) = self.attention.attend(q, k, v, offset, cache)
         return self.forward(
             x, lambda q, k, v: self.attention.attend(q, k, v, offset, cache)
         )
@@ -192,7 +192,7 @@ class Qwen2BlockWeek2:
         of different sequences can share one call, if attend gives each sequence's
         tokens their own positions and cache (the mixed step, week 3 day 1).
         """
-        # Week 2 Day 1: forward: as week 1's block: h = x +
+        # Week 2 Day 1 Task 2: forward: as week 1's block: h = x +
         # project_out(attend(*project_qkv(input_norm(x)))); out = h +
         # mlp(post_attention_norm(h)), the norms through rms_norm
         attention = self.attention
@@ -202,8 +202,8 @@ class Qwen2BlockWeek2:
 
     def mlp(self, y: mx.array) -> mx.array:
         """y: [B, L, E] -> [B, L, E]: silu(y w_gate) * (y w_up), then w_down."""
-        # Week 2 Day 1: mlp: project through w_gate and w_up, silu(gate) * up, project
-        # through w_down. Day 3: swiglu(gate, up) when fast
+        # Week 2 Day 1 Task 2: mlp: project through w_gate and w_up, silu(gate) * up,
+        # project through w_down. Day 3: swiglu(gate, up) when fast
         gate = project(y, self.w_gate, fast=self.fast)
         up = project(y, self.w_up, fast=self.fast)
         hidden = swiglu(gate, up) if self.fast else silu(gate) * up
@@ -226,13 +226,14 @@ class Qwen2ModelWeek2:
         weights: str = "auto",
         use_fast_kernels: bool = False,
     ):
-        # Week 2 Day 1: Qwen2ModelWeek2: as week 1's model, with weights='float32'
-        # (dequantized to float32; an unquantized checkpoint keeps its dtype), one RoPE
-        # shared by the layers, and use_fast_kernels kept for Day 3; keep vocab_size
-        # (args.vocab_size) and context_length (args.max_position_embeddings, or
-        # DEFAULT_MAX_SEQ_LEN when None: also the RoPE table's length) for Day 6's
-        # requests. Day 2: 'auto' asks choose_weight_format(), 'quantized' keeps packed
-        # weights, anything else is a ValueError
+        # Week 2 Day 1 Task 2: Qwen2ModelWeek2: as week 1's model, with
+        # weights='float32' (dequantized to float32; an unquantized checkpoint keeps its
+        # dtype), one RoPE shared by the layers, and use_fast_kernels kept for Day 3;
+        # keep vocab_size (args.vocab_size) and context_length
+        # (args.max_position_embeddings, or DEFAULT_MAX_SEQ_LEN when None: also the RoPE
+        # table's length) for Day 6's requests. Day 2: 'auto' asks
+        # choose_weight_format(), 'quantized' keeps packed weights, anything else is a
+        # ValueError
         if weights == "auto":
             weights = choose_weight_format()
         if weights not in ("float32", "quantized"):
@@ -280,7 +281,7 @@ class Qwen2ModelWeek2:
 
     def create_kv_cache(self) -> list[TinyKvFullCache]:
         """One empty cache per layer."""
-        # Week 2 Day 1: create_kv_cache: one TinyKvFullCache per layer
+        # Week 2 Day 1 Task 2: create_kv_cache: one TinyKvFullCache per layer
         return [TinyKvFullCache() for _ in range(self.num_layers)]
 
     def __call__(
@@ -297,9 +298,9 @@ class Qwen2ModelWeek2:
         after its last token: last_position_only skips the LM head on the other
         L - 1 positions, which would cost L x V floats.
         """
-        # Week 2 Day 1: Qwen2ModelWeek2: check_offset(offset, layer_cache) for every
-        # layer first; a list offset becomes an mx.array; embed, run every layer with
-        # its own cache, then self.logits on every position, or on h[:, -1:] with
+        # Week 2 Day 1 Task 2: Qwen2ModelWeek2: check_offset(offset, layer_cache) for
+        # every layer first; a list offset becomes an mx.array; embed, run every layer
+        # with its own cache, then self.logits on every position, or on h[:, -1:] with
         # last_position_only
         for layer_cache in cache:
             check_offset(offset, layer_cache)
@@ -313,8 +314,8 @@ class Qwen2ModelWeek2:
     def logits(self, h: mx.array) -> mx.array:
         """h: [..., E] -> [..., V]: the final norm, then the LM head (the embedding
         matrix when the two are tied)."""
-        # Week 2 Day 1: logits: rms_norm with the final norm, then the lm head (the
-        # embedding's as_linear when tied)
+        # Week 2 Day 1 Task 2: logits: rms_norm with the final norm, then the lm head
+        # (the embedding's as_linear when tied)
         h = rms_norm(self.norm, h, self.fast)
         if self.lm_head is None:
             return self.embedding.as_linear(h)

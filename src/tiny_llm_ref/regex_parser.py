@@ -273,8 +273,8 @@ def choices_tree(choices) -> tuple:
     A lone string (or anything not iterable) is a TypeError saying choices "must be
     a list of strings"; an empty list a ValueError saying it is "empty"; an item that
     is not a string a TypeError saying "every choice must be a string"."""
-    # Week 3 Day 5: choices_tree: check the list (not a lone string, not empty, only
-    # strings), then ("alt", [("concat", [("chars", ((c, c),)) per character])])
+    # Week 3 Day 5 Task 1: choices_tree: check the list (not a lone string, not empty,
+    # only strings), then ("alt", [("concat", [("chars", ((c, c),)) per character])])
     if isinstance(choices, str) or not hasattr(choices, "__iter__"):
         raise TypeError(
             f"choices must be a list of strings, got {type(choices).__name__}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 def split_evenly(total: int, parts: int) -> list[int]:
     """The sizes of `parts` contiguous pieces of `total`, as equal as possible, the
     larger ones first. split_evenly(3, 2) == [2, 1]; the sizes add up to total."""
-    # Week 4 Day 1: split_evenly: each piece gets total // parts, and the first
+    # Week 4 Day 1 Task 1: split_evenly: each piece gets total // parts, and the first
     # total % parts pieces one more; ValueError for parts < 1 or total < 0
     if parts < 1 or total < 0:
         raise ValueError(f"cannot split {total} into {parts} parts")
@@ -25,8 +25,8 @@ def shard_range(total: int, size: int, rank: int, unit: int = 1) -> tuple[int, i
     over `size` ranks in whole units of `unit` items (a quantized matrix's columns
     come in groups): split_evenly on total // unit, times unit. ValueError unless
     unit divides total (rank is trusted: 0 .. size - 1)."""
-    # Week 4 Day 1: shard_range: ValueError unless unit divides total; the pieces of
-    # split_evenly, counted in units
+    # Week 4 Day 1 Task 1: shard_range: ValueError unless unit divides total; the pieces
+    # of split_evenly, counted in units
     if total % unit:
         raise ValueError(f"{total} items do not split into whole units of {unit}")
     sizes = split_evenly(total // unit, size)
@@ -66,8 +66,8 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int) -> list[HeadShard]
     needs at least one query head: more ranks than query heads is a ValueError that
     says "run at most {num_heads} ranks".
     """
-    # Week 4 Day 1: shard_heads: ValueError when size < 1 or size > num_heads ("run
-    # at most {num_heads} ranks"), or num_kv_heads does not divide num_heads; then
+    # Week 4 Day 1 Task 1: shard_heads: ValueError when size < 1 or size > num_heads
+    # ("run at most {num_heads} ranks"), or num_kv_heads does not divide num_heads; then
     # the two cases of the docstring, each with split_evenly
     if not 1 <= size <= num_heads:
         raise ValueError(

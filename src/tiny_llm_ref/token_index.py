@@ -95,7 +95,7 @@ class TokenIndex:
         """Walk the vocabulary's trie from `state`: a branch is followed while the DFA
         is not DEAD, and every token on a followed node is allowed, leading to the
         state there. At the start a leading " " is read without moving the DFA."""
-        # Week 3 Day 5: TokenIndex.build: the docstring's walk of the trie (the
+        # Week 3 Day 5 Task 2: TokenIndex.build: the docstring's walk of the trie (the
         # chapter's "From characters to tokens"); the StateTokens of what it found
         dfa = self.dfa
         next_state: dict[int, int] = {}

@@ -104,10 +104,10 @@ def call_schema(functions: list[dict]) -> dict:
     inside rewritten to match (rooted_refs). A function name has no ".", so no two
     functions' keys can meet.
     """
-    # Week 4 Day 2: call_schema: per function, its parameters (and their $defs and
-    # definitions) moved to the call schema's $defs with rooted_refs; an anyOf branch {"type":
-    # "object", "properties": {"name": {"const": NAME}, "arguments": {"$ref": ...}},
-    # both required, no other property}; "x-guidance": JSON_STYLE
+    # Week 4 Day 2 Task 2: call_schema: per function, its parameters (and their $defs
+    # and definitions) moved to the call schema's $defs with rooted_refs; an anyOf
+    # branch {"type": "object", "properties": {"name": {"const": NAME}, "arguments":
+    # {"$ref": ...}}, both required, no other property}; "x-guidance": JSON_STYLE
     defs, branches = {}, []
     for f in functions:
         name, parameters = f["name"], dict(f["parameters"])
@@ -135,7 +135,7 @@ def rooted_refs(schema, name: str):
     "#/$defs/NAME.$defs.X...", "#/definitions/X..." -> "#/$defs/NAME.definitions.X...",
     any other "#..." (the root, "#/properties/a") -> "#/$defs/NAME..."; other
     values copied as they are."""
-    # Week 4 Day 2: rooted_refs: walk dicts and lists; rewrite each "$ref" string
+    # Week 4 Day 2 Task 2: rooted_refs: walk dicts and lists; rewrite each "$ref" string
     if isinstance(schema, list):
         return [rooted_refs(item, name) for item in schema]
     if not isinstance(schema, dict):
@@ -151,7 +151,7 @@ def rooted_refs(schema, name: str):
 
 def rooted_ref(ref: str, name: str) -> str:
     """One $ref of function `name`'s parameters, as rooted_refs rewrites it."""
-    # Week 4 Day 2: rooted_ref: the docstring's three cases; a ref that is not
+    # Week 4 Day 2 Task 2: rooted_ref: the docstring's three cases; a ref that is not
     # local ("other.json#/a") is left as it is
     for keyword in DEFS_KEYWORDS:
         prefix = f"#/{keyword}/"
@@ -182,9 +182,9 @@ def tool_grammar(
     call's grammar takes over at the first OPEN. ValueError for a tool_choice that
     is none of these, or one naming no function in `functions`.
     """
-    # Week 4 Day 2: tool_grammar: the docstring's three grammars (the chapter's "The
-    # grammar of an answer"); for a named function, call_schema of that function alone
-    # text that never holds OPEN: any text, minus the texts that hold it
+    # Week 4 Day 2 Task 2: tool_grammar: the docstring's three grammars (the chapter's
+    # "The grammar of an answer"); for a named function, call_schema of that function
+    # alone text that never holds OPEN: any text, minus the texts that hold it
     no_open = f"/(?s:.*)/ & ~/(?s:.*){OPEN}(?s:.*)/"
     if tool_choice == "none":
         return f"start: TEXT\nTEXT: {no_open}\n"
@@ -241,9 +241,9 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
     answer's broken call shows up: bad JSON, missing keys, or an OPEN never closed
     (another OPEN comes first, or none: the scan goes on from that next OPEN).
     """
-    # Week 4 Day 2: parse_tool_calls: at each OPEN, call_of reads a call; else the
-    # block up to the next CLOSE is text, or up to the next OPEN when that comes first
-    # (or the answer ends)
+    # Week 4 Day 2 Task 1: parse_tool_calls: at each OPEN, call_of reads a call; else
+    # the block up to the next CLOSE is text, or up to the next OPEN when that comes
+    # first (or the answer ends)
     calls, kept, rest = [], [], text
     while (start := rest.find(OPEN)) >= 0:
         after = start + len(OPEN)
@@ -270,9 +270,9 @@ def call_of(text: str, at: int) -> tuple[ToolCall, int] | None:
     """The call whose JSON starts at text[at] (after whitespace) -> (its ToolCall, the
     index just past its CLOSE); None unless the JSON is an object with exactly a str
     "name" and a dict "arguments", followed by whitespace and CLOSE."""
-    # Week 4 Day 2: call_of: json.JSONDecoder().raw_decode from the first character
-    # that is not whitespace (None on a JSONDecodeError), the docstring's checks, then
-    # CLOSE after whitespace
+    # Week 4 Day 2 Task 1: call_of: json.JSONDecoder().raw_decode from the first
+    # character that is not whitespace (None on a JSONDecodeError), the docstring's
+    # checks, then CLOSE after whitespace
     body = len(text) - len(text[at:].lstrip())
     try:
         value, end = json.JSONDecoder().raw_decode(text, body)

@@ -43,12 +43,32 @@ LONG_FILES = [
 ]
 
 
-def pytest_collection_modifyitems(items):
+def pytest_addoption(parser):
+    parser.addoption(
+        "--task",
+        type=int,
+        help="run only the tests marked @pytest.mark.task(TASK) (tests/tasks.py)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
     def rank(item) -> int:
         name = item.path.name
         return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
 
     items.sort(key=rank)  # stable: the other files keep their order
+    task = config.getoption("--task")
+    if task is None:
+        return
+
+    def task_of(item) -> int | None:
+        marker = item.get_closest_marker("task")
+        return marker.args[0] if marker is not None else None
+
+    deselected = [item for item in items if task_of(item) != task]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if task_of(item) == task]
 
 
 def pytest_collection_finish(session):

@@ -38,6 +38,8 @@ from .helpers import (
 )
 from .solution import tiny
 
+pytestmark = pytest.mark.task(2)
+
 # (policy, token_budget): the alternating schedule, the smallest budget a batch of
 # two slots allows (one prefill token beside two decodes), and no budget at all.
 POLICIES = [("alternate", None), ("mixed", 3), ("mixed", None)]

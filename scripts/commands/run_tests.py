@@ -1,4 +1,8 @@
-"""The course's test runner: `pdm run test --week 1 --day 3 [-- PYTEST_ARGS]`.
+"""The course's test runner: `pdm run test --week 1 --day 3 [--task 2] [-- PYTEST_ARGS]`.
+
+`--task K` runs only task K of the day: the tests marked `@pytest.mark.task(K)`
+(tests/tasks.py); a task's tests pass once that task and the earlier ones are
+written.
 
 `pdm run test` checks the learner's package (src/tiny_llm); `pdm run test-refsol`
 checks the reference (src/tiny_llm_ref). The exit status is pytest's, so CI fails
@@ -66,6 +70,11 @@ def main() -> int:
     parser.add_argument("--week", type=int)
     parser.add_argument("--day", type=int)
     parser.add_argument(
+        "--task",
+        type=int,
+        help="run only this task of the day (needs --week and --day)",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         help="test processes for the whole suite (default: one per core, at most 4)",
@@ -95,7 +104,31 @@ def main() -> int:
     # xdist's default of the files with the most tests first.
     parallel = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
     parallel = parallel if workers > 1 else []
+    if args.task is not None:
+        pytest_args = [*task_option(args.week, args.day, args.task), *pytest_args]
     return pytest.main([*files, *parallel, *pytest_args])
+
+
+def task_option(week: int | None, day: int | None, task: int) -> list[str]:
+    """pytest's `--task K` (tests/conftest.py), once the day is known to have task K."""
+    from tests.tasks import PENDING_DAYS, day_tasks
+
+    if week is None or day is None:
+        sys.exit("error: --task needs --week and --day")
+    if (week, day) in PENDING_DAYS:
+        sys.exit(
+            f"error: week {week} day {day} is not cut into tasks yet: run the whole "
+            f"day with `pdm run test --week {week} --day {day}`"
+        )
+    tasks = day_tasks(week, day)
+    if task not in tasks:
+        sys.exit(
+            f"error: week {week} day {day} has tasks {tasks[0]}-{tasks[-1]}, "
+            f"not task {task}"
+            if tasks
+            else f"error: week {week} day {day} has no tasks"
+        )
+    return ["--task", str(task)]
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     pdm run make-skeleton            # rewrite src/tiny_llm
     pdm run make-skeleton --check    # exit 1 and name the files that would change
     pdm run make-skeleton --done-through 2.7   # a learner's tree, week 2 finished
+    pdm run make-skeleton --done-through 1.5.2 # ... and week 1 day 5's tasks 1-2
 
 A reference function whose body begins (after its docstring, if any) with a comment
 naming a day,
@@ -13,8 +14,9 @@ naming a day,
         ...
 
 becomes in the skeleton that signature, that docstring and
-`raise NotImplementedError("Week 2 Day 6: read the inbox, ...")`. Every other line
-is copied as it is. So a signature, a docstring and a day's message exist once, in
+`raise NotImplementedError("Week 2 Day 6: read the inbox, ...")`. A day cut into
+tasks names the task too (`# Week 1 Day 5 Task 2: ...`), and the stub's message
+begins `Week 1 Day 5 Task 2:`. Every other line is copied as it is. So a signature, a docstring and a day's message exist once, in
 the reference, and the skeleton cannot drift from it: tests/test_api.py fails when
 the checked-in skeleton differs from what this command makes.
 """
@@ -30,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "src" / "tiny_llm_ref"
 SKELETON = ROOT / "src" / "tiny_llm"
-DAY_COMMENT = re.compile(r"^(\s*)# (Week \d+ Day \d+: .*)$")
+DAY_COMMENT = re.compile(r"^(\s*)# (Week \d+ Day \d+(?: Task \d+)?: .*)$")
+LABEL = re.compile(r"Week (\d+) Day (\d+)(?: Task (\d+))?:")
 PACKAGE_DOCSTRING = '''"""tiny-llm, your implementation: the course functions raise NotImplementedError until
 you write them. Infrastructure (fast BLAS, model loading, the objects the scheduler
 reports in) comes from tiny_llm_base, never from the reference."""
@@ -45,7 +48,7 @@ def day_comment(lines: list[str], start: int) -> tuple[str, int] | None:
         return None
     indent, words = match[1], [match[2]]
     end = start + 1
-    continuation = re.compile(rf"^{indent}# (?!Week \d+ Day \d+:)(.*)$")
+    continuation = re.compile(rf"^{indent}# (?!Week \d+ Day \d+)(.*)$")
     while end < len(lines) and (more := continuation.match(lines[end])):
         words.append(more[1])
         end += 1
@@ -85,14 +88,18 @@ def raise_lines(indent: str, message: str) -> list[str]:
     return [f"{indent}raise NotImplementedError(", *body, f"{indent})"]
 
 
-def day_of(message: str) -> tuple[int, int]:
-    week, day = re.match(r"Week (\d+) Day (\d+)", message).groups()
-    return int(week), int(day)
+ALL_TASKS = 1_000  # --done-through W.D: every task of the day
 
 
-def skeleton_of(source: str, done: tuple[int, int] = (0, 0)) -> str:
-    """The skeleton of one reference module's source; functions of the days up to
-    `done` (week, day) keep their reference bodies."""
+def day_of(message: str) -> tuple[int, int, int]:
+    """(week, day, task) of a day's message; task 0 for a day not cut into tasks."""
+    week, day, task = LABEL.match(message).groups()
+    return int(week), int(day), int(task or 0)
+
+
+def skeleton_of(source: str, done: tuple[int, int, int] = (0, 0, 0)) -> str:
+    """The skeleton of one reference module's source; functions of the days (and
+    tasks) up to `done` (week, day, task) keep their reference bodies."""
     lines = source.splitlines()
     replacements = []  # (first index, end index, new lines), in file order
     for function in functions(ast.parse(source)):
@@ -123,7 +130,7 @@ def formatted(source: str, name: str) -> str:
     return result.stdout
 
 
-def expected_skeleton(done: tuple[int, int] = (0, 0)) -> dict[Path, str]:
+def expected_skeleton(done: tuple[int, int, int] = (0, 0, 0)) -> dict[Path, str]:
     """Every file of src/tiny_llm as the reference makes it, the days up to `done`
     already written."""
     files = {}
@@ -138,7 +145,7 @@ def expected_skeleton(done: tuple[int, int] = (0, 0)) -> dict[Path, str]:
     return files
 
 
-def differences(done: tuple[int, int] = (0, 0)) -> list[Path]:
+def differences(done: tuple[int, int, int] = (0, 0, 0)) -> list[Path]:
     """The skeleton files that are missing, differ, or have no reference module."""
     expected = expected_skeleton(done)
     changed = [
@@ -148,16 +155,22 @@ def differences(done: tuple[int, int] = (0, 0)) -> list[Path]:
     return changed + extra
 
 
+def course_tasks() -> dict[tuple[int, int], list[int]]:
+    """Every (week, day) the reference labels, in order, with its task numbers
+    (empty for a day not cut into tasks)."""
+    labels = re.compile(r"# Week (\d+) Day (\d+)(?: Task (\d+))?:")
+    days: dict[tuple[int, int], set[int]] = {}
+    for path in REFERENCE.glob("*.py"):
+        for week, day, task in labels.findall(path.read_text()):
+            tasks = days.setdefault((int(week), int(day)), set())
+            if task:
+                tasks.add(int(task))
+    return {day: sorted(days[day]) for day in sorted(days)}
+
+
 def course_days() -> list[tuple[int, int]]:
     """Every (week, day) the reference labels, in order."""
-    labels = re.compile(r"# Week (\d+) Day (\d+):")
-    return sorted(
-        {
-            (int(week), int(day))
-            for path in REFERENCE.glob("*.py")
-            for week, day in labels.findall(path.read_text())
-        }
-    )
+    return list(course_tasks())
 
 
 def main() -> int:
@@ -169,28 +182,39 @@ def main() -> int:
     )
     parser.add_argument(
         "--done-through",
-        metavar="WEEK.DAY",
+        metavar="WEEK.DAY[.TASK]",
         help="keep the reference's code for every day up to this one (e.g. 2.7): "
-        "a learner's tree with those days finished",
+        "a learner's tree with those days finished; WEEK.DAY.TASK (e.g. 1.5.2) "
+        "also keeps that day's tasks up to TASK",
     )
     args = parser.parse_args()
-    done = (0, 0)
+    done = (0, 0, 0)
     if args.done_through is not None:
-        match = re.fullmatch(r"(\d+)\.(\d+)", args.done_through)
+        match = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?", args.done_through)
         if match is None:
-            parser.error("--done-through takes WEEK.DAY, such as 2.7")
-        done = (int(match[1]), int(match[2]))
-        days = course_days()
+            parser.error("--done-through takes WEEK.DAY or WEEK.DAY.TASK, such as 2.7")
+        tasks = course_tasks()
+        days = list(tasks)
         if not days:
             parser.error(
                 "the skeleton is made from src/tiny_llm_ref, which this tree does "
                 "not have"
             )
-        if done not in days:
+        day = (int(match[1]), int(match[2]))
+        if day not in tasks:
             parser.error(
-                f"the course has no week {done[0]} day {done[1]}: its days run from "
+                f"the course has no week {day[0]} day {day[1]}: its days run from "
                 f"{days[0][0]}.{days[0][1]} to {days[-1][0]}.{days[-1][1]}"
             )
+        task = ALL_TASKS if match[3] is None else int(match[3])
+        if match[3] is not None and task not in tasks[day]:
+            have = (
+                f"tasks {tasks[day][0]}-{tasks[day][-1]}"
+                if tasks[day]
+                else "no tasks yet"
+            )
+            parser.error(f"week {day[0]} day {day[1]} has {have}, not task {task}")
+        done = (*day, task)
     if args.check:
         stale = differences(done)
         for path in stale:

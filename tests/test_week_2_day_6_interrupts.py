@@ -9,7 +9,7 @@ import pytest
 from .interrupts import INTERRUPTS, check_interrupted_run
 from .solution import tiny
 
-pytestmark = pytest.mark.task(3)
+pytestmark = pytest.mark.task(4)
 
 
 @INTERRUPTS

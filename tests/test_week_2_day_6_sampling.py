@@ -24,7 +24,7 @@ from .helpers import (
 )
 from .solution import tiny
 
-pytestmark = pytest.mark.task(3)
+pytestmark = pytest.mark.task(4)
 
 
 def prompt(seed: int, length: int = 12) -> list[int]:

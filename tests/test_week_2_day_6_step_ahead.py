@@ -12,7 +12,7 @@ from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
 
 from .solution import tiny
 
-pytestmark = pytest.mark.task(3)
+pytestmark = pytest.mark.task(4)
 
 
 def prompts(vocab: int) -> list[list[int]]:

@@ -148,7 +148,7 @@ class Engine:
         ValueError or TypeError for a bad arrival_step or n.
         """
         raise NotImplementedError(
-            "Week 2 Day 6 Task 3: add_request: check arrival_step; make_choices; put "
+            "Week 2 Day 6 Task 4: add_request: check arrival_step; make_choices; put "
             '("add", id, request, arrival_step) in the inbox for each, return the id'
         )
 
@@ -158,7 +158,7 @@ class Engine:
         decodes; every choice of it, or only choice `index`. An unknown or finished
         id is ignored."""
         raise NotImplementedError(
-            'Week 2 Day 6 Task 3: abort: put ("abort", id, index, None) in the inbox'
+            'Week 2 Day 6 Task 4: abort: put ("abort", id, index, None) in the inbox'
         )
 
     def close(self) -> None:
@@ -178,7 +178,7 @@ class Engine:
         """True while a request has not been reported finished, or a note waits in
         the inbox (a request just added counts before the engine has read it)."""
         raise NotImplementedError(
-            "Week 2 Day 6 Task 3: has_unfinished: ids not empty, or the inbox not empty"
+            "Week 2 Day 6 Task 4: has_unfinished: ids not empty, or the inbox not empty"
         )
 
     # ANCHOR: step
@@ -186,7 +186,7 @@ class Engine:
         """One iteration: read the inbox, admit arrivals, run each plan the policy
         yields, and report what each request got."""
         raise NotImplementedError(
-            "Week 2 Day 6 Task 3: step: reports.start, read_inbox, admit_arrivals, "
+            "Week 2 Day 6 Task 4: step: reports.start, read_inbox, admit_arrivals, "
             "run each of policy.plans(), kv.after_step (in a finally), steps_done, "
             "the reports' count_requests and collect_outputs"
         )
@@ -197,7 +197,7 @@ class Engine:
         recorded (reports.record, on_forward) and its time told to an
         AdaptiveChunker when it ran a chunk."""
         raise NotImplementedError(
-            "Week 2 Day 6 Task 3: run: runner.run(plan), planner.retire_finished() "
+            "Week 2 Day 6 Task 4: run: runner.run(plan), planner.retire_finished() "
             "even on an interrupt, prefilling; the forward to reports.record, the "
             "AdaptiveChunker and on_forward (reports.forward_record)"
         )
@@ -209,7 +209,7 @@ class Engine:
         reports track it, and it goes into `arriving`. ("abort", id, index, None):
         abort_now(id, index)."""
         raise NotImplementedError(
-            'Week 2 Day 6 Task 3: read_inbox: drain the inbox; "add" notes to '
+            'Week 2 Day 6 Task 4: read_inbox: drain the inbox; "add" notes to '
             'reports.track and arriving; "abort" notes to abort_now'
         )
 
@@ -228,7 +228,7 @@ class Engine:
         their arrival time is read now. A request that has already failed (a bad
         prompt) gets its arrival time but does not wait."""
         raise NotImplementedError(
-            "Week 2 Day 6 Task 3: admit_arrivals: requests whose arrival_step is "
+            "Week 2 Day 6 Task 4: admit_arrivals: requests whose arrival_step is "
             "reached get their arrival time and join the planner"
         )
 

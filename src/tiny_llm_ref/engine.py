@@ -147,7 +147,7 @@ class Engine:
         ("add", id, request, arrival_step): the engine's thread reads them.
         ValueError or TypeError for a bad arrival_step or n.
         """
-        # Week 2 Day 6 Task 3: add_request: check arrival_step; make_choices; put ("add", id,
+        # Week 2 Day 6 Task 4: add_request: check arrival_step; make_choices; put ("add", id,
         # request, arrival_step) in the inbox for each, return the id
         spec = prompt if isinstance(prompt, PromptSpec) else PromptSpec(prompt)
         check_int("arrival_step", spec.arrival_step, 0)
@@ -164,7 +164,7 @@ class Engine:
         "abort" and frees its slot and memory, whether it waits, prefills or
         decodes; every choice of it, or only choice `index`. An unknown or finished
         id is ignored."""
-        # Week 2 Day 6 Task 3: abort: put ("abort", id, index, None) in the inbox
+        # Week 2 Day 6 Task 4: abort: put ("abort", id, index, None) in the inbox
         self.inbox.put(("abort", request_id, index, None))
 
     def close(self) -> None:
@@ -183,14 +183,14 @@ class Engine:
     def has_unfinished(self) -> bool:
         """True while a request has not been reported finished, or a note waits in
         the inbox (a request just added counts before the engine has read it)."""
-        # Week 2 Day 6 Task 3: has_unfinished: ids not empty, or the inbox not empty
+        # Week 2 Day 6 Task 4: has_unfinished: ids not empty, or the inbox not empty
         return bool(self.ids) or not self.inbox.empty()
 
     # ANCHOR: step
     def step(self) -> list[RequestOutput]:
         """One iteration: read the inbox, admit arrivals, run each plan the policy
         yields, and report what each request got."""
-        # Week 2 Day 6 Task 3: step: reports.start, read_inbox, admit_arrivals, run each of
+        # Week 2 Day 6 Task 4: step: reports.start, read_inbox, admit_arrivals, run each of
         # policy.plans(), kv.after_step (in a finally), steps_done, the reports'
         # count_requests and collect_outputs
         self.reports.start()
@@ -211,7 +211,7 @@ class Engine:
         or failed; an interrupt still retires them first. A forward that ran is
         recorded (reports.record, on_forward) and its time told to an
         AdaptiveChunker when it ran a chunk."""
-        # Week 2 Day 6 Task 3: run: runner.run(plan), planner.retire_finished() even on an
+        # Week 2 Day 6 Task 4: run: runner.run(plan), planner.retire_finished() even on an
         # interrupt, prefilling; the forward to reports.record, the AdaptiveChunker
         # and on_forward (reports.forward_record)
         if not plan:
@@ -236,7 +236,7 @@ class Engine:
         """Take every note out of the inbox. ("add", id, request, arrival_step): the
         reports track it, and it goes into `arriving`. ("abort", id, index, None):
         abort_now(id, index)."""
-        # Week 2 Day 6 Task 3: read_inbox: drain the inbox; "add" notes to reports.track and
+        # Week 2 Day 6 Task 4: read_inbox: drain the inbox; "add" notes to reports.track and
         # arriving; "abort" notes to abort_now
         while not self.inbox.empty():
             action, request_id, request, arrival_step = self.inbox.get()
@@ -260,7 +260,7 @@ class Engine:
         """Admit the requests whose arrival_step the steps done so far have reached;
         their arrival time is read now. A request that has already failed (a bad
         prompt) gets its arrival time but does not wait."""
-        # Week 2 Day 6 Task 3: admit_arrivals: requests whose arrival_step is reached get their
+        # Week 2 Day 6 Task 4: admit_arrivals: requests whose arrival_step is reached get their
         # arrival time and join the planner
         arrived = [r for step, r in self.arriving if step <= self.steps_done]
         self.arriving = [(s, r) for s, r in self.arriving if s > self.steps_done]

@@ -147,8 +147,8 @@ class Engine:
         ("add", id, request, arrival_step): the engine's thread reads them.
         ValueError or TypeError for a bad arrival_step or n.
         """
-        # Week 2 Day 6 Task 4: add_request: check arrival_step; make_choices; put ("add", id,
-        # request, arrival_step) in the inbox for each, return the id
+        # Week 2 Day 6 Task 4: add_request: check arrival_step; make_choices; put
+        # ("add", id, request, arrival_step) in the inbox for each, return the id
         spec = prompt if isinstance(prompt, PromptSpec) else PromptSpec(prompt)
         check_int("arrival_step", spec.arrival_step, 0)
         choices = make_choices(
@@ -190,8 +190,8 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """One iteration: read the inbox, admit arrivals, run each plan the policy
         yields, and report what each request got."""
-        # Week 2 Day 6 Task 4: step: reports.start, read_inbox, admit_arrivals, run each of
-        # policy.plans(), kv.after_step (in a finally), steps_done, the reports'
+        # Week 2 Day 6 Task 4: step: reports.start, read_inbox, admit_arrivals, run each
+        # of policy.plans(), kv.after_step (in a finally), steps_done, the reports'
         # count_requests and collect_outputs
         self.reports.start()
         self.read_inbox()
@@ -211,8 +211,8 @@ class Engine:
         or failed; an interrupt still retires them first. A forward that ran is
         recorded (reports.record, on_forward) and its time told to an
         AdaptiveChunker when it ran a chunk."""
-        # Week 2 Day 6 Task 4: run: runner.run(plan), planner.retire_finished() even on an
-        # interrupt, prefilling; the forward to reports.record, the AdaptiveChunker
+        # Week 2 Day 6 Task 4: run: runner.run(plan), planner.retire_finished() even on
+        # an interrupt, prefilling; the forward to reports.record, the AdaptiveChunker
         # and on_forward (reports.forward_record)
         if not plan:
             return
@@ -236,8 +236,8 @@ class Engine:
         """Take every note out of the inbox. ("add", id, request, arrival_step): the
         reports track it, and it goes into `arriving`. ("abort", id, index, None):
         abort_now(id, index)."""
-        # Week 2 Day 6 Task 4: read_inbox: drain the inbox; "add" notes to reports.track and
-        # arriving; "abort" notes to abort_now
+        # Week 2 Day 6 Task 4: read_inbox: drain the inbox; "add" notes to reports.track
+        # and arriving; "abort" notes to abort_now
         while not self.inbox.empty():
             action, request_id, request, arrival_step = self.inbox.get()
             if action == "add":
@@ -260,8 +260,8 @@ class Engine:
         """Admit the requests whose arrival_step the steps done so far have reached;
         their arrival time is read now. A request that has already failed (a bad
         prompt) gets its arrival time but does not wait."""
-        # Week 2 Day 6 Task 4: admit_arrivals: requests whose arrival_step is reached get their
-        # arrival time and join the planner
+        # Week 2 Day 6 Task 4: admit_arrivals: requests whose arrival_step is reached
+        # get their arrival time and join the planner
         arrived = [r for step, r in self.arriving if step <= self.steps_done]
         self.arriving = [(s, r) for s, r in self.arriving if s > self.steps_done]
         for request in arrived:

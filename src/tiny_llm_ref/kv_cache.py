@@ -283,7 +283,8 @@ class BatchRowView(TinyKvCache):
     step may have replaced that storage in between."""
 
     def __init__(self, batch: BatchingKvCache, slot: int, offset: int) -> None:
-        # Week 3 Day 4 Task 3: BatchRowView: keep the batch cache, the slot and the offset
+        # Week 3 Day 4 Task 3: BatchRowView: keep the batch cache, the slot and the
+        # offset
         self.batch = batch
         self.slot = slot
         self.offset = offset
@@ -291,11 +292,12 @@ class BatchRowView(TinyKvCache):
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, str | None]:
-        # Week 3 Day 4 Task 3: update_and_fetch: ValueError past max_seq_len; fit the batch
-        # storage to the rows it already has (batch.keys.shape[0], not 1: the other
-        # slots' keys must stay) and offset + L positions; write row slot's positions
-        # offset .. offset + L - 1; advance offset; return the row's keys and values
-        # [1, H, offset, D] and the mask ("causal" when L > 1, None for one token)
+        # Week 3 Day 4 Task 3: update_and_fetch: ValueError past max_seq_len; fit the
+        # batch storage to the rows it already has (batch.keys.shape[0], not 1: the
+        # other slots' keys must stay) and offset + L positions; write row slot's
+        # positions offset .. offset + L - 1; advance offset; return the row's keys and
+        # values [1, H, offset, D] and the mask ("causal" when L > 1, None for one
+        # token)
         _, H, L, D = keys.shape
         batch, end = self.batch, self.offset + L
         if end > batch.max_seq_len:

@@ -118,7 +118,8 @@ class MixedPolicy(Policy):
     def is_long(self, request: Request) -> bool:
         """True for a prompt of more than long_prefill_token_threshold tokens (never
         when the threshold is None)."""
-        # Week 3 Day 1 Task 2: is_long: the threshold is set and the prompt's tokens pass it
+        # Week 3 Day 1 Task 2: is_long: the threshold is set and the prompt's tokens
+        # pass it
         threshold = self.config.long_prefill_token_threshold
         return threshold is not None and request.prefill_length > threshold
         # ANCHOR_END: is_long
@@ -156,9 +157,9 @@ class MixedPolicy(Policy):
         attention scores, L x (offset + L) (each of the chunk's tokens against every
         position up to the chunk's end), stay within long_prefill_attention_budget
         (None: no such cap), but always at least 1 token."""
-        # Week 3 Day 1 Task 2: chunk_limit: min of the tokens left, size (unless None) and,
-        # when is_long, the threshold and (unless None) the largest L >= 1 with
-        # L * (request.offset + L) <= long_prefill_attention_budget
+        # Week 3 Day 1 Task 2: chunk_limit: min of the tokens left, size (unless None)
+        # and, when is_long, the threshold and (unless None) the largest L >= 1 with L *
+        # (request.offset + L) <= long_prefill_attention_budget
         tokens = request.prefill_length - request.offset
         if size is not None:
             tokens = min(tokens, size)
@@ -181,10 +182,10 @@ class MixedPolicy(Policy):
         ones: a long one yields its slot to an interactive request) preempts
         decoding batch requests whose deadline is later than its own, latest first
         (preemption.preempt), until it has one or none is left."""
-        # Week 3 Day 1 Task 2: preempt_for_interactive: for each waiting interactive request
-        # by urgency, not prefill-done, may_start: while slot_for (with the started
-        # requests that are not is_long) is None, preempt the decoding batch request
-        # with the latest deadline past its own (stop when none)
+        # Week 3 Day 1 Task 2: preempt_for_interactive: for each waiting interactive
+        # request by urgency, not prefill-done, may_start: while slot_for (with the
+        # started requests that are not is_long) is None, preempt the decoding batch
+        # request with the latest deadline past its own (stop when none)
         planner = self.planner
         in_view = [r for r in started if not self.is_long(r)]
         for request in planner.by_urgency():
@@ -250,11 +251,11 @@ class MixedPolicy(Policy):
         the plan (first come, first served). An AdaptiveChunker is asked once a step
         (it learns from one time a step); a size a policy gets wrong fails that
         request alone ("prefill failed: ..."), and the next request asks again."""
-        # Week 3 Day 1 Task 2: plan_chunks: a Sharing (yielding: the started is_long ones);
-        # prefill_candidates(in_view, in_first_round), then (in_view,
-        # in_last_round); for each while budget is left: the chunk size (once a step
-        # for an AdaptiveChunker), chunk_limit, the budget, reserve_chunk with the
-        # planned requests (stop at 0); Sharing.add; the chunks
+        # Week 3 Day 1 Task 2: plan_chunks: a Sharing (yielding: the started is_long
+        # ones); prefill_candidates(in_view, in_first_round), then (in_view,
+        # in_last_round); for each while budget is left: the chunk size (once a step for
+        # an AdaptiveChunker), chunk_limit, the budget, reserve_chunk with the planned
+        # requests (stop at 0); Sharing.add; the chunks
         planner, config = self.planner, self.config
         sharing = Sharing(started, [r for r in started if self.is_long(r)])
         candidates = itertools.chain(
@@ -301,8 +302,8 @@ class MixedPolicy(Policy):
     def in_last_round(self, request: Request, sharing: Sharing) -> bool:
         """Asked last: a yielding request that may start, in a step with no chunk
         of one it yields to."""
-        # Week 3 Day 1 Task 2: in_last_round: yielding, may_start, and yields_to none of the
-        # chunks' requests
+        # Week 3 Day 1 Task 2: in_last_round: yielding, may_start, and yields_to none of
+        # the chunks' requests
         if request not in sharing.yielding:
             return False
         if not self.may_start(request, sharing.started):

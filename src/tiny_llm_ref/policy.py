@@ -59,9 +59,9 @@ class AlternatePolicy(Policy):
         the rest of its prompt), as many as preemption.reserve_chunk makes room for
         (none: no chunk this step). A policy's bad chunk size fails that request
         alone ("prefill failed: ...")."""
-        # Week 2 Day 6 Task 3: plan_chunk: the first of planner.prefill_candidates(); its size,
-        # cut to what reserve_chunk makes room for; Plan(chunks=[(request, size)]), or
-        # an empty Plan when that is 0
+        # Week 2 Day 6 Task 3: plan_chunk: the first of planner.prefill_candidates();
+        # its size, cut to what reserve_chunk makes room for; Plan(chunks=[(request,
+        # size)]), or an empty Plan when that is 0
         planner = self.planner
         for request in planner.prefill_candidates():
             try:

@@ -33,8 +33,8 @@ class Preemption:
         """Before a decode forward: every decoding request gets room for its next
         token (Planner.reserve). While it cannot, the newest request holding memory
         is preempted (the request itself if it is that one)."""
-        # Week 2 Day 6 Task 3: make_room_for_decodes: while planner.reserve(request, 1) is 0
-        # and the request still decodes, preempt(newest_holder())
+        # Week 2 Day 6 Task 3: make_room_for_decodes: while planner.reserve(request, 1)
+        # is 0 and the request still decodes, preempt(newest_holder())
         planner = self.planner
         for slot, request in planner.decoding():
             while planner.slots[slot] is request and not planner.reserve(request, 1):
@@ -61,8 +61,8 @@ class Preemption:
         plan) are preempted, newest first, until there is room or none is left (0:
         the request waits)."""
         # Week 2 Day 6 Task 3: reserve_chunk: while planner.reserve(request, size) is 0,
-        # preempt the newest waiting holder ranked above the request and not planned;
-        # 0 when there is none
+        # preempt the newest waiting holder ranked above the request and not planned; 0
+        # when there is none
         planner = self.planner
         while not (room := planner.reserve(request, size)):
             newer = [

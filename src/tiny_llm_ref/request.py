@@ -188,8 +188,8 @@ class Request:
         input, tokens[-1] while the request decodes (prefill done, offset one short
         of its tokens). None before the first token, while it prefills again after
         a restart, and once finished."""
-        # Week 2 Day 6 Task 1: next_token: tokens[-1] when not finished, the prefill is done
-        # and offset is len(tokens) - 1; else None
+        # Week 2 Day 6 Task 1: next_token: tokens[-1] when not finished, the prefill is
+        # done and offset is len(tokens) - 1; else None
         decoding = self.is_prefill_done and self.offset == len(self.tokens) - 1
         return self.tokens[-1] if decoding and not self.is_finished else None
 
@@ -224,12 +224,11 @@ class Request:
         """
         # Week 2 Day 6 Task 1: try_prefill: ValueError once prefill is done; run
         # tokens[offset : offset + step] (up to prefill_length) through the model at
-        # `offset` with
-        # kv_cache (step: max_step, else prefill_max_step; None: the whole rest;
-        # last_position_only=True unless sampling_state.wants_prompt_logprobs, which
-        # then observe_prompt's every position), advance offset, mx.eval the cache,
-        # and on the last chunk sample_and_accept the first token. Day 6 calls it once
-        # per prompt, with the whole prompt; Day 7's tests call it chunk by chunk
+        # `offset` with kv_cache (step: max_step, else prefill_max_step; None: the whole
+        # rest; last_position_only=True unless sampling_state.wants_prompt_logprobs,
+        # which then observe_prompt's every position), advance offset, mx.eval the
+        # cache, and on the last chunk sample_and_accept the first token. Day 6 calls it
+        # once per prompt, with the whole prompt; Day 7's tests call it chunk by chunk
         if self.is_prefill_done:
             raise ValueError("prefill is already done: this request is decoding")
         check_int("max_step", max_step, 1, allow_none=True)
@@ -289,8 +288,8 @@ class Request:
     def sample_and_accept(self, logits: mx.array) -> None:
         """logits: [1, V] at the request's last position: sample and accept a token
         (accept_drawn of what sample answers, or of the exception it raised)."""
-        # Week 2 Day 6 Task 1: sample_and_accept: accept_drawn(sample(logits)), or of the
-        # exception sample raised
+        # Week 2 Day 6 Task 1: sample_and_accept: accept_drawn(sample(logits)), or of
+        # the exception sample raised
         try:
             drawn = self.sample(logits)
         except Exception as error:
@@ -322,8 +321,8 @@ class Request:
         offset has reached max_seq_len (no room left in the cache to feed the token).
         """
         # Week 2 Day 6 Task 1: accept: EOS finishes with 'stop' (the token is not kept);
-        # otherwise append it to tokens, feed the detokenizer, and finish with
-        # 'length' at max_tokens or 'max_seq_len' when offset reaches it;
+        # otherwise append it to tokens, feed the detokenizer, and finish with 'length'
+        # at max_tokens or 'max_seq_len' when offset reaches it;
         # constraint_state.advance and sampling_state.advance a kept token first
         self.metrics.record_token(self.clock())
         if token in self.tokenizer.eos_token_ids:

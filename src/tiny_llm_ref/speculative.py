@@ -51,8 +51,8 @@ def find_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     token (len - 2 first); its backward match may overlap the last run itself (in
     `a a a a` the end at index 2 matches 3 tokens) and stops at the text's start.
     """
-    # Week 3 Day 4 Task 1: find_drafts: the docstring's rule (the chapter's "Drafts from the
-    # request's own text")
+    # Week 3 Day 4 Task 1: find_drafts: the docstring's rule (the chapter's "Drafts from
+    # the request's own text")
     last = len(tokens) - 1
     best_length, best_end = 0, -1
     for end in range(last - 1, -1, -1):
@@ -81,8 +81,8 @@ def break_even(rows: int, cost: float = DRAFT_TOKEN_COST) -> float:
     second are unchanged when acceptance x (1 + cost x (rows - 1)) = cost x rows,
     whatever k: at 1 row 18%, at 4 rows 47%.
     """
-    # Week 3 Day 4 Task 1: break_even: the acceptance at which drafting's gain pays for its
-    # cost (derive it: the chapter's "When drafts do not pay")
+    # Week 3 Day 4 Task 1: break_even: the acceptance at which drafting's gain pays for
+    # its cost (derive it: the chapter's "When drafts do not pay")
     return cost * rows / (1 + cost * (rows - 1))
 
 
@@ -124,8 +124,8 @@ def may_draft(request: Request, rows: int) -> bool:
     the verification after the pause is a probe: a better acceptance than
     break-even keeps it drafting, a worse one starts the next pause.
     """
-    # Week 3 Day 4 Task 1: may_draft: the docstring's rule (the chapter's "When drafts do
-    # not pay")
+    # Week 3 Day 4 Task 1: may_draft: the docstring's rule (the chapter's "When drafts
+    # do not pay")
     if not can_verify(request.sampler) or request.next_token is None:
         return False
     if not request.sampling_state.allows_drafts:
@@ -216,8 +216,8 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     normalise); all kept: a last token is drawn from p_k. Each token then has exactly
     the sampler's distribution.
     """
-    # Week 3 Day 4 Task 2: verified_tokens: the acceptance rule of the docstring, greedy and
-    # sampled (the chapter's "The acceptance rule")
+    # Week 3 Day 4 Task 2: verified_tokens: the acceptance rule of the docstring, greedy
+    # and sampled (the chapter's "The acceptance rule")
     if is_greedy(sampler):
         best = mx.argmax(logprobs, axis=-1).tolist()
         kept = 0

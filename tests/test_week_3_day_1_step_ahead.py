@@ -8,7 +8,7 @@ import pytest
 
 from .test_week_2_day_6_step_ahead import check_tokens, engine_results
 
-pytestmark = pytest.mark.task(2)
+pytestmark = pytest.mark.task(3)
 
 
 def test_mixed_tokens_equal_mlx_lm_through_finishes_arrivals_and_an_abort(

@@ -75,7 +75,7 @@ class Sharing:
 
     def __post_init__(self) -> None:
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: Sharing: in_view, the started requests not "
+            "Week 3 Day 1 Task 3: Sharing: in_view, the started requests not "
             "yielding; kept_from_batch, in_view and the interactive yielding ones"
         )
 
@@ -83,7 +83,7 @@ class Sharing:
         """A yielding `request` yields to `other` when other does not yield and
         either request is batch or other is interactive."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: yields_to: other not yielding, and request batch or"
+            "Week 3 Day 1 Task 3: yields_to: other not yielding, and request batch or"
             " other interactive"
         )
 
@@ -91,7 +91,7 @@ class Sharing:
         """A chunk of `tokens` is planned for the request: it has started and keeps
         a slot in view from now on."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: add: append to chunks; join started, in_view and "
+            "Week 3 Day 1 Task 3: add: append to chunks; join started, in_view and "
             "kept_from_batch where it is not yet"
         )
 
@@ -104,7 +104,7 @@ class MixedPolicy(Policy):
         """ONE plan (plan()); then the requests it prefilled take their slots
         (place_prefilled)."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: plans: yield plan(), then place_prefilled"
+            "Week 3 Day 1 Task 3: plans: yield plan(), then place_prefilled"
         )
 
     # ANCHOR: is_long
@@ -156,7 +156,7 @@ class MixedPolicy(Policy):
         decoding batch requests whose deadline is later than its own, latest first
         (preemption.preempt), until it has one or none is left."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: preempt_for_interactive: for each waiting "
+            "Week 3 Day 1 Task 3: preempt_for_interactive: for each waiting "
             "interactive request by urgency, not prefill-done, may_start: while "
             "slot_for (with the started requests that are not is_long) is None, "
             "preempt the decoding batch request with the latest deadline past its own"
@@ -174,7 +174,7 @@ class MixedPolicy(Policy):
         counts against the budget, an empty slot's dummy row and every draft token
         too. Finished requests (a chunk size that failed) are retired."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: plan: the started requests (offset > 0); "
+            "Week 3 Day 1 Task 3: plan: the started requests (offset > 0); "
             "preempt_for_interactive; make_room_for_decodes; the rows; the budget "
             "left after them and the drafts (plan_drafts, only with "
             "config.speculative or jump_forward); plan_chunks; retire_finished; "
@@ -199,7 +199,7 @@ class MixedPolicy(Policy):
         (it learns from one time a step); a size a policy gets wrong fails that
         request alone ("prefill failed: ..."), and the next request asks again."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: plan_chunks: a Sharing (yielding: the started "
+            "Week 3 Day 1 Task 3: plan_chunks: a Sharing (yielding: the started "
             "is_long ones); prefill_candidates(in_view, in_first_round), then "
             "(in_view, in_last_round); for each while budget is left: the chunk size "
             "(once a step for an AdaptiveChunker), chunk_limit, the budget, "
@@ -211,7 +211,7 @@ class MixedPolicy(Policy):
         """Asked first: a request that does not yield and may start; a batch one
         only with a slot in view past every kept_from_batch request."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: in_first_round: not yielding, may_start, and for a "
+            "Week 3 Day 1 Task 3: in_first_round: not yielding, may_start, and for a "
             "batch request slot_for(request, kept_from_batch) is not None"
         )
 
@@ -219,6 +219,6 @@ class MixedPolicy(Policy):
         """Asked last: a yielding request that may start, in a step with no chunk
         of one it yields to."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: in_last_round: yielding, may_start, and yields_to "
+            "Week 3 Day 1 Task 3: in_last_round: yielding, may_start, and yields_to "
             "none of the chunks' requests"
         )

@@ -201,7 +201,7 @@ class Planner:
         """A request that left (leave) waits again, first in line; it keeps its
         place in `order` (preemption.py)."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 3: requeue: back to the front of waiting"
+            "Week 3 Day 1 Task 4: requeue: back to the front of waiting"
         )
 
     def retire_finished(self) -> None:

@@ -72,7 +72,7 @@ class Preemption:
         first in line (Planner.requeue), to recompute its tokens
         (Request.restart)."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 3: preempt: planner.leave(request), request.restart(),"
+            "Week 3 Day 1 Task 4: preempt: planner.leave(request), request.restart(),"
             " planner.requeue(request), count += 1"
         )
 

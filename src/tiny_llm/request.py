@@ -246,7 +246,7 @@ class Request:
         prefill's last chunk samples the next token. Tokens already generated stay
         generated; the request's own cache is made anew when it is admitted again."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 3: restart: prefill_length = every token so far; "
+            "Week 3 Day 1 Task 4: restart: prefill_length = every token so far; "
             "offset 0; kv_cache None; metrics.preemptions += 1"
         )
 

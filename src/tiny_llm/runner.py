@@ -98,7 +98,7 @@ class ModelRunner:
         drafts verify them (verify). Returns verify's (request, drafts fed, drafts
         accepted) list, [] without drafts."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: run_mixed: PrefillChunks (every row for a request "
+            "Week 3 Day 1 Task 3: run_mixed: PrefillChunks (every row for a request "
             "that wants prompt logprobs; and, only when the plan has drafts, "
             "draft_parts), mixed_forward, mx.eval of the logits and the chunk caches;"
             " then advance each chunk's request (observe_prompt first when it wants "

@@ -74,7 +74,7 @@ class Sharing:
     chunks: list[tuple[Request, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # Week 3 Day 1 Task 2: Sharing: in_view, the started requests not yielding;
+        # Week 3 Day 1 Task 3: Sharing: in_view, the started requests not yielding;
         # kept_from_batch, in_view and the interactive yielding ones
         self.in_view = [r for r in self.started if r not in self.yielding]
         self.kept_from_batch = self.in_view + [
@@ -84,7 +84,7 @@ class Sharing:
     def yields_to(self, request: Request, other: Request) -> bool:
         """A yielding `request` yields to `other` when other does not yield and
         either request is batch or other is interactive."""
-        # Week 3 Day 1 Task 2: yields_to: other not yielding, and request batch or other
+        # Week 3 Day 1 Task 3: yields_to: other not yielding, and request batch or other
         # interactive
         return other not in self.yielding and (
             request.priority == "batch" or other.priority == "interactive"
@@ -93,7 +93,7 @@ class Sharing:
     def add(self, request: Request, tokens: int) -> None:
         """A chunk of `tokens` is planned for the request: it has started and keeps
         a slot in view from now on."""
-        # Week 3 Day 1 Task 2: add: append to chunks; join started, in_view and
+        # Week 3 Day 1 Task 3: add: append to chunks; join started, in_view and
         # kept_from_batch where it is not yet
         self.chunks.append((request, tokens))
         if request not in self.started:
@@ -110,7 +110,7 @@ class MixedPolicy(Policy):
     def plans(self) -> Iterator[Plan]:
         """ONE plan (plan()); then the requests it prefilled take their slots
         (place_prefilled)."""
-        # Week 3 Day 1 Task 2: plans: yield plan(), then place_prefilled
+        # Week 3 Day 1 Task 3: plans: yield plan(), then place_prefilled
         yield self.plan()
         self.planner.place_prefilled()
 
@@ -182,7 +182,7 @@ class MixedPolicy(Policy):
         ones: a long one yields its slot to an interactive request) preempts
         decoding batch requests whose deadline is later than its own, latest first
         (preemption.preempt), until it has one or none is left."""
-        # Week 3 Day 1 Task 2: preempt_for_interactive: for each waiting interactive
+        # Week 3 Day 1 Task 3: preempt_for_interactive: for each waiting interactive
         # request by urgency, not prefill-done, may_start: while slot_for (with the
         # started requests that are not is_long) is None, preempt the decoding batch
         # request with the latest deadline past its own (stop when none)
@@ -214,7 +214,7 @@ class MixedPolicy(Policy):
         (plan_chunks) until token_budget is spent (None: no limit). Every row fed
         counts against the budget, an empty slot's dummy row and every draft token
         too. Finished requests (a chunk size that failed) are retired."""
-        # Week 3 Day 1 Task 2: plan: the started requests (offset > 0);
+        # Week 3 Day 1 Task 3: plan: the started requests (offset > 0);
         # preempt_for_interactive; make_room_for_decodes; the rows; the budget left
         # after them and the drafts (plan_drafts, only with config.speculative or
         # jump_forward); plan_chunks; retire_finished; Plan(rows, chunks, mixed=True,
@@ -251,7 +251,7 @@ class MixedPolicy(Policy):
         the plan (first come, first served). An AdaptiveChunker is asked once a step
         (it learns from one time a step); a size a policy gets wrong fails that
         request alone ("prefill failed: ..."), and the next request asks again."""
-        # Week 3 Day 1 Task 2: plan_chunks: a Sharing (yielding: the started is_long
+        # Week 3 Day 1 Task 3: plan_chunks: a Sharing (yielding: the started is_long
         # ones); prefill_candidates(in_view, in_first_round), then (in_view,
         # in_last_round); for each while budget is left: the chunk size (once a step for
         # an AdaptiveChunker), chunk_limit, the budget, reserve_chunk with the planned
@@ -288,7 +288,7 @@ class MixedPolicy(Policy):
     def in_first_round(self, request: Request, sharing: Sharing) -> bool:
         """Asked first: a request that does not yield and may start; a batch one
         only with a slot in view past every kept_from_batch request."""
-        # Week 3 Day 1 Task 2: in_first_round: not yielding, may_start, and for a batch
+        # Week 3 Day 1 Task 3: in_first_round: not yielding, may_start, and for a batch
         # request slot_for(request, kept_from_batch) is not None
         if request in sharing.yielding:
             return False
@@ -302,7 +302,7 @@ class MixedPolicy(Policy):
     def in_last_round(self, request: Request, sharing: Sharing) -> bool:
         """Asked last: a yielding request that may start, in a step with no chunk
         of one it yields to."""
-        # Week 3 Day 1 Task 2: in_last_round: yielding, may_start, and yields_to none of
+        # Week 3 Day 1 Task 3: in_last_round: yielding, may_start, and yields_to none of
         # the chunks' requests
         if request not in sharing.yielding:
             return False

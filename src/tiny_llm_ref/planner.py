@@ -246,7 +246,7 @@ class Planner:
     def requeue(self, request: Request) -> None:
         """A request that left (leave) waits again, first in line; it keeps its
         place in `order` (preemption.py)."""
-        # Week 3 Day 1 Task 3: requeue: back to the front of waiting
+        # Week 3 Day 1 Task 4: requeue: back to the front of waiting
         self.waiting.insert(0, request)
 
     def retire_finished(self) -> None:

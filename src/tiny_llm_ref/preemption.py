@@ -81,7 +81,7 @@ class Preemption:
         """Take a request's memory back (Planner.leave) and make it wait again,
         first in line (Planner.requeue), to recompute its tokens
         (Request.restart)."""
-        # Week 3 Day 1 Task 3: preempt: planner.leave(request), request.restart(),
+        # Week 3 Day 1 Task 4: preempt: planner.leave(request), request.restart(),
         # planner.requeue(request), count += 1
         self.planner.leave(request)
         request.restart()

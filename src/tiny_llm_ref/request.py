@@ -265,7 +265,7 @@ class Request:
         tokens generated so far are prefilled again from position 0, and the
         prefill's last chunk samples the next token. Tokens already generated stay
         generated; the request's own cache is made anew when it is admitted again."""
-        # Week 3 Day 1 Task 3: restart: prefill_length = every token so far; offset 0;
+        # Week 3 Day 1 Task 4: restart: prefill_length = every token so far; offset 0;
         # kv_cache None; metrics.preemptions += 1
         self.prefill_length = len(self.tokens)
         self.offset = 0

@@ -123,7 +123,7 @@ class ModelRunner:
         row; the rows without drafts accept theirs (accept_rows); the requests with
         drafts verify them (verify). Returns verify's (request, drafts fed, drafts
         accepted) list, [] without drafts."""
-        # Week 3 Day 1 Task 2: run_mixed: PrefillChunks (every row for a request that
+        # Week 3 Day 1 Task 3: run_mixed: PrefillChunks (every row for a request that
         # wants prompt logprobs; and, only when the plan has drafts, draft_parts),
         # mixed_forward, mx.eval of the logits and the chunk caches; then advance each
         # chunk's request (observe_prompt first when it wants prompt logprobs) and

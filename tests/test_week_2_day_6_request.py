@@ -5,15 +5,47 @@ prefill's last position, then decodes one token a step: feed next_token at offse
 advance by one, sample_and_accept the logits. Its counters (offset, tokens,
 finish_reason) say where it is. Reference: mlx-lm's model on the same weights, fed
 the whole sequence each time (no cache), its argmax with EOS banned.
+
+The request runs on mlx-lm's model behind week 2's interface (MlxLmWeek2), so this
+task needs nothing of the earlier days: it is the Request alone.
 """
 
 import mlx.core as mx
 import numpy as np
 import pytest
+from mlx_lm.models.cache import make_prompt_cache
 
+from .helpers import sharpened
+from .random_models import SIZES, random_model
 from .solution import tiny
 
 pytestmark = pytest.mark.task(1)
+
+
+class MlxLmWeek2:
+    """mlx-lm's model with week 2's interface: model(tokens [B, L], offset, cache,
+    last_position_only) -> logits, create_kv_cache(), vocab_size, context_length."""
+
+    def __init__(self, mlx_model):
+        self.mlx_model = mlx_model
+        self.vocab_size = mlx_model.args.vocab_size
+        self.context_length = mlx_model.args.max_position_embeddings
+
+    def create_kv_cache(self) -> list:
+        return make_prompt_cache(self.mlx_model)
+
+    def __call__(self, tokens, offset, cache, last_position_only=False):
+        assert cache[0].offset == offset, f"offset {offset}, cache {cache[0].offset}"
+        logits = self.mlx_model(tokens, cache=cache)
+        return logits[:, -1:, :] if last_position_only else logits
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """(mlx-lm's small random model, conftest's first pair's, and that model behind
+    week 2's interface): no tiny model is built, so nothing of the earlier days."""
+    mlx_model = sharpened(random_model(*SIZES[0], seed=0))
+    return mlx_model, MlxLmWeek2(mlx_model)
 
 
 def prompt_ids(vocab: int, length: int, seed: int = 0) -> list[int]:

@@ -305,16 +305,6 @@ def test_book_builds_without_warnings(tmp_path):
 
 
 MAX_CHAPTER_WORDS = 4000
-# The chapters of the days not yet cut into tasks (tests/tasks.py's PENDING_DAYS),
-# still longer than a lesson: their rework shortens them. Take a chapter off this
-# list once it fits.
-LONG_CHAPTERS_PENDING = {
-    "week2-06-continuous-batching.md",
-    "week2-07-chunked-prefill.md",
-    "week3-01-mixed-step.md",
-    "week3-01-latency.md",
-    "week3-04-speculative.md",
-}
 
 
 def main_path() -> list[Path]:
@@ -330,13 +320,7 @@ def test_main_path_chapters_are_lessons_of_at_most_4000_words():
     problems = []
     for chapter in main_path():
         words = len(chapter.read_text(encoding="utf-8").split())
-        if chapter.name in LONG_CHAPTERS_PENDING:
-            if words <= MAX_CHAPTER_WORDS:
-                problems.append(
-                    f"{chapter.name} has {words} words now: take it off "
-                    "LONG_CHAPTERS_PENDING"
-                )
-        elif words > MAX_CHAPTER_WORDS:
+        if words > MAX_CHAPTER_WORDS:
             problems.append(
                 f"{chapter.relative_to(ROOT)}: {words} words, over "
                 f"{MAX_CHAPTER_WORDS}: move reference material to an appendix page"

@@ -17,6 +17,8 @@ from tiny_llm_base.mlx_lm_reference import chat_ids
 from .random_models import SIZES, random_model
 from .solution import tiny
 
+pytestmark = pytest.mark.task(4)
+
 QUESTIONS = [
     "What is the capital of France?",
     "Hi!",

@@ -21,6 +21,8 @@ from tiny_llm_base.mlx_lm_reference import chat_ids, mlx_lm_greedy
 from .random_models import SIZES, random_model
 from .solution import tiny
 
+pytestmark = pytest.mark.task(4)
+
 MAX_TOKENS = 4
 
 

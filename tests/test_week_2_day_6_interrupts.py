@@ -9,6 +9,8 @@ import pytest
 from .interrupts import INTERRUPTS, check_interrupted_run
 from .solution import tiny
 
+pytestmark = pytest.mark.task(4)
+
 
 @INTERRUPTS
 def test_an_interrupted_step_leaves_the_dense_engine_usable(

@@ -24,6 +24,8 @@ from .helpers import (
 )
 from .solution import tiny
 
+pytestmark = pytest.mark.task(4)
+
 
 def prompt(seed: int, length: int = 12) -> list[int]:
     return token_ids(np.random.default_rng(seed), 200, length)

@@ -5,11 +5,14 @@ that arrives while the others decode (its row fits no forward started ahead), an
 abort, and the dense cache (the paged one: week 3 day 2's tests); and a steady decode really runs ahead."""
 
 import numpy as np
+import pytest
 
 from tiny_llm_base import PromptSpec, greedy
 from tiny_llm_base.mlx_lm_reference import mlx_lm_greedy
 
 from .solution import tiny
+
+pytestmark = pytest.mark.task(4)
 
 
 def prompts(vocab: int) -> list[list[int]]:

@@ -103,6 +103,7 @@ def qwen2_pairs(random_pairs):
 # --- Request.try_prefill ----------------------------------------------------------
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_try_prefill_advances_offset_one_chunk_at_a_time(
     pair, tokenizer
 ):
@@ -121,6 +122,7 @@ def test_chunked_prefill_try_prefill_advances_offset_one_chunk_at_a_time(
         request.try_prefill()
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_try_prefill_max_step_overrides_the_default(pair, tokenizer):
     mlx_model, model = pair
     prompt = token_ids(np.random.default_rng(2), mlx_model.args.vocab_size, 12)
@@ -133,6 +135,7 @@ def test_chunked_prefill_try_prefill_max_step_overrides_the_default(pair, tokeni
     assert whole.try_prefill() == 12 and whole.is_prefill_done
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("step", [1, 4, 23, None])
 def test_chunked_prefill_last_chunk_samples_mlx_lm_argmax(pair, tokenizer, step):
     mlx_model, model = pair
@@ -148,6 +151,7 @@ def test_chunked_prefill_last_chunk_samples_mlx_lm_argmax(pair, tokenizer, step)
         assert request.next_token == expected
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("step", [1, 4, None])
 def test_chunked_prefill_gives_every_prompt_logprob_once(pair, tokenizer, step):
     """A request that wants its prompt's logprobs runs each chunk with every
@@ -164,6 +168,7 @@ def test_chunked_prefill_gives_every_prompt_logprob_once(pair, tokenizer, step):
     assert_prompt_logprobs(request.sampling_state.prompt_logprobs, prompt, mlx_model, 3)
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_evaluates_the_cache_after_every_chunk(pair, tokenizer):
     mlx_model, model = pair
     prompt = token_ids(np.random.default_rng(4), mlx_model.args.vocab_size, 17)
@@ -181,6 +186,7 @@ def test_chunked_prefill_evaluates_the_cache_after_every_chunk(pair, tokenizer):
             )
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("step", [1, 3, 8])
 def test_chunked_prefill_cache_equals_whole_prompt_cache(pair, tokenizer, no_eos, step):
     mlx_model, model = pair
@@ -217,6 +223,7 @@ def test_chunked_prefill_cache_equals_whole_prompt_cache(pair, tokenizer, no_eos
 # --- the property: chunking never changes the tokens -------------------------------
 
 
+@pytest.mark.task(1)
 @settings(
     max_examples=50,
     deadline=None,
@@ -268,6 +275,7 @@ def embedded_setup(embedded_model, embedded_week2_model, embedded_float32_refere
 
 # Chunks beside other rows, chunks alone, no chunks: every chunk and batch size
 # together is the property above's, on random models.
+@pytest.mark.task(1)
 @pytest.mark.parametrize("prefill_step, batch_size", [(7, 3), (32, 1), (None, 3)])
 def test_chunked_prefill_embedded_model_matches_mlx_lm(
     embedded_setup, prefill_step, batch_size
@@ -290,6 +298,7 @@ def test_chunked_prefill_embedded_model_matches_mlx_lm(
 # --- choosing the chunk size --------------------------------------------------------
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize(
     "sequence_length, active, batch_size, expected",
     [
@@ -308,12 +317,14 @@ def test_select_chunk_size(sequence_length, active, batch_size, expected):
     assert tiny.select_chunk_size(sequence_length, active, batch_size) == expected
 
 
+@pytest.mark.task(2)
 def test_adaptive_chunker_keeps_its_size_without_measurements():
     chunker = tiny.AdaptiveChunker(initial_chunk_size=64, min_chunk_size=8)
     assert chunker.select_chunk_size(0, 4) == 64
     assert chunker.select_chunk_size(3, 4) == 64  # 75% is not above 80%
 
 
+@pytest.mark.task(2)
 def test_adaptive_chunker_shrinks_under_decode_pressure():
     chunker = tiny.AdaptiveChunker(
         initial_chunk_size=64, min_chunk_size=8, decode_latency_target=1.0
@@ -325,6 +336,7 @@ def test_adaptive_chunker_shrinks_under_decode_pressure():
     assert sizes == [32, 16, 8, 8, 8]
 
 
+@pytest.mark.task(2)
 def test_adaptive_chunker_grows_under_target_and_shrinks_above_it():
     chunker = tiny.AdaptiveChunker(
         initial_chunk_size=32,
@@ -343,6 +355,7 @@ def test_adaptive_chunker_grows_under_target_and_shrinks_above_it():
     assert sizes[4:] == [64, 32, 16, 8, 4, 4, 4]
 
 
+@pytest.mark.task(2)
 def test_adaptive_chunker_uses_a_window_of_recent_times():
     chunker = tiny.AdaptiveChunker(
         initial_chunk_size=16, min_chunk_size=8, max_chunk_size=64, window=2
@@ -352,6 +365,7 @@ def test_adaptive_chunker_uses_a_window_of_recent_times():
     assert chunker.select_chunk_size(0, 4) == 32  # the slow chunks left the window
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize(
     "sizes", [(0, 16, 64), (32, 16, 64), (8, 128, 64), (16, 8, 64)]
 )
@@ -363,6 +377,7 @@ def test_adaptive_chunker_rejects_inconsistent_sizes(sizes):
         )
 
 
+@pytest.mark.task(2)
 def test_chunked_prefill_adaptive_chunker_follows_fake_chunk_times(
     pair, tokenizer, no_eos
 ):
@@ -392,6 +407,7 @@ def test_chunked_prefill_adaptive_chunker_follows_fake_chunk_times(
     assert_same_tokens(results[0].tokens, tokens, gaps, "prompt 0")
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize("policy", ["select_chunk_size", "adaptive"])
 def test_chunked_prefill_policies_keep_the_tokens(qwen2_pairs, tokenizer, policy):
     mlx_model, model = qwen2_pairs[1]
@@ -421,6 +437,7 @@ def test_chunked_prefill_policies_keep_the_tokens(qwen2_pairs, tokenizer, policy
 # --- metrics on a fake clock ------------------------------------------------------
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_metrics_on_a_fake_clock(pair, tokenizer, no_eos):
     """Two prompts (10 and 3 tokens), chunks of 4, two slots, 3 tokens each.
 
@@ -477,6 +494,7 @@ def test_chunked_prefill_metrics_on_a_fake_clock(pair, tokenizer, no_eos):
         assert_same_tokens(result.tokens, tokens, gaps, "fake clock run")
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_metrics_before_anything_happens():
     metrics = tiny.RequestMetrics()
     assert metrics.queue_time is None and metrics.time_to_first_token is None
@@ -486,6 +504,7 @@ def test_chunked_prefill_metrics_before_anything_happens():
     assert run.prompt_throughput == 0.0 and run.generation_throughput == 0.0
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_interleaving_ratio_counts_chunks(pair, tokenizer, no_eos):
     mlx_model, model = pair
     sampler, _ = no_eos
@@ -514,6 +533,7 @@ def test_chunked_prefill_interleaving_ratio_counts_chunks(pair, tokenizer, no_eo
 # --- priorities -------------------------------------------------------------------
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_interactive_request_jumps_a_long_batch_prefill(
     pair, tokenizer, no_eos
 ):
@@ -558,6 +578,7 @@ def test_chunked_prefill_interactive_request_jumps_a_long_batch_prefill(
         assert result.priority == ("batch", "interactive")[i]
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("reserved", [0, 1])
 def test_chunked_prefill_reserved_slot_waits_for_interactive(
     pair, tokenizer, no_eos, reserved
@@ -597,6 +618,7 @@ def test_chunked_prefill_reserved_slot_waits_for_interactive(
         assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_reserved_slots_limit_batch_requests_not_interactive_ones(
     pair, tokenizer, no_eos
 ):
@@ -652,6 +674,7 @@ def test_chunked_prefill_reserved_slots_limit_batch_requests_not_interactive_one
 # --- bad input --------------------------------------------------------------------
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("prefill_step", [0, -3])
 def test_chunked_prefill_rejects_a_chunk_size_below_one(pair, tokenizer, prefill_step):
     _, model = pair
@@ -661,12 +684,14 @@ def test_chunked_prefill_rejects_a_chunk_size_below_one(pair, tokenizer, prefill
         tiny.Request(model, tokenizer, [1, 2, 3], prefill_max_step=prefill_step)
 
 
+@pytest.mark.task(1)
 def test_batch_generate_rejects_batch_size_below_one(pair, tokenizer):
     _, model = pair
     with pytest.raises(ValueError, match="batch_size"):
         tiny.batch_generate(model, tokenizer, [[1, 2, 3]], batch_size=0)
 
 
+@pytest.mark.task(1)
 def test_batch_generate_rejects_a_negative_arrival_step(pair, tokenizer):
     _, model = pair
     with pytest.raises(ValueError, match="arrival_step"):
@@ -675,6 +700,7 @@ def test_batch_generate_rejects_a_negative_arrival_step(pair, tokenizer):
         )
 
 
+@pytest.mark.task(1)
 def test_chunked_prefill_bad_prompts_fail_alone(pair, tokenizer):
     mlx_model, model = pair
     good = token_ids(np.random.default_rng(12), mlx_model.args.vocab_size, 9)
@@ -698,6 +724,7 @@ def test_chunked_prefill_bad_prompts_fail_alone(pair, tokenizer):
     assert_same_tokens(results[2].tokens, tokens, gaps, "the good prompt")
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("prefill_step", [3, None])
 def test_chunked_prefill_stops_at_max_seq_len(pair, tokenizer, no_eos, prefill_step):
     """10 prompt tokens and max_seq_len 13: the cache holds 3 generated tokens, and

@@ -23,6 +23,8 @@ from .helpers import FAST_DEVICE_BRANCH, assert_within
 from .random_models import SIZES, random_model
 from .solution import tiny
 
+pytestmark = pytest.mark.task(1)
+
 # Mixed against separate forwards: the same float32 sums, blocked differently by
 # BLAS for a [1, T, E] input than for [B, 1, E] or [1, L, E] ones (measured: ~3e-7
 # on random logits of ~0.5, ~5e-5 on the embedded model's logits of ~30).

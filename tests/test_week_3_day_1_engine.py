@@ -239,6 +239,7 @@ def check_forwards(
 # --- the property: no schedule changes the tokens ----------------------------------
 
 
+@pytest.mark.task(4)
 @settings(
     max_examples=40,
     deadline=None,
@@ -335,6 +336,7 @@ def embedded_case(embedded_model, embedded_week2_model, embedded_float32_referen
     return model, tokenizer, prompts, expected
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize(
     "policy, token_budget, batch_size, prefill_step",
     [
@@ -369,6 +371,7 @@ def test_embedded_model_matches_mlx_lm(
 # --- online: requests come and go while the engine runs ----------------------------
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("policy, token_budget", POLICIES, ids=POLICY_IDS)
 def test_requests_added_between_steps(pair, tokenizer, no_eos, policy, token_budget):
     mlx_model, model = pair
@@ -420,6 +423,7 @@ def test_requests_added_between_steps(pair, tokenizer, no_eos, policy, token_bud
     assert_engine_empty(engine)
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("policy, token_budget", POLICIES, ids=POLICY_IDS)
 def test_requests_added_and_aborted_from_another_thread(
     pair, tokenizer, no_eos, policy, token_budget
@@ -504,6 +508,7 @@ ABORT_MOMENTS = [
 ]
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("policy, token_budget", POLICIES, ids=POLICY_IDS)
 @pytest.mark.parametrize("moment", ABORT_MOMENTS)
 def test_abort(pair, tokenizer, no_eos, policy, token_budget, moment):
@@ -626,6 +631,7 @@ def test_abort(pair, tokenizer, no_eos, policy, token_budget, moment):
     assert_engine_empty(engine)
 
 
+@pytest.mark.task(4)
 @pytest.mark.parametrize("policy, token_budget", POLICIES, ids=POLICY_IDS)
 def test_random_adds_aborts_and_finishes_leak_nothing(
     random_pairs, tokenizer, policy, token_budget
@@ -718,6 +724,7 @@ def test_random_adds_aborts_and_finishes_leak_nothing(
 # --- edges of the mixed step ----------------------------------------------------------
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("token_budget", [3, 8, None])
 def test_eos_on_a_chunks_last_token_takes_no_slot(
     pair, tokenizer, no_eos, token_budget
@@ -781,6 +788,7 @@ def test_eos_on_a_chunks_last_token_takes_no_slot(
     assert_engine_empty(engine)
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("token_budget, prefill_step", [(3, 3), (8, None), (None, 4)])
 def test_mixed_policy_stops_at_max_seq_len(
     pair, tokenizer, no_eos, token_budget, prefill_step
@@ -834,6 +842,7 @@ def test_mixed_policy_stops_at_max_seq_len(
     assert_engine_empty(engine)
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("policy, token_budget", POLICIES, ids=POLICY_IDS)
 def test_metrics_count_the_forwards(pair, tokenizer, no_eos, policy, token_budget):
     """The run's counters against the ForwardRecords and the results: mixed_steps
@@ -894,6 +903,7 @@ def test_metrics_count_the_forwards(pair, tokenizer, no_eos, policy, token_budge
         assert_same_tokens(result.tokens, tokens, gaps, "metrics run")
 
 
+@pytest.mark.task(3)
 def test_mixed_step_fills_its_budget_by_priority_then_arrival(pair, tokenizer, no_eos):
     """Three slots, a budget of 16 tokens, no cap per request; A (40 tokens) and B (20)
     from the start, C (6, interactive) from the third step; 3 tokens each. Decodes
@@ -948,6 +958,7 @@ def test_mixed_step_fills_its_budget_by_priority_then_arrival(pair, tokenizer, n
 # --- bad input --------------------------------------------------------------------
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize(
     "settings, name",
     [
@@ -971,6 +982,7 @@ def test_engine_rejects_bad_policy_settings(pair, tokenizer, settings, name):
         tiny.batch_generate(model, tokenizer, [[1, 2, 3]], batch_size=3, **settings)
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("token_budget", ["16", 16.0, True])
 def test_engine_rejects_a_token_budget_that_is_not_an_int(
     pair, tokenizer, token_budget
@@ -980,12 +992,14 @@ def test_engine_rejects_a_token_budget_that_is_not_an_int(
         tiny.Engine(model, tokenizer, policy="mixed", token_budget=token_budget)
 
 
+@pytest.mark.task(3)
 def test_the_smallest_budget_is_accepted(pair, tokenizer):
     _, model = pair
     engine = tiny.Engine(model, tokenizer, batch_size=3, policy="mixed", token_budget=4)
     assert not engine.has_unfinished() and engine.step() == []
 
 
+@pytest.mark.task(3)
 def test_mixed_chunks_give_prompt_and_answer_logprobs(pair, tokenizer, no_eos):
     """A request that wants its prompt's logprobs gets every row of each of its
     chunks, in steps shared with another request's decodes: each prompt token's
@@ -1013,6 +1027,7 @@ def test_mixed_chunks_give_prompt_and_answer_logprobs(pair, tokenizer, no_eos):
         assert_token_logprob(entry, result.tokens[i], expected[len(scored) - 1 + i], 2)
 
 
+@pytest.mark.task(3)
 def test_a_failed_mixed_forward_fails_its_requests_and_the_engine_goes_on(
     pair, tokenizer, no_eos, monkeypatch
 ):

@@ -50,6 +50,7 @@ def chunks_by_request(forwards) -> dict[int, list[int]]:
     return chunks
 
 
+@pytest.mark.task(3)
 def test_a_long_prompts_chunks_are_capped_at_the_threshold(pair, tokenizer, no_eos):
     mlx_model, model = pair
     sampler, banned = no_eos
@@ -88,6 +89,7 @@ def budgeted_chunks(prompt: int, threshold: int, budget: int) -> list[int]:
     return chunks
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("budget", [200, 1])
 def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
     pair, tokenizer, no_eos, budget
@@ -122,6 +124,7 @@ def test_a_long_prompts_chunks_shrink_within_the_attention_budget(
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
 
 
+@pytest.mark.task(3)
 def test_a_long_prompt_alone_is_cut_by_the_attention_budget_too(
     pair, tokenizer, no_eos
 ):
@@ -149,6 +152,7 @@ def test_a_long_prompt_alone_is_cut_by_the_attention_budget_too(
     assert_tokens(results, mlx_model, specs, tokenizer, banned)
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("most, most_long", [(1, None), (2, 1), (3, 2), (None, 1)])
 def test_partial_prefills_stay_within_the_limits(
     pair, tokenizer, no_eos, most, most_long
@@ -197,6 +201,7 @@ def first_token_steps(model, tokenizer, sampler, specs, **settings) -> list[int]
     return [first[i] for i in ids]
 
 
+@pytest.mark.task(3)
 def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, no_eos):
     """The long prompt arrives first and needs 5 steps of 8-token chunks; the short
     one arrives in step 3. With room for two partial prefills it answers in the step
@@ -240,6 +245,7 @@ def test_a_short_prompt_gets_through_while_a_long_one_prefills(pair, tokenizer, 
     assert (long_first, short_first) == (5, 6)
 
 
+@pytest.mark.task(4)
 def test_a_long_prompt_yields_its_slot_to_a_short_one(pair, tokenizer, no_eos):
     """Two slots: a short prompt decoding 6 tokens holds one, a long prompt (5 chunks
     of 8) prefills toward the other, and a second short prompt arrives in step 3. The
@@ -280,6 +286,7 @@ def batch_then_interactive(vocab: int) -> list:
     ]
 
 
+@pytest.mark.task(4)
 def test_an_interactive_request_preempts_batch_work(pair, tokenizer, no_eos):
     """Both slots decode batch requests when an interactive one arrives: it preempts
     the newest and answers in its first step; the preempted request recomputes and
@@ -297,6 +304,7 @@ def test_an_interactive_request_preempts_batch_work(pair, tokenizer, no_eos):
     assert steps[2] == 5  # arrived at the start of step 5, answered in it
 
 
+@pytest.mark.task(4)
 def test_a_long_interactive_prompt_keeps_its_slot_from_batch_work(
     pair, tokenizer, no_eos
 ):
@@ -325,6 +333,7 @@ def test_a_long_interactive_prompt_keeps_its_slot_from_batch_work(
     assert steps == [5, 6, 7, 8, 9]
 
 
+@pytest.mark.task(4)
 def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):
     """With batch_patience 0 the batch requests keep their slots: the interactive
     request waits for one to finish, and nothing is preempted."""
@@ -340,6 +349,7 @@ def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):
     assert steps[2] > max(steps[:2]) + 10  # after a batch request's 12 tokens
 
 
+@pytest.mark.task(4)
 def test_preempted_batch_requests_finish_with_their_tokens_on_the_embedded_model(
     embedded_model, embedded_week2_model, embedded_float32_reference
 ):
@@ -382,6 +392,7 @@ def test_preempted_batch_requests_finish_with_their_tokens_on_the_embedded_model
         assert_same_tokens(result.tokens, tokens, gaps, f"prompt {i}")
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize(
     "settings, error",
     [

@@ -24,6 +24,8 @@ from .helpers import (
 from .random_models import random_model
 from .solution import tiny
 
+pytestmark = pytest.mark.task(3)
+
 LENGTH = ("length",)  # every request here runs to max_tokens
 
 

@@ -4,7 +4,11 @@ step ahead too (step_ahead.StepAheadRunner.run_mixed) and give mlx-lm's tokens
 an abort while a forward runs ahead prefills in a forward of its own beside it;
 EOS and a failing sampler land as with the plain ModelRunner."""
 
+import pytest
+
 from .test_week_2_day_6_step_ahead import check_tokens, engine_results
+
+pytestmark = pytest.mark.task(3)
 
 
 def test_mixed_tokens_equal_mlx_lm_through_finishes_arrivals_and_an_abort(

@@ -69,6 +69,7 @@ def brute_force_drafts(tokens, k, max_n, min_n):
 # --- drafts -------------------------------------------------------------------------
 
 
+@pytest.mark.task(1)
 @settings(max_examples=300, deadline=None)
 @given(
     tokens=st.lists(st.integers(0, 4), min_size=1, max_size=40),
@@ -83,6 +84,7 @@ def test_find_drafts_equals_a_brute_force_search(tokens, k, max_n, shrink):
     )
 
 
+@pytest.mark.task(1)
 def test_find_drafts_prefers_the_longest_then_the_latest_match():
     tokens = [7, 1, 2, 3, 9, 2, 3, 8, 5, 1, 2, 3]
     # 1 2 3 occurs at 1..3 (followed by 9); 2 3 alone later at 5..6 (followed by 8).
@@ -93,6 +95,7 @@ def test_find_drafts_prefers_the_longest_then_the_latest_match():
     assert tiny.find_drafts([5, 6, 5], 4, 3, 1) == [6, 5]
 
 
+@pytest.mark.task(1)
 @pytest.mark.parametrize("rows", [1, 2, 4, 8])
 def test_worth_drafting_is_the_throughput_comparison(rows):
     """Drafts pay exactly when tokens per forward-time rise with them, and at
@@ -132,6 +135,7 @@ def drafting_request_with(options):
     return request
 
 
+@pytest.mark.task(1)
 def test_a_request_whose_drafts_fail_pauses_longer_each_time():
     """Below break-even a request pauses RETRY_AFTER tokens, then twice as long each
     time; after a pause it probes once from break-even."""
@@ -154,6 +158,7 @@ def test_a_request_whose_drafts_fail_pauses_longer_each_time():
     assert tiny.may_draft(request, rows)
 
 
+@pytest.mark.task(1)
 def test_only_verifiable_requests_with_a_next_token_draft():
     assert not tiny.may_draft(drafting_request(sampler=lambda logprobs: 0), 1)
     request = drafting_request()
@@ -174,6 +179,7 @@ def step_by_step_greedy(drafts, logprobs):
     return tokens
 
 
+@pytest.mark.task(2)
 @settings(max_examples=100, deadline=None)
 @given(data=st.data())
 def test_greedy_verification_keeps_what_argmax_keeps(data):
@@ -204,6 +210,7 @@ def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
     return float(((counts[keep] - expected) ** 2 / expected).sum()), int(keep.sum()) - 1
 
 
+@pytest.mark.task(2)
 @pytest.mark.parametrize(
     "temp, top_p, top_k",
     [(1.0, 1.0, None), (0.7, 0.9, None), (1.3, 1.0, 4)],
@@ -279,6 +286,7 @@ def engine_tokens(model, tokenizer, prompts, check=None, **settings) -> tuple:
     return [r.tokens for r in results], results, engine.metrics
 
 
+@pytest.mark.task(3)
 @settings(
     max_examples=12,
     deadline=None,
@@ -331,6 +339,7 @@ def test_greedy_tokens_equal_plain_decoding_and_mlx_lm(data, random_pairs, token
         assert_same_tokens(ours, tokens, gaps, "speculated vs mlx-lm")
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("kv_cache", ["dense", "paged"])
 def test_rows_hold_exactly_the_accepted_tokens(pair, tokenizer, kv_cache):
     """After every step, a speculating row's keys are a fresh prefill's of its
@@ -358,6 +367,7 @@ def test_rows_hold_exactly_the_accepted_tokens(pair, tokenizer, kv_cache):
 QUOTED_TOKENS = 16
 
 
+@pytest.mark.task(3)
 def test_the_embedded_model_quotes_faster_with_the_same_tokens(
     embedded_model, embedded_week2_model, embedded_float32_reference
 ):
@@ -403,6 +413,7 @@ def test_the_embedded_model_quotes_faster_with_the_same_tokens(
     assert engine.metrics.mean_accepted_length > 2
 
 
+@pytest.mark.task(3)
 def test_eos_inside_an_accepted_run_ends_the_request_there(pair, tokenizer):
     """Drafts [a, EOS, b] that the model agrees with: a is kept, EOS finishes the
     request, b is never taken."""
@@ -422,6 +433,7 @@ def test_eos_inside_an_accepted_run_ends_the_request_there(pair, tokenizer):
     assert accepted == 1 and request.offset == offset + 2
 
 
+@pytest.mark.task(3)
 def test_max_tokens_and_unknown_samplers_bound_the_drafts(pair, tokenizer):
     """No draft reaches past max_tokens; a sampler that is a plain function never
     drafts (its distribution is unknown) and still gives its tokens."""
@@ -448,6 +460,7 @@ def test_max_tokens_and_unknown_samplers_bound_the_drafts(pair, tokenizer):
     assert_same_tokens(results[1].tokens, tokens, gaps, "a plain-function sampler")
 
 
+@pytest.mark.task(3)
 def test_a_request_with_sampling_options_never_drafts(pair, tokenizer):
     """Penalties and logprobs go one token at a time: a request with options
     proposes no drafts (may_draft reads sampling_state.allows_drafts) and gets its
@@ -476,6 +489,7 @@ class BrokenSampler(tiny.TokenSampler):
         raise RuntimeError("this sampler is broken")
 
 
+@pytest.mark.task(3)
 def test_a_failing_verification_fails_that_request_alone(pair, tokenizer):
     mlx_model, model = pair
     rng = np.random.default_rng(9)
@@ -493,6 +507,7 @@ def test_a_failing_verification_fails_that_request_alone(pair, tokenizer):
         assert_same_tokens(results[i].tokens, tokens, gaps, f"prompt {i}")
 
 
+@pytest.mark.task(3)
 @pytest.mark.parametrize("temp", [1.0])
 def test_sampled_engine_tokens_follow_the_model(tokenizer, temp):
     """A vocabulary of 8 and temp 1: the third generated token's frequencies over
@@ -552,6 +567,7 @@ def test_sampled_engine_tokens_follow_the_model(tokenizer, temp):
     assert statistic < CHI_SQUARE_999[freedom], (counts, expected * 800)
 
 
+@pytest.mark.task(3)
 def test_bad_speculative_settings_say_what_to_do():
     with pytest.raises(ValueError, match="speculative must be None or 'ngram'"):
         EngineConfig(policy="mixed", speculative="eagle")

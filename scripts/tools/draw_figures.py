@@ -7,6 +7,8 @@ module per week's ideas). Into book/src/images (--out):
 - concept-fast-paths.png: fast_exp's bits and cpu_attention's blocks (week 2 day 3).
 - concept-step-ahead.png: the engine's steps in sequence and a step ahead (week 2
   day 6's given step_ahead.py, and the mixed step's decode-only steps).
+- concept-continuous-batching.png: static against continuous batching (week 2 day 6).
+- concept-chunked-prefill.png: whole prompts against chunks (week 2 day 7).
 - concept-mixed-step.png: one mixed forward, and the alternate policy (week 3 day 1).
 - concept-latency-sharing.png: a chat's first token beside a long prompt (week 3 day 1).
 - concept-block-table.png: block tables into a pool of KV blocks (week 3 day 2).
@@ -21,6 +23,7 @@ import argparse
 from pathlib import Path
 
 from scripts.tools.figures.week2 import fast_paths, step_ahead
+from scripts.tools.figures.week2_engine import chunked_prefill, continuous_batching
 from scripts.tools.figures.week3_batching import (
     block_table,
     latency_sharing,
@@ -34,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIGURES = [
     fast_paths,
     step_ahead,
+    continuous_batching,
+    chunked_prefill,
     mixed_step,
     latency_sharing,
     block_table,

@@ -50,8 +50,8 @@ def batch_generate(
     goes on with the others.
     """
     raise NotImplementedError(
-        "Week 2 Day 6: batch_generate: an Engine, check on_step, prompt_specs, add "
-        "every prompt, step until none is left, results in prompt order with the "
-        "metrics (a prompt with n > 1: choice 0's result, its `choices` all n in "
+        "Week 2 Day 6 Task 4: batch_generate: an Engine, check on_step, prompt_specs,"
+        " add every prompt, step until none is left, results in prompt order with the"
+        " metrics (a prompt with n > 1: choice 0's result, its `choices` all n in "
         "index order)"
     )

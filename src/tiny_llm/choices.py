@@ -22,11 +22,28 @@ def make_choices(
     (the planner sizes every chunk), the spec's max_tokens and sampler or else the
     config's (greedy without either), its priority and constraint (week 3 day 5),
     the config's max_seq_len and `clock`. ValueError or TypeError for a bad n."""
-    raise NotImplementedError(
-        "Week 2 Day 6: make_choices: check n; a Request per choice i with index i, "
-        "options for_choice(spec.options, i) and first_choice the Request of choice 0"
-        " (None for choice 0 itself)"
-    )
+    check_int("n", spec.n, 1)
+    max_tokens = config.max_tokens if spec.max_tokens is None else spec.max_tokens
+    choices: list[Request] = []
+    for index in range(spec.n):
+        choices.append(
+            Request(
+                model,
+                tokenizer,
+                spec.prompt,
+                prefill_max_step=None,
+                max_tokens=max_tokens,
+                max_seq_len=config.max_seq_len,
+                sampler=spec.sampler or config.sampler or greedy,
+                priority=spec.priority,
+                clock=clock,
+                constraint=spec.constraint,
+                options=for_choice(spec.options, index),
+                index=index,
+                first_choice=choices[0] if choices else None,
+            )
+        )
+    return choices
 
 
 def choices_to_stop(
@@ -34,7 +51,10 @@ def choices_to_stop(
 ) -> list["Request"]:
     """The unfinished choices of request `request_id` among `ids` (request -> its
     request id): all of them, or only choice `index` when it is not None."""
-    raise NotImplementedError(
-        "Week 2 Day 6: choices_to_stop: the requests in ids with this id, not "
-        "finished, whose index is `index` (any index when it is None)"
-    )
+    return [
+        request
+        for request, i in ids.items()
+        if i == request_id
+        and not request.is_finished
+        and (index is None or request.index == index)
+    ]

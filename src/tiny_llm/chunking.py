@@ -19,8 +19,8 @@ def select_chunk_size(
     - otherwise the balanced default of 128.
     """
     raise NotImplementedError(
-        "Week 2 Day 7: select_chunk_size: 64 when active_decode_requests > 0.8 * "
-        "batch_size, else 256 for prompts longer than 2048 tokens, else 128"
+        "Week 2 Day 7 Task 1: select_chunk_size: 64 when active_decode_requests > 0.8"
+        " * batch_size, else 256 for prompts longer than 2048 tokens, else 128"
     )
 
 
@@ -48,7 +48,7 @@ class AdaptiveChunker:
         window: int = 4,
     ) -> None:
         raise NotImplementedError(
-            "Week 2 Day 7: AdaptiveChunker: check 1 <= min_chunk_size <= "
+            "Week 2 Day 7 Task 2: AdaptiveChunker: check 1 <= min_chunk_size <= "
             "initial_chunk_size <= max_chunk_size (ValueError otherwise), keep the "
             "settings, the current chunk size and the last `window` chunk times"
         )
@@ -56,15 +56,15 @@ class AdaptiveChunker:
     def record(self, seconds: float) -> None:
         """Report how long the last chunk took."""
         raise NotImplementedError(
-            "Week 2 Day 7: AdaptiveChunker.record: remember the chunk time (only the "
-            "last `window` count)"
+            "Week 2 Day 7 Task 2: AdaptiveChunker.record: remember the chunk time "
+            "(only the last `window` count)"
         )
 
     def select_chunk_size(self, active_decode_requests: int, batch_size: int) -> int:
         """The next chunk's size, given how many of the batch_size slots are decoding."""
         raise NotImplementedError(
-            "Week 2 Day 7: AdaptiveChunker.select_chunk_size: halve under decode "
-            "pressure, else double while the mean recent chunk time is under the "
-            "target and halve when it is over; clamp to [min, max]; forget the old "
-            "times when the size changes"
+            "Week 2 Day 7 Task 2: AdaptiveChunker.select_chunk_size: halve under "
+            "decode pressure, else double while the mean recent chunk time is under "
+            "the target and halve when it is over; clamp to [min, max]; forget the "
+            "old times when the size changes"
         )

@@ -48,21 +48,22 @@ def make_kv_manager(model, config: EngineConfig):
     """The KV manager the config asks for: dense, paged, or paged with prefix
     caching (with kv_disk_dir, the given DiskTierKvManager: prefix caching with a
     disk tier)."""
-    raise NotImplementedError(
-        "Week 2 Day 6: make_kv_manager: DenseKvManager, PagedKvManager or "
-        "PrefixCachingKvManager as config.kv_cache and prefix_caching say, a "
-        "DiskTierKvManager when config.kv_disk_dir is set"
-    )
+    if config.kv_cache == "dense":
+        return DenseKvManager(model, config)
+    if config.kv_disk_dir is not None:
+        return DiskTierKvManager(model, config)
+    if config.prefix_caching:
+        return PrefixCachingKvManager(model, config)
+    return PagedKvManager(model, config)
 
 
 def make_policy(config: EngineConfig, planner: Planner) -> Policy:
     """The policy config.policy names, over the planner: "alternate" an
     AlternatePolicy (policy.py), "mixed" a MixedPolicy (mixed_policy.py, week 3 day
     1). The one place that reads config.policy."""
-    raise NotImplementedError(
-        "Week 2 Day 6: make_policy: AlternatePolicy or MixedPolicy as config.policy "
-        "says"
-    )
+    if config.policy == "alternate":
+        return AlternatePolicy(planner)
+    return MixedPolicy(planner)
 
 
 class Engine:
@@ -92,10 +93,29 @@ class Engine:
         on_forward: Callable[[ForwardRecord], None] | None = None,
         **settings,
     ):
-        raise NotImplementedError(
-            "Week 2 Day 6: Engine: EngineConfig.of(config, settings), check_model, "
-            "check the clock, then the state listed above"
+        config = EngineConfig.of(config, settings)
+        config.check_model(model)
+        check_callable("clock", clock, allow_none=False)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.clock = clock
+        self.on_forward = on_forward
+        self.kv = make_kv_manager(model, config)
+        self.planner = Planner(config, self.kv)
+        self.policy = make_policy(config, self.planner)
+        self.runner = (
+            StepAheadRunner(model, clock, self.kv, quiet=self.nothing_waits)
+            if config.step_ahead
+            else ModelRunner(model, clock, self.kv)
         )
+        self.reports = Reports(clock, self.planner, self.policy, self.kv)
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.next_id = itertools.count()
+        self.arriving: list[tuple[int, Request]] = []
+        self.steps_done = 0
+        self.prefilling: Request | None = None
+        mx.reset_peak_memory()
 
     @property
     def metrics(self) -> RunMetrics:
@@ -128,8 +148,8 @@ class Engine:
         ValueError or TypeError for a bad arrival_step or n.
         """
         raise NotImplementedError(
-            'Week 2 Day 6: add_request: check arrival_step; make_choices; put ("add",'
-            " id, request, arrival_step) in the inbox for each, return the id"
+            "Week 2 Day 6 Task 4: add_request: check arrival_step; make_choices; put "
+            '("add", id, request, arrival_step) in the inbox for each, return the id'
         )
 
     def abort(self, request_id: int, index: int | None = None) -> None:
@@ -138,7 +158,7 @@ class Engine:
         decodes; every choice of it, or only choice `index`. An unknown or finished
         id is ignored."""
         raise NotImplementedError(
-            'Week 2 Day 6: abort: put ("abort", id, index, None) in the inbox'
+            'Week 2 Day 6 Task 4: abort: put ("abort", id, index, None) in the inbox'
         )
 
     def close(self) -> None:
@@ -158,7 +178,7 @@ class Engine:
         """True while a request has not been reported finished, or a note waits in
         the inbox (a request just added counts before the engine has read it)."""
         raise NotImplementedError(
-            "Week 2 Day 6: has_unfinished: ids not empty, or the inbox not empty"
+            "Week 2 Day 6 Task 4: has_unfinished: ids not empty, or the inbox not empty"
         )
 
     # ANCHOR: step
@@ -166,9 +186,9 @@ class Engine:
         """One iteration: read the inbox, admit arrivals, run each plan the policy
         yields, and report what each request got."""
         raise NotImplementedError(
-            "Week 2 Day 6: step: reports.start, read_inbox, admit_arrivals, run each "
-            "of policy.plans(), kv.after_step (in a finally), steps_done, the "
-            "reports' count_requests and collect_outputs"
+            "Week 2 Day 6 Task 4: step: reports.start, read_inbox, admit_arrivals, "
+            "run each of policy.plans(), kv.after_step (in a finally), steps_done, "
+            "the reports' count_requests and collect_outputs"
         )
 
     def run(self, plan: Plan) -> None:
@@ -177,8 +197,8 @@ class Engine:
         recorded (reports.record, on_forward) and its time told to an
         AdaptiveChunker when it ran a chunk."""
         raise NotImplementedError(
-            "Week 2 Day 6: run: runner.run(plan), planner.retire_finished() even on "
-            "an interrupt, prefilling; the forward to reports.record, the "
+            "Week 2 Day 6 Task 4: run: runner.run(plan), planner.retire_finished() "
+            "even on an interrupt, prefilling; the forward to reports.record, the "
             "AdaptiveChunker and on_forward (reports.forward_record)"
         )
 
@@ -189,8 +209,8 @@ class Engine:
         reports track it, and it goes into `arriving`. ("abort", id, index, None):
         abort_now(id, index)."""
         raise NotImplementedError(
-            'Week 2 Day 6: read_inbox: drain the inbox; "add" notes to reports.track '
-            'and arriving; "abort" notes to abort_now'
+            'Week 2 Day 6 Task 4: read_inbox: drain the inbox; "add" notes to '
+            'reports.track and arriving; "abort" notes to abort_now'
         )
 
     def abort_now(self, request_id: int, index: int | None = None) -> None:
@@ -198,18 +218,18 @@ class Engine:
         choice `index` unless None) that is not finished finishes with "abort" and
         leaves wherever it is. An id that is unknown or already reported is
         ignored."""
-        raise NotImplementedError(
-            'Week 2 Day 6: abort_now: each of choices_to_stop finishes with "abort" '
-            "and leaves arriving; retire them"
-        )
+        for request in choices_to_stop(self.ids, request_id, index):
+            self.arriving = [(s, r) for s, r in self.arriving if r is not request]
+            request.finish("abort")
+        self.planner.retire_finished()
 
     def admit_arrivals(self) -> None:
         """Admit the requests whose arrival_step the steps done so far have reached;
         their arrival time is read now. A request that has already failed (a bad
         prompt) gets its arrival time but does not wait."""
         raise NotImplementedError(
-            "Week 2 Day 6: admit_arrivals: requests whose arrival_step is reached get"
-            " their arrival time and join the planner"
+            "Week 2 Day 6 Task 4: admit_arrivals: requests whose arrival_step is "
+            "reached get their arrival time and join the planner"
         )
 
     def snapshot(self) -> SchedulerSnapshot:

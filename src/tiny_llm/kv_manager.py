@@ -75,22 +75,23 @@ class KvManager(ABC):
         """The prefilled request's cache becomes row `slot` of every layer's batch
         cache (add_request); the request's own reference to it is dropped."""
         raise NotImplementedError(
-            "Week 2 Day 6: place: add_request(the request cache of the layer, slot) "
-            "on every layer of batch_cache, then request.kv_cache = None"
+            "Week 2 Day 6 Task 2: place: add_request(the request cache of the layer, "
+            "slot) on every layer of batch_cache, then request.kv_cache = None"
         )
 
     def remove(self, slot: int) -> None:
         """Row `slot` is empty again in every layer (remove_request)."""
         raise NotImplementedError(
-            "Week 2 Day 6: remove: remove_request(slot) on every layer of batch_cache"
+            "Week 2 Day 6 Task 2: remove: remove_request(slot) on every layer of "
+            "batch_cache"
         )
 
     def keep_accepted(self, request: Request, slot: int) -> None:
         """After a verification: row `slot` keeps exactly the request's offset
         positions in every layer, so rejected drafts leave no trace."""
         raise NotImplementedError(
-            "Week 3 Day 4: keep_accepted: set_offset(slot, request.offset) on every "
-            "layer"
+            "Week 3 Day 4 Task 3: keep_accepted: set_offset(slot, request.offset) on "
+            "every layer"
         )
 
 
@@ -103,19 +104,27 @@ class DenseKvManager(KvManager):
     """
 
     def __init__(self, model, config: EngineConfig):
-        raise NotImplementedError(
-            "Week 2 Day 6: DenseKvManager: refuse a batch_size past kv_memory "
-            "(config.check_dense_memory) or past memory (check_fits, "
-            "kv_bytes_per_position); keep the model; batch_cache = one "
-            "BatchingKvCache(batch_size, max_seq_len) per layer"
-        )
+        config.check_dense_memory(model)
+        per_position = kv_bytes_per_position(model)
+        if per_position is not None:  # every slot holds at least one position
+            check_fits(
+                config.batch_size * per_position,
+                f"batch_size {config.batch_size:,} at one position per slot",
+                "lower batch_size",
+            )
+        self.model = model
+        layers = len(model.create_kv_cache())
+        self.batch_cache = [
+            BatchingKvCache(config.batch_size, config.max_seq_len)
+            for _ in range(layers)
+        ]
 
     def admit(self, request: Request) -> int:
         """Room for the request's prefill: its own caches (a new set after a
         restart). Always room, none of it cached: 0."""
         raise NotImplementedError(
-            "Week 2 Day 6: admit: new caches (model.create_kv_cache()) for a request "
-            "that has none; 0"
+            "Week 2 Day 6 Task 2: admit: new caches (model.create_kv_cache()) for a "
+            "request that has none; 0"
         )
 
     def reserve(self, request: Request, tokens: int) -> int:

@@ -75,23 +75,23 @@ class Sharing:
 
     def __post_init__(self) -> None:
         raise NotImplementedError(
-            "Week 3 Day 1: Sharing: in_view, the started requests not yielding; "
-            "kept_from_batch, in_view and the interactive yielding ones"
+            "Week 3 Day 1 Task 3: Sharing: in_view, the started requests not "
+            "yielding; kept_from_batch, in_view and the interactive yielding ones"
         )
 
     def yields_to(self, request: Request, other: Request) -> bool:
         """A yielding `request` yields to `other` when other does not yield and
         either request is batch or other is interactive."""
         raise NotImplementedError(
-            "Week 3 Day 1: yields_to: other not yielding, and request batch or other "
-            "interactive"
+            "Week 3 Day 1 Task 3: yields_to: other not yielding, and request batch or"
+            " other interactive"
         )
 
     def add(self, request: Request, tokens: int) -> None:
         """A chunk of `tokens` is planned for the request: it has started and keeps
         a slot in view from now on."""
         raise NotImplementedError(
-            "Week 3 Day 1: add: append to chunks; join started, in_view and "
+            "Week 3 Day 1 Task 3: add: append to chunks; join started, in_view and "
             "kept_from_batch where it is not yet"
         )
 
@@ -104,7 +104,7 @@ class MixedPolicy(Policy):
         """ONE plan (plan()); then the requests it prefilled take their slots
         (place_prefilled)."""
         raise NotImplementedError(
-            "Week 3 Day 1: plans: yield plan(), then place_prefilled"
+            "Week 3 Day 1 Task 3: plans: yield plan(), then place_prefilled"
         )
 
     # ANCHOR: is_long
@@ -112,8 +112,8 @@ class MixedPolicy(Policy):
         """True for a prompt of more than long_prefill_token_threshold tokens (never
         when the threshold is None)."""
         raise NotImplementedError(
-            "Week 3 Day 1: is_long: the threshold is set and the prompt's tokens pass"
-            " it"
+            "Week 3 Day 1 Task 2: is_long: the threshold is set and the prompt's "
+            "tokens pass it"
         )
         # ANCHOR_END: is_long
 
@@ -126,9 +126,9 @@ class MixedPolicy(Policy):
         is long, fewer than max_long_partial_prefills of those are long (None: no
         limit)."""
         raise NotImplementedError(
-            "Week 3 Day 1: may_start: True for a started request; else the partly "
-            "prefilled waiting requests (in started, not prefill-done) and the long "
-            "ones among them, each under its limit"
+            "Week 3 Day 1 Task 2: may_start: True for a started request; else the "
+            "partly prefilled waiting requests (in started, not prefill-done) and the"
+            " long ones among them, each under its limit"
         )
         # ANCHOR_END: may_start
 
@@ -141,9 +141,9 @@ class MixedPolicy(Policy):
         position up to the chunk's end), stay within long_prefill_attention_budget
         (None: no such cap), but always at least 1 token."""
         raise NotImplementedError(
-            "Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) "
-            "and, when is_long, the threshold and (unless None) the largest L >= 1 "
-            "with L * (request.offset + L) <= long_prefill_attention_budget"
+            "Week 3 Day 1 Task 2: chunk_limit: min of the tokens left, size (unless "
+            "None) and, when is_long, the threshold and (unless None) the largest L "
+            ">= 1 with L * (request.offset + L) <= long_prefill_attention_budget"
         )
         # ANCHOR_END: chunk_limit
 
@@ -156,10 +156,11 @@ class MixedPolicy(Policy):
         decoding batch requests whose deadline is later than its own, latest first
         (preemption.preempt), until it has one or none is left."""
         raise NotImplementedError(
-            "Week 3 Day 1: preempt_for_interactive: for each waiting interactive "
-            "request by urgency, not prefill-done, may_start: while slot_for (with "
-            "the started requests that are not is_long) is None, preempt the decoding"
-            " batch request with the latest deadline past its own (stop when none)"
+            "Week 3 Day 1 Task 3: preempt_for_interactive: for each waiting "
+            "interactive request by urgency, not prefill-done, may_start: while "
+            "slot_for (with the started requests that are not is_long) is None, "
+            "preempt the decoding batch request with the latest deadline past its own"
+            " (stop when none)"
         )
         # ANCHOR_END: preempt_for_interactive
 
@@ -173,7 +174,7 @@ class MixedPolicy(Policy):
         counts against the budget, an empty slot's dummy row and every draft token
         too. Finished requests (a chunk size that failed) are retired."""
         raise NotImplementedError(
-            "Week 3 Day 1: plan: the started requests (offset > 0); "
+            "Week 3 Day 1 Task 3: plan: the started requests (offset > 0); "
             "preempt_for_interactive; make_room_for_decodes; the rows; the budget "
             "left after them and the drafts (plan_drafts, only with "
             "config.speculative or jump_forward); plan_chunks; retire_finished; "
@@ -198,25 +199,26 @@ class MixedPolicy(Policy):
         (it learns from one time a step); a size a policy gets wrong fails that
         request alone ("prefill failed: ..."), and the next request asks again."""
         raise NotImplementedError(
-            "Week 3 Day 1: plan_chunks: a Sharing (yielding: the started is_long "
-            "ones); prefill_candidates(in_view, in_first_round), then (in_view, "
-            "in_last_round); for each while budget is left: the chunk size (once a "
-            "step for an AdaptiveChunker), chunk_limit, the budget, reserve_chunk "
-            "with the planned requests (stop at 0); Sharing.add; the chunks"
+            "Week 3 Day 1 Task 3: plan_chunks: a Sharing (yielding: the started "
+            "is_long ones); prefill_candidates(in_view, in_first_round), then "
+            "(in_view, in_last_round); for each while budget is left: the chunk size "
+            "(once a step for an AdaptiveChunker), chunk_limit, the budget, "
+            "reserve_chunk with the planned requests (stop at 0); Sharing.add; the "
+            "chunks"
         )
 
     def in_first_round(self, request: Request, sharing: Sharing) -> bool:
         """Asked first: a request that does not yield and may start; a batch one
         only with a slot in view past every kept_from_batch request."""
         raise NotImplementedError(
-            "Week 3 Day 1: in_first_round: not yielding, may_start, and for a batch "
-            "request slot_for(request, kept_from_batch) is not None"
+            "Week 3 Day 1 Task 3: in_first_round: not yielding, may_start, and for a "
+            "batch request slot_for(request, kept_from_batch) is not None"
         )
 
     def in_last_round(self, request: Request, sharing: Sharing) -> bool:
         """Asked last: a yielding request that may start, in a step with no chunk
         of one it yields to."""
         raise NotImplementedError(
-            "Week 3 Day 1: in_last_round: yielding, may_start, and yields_to none of "
-            "the chunks' requests"
+            "Week 3 Day 1 Task 3: in_last_round: yielding, may_start, and yields_to "
+            "none of the chunks' requests"
         )

@@ -64,17 +64,17 @@ def split_parts(
     own batch row, as day 5's decode step has them. The chunks follow, in order.
     """
     raise NotImplementedError(
-        "Week 3 Day 1: split_parts: the decode part is x[:, :, :B] with axes 0 and 2 "
-        "swapped (None when B is 0); then chunk c is x[:, :, start:end], the chunks "
-        "one after the other from position B"
+        "Week 3 Day 1 Task 1: split_parts: the decode part is x[:, :, :B] with axes 0"
+        " and 2 swapped (None when B is 0); then chunk c is x[:, :, start:end], the "
+        "chunks one after the other from position B"
     )
 
 
 def join_parts(decode: mx.array | None, chunks: list[mx.array]) -> mx.array:
     """split_parts undone: [B, H, 1, D] and each [1, H, L_c, D] -> [1, H, T, D]."""
     raise NotImplementedError(
-        "Week 3 Day 1: join_parts: swap the decode part's axes 0 and 2 back (when "
-        "there is one) and concatenate it and the chunks along axis 2"
+        "Week 3 Day 1 Task 1: join_parts: swap the decode part's axes 0 and 2 back "
+        "(when there is one) and concatenate it and the chunks along axis 2"
     )
 
 
@@ -100,11 +100,11 @@ def mixed_forward(
     evaluated here.
     """
     raise NotImplementedError(
-        "Week 3 Day 1: mixed_forward: ValueError for decode tokens without a batch "
-        "cache, a count of offsets unlike the tokens', an empty chunk or a logit_rows"
-        " outside 0 .. its length; check_offset every layer's caches; embed the "
-        "decode tokens and every chunk's tokens as one sequence [1, T]; run each "
-        "layer as layer.forward(h, attend), where attend(q, k, v) cuts q, k, v with "
+        "Week 3 Day 1 Task 1: mixed_forward: ValueError for decode tokens without a "
+        "batch cache, a count of offsets unlike the tokens', an empty chunk or a "
+        "logit_rows outside 0 .. its length; check_offset every layer's caches; embed"
+        " the decode tokens and every chunk's tokens as one sequence [1, T]; run each"
+        " layer as layer.forward(h, attend), where attend(q, k, v) cuts q, k, v with "
         "split_parts; for each part (the decode rows at their offsets in the batch "
         "cache, then each chunk at chunk.offset in chunk.cache[layer]) stages its "
         "roped keys and values (cache.stage); only then each part's "

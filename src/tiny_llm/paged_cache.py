@@ -156,14 +156,14 @@ class PagedBatchingKvCache(TinyKvCache):
         4's draft tokens): a second view of the request's blocks, so the row's own
         count is left as it is until set_offset."""
         raise NotImplementedError(
-            "Week 3 Day 4: row_view: a PagedKvCache over the slot's layer and table, "
-            "at offset"
+            "Week 3 Day 4 Task 3: row_view: a PagedKvCache over the slot's layer and "
+            "table, at offset"
         )
 
     def set_offset(self, slot: int, offset: int) -> None:
         """Row `slot` holds exactly `offset` positions from now on."""
         raise NotImplementedError(
-            "Week 3 Day 4: set_offset: the slot's view's offset = offset"
+            "Week 3 Day 4 Task 3: set_offset: the slot's view's offset = offset"
         )
 
     def stage(self, keys: mx.array, values: mx.array) -> None:

@@ -89,8 +89,8 @@ class PagedKvManager(KvManager):
         BlockTable in place (the slot's view shares that table object). It runs even
         when the request has just finished inside the accepted run."""
         raise NotImplementedError(
-            "Week 3 Day 4: keep_accepted: every row's offset, then pool.release of "
-            "the table's blocks past blocks_needed(request.offset)"
+            "Week 3 Day 4 Task 3: keep_accepted: every row's offset, then "
+            "pool.release of the table's blocks past blocks_needed(request.offset)"
         )
 
     def release(self, request: Request) -> None:

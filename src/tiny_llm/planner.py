@@ -56,8 +56,8 @@ class Plan:
         """The rows' tokens and offsets: each request's next_token at its offset, an
         empty slot's dummy row token 0 at offset 0."""
         raise NotImplementedError(
-            "Week 2 Day 6: decode_inputs: next_token and offset of each row, 0 and 0 "
-            "for None"
+            "Week 2 Day 6 Task 2: decode_inputs: next_token and offset of each row, 0"
+            " and 0 for None"
         )
 
 
@@ -77,39 +77,37 @@ class Planner:
 
     def __init__(self, config: EngineConfig, kv):
         raise NotImplementedError(
-            "Week 2 Day 6: Planner: keep config and kv; batch_size empty slots, "
-            "nothing waiting, nothing ordered or holding, batch_slots, a counter for "
-            "add"
+            "Week 2 Day 6 Task 2: Planner: keep config and kv; batch_size empty "
+            "slots, nothing waiting, nothing ordered or holding, batch_slots, a "
+            "counter for add"
         )
 
     def add(self, request: Request) -> None:
         """An arrived request waits for its prefill (its arrival time is read now if
         nobody read it)."""
         raise NotImplementedError(
-            "Week 2 Day 6: add: append to waiting, give it the next number in order, "
-            "read metrics.arrival from request.clock() when it is None"
+            "Week 2 Day 6 Task 2: add: append to waiting, give it the next number in "
+            "order, read metrics.arrival from request.clock() when it is None"
         )
 
     def deadline(self, request: Request) -> float:
         """When the request should be served: an interactive request at its arrival,
         a batch one batch_patience seconds after its own. Earlier goes first."""
-        raise NotImplementedError(
-            "Week 2 Day 6: deadline: metrics.arrival, plus batch_patience for a batch"
-            " request"
-        )
+        patience = self.config.batch_patience if request.priority == "batch" else 0
+        return request.metrics.arrival + patience
 
     def by_urgency(self) -> list[Request]:
         """The waiting requests, earliest deadline first, then the first added: an
         interactive request goes before the batch requests that arrived less than
         batch_patience seconds before it."""
         raise NotImplementedError(
-            "Week 2 Day 6: by_urgency: waiting sorted by (deadline, order)"
+            "Week 2 Day 6 Task 2: by_urgency: waiting sorted by (deadline, order)"
         )
 
     def decoding(self) -> list[tuple[int, Request]]:
         """(slot, request) of every occupied slot, lowest slot first."""
         raise NotImplementedError(
-            "Week 2 Day 6: decoding: (slot, request) of the occupied slots"
+            "Week 2 Day 6 Task 2: decoding: (slot, request) of the occupied slots"
         )
 
     def slot_for(self, request: Request, also_ready: list[Request] = ()) -> int | None:
@@ -119,8 +117,8 @@ class Planner:
         requests, prefilled ones waiting for a slot included, hold batch_slots
         slots."""
         raise NotImplementedError(
-            "Week 2 Day 6: slot_for: the free slots after leaving one per ready "
-            "request; None when there is none or a batch request would pass "
+            "Week 2 Day 6 Task 2: slot_for: the free slots after leaving one per "
+            "ready request; None when there is none or a batch request would pass "
             "batch_slots"
         )
 
@@ -130,10 +128,16 @@ class Planner:
         function: prefill_step(prompt tokens, decoding, batch_size). `decoding` is
         the occupied slots now. A policy's answer that is not an int >= 1 (or None)
         raises (check_int)."""
-        raise NotImplementedError(
-            "Week 2 Day 6: chunk_size: prefill_step as it is, or asked "
-            "(AdaptiveChunker or function), checked with check_int"
-        )
+        policy = self.config.prefill_step
+        if policy is None or isinstance(policy, int):
+            return policy
+        decoding = len(self.decoding())
+        if is_adaptive(policy):
+            size = policy.select_chunk_size(decoding, self.config.batch_size)
+        else:
+            size = policy(request.prefill_length, decoding, self.config.batch_size)
+        check_int("the chunk size prefill_step chose", size, 1, allow_none=True)
+        return size
 
     def admit(self, request: Request) -> bool:
         """Room for the request's prefill from the KV manager (True at once for a
@@ -142,8 +146,9 @@ class Planner:
         engine's one position write outside the model runner, because the chunks
         planned next start there)."""
         raise NotImplementedError(
-            "Week 2 Day 6: admit: True for a holder; else kv.admit (None: False), and"
-            " on success it joins holding and advances by the cached tokens"
+            "Week 2 Day 6 Task 2: admit: True for a holder; else kv.admit (None: "
+            "False), and on success it joins holding and advances by the cached "
+            "tokens"
         )
 
     def prefill_candidates(
@@ -159,48 +164,50 @@ class Planner:
         (admit). First come, first served: once one cannot get memory, nobody behind
         it who holds none overtakes it, while those holding memory go on."""
         raise NotImplementedError(
-            "Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled, the "
-            "later choices whose first choice is neither prefilled nor finished, "
-            "those may_start refuses and those with no slot in view; admit the others"
-            " until one is refused, then only holders; yield each"
+            "Week 2 Day 6 Task 2: prefill_candidates: by urgency, skip the prefilled,"
+            " the later choices whose first choice is neither prefilled nor finished,"
+            " those may_start refuses and those with no slot in view; admit the "
+            "others until one is refused, then only holders; yield each"
         )
 
     def decode_rows(self) -> list[Request | None]:
         """The slots up to the highest in use (an empty one among them: None)."""
         raise NotImplementedError(
-            "Week 2 Day 6: decode_rows: slots[: highest occupied slot + 1]"
+            "Week 2 Day 6 Task 2: decode_rows: slots[: highest occupied slot + 1]"
         )
 
     def reserve(self, request: Request, tokens: int) -> int:
         """Room for the request's next `tokens` tokens from the KV manager (its
         reserve): how many fit, 0 when none does."""
-        raise NotImplementedError("Week 2 Day 6: reserve: kv.reserve(request, tokens)")
+        return self.kv.reserve(request, tokens)
 
     def place_prefilled(self) -> None:
         """Every prefilled waiting request, most urgent first, takes the slot
         slot_for gives it (the KV manager's place) and leaves waiting."""
         raise NotImplementedError(
-            "Week 2 Day 6: place_prefilled: each prefilled waiting request by urgency"
-            " takes slot_for(request) through kv.place"
+            "Week 2 Day 6 Task 2: place_prefilled: each prefilled waiting request by "
+            "urgency takes slot_for(request) through kv.place"
         )
 
     def leave(self, request: Request) -> None:
         """The request leaves its slot or the waiting queue, and gives its memory
         back (the KV manager's release)."""
         raise NotImplementedError(
-            "Week 2 Day 6: leave: empty its slot (kv.remove) or take it out of "
-            "waiting; if it holds memory, kv.release it"
+            "Week 2 Day 6 Task 2: leave: empty its slot (kv.remove) or take it out of"
+            " waiting; if it holds memory, kv.release it"
         )
 
     def requeue(self, request: Request) -> None:
         """A request that left (leave) waits again, first in line; it keeps its
         place in `order` (preemption.py)."""
-        raise NotImplementedError("Week 3 Day 1: requeue: back to the front of waiting")
+        raise NotImplementedError(
+            "Week 3 Day 1 Task 4: requeue: back to the front of waiting"
+        )
 
     def retire_finished(self) -> None:
         """Every finished request (stopped, failed, aborted) leaves (leave) and is
         forgotten."""
         raise NotImplementedError(
-            "Week 2 Day 6: retire_finished: leave() and forget (order) every finished"
-            " request in the slots or waiting"
+            "Week 2 Day 6 Task 2: retire_finished: leave() and forget (order) every "
+            "finished request in the slots or waiting"
         )

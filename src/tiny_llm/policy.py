@@ -24,10 +24,9 @@ class Policy(ABC):
     over the planner, whose count is `preemptions`."""
 
     def __init__(self, planner: Planner):
-        raise NotImplementedError(
-            "Week 2 Day 6: Policy: keep the planner and its config; a Preemption over"
-            " it"
-        )
+        self.planner = planner
+        self.config = planner.config
+        self.preemption = Preemption(planner)
 
     @property
     def preemptions(self) -> int:
@@ -48,7 +47,7 @@ class AlternatePolicy(Policy):
         (place_prefilled); then plan_decodes(), so a request whose prompt just ended
         decodes in the same step."""
         raise NotImplementedError(
-            "Week 2 Day 6: plans: yield plan_chunk(), place_prefilled, yield "
+            "Week 2 Day 6 Task 3: plans: yield plan_chunk(), place_prefilled, yield "
             "plan_decodes()"
         )
 
@@ -60,9 +59,10 @@ class AlternatePolicy(Policy):
         (none: no chunk this step). A policy's bad chunk size fails that request
         alone ("prefill failed: ...")."""
         raise NotImplementedError(
-            "Week 2 Day 6: plan_chunk: the first of planner.prefill_candidates(); its"
-            " size, cut to what reserve_chunk makes room for; Plan(chunks=[(request, "
-            "size)]), or an empty Plan when that is 0"
+            "Week 2 Day 6 Task 3: plan_chunk: the first of "
+            "planner.prefill_candidates(); its size, cut to what reserve_chunk makes "
+            "room for; Plan(chunks=[(request, size)]), or an empty Plan when that is "
+            "0"
         )
 
     def plan_decodes(self) -> Plan:
@@ -70,6 +70,6 @@ class AlternatePolicy(Policy):
         (preemption.make_room_for_decodes), then the rows up to the highest slot in
         use."""
         raise NotImplementedError(
-            "Week 2 Day 6: plan_decodes: make_room_for_decodes(), then "
+            "Week 2 Day 6 Task 3: plan_decodes: make_room_for_decodes(), then "
             "Plan(rows=planner.decode_rows())"
         )

@@ -25,7 +25,8 @@ class Preemption:
     order). count: how many requests were preempted so far."""
 
     def __init__(self, planner: Planner):
-        raise NotImplementedError("Week 2 Day 6: Preemption: keep the planner; count 0")
+        self.planner = planner
+        self.count = 0
 
     # ANCHOR: make_room
     def make_room_for_decodes(self) -> None:
@@ -33,8 +34,9 @@ class Preemption:
         token (Planner.reserve). While it cannot, the newest request holding memory
         is preempted (the request itself if it is that one)."""
         raise NotImplementedError(
-            "Week 2 Day 6: make_room_for_decodes: while planner.reserve(request, 1) "
-            "is 0 and the request still decodes, preempt(newest_holder())"
+            "Week 2 Day 6 Task 3: make_room_for_decodes: while "
+            "planner.reserve(request, 1) is 0 and the request still decodes, "
+            "preempt(newest_holder())"
         )
 
     def rank(self, request: Request) -> tuple[bool, int]:
@@ -60,9 +62,9 @@ class Preemption:
         plan) are preempted, newest first, until there is room or none is left (0:
         the request waits)."""
         raise NotImplementedError(
-            "Week 2 Day 6: reserve_chunk: while planner.reserve(request, size) is 0, "
-            "preempt the newest waiting holder ranked above the request and not "
-            "planned; 0 when there is none"
+            "Week 2 Day 6 Task 3: reserve_chunk: while planner.reserve(request, size)"
+            " is 0, preempt the newest waiting holder ranked above the request and "
+            "not planned; 0 when there is none"
         )
 
     def preempt(self, request: Request) -> None:
@@ -70,8 +72,8 @@ class Preemption:
         first in line (Planner.requeue), to recompute its tokens
         (Request.restart)."""
         raise NotImplementedError(
-            "Week 3 Day 1: preempt: planner.leave(request), request.restart(), "
-            "planner.requeue(request), count += 1"
+            "Week 3 Day 1 Task 4: preempt: planner.leave(request), request.restart(),"
+            " planner.requeue(request), count += 1"
         )
 
     # ANCHOR_END: make_room

@@ -55,23 +55,30 @@ class Reports:
     def __init__(
         self, clock: Callable[[], float], planner: Planner, policy: Policy, kv
     ):
-        raise NotImplementedError(
-            "Week 2 Day 6: Reports: keep clock, planner, policy and kv; no ids, "
-            "nothing reported or added, not started; a RunMetrics with "
-            "kv_dense_tokens (batch_size x max_seq_len) and the KV manager's figures "
-            "(kv.record)"
-        )
+        self.clock = clock
+        self.planner = planner
+        self.policy = policy
+        self.kv = kv
+        self.ids: dict[Request, int] = {}
+        self.reported: dict[Request, int] = {}
+        self.added = 0
+        self.started: float | None = None
+        self.metrics = RunMetrics()
+        config = planner.config
+        self.metrics.kv_dense_tokens = config.batch_size * config.max_seq_len
+        kv.record(self.metrics)
 
     def start(self) -> None:
         """A step begins: the first one reads the clock (started)."""
-        raise NotImplementedError(
-            "Week 2 Day 6: start: started = clock() the first time"
-        )
+        if self.started is None:
+            self.started = self.clock()
 
     def track(self, request: Request, request_id: int) -> None:
         """The engine read a request's note: remember its id, 0 tokens reported,
         count it in `added`."""
-        raise NotImplementedError("Week 2 Day 6: track: ids, reported 0, added + 1")
+        self.ids[request] = request_id
+        self.reported[request] = 0
+        self.added += 1
 
     def record(self, forward: Forward) -> None:
         """Count a forward in the metrics: its chunks (and each request's
@@ -80,19 +87,37 @@ class Reports:
         forward.drafts, (request, proposed, accepted), into metrics.record_drafts (a
         list that stays empty until week 3 day 4 writes the drafts and
         record_drafts)."""
-        raise NotImplementedError(
-            "Week 2 Day 6: record: the forward in the metrics (prefill chunk, decode "
-            "step or mixed step), prefill_chunks, longest_decode_stall, "
-            "metrics.record_drafts for each of forward.drafts"
-        )
+        metrics, chunks = self.metrics, forward.chunks
+        for request, _ in chunks:
+            request.metrics.prefill_chunks += 1
+            if request.is_prefill_done:  # its last chunk sampled a token
+                metrics.generated_tokens += 1
+        if forward.mixed:
+            metrics.record_mixed_step(
+                [n for _, n in chunks], len(forward.decodes), forward.seconds
+            )
+        elif chunks:
+            metrics.record_prefill_chunk(chunks[0][1], forward.seconds)
+        else:
+            metrics.record_decode_step(len(forward.decodes), forward.seconds)
+        for _, proposed, accepted in forward.drafts:
+            metrics.record_drafts(proposed, accepted)
+        for request in forward.decodes:
+            times = request.metrics.token_times
+            if len(times) >= 2:
+                stall = times[-1] - times[-2]
+                metrics.longest_decode_stall = max(metrics.longest_decode_stall, stall)
 
     def forward_record(self, forward: Forward) -> ForwardRecord:
         """The forward as the engine's on_forward sees it: request ids, not
         Requests."""
-        raise NotImplementedError(
-            "Week 2 Day 6: forward_record: a ForwardRecord of start, end, (id, "
-            "tokens) per chunk, the decodes' ids and (id, fed, kept) per drafting "
-            "request"
+        ids = self.ids
+        return ForwardRecord(
+            forward.start,
+            forward.start + forward.seconds,
+            [(ids[r], n) for r, n in forward.chunks],
+            [ids[r] for r in forward.decodes],
+            [(ids[r], fed, kept) for r, fed, kept in forward.drafts],
         )
 
     def count_requests(self) -> None:
@@ -100,10 +125,14 @@ class Reports:
         (occupied slots), waiting, finished (added minus the requests in `ids` not
         finished yet), peak_memory_bytes (mx.get_peak_memory()), the policy's
         preemptions, and the KV manager's own figures (kv.record)."""
-        raise NotImplementedError(
-            "Week 2 Day 6: count_requests: total_seconds, running, waiting, finished,"
-            " peak memory, preemptions, kv.record"
-        )
+        metrics = self.metrics
+        metrics.total_seconds = self.clock() - self.started
+        metrics.running = len(self.planner.decoding())
+        metrics.waiting = len(self.planner.waiting)
+        metrics.finished = self.added - sum(not r.is_finished for r in self.ids)
+        metrics.peak_memory_bytes = mx.get_peak_memory()
+        metrics.preemptions = self.policy.preemptions
+        self.kv.record(metrics)
 
     def collect_outputs(self) -> list[RequestOutput]:
         """A RequestOutput for every request that accepted a token or finished this
@@ -112,11 +141,29 @@ class Reports:
         index, the sampling state's logprobs of the new tokens (the same slice of
         its list) and, on the request's first output, its prompt_logprobs. A
         finished request's output carries result() and is forgotten here."""
-        raise NotImplementedError(
-            "Week 2 Day 6: collect_outputs: a RequestOutput per request with new "
-            "tokens or finished (index, logprobs, prompt_logprobs on the first); "
-            "forget the finished"
-        )
+        outputs = []
+        for request, request_id in list(self.ids.items()):
+            done = self.reported[request]
+            new = request.generated[done:]
+            if not new and not request.is_finished:
+                continue
+            self.reported[request] += len(new)
+            text = request.detokenizer.last_segment if request.detokenizer else ""
+            state = request.sampling_state
+            output = RequestOutput(
+                request_id,
+                new,
+                text,
+                request.finish_reason,
+                index=request.index,
+                logprobs=list(state.logprobs[done : done + len(new)]),
+                prompt_logprobs=None if done else state.prompt_logprobs,
+            )
+            if request.is_finished:
+                output.result = request.result()
+                del self.ids[request], self.reported[request]
+            outputs.append(output)
+        return outputs
 
     def snapshot(
         self, steps_done: int, prefilling: Request | None
@@ -124,6 +171,21 @@ class Reports:
         """The slots, the request prefilling and the counters, for live views: a
         SlotView(id, priority, offset, len(generated), text[-40:]) per occupied slot
         and None per free one; (id, offset, prompt tokens) of `prefilling`."""
-        raise NotImplementedError(
-            "Week 2 Day 6: snapshot: SlotViews, prefilling, counters"
+        views = [
+            None
+            if r is None
+            else SlotView(
+                self.ids[r], r.priority, r.offset, len(r.generated), r.text[-40:]
+            )
+            for r in self.planner.slots
+        ]
+        chunking = None
+        if prefilling is not None:
+            chunking = (
+                self.ids[prefilling],
+                prefilling.offset,
+                prefilling.prefill_length,
+            )
+        return SchedulerSnapshot(
+            steps_done, views, chunking, self.metrics.finished, self.added, self.metrics
         )

@@ -138,19 +138,39 @@ class Request:
     sampling_state: object = field(init=False, default_factory=PlainSampling)
 
     def __post_init__(self, options: SamplingOptions | None) -> None:
-        raise NotImplementedError(
-            "Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at "
-            "least 1 or None) or a max_seq_len that is not an int or passes "
-            "model.context_length (None becomes context_length). Fail this request "
-            "alone (fail(), no raise) when request_prompt_ids (given: priority, "
-            "max_tokens, sampler, the prompt and its length) raises TypeError or "
-            "ValueError. Otherwise its ids are `tokens` and prefill_length; create "
-            "the model's KV cache, take tokenizer.detokenizer and record the prompt "
-            "length in metrics. With a constraint, constraint_state = "
-            "start_constraint(...): week 3 day 5 writes that function; its TypeError "
-            "or ValueError fails the request the same way. Then sampling_state = "
-            "start_sampling(...) (given), which fails it alike"
-        )
+        check_int("prefill_max_step", self.prefill_max_step, 1, allow_none=True)
+        context = self.model.context_length
+        if self.max_seq_len is None:
+            self.max_seq_len = context
+        check_int("max_seq_len", self.max_seq_len, 1)
+        if self.max_seq_len > context:
+            raise ValueError(
+                f"max_seq_len is {self.max_seq_len} but the model's context is "
+                f"{context} positions: pass at most {context}"
+            )
+        try:
+            settings = self.priority, self.max_tokens, self.sampler, self.max_seq_len
+            ids = request_prompt_ids(self.model, self.tokenizer, self.prompt, *settings)
+            if self.constraint is not None:
+                vocab_size = self.model.vocab_size
+                self.constraint_state = start_constraint(
+                    self.constraint, self.tokenizer, vocab_size
+                )
+            self.sampling_state = start_sampling(
+                options,
+                ids,
+                self.sampler,
+                self.tokenizer.eos_token_ids,
+                self.model.vocab_size,
+            )
+        except (TypeError, ValueError) as error:
+            self.fail(str(error))
+            return
+        self.tokens = ids
+        self.prefill_length = len(ids)
+        self.kv_cache = self.model.create_kv_cache()
+        self.detokenizer = self.tokenizer.detokenizer
+        self.metrics.prompt_tokens = len(ids)
 
     @property
     def prefill_tokens(self) -> list[int]:
@@ -169,27 +189,25 @@ class Request:
         of its tokens). None before the first token, while it prefills again after
         a restart, and once finished."""
         raise NotImplementedError(
-            "Week 2 Day 6: next_token: tokens[-1] when not finished, the prefill is "
-            "done and offset is len(tokens) - 1; else None"
+            "Week 2 Day 6 Task 1: next_token: tokens[-1] when not finished, the "
+            "prefill is done and offset is len(tokens) - 1; else None"
         )
 
     @property
     def is_prefill_done(self) -> bool:
         raise NotImplementedError(
-            "Week 2 Day 6: is_prefill_done: offset has reached prefill_length"
+            "Week 2 Day 6 Task 1: is_prefill_done: offset has reached prefill_length"
         )
 
     @property
     def is_finished(self) -> bool:
         raise NotImplementedError(
-            "Week 2 Day 6: is_finished: the request has a finish_reason"
+            "Week 2 Day 6 Task 1: is_finished: the request has a finish_reason"
         )
 
     @property
     def text(self) -> str:
-        raise NotImplementedError(
-            "Week 2 Day 6: text: the detokenizer's text ('' without a detokenizer)"
-        )
+        return self.detokenizer.text if self.detokenizer else ""
 
     def try_prefill(self, max_step: int | None = None) -> int:
         """Prefill the next chunk; return how many prompt tokens it processed.
@@ -207,7 +225,7 @@ class Request:
         ValueError for a max_step that is not an int of at least 1 or None.
         """
         raise NotImplementedError(
-            "Week 2 Day 6: try_prefill: ValueError once prefill is done; run "
+            "Week 2 Day 6 Task 1: try_prefill: ValueError once prefill is done; run "
             "tokens[offset : offset + step] (up to prefill_length) through the model "
             "at `offset` with kv_cache (step: max_step, else prefill_max_step; None: "
             "the whole rest; last_position_only=True unless "
@@ -220,7 +238,7 @@ class Request:
     def advance(self, tokens: int) -> None:
         """`tokens` more of this request's tokens are in its KV cache now: the one
         place its position moves forward."""
-        raise NotImplementedError("Week 2 Day 6: advance: offset += tokens")
+        raise NotImplementedError("Week 2 Day 6 Task 1: advance: offset += tokens")
 
     def restart(self) -> None:
         """Start over (preemption): the KV cache was taken back, so the prompt and the
@@ -228,8 +246,8 @@ class Request:
         prefill's last chunk samples the next token. Tokens already generated stay
         generated; the request's own cache is made anew when it is admitted again."""
         raise NotImplementedError(
-            "Week 3 Day 1: restart: prefill_length = every token so far; offset 0; "
-            "kv_cache None; metrics.preemptions += 1"
+            "Week 3 Day 1 Task 4: restart: prefill_length = every token so far; "
+            "offset 0; kv_cache None; metrics.preemptions += 1"
         )
 
     def sample(self, logits: mx.array) -> object:
@@ -240,31 +258,32 @@ class Request:
         sampler (sampling_state.draw(sampler, logprobs): PlainSampling just calls
         it).
         """
-        raise NotImplementedError(
-            "Week 2 Day 6: sample: constraint_state.mask the logits, then "
-            "sampling_state.process them; turn them into log-probabilities (subtract "
-            "logsumexp); return sampling_state.draw(sampler, logprobs). NoConstraint "
-            "and PlainSampling leave everything as it is"
-        )
+        logits = self.constraint_state.mask(logits)
+        logits = self.sampling_state.process(logits)
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        return self.sampling_state.draw(self.sampler, logprobs)
 
     def sample_and_accept(self, logits: mx.array) -> None:
         """logits: [1, V] at the request's last position: sample and accept a token
         (accept_drawn of what sample answers, or of the exception it raised)."""
         raise NotImplementedError(
-            "Week 2 Day 6: sample_and_accept: accept_drawn(sample(logits)), or of the"
-            " exception sample raised"
+            "Week 2 Day 6 Task 1: sample_and_accept: accept_drawn(sample(logits)), or"
+            " of the exception sample raised"
         )
 
     def accept_drawn(self, drawn: object) -> None:
         """Accept the sampler's answer `drawn` (read here: sampled_token_id). Whatever
         fails (an exception sample raised, passed as `drawn`; the answer; the
         detokenizer) fails this request alone, with a message naming the error."""
-        raise NotImplementedError(
-            "Week 2 Day 6: accept_drawn: accept(sampled_token_id(drawn, "
-            "model.vocab_size)), raising `drawn` when it is an exception; any "
-            'exception fails this request (fail(f"sampling token {n} failed: {name}: '
-            '{error}"))'
-        )
+        try:
+            if isinstance(drawn, Exception):
+                raise drawn
+            self.accept(sampled_token_id(drawn, self.model.vocab_size))
+        except Exception as error:
+            self.fail(
+                f"sampling token {len(self.generated) + 1} failed: "
+                f"{type(error).__name__}: {error}"
+            )
 
     def accept(self, token: int) -> None:
         """Take a sampled token: finish on EOS, max_tokens, or a full cache.
@@ -277,9 +296,9 @@ class Request:
         offset has reached max_seq_len (no room left in the cache to feed the token).
         """
         raise NotImplementedError(
-            "Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept); "
-            "otherwise append it to tokens, feed the detokenizer, and finish with "
-            "'length' at max_tokens or 'max_seq_len' when offset reaches it; "
+            "Week 2 Day 6 Task 1: accept: EOS finishes with 'stop' (the token is not "
+            "kept); otherwise append it to tokens, feed the detokenizer, and finish "
+            "with 'length' at max_tokens or 'max_seq_len' when offset reaches it; "
             "constraint_state.advance and sampling_state.advance a kept token first"
         )
 
@@ -287,24 +306,31 @@ class Request:
         """End the request: finish_reason (so no next_token), no cache, the
         detokenizer flushed. Its decode slot, if any, is the planner's to free."""
         raise NotImplementedError(
-            "Week 2 Day 6: finish: set finish_reason, drop the cache, finalize the "
-            "detokenizer"
+            "Week 2 Day 6 Task 1: finish: set finish_reason, drop the cache, finalize"
+            " the detokenizer"
         )
 
     def fail(self, message: str) -> None:
         """Finish this request alone with "error", `message` saying why; the tokens
         so far are kept, the cache dropped."""
-        raise NotImplementedError(
-            "Week 2 Day 6: fail: keep the error message, finish with 'error', drop "
-            "the cache"
-        )
+        self.error = message
+        self.finish_reason = "error"
+        self.kv_cache = None
 
     def result(self) -> GenerationResult:
         """This request's GenerationResult; cached_tokens is metrics.cached_tokens
         (week 3 day 3); logprobs and prompt_logprobs are the sampling state's."""
-        raise NotImplementedError(
-            "Week 2 Day 6: result: a GenerationResult of this request's text, tokens,"
-            " finish reason, metrics, error, prompt and priority (Week 3 Day 3 adds "
-            "cached_tokens: metrics.cached_tokens), the sampling state's logprobs (a "
-            "list) and prompt_logprobs, and index"
+        state = self.sampling_state
+        return GenerationResult(
+            self.text,
+            list(self.generated),
+            self.finish_reason,
+            self.metrics,
+            self.error,
+            self.prompt,
+            self.priority,
+            self.metrics.cached_tokens,
+            logprobs=list(state.logprobs),
+            prompt_logprobs=state.prompt_logprobs,
+            index=self.index,
         )

@@ -49,16 +49,18 @@ class ModelRunner:
     whose batch_cache holds the decode rows."""
 
     def __init__(self, model, clock, kv):
-        raise NotImplementedError("Week 2 Day 6: ModelRunner: keep model, clock and kv")
+        self.model = model
+        self.clock = clock
+        self.kv = kv
 
     def run(self, plan: Plan) -> Forward | None:
         """Run the plan's forward; None when it failed (its requests failed with the
         error). A request's prefill_start is this forward's start if it has none."""
         raise NotImplementedError(
-            "Week 2 Day 6: run: read the clock, set prefill_start, run the plan (Week"
-            " 3 Day 1: run_mixed for a mixed plan; one chunk through try_prefill; "
-            "else decode); on an error fail its requests and return None; on an "
-            "interrupt fail them and raise; else a Forward"
+            "Week 2 Day 6 Task 3: run: read the clock, set prefill_start, run the "
+            "plan (Week 3 Day 1: run_mixed for a mixed plan; one chunk through "
+            "try_prefill; else decode); on an error fail its requests and return "
+            "None; on an interrupt fail them and raise; else a Forward"
         )
 
     def decoded(self, plan: Plan) -> list[Request]:
@@ -70,7 +72,7 @@ class ModelRunner:
         slot in use (plan.decode_inputs), through the KV manager's batch cache;
         logits [R, V] evaluated before any request moves; then accept_rows."""
         raise NotImplementedError(
-            "Week 2 Day 6: decode: plan.decode_inputs(), model(tokens [R, 1], "
+            "Week 2 Day 6 Task 3: decode: plan.decode_inputs(), model(tokens [R, 1], "
             "offsets, kv.batch_cache), last position, mx.eval, accept_rows"
         )
 
@@ -78,7 +80,7 @@ class ModelRunner:
         """logits: [R, V]: each decoding request's fed token is in the cache now
         (advance 1) and it samples its own row."""
         raise NotImplementedError(
-            "Week 2 Day 6: accept_rows: for each request row: advance(1), "
+            "Week 2 Day 6 Task 3: accept_rows: for each request row: advance(1), "
             "sample_and_accept(logits[row : row + 1])"
         )
 
@@ -96,11 +98,11 @@ class ModelRunner:
         drafts verify them (verify). Returns verify's (request, drafts fed, drafts
         accepted) list, [] without drafts."""
         raise NotImplementedError(
-            "Week 3 Day 1: run_mixed: PrefillChunks (every row for a request that "
-            "wants prompt logprobs; and, only when the plan has drafts, draft_parts),"
-            " mixed_forward, mx.eval of the logits and the chunk caches; then advance"
-            " each chunk's request (observe_prompt first when it wants prompt "
-            "logprobs) and sample the last row of each that ends its prompt, "
+            "Week 3 Day 1 Task 3: run_mixed: PrefillChunks (every row for a request "
+            "that wants prompt logprobs; and, only when the plan has drafts, "
+            "draft_parts), mixed_forward, mx.eval of the logits and the chunk caches;"
+            " then advance each chunk's request (observe_prompt first when it wants "
+            "prompt logprobs) and sample the last row of each that ends its prompt, "
             "accept_rows of the rows without drafts, and verify when there are drafts"
         )
 
@@ -110,8 +112,8 @@ class ModelRunner:
         at offset), cached in its own batch-cache row (row_view of its row in every
         layer), every position sampled."""
         raise NotImplementedError(
-            "Week 3 Day 4: draft_parts: one PrefillChunk per request in plan.drafts "
-            "(its cache: BatchingKvCache.row_view)"
+            "Week 3 Day 4 Task 3: draft_parts: one PrefillChunk per request in "
+            "plan.drafts (its cache: BatchingKvCache.row_view)"
         )
 
     def verify(
@@ -123,18 +125,18 @@ class ModelRunner:
         rolls back to just that (kv.keep_accepted). Returns (request, drafts fed,
         drafts accepted) per drafting request."""
         raise NotImplementedError(
-            "Week 3 Day 4: verify: accept_drafts, then the rollback, for each request"
-            " with drafts"
+            "Week 3 Day 4 Task 3: verify: accept_drafts, then the rollback, for each "
+            "request with drafts"
         )
 
     def fail(self, requests: list[Request], why: str, plan: Plan) -> None:
         """Every unfinished request of a forward that raised fails: "prefill
         failed: ..." for the alternate policy's chunk, "forward failed: ..." for the
         others."""
-        raise NotImplementedError(
-            'Week 2 Day 6: fail: request.fail("prefill failed: ..." or "forward '
-            'failed: ...") for each unfinished request'
-        )
+        kind = "prefill" if plan.chunks and not plan.mixed else "forward"
+        for request in requests:
+            if not request.is_finished:
+                request.fail(f"{kind} failed: {why}")
 
 
 def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
@@ -150,6 +152,6 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     carries the exception's type and text (f"verifying drafts failed: {name}:
     {error}"), so the client sees why, and 0 is returned."""
     raise NotImplementedError(
-        "Week 3 Day 4: accept_drafts: the docstring's contract (the chapter's "
+        "Week 3 Day 4 Task 2: accept_drafts: the docstring's contract (the chapter's "
         '"Verification inside the mixed step")'
     )

@@ -52,8 +52,8 @@ def find_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     `a a a a` the end at index 2 matches 3 tokens) and stops at the text's start.
     """
     raise NotImplementedError(
-        "Week 3 Day 4: find_drafts: the docstring's rule (the chapter's \"Drafts from "
-        "the request's own text\")"
+        "Week 3 Day 4 Task 1: find_drafts: the docstring's rule (the chapter's "
+        '"Drafts from the request\'s own text")'
     )
 
 
@@ -67,8 +67,8 @@ def break_even(rows: int, cost: float = DRAFT_TOKEN_COST) -> float:
     whatever k: at 1 row 18%, at 4 rows 47%.
     """
     raise NotImplementedError(
-        "Week 3 Day 4: break_even: the acceptance at which drafting's gain pays for "
-        'its cost (derive it: the chapter\'s "When drafts do not pay")'
+        "Week 3 Day 4 Task 1: break_even: the acceptance at which drafting's gain "
+        'pays for its cost (derive it: the chapter\'s "When drafts do not pay")'
     )
 
 
@@ -78,7 +78,7 @@ def worth_drafting(
     """Do drafts accepted at rate `acceptance` pay (or break even) in a step of `rows`
     decode rows? acceptance >= break_even(rows, cost)."""
     raise NotImplementedError(
-        "Week 3 Day 4: worth_drafting: acceptance >= break_even(rows, cost)"
+        "Week 3 Day 4 Task 1: worth_drafting: acceptance >= break_even(rows, cost)"
     )
 
 
@@ -86,7 +86,7 @@ def is_greedy(sampler) -> bool:
     """The sampler picks the most likely token: tiny_llm_base.greedy, or a
     TokenSampler at temp 0."""
     raise NotImplementedError(
-        "Week 3 Day 4: is_greedy: greedy itself, or a TokenSampler with temp 0"
+        "Week 3 Day 4 Task 1: is_greedy: greedy itself, or a TokenSampler with temp 0"
     )
 
 
@@ -94,7 +94,9 @@ def can_verify(sampler) -> bool:
     """Drafts can be checked without changing what the sampler would produce: it is
     greedy, or a TokenSampler whose distribution (its logits) is known. Any other
     function is a black box: its requests never draft."""
-    raise NotImplementedError("Week 3 Day 4: can_verify: is_greedy, or a TokenSampler")
+    raise NotImplementedError(
+        "Week 3 Day 4 Task 1: can_verify: is_greedy, or a TokenSampler"
+    )
 
 
 def may_draft(request: Request, rows: int) -> bool:
@@ -110,8 +112,8 @@ def may_draft(request: Request, rows: int) -> bool:
     break-even keeps it drafting, a worse one starts the next pause.
     """
     raise NotImplementedError(
-        "Week 3 Day 4: may_draft: the docstring's rule (the chapter's \"When drafts do"
-        ' not pay")'
+        "Week 3 Day 4 Task 1: may_draft: the docstring's rule (the chapter's \"When "
+        'drafts do not pay")'
     )
 
 
@@ -123,7 +125,9 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     Any other request proposes with config.speculative "ngram": prompt lookup over
     its tokens, prompt and generated (find_drafts over request.tokens with
     prompt_lookup_max and _min); else nothing."""
-    raise NotImplementedError("Week 3 Day 4: propose_drafts: the docstring's two cases")
+    raise NotImplementedError(
+        "Week 3 Day 4 Task 3: propose_drafts: the docstring's two cases"
+    )
 
 
 def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
@@ -143,7 +147,7 @@ def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     decode row already has its room).
     """
     raise NotImplementedError(
-        "Week 3 Day 4: plan_drafts: the docstring's bounds, in its order"
+        "Week 3 Day 4 Task 3: plan_drafts: the docstring's bounds, in its order"
     )
 
 
@@ -162,8 +166,8 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     the sampler's distribution.
     """
     raise NotImplementedError(
-        "Week 3 Day 4: verified_tokens: the acceptance rule of the docstring, greedy "
-        'and sampled (the chapter\'s "The acceptance rule")'
+        "Week 3 Day 4 Task 2: verified_tokens: the acceptance rule of the docstring, "
+        'greedy and sampled (the chapter\'s "The acceptance rule")'
     )
 
 
@@ -172,7 +176,7 @@ def record_verification(request: Request, proposed: int, accepted: int) -> None:
     accepted, and its acceptance average moves ACCEPTANCE_WEIGHT of the way towards
     accepted / proposed (drafting.acceptance: what may_draft reads)."""
     raise NotImplementedError(
-        "Week 3 Day 4: record_verification: metrics.draft_tokens and "
+        "Week 3 Day 4 Task 2: record_verification: metrics.draft_tokens and "
         "accepted_draft_tokens; drafting.acceptance moves ACCEPTANCE_WEIGHT towards "
         "the rate"
     )

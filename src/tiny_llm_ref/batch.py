@@ -49,8 +49,8 @@ def batch_generate(
     Request checks it), and so does a failing prefill, forward or sampler: the run
     goes on with the others.
     """
-    # Week 2 Day 6: batch_generate: an Engine, check on_step, prompt_specs, add every
-    # prompt, step until none is left, results in prompt order with the metrics (a
+    # Week 2 Day 6 Task 4: batch_generate: an Engine, check on_step, prompt_specs, add
+    # every prompt, step until none is left, results in prompt order with the metrics (a
     # prompt with n > 1: choice 0's result, its `choices` all n in index order)
     engine = Engine(model, tokenizer, config, clock=clock, **settings)
     check_callable("on_step", on_step)

@@ -18,7 +18,7 @@ def select_chunk_size(
     - a prompt longer than 2048 tokens: 256 tokens, fewer passes over the weights;
     - otherwise the balanced default of 128.
     """
-    # Week 2 Day 7: select_chunk_size: 64 when active_decode_requests > 0.8 *
+    # Week 2 Day 7 Task 1: select_chunk_size: 64 when active_decode_requests > 0.8 *
     # batch_size, else 256 for prompts longer than 2048 tokens, else 128
     if active_decode_requests > 0.8 * batch_size:
         return 64
@@ -50,9 +50,9 @@ class AdaptiveChunker:
         pressure_threshold: float = 0.8,
         window: int = 4,
     ) -> None:
-        # Week 2 Day 7: AdaptiveChunker: check 1 <= min_chunk_size <= initial_chunk_size
-        # <= max_chunk_size (ValueError otherwise), keep the settings, the current chunk
-        # size and the last `window` chunk times
+        # Week 2 Day 7 Task 2: AdaptiveChunker: check 1 <= min_chunk_size <=
+        # initial_chunk_size <= max_chunk_size (ValueError otherwise), keep the
+        # settings, the current chunk size and the last `window` chunk times
         if not 1 <= min_chunk_size <= initial_chunk_size <= max_chunk_size:
             raise ValueError(
                 "AdaptiveChunker needs 1 <= min_chunk_size <= initial_chunk_size <= max_chunk_size, got "
@@ -67,15 +67,15 @@ class AdaptiveChunker:
 
     def record(self, seconds: float) -> None:
         """Report how long the last chunk took."""
-        # Week 2 Day 7: AdaptiveChunker.record: remember the chunk time (only the last
-        # `window` count)
+        # Week 2 Day 7 Task 2: AdaptiveChunker.record: remember the chunk time (only the
+        # last `window` count)
         self.recent_chunk_times.append(seconds)
 
     def select_chunk_size(self, active_decode_requests: int, batch_size: int) -> int:
         """The next chunk's size, given how many of the batch_size slots are decoding."""
-        # Week 2 Day 7: AdaptiveChunker.select_chunk_size: halve under decode pressure,
-        # else double while the mean recent chunk time is under the target and halve
-        # when it is over; clamp to [min, max]; forget the old times when the size
+        # Week 2 Day 7 Task 2: AdaptiveChunker.select_chunk_size: halve under decode
+        # pressure, else double while the mean recent chunk time is under the target and
+        # halve when it is over; clamp to [min, max]; forget the old times when the size
         # changes
         pressure = active_decode_requests / batch_size
         size = self.chunk_size

@@ -48,9 +48,6 @@ def make_kv_manager(model, config: EngineConfig):
     """The KV manager the config asks for: dense, paged, or paged with prefix
     caching (with kv_disk_dir, the given DiskTierKvManager: prefix caching with a
     disk tier)."""
-    # Week 2 Day 6: make_kv_manager: DenseKvManager, PagedKvManager or
-    # PrefixCachingKvManager as config.kv_cache and prefix_caching say, a
-    # DiskTierKvManager when config.kv_disk_dir is set
     if config.kv_cache == "dense":
         return DenseKvManager(model, config)
     if config.kv_disk_dir is not None:
@@ -64,7 +61,6 @@ def make_policy(config: EngineConfig, planner: Planner) -> Policy:
     """The policy config.policy names, over the planner: "alternate" an
     AlternatePolicy (policy.py), "mixed" a MixedPolicy (mixed_policy.py, week 3 day
     1). The one place that reads config.policy."""
-    # Week 2 Day 6: make_policy: AlternatePolicy or MixedPolicy as config.policy says
     if config.policy == "alternate":
         return AlternatePolicy(planner)
     return MixedPolicy(planner)
@@ -97,8 +93,6 @@ class Engine:
         on_forward: Callable[[ForwardRecord], None] | None = None,
         **settings,
     ):
-        # Week 2 Day 6: Engine: EngineConfig.of(config, settings), check_model, check
-        # the clock, then the state listed above
         config = EngineConfig.of(config, settings)
         config.check_model(model)
         check_callable("clock", clock, allow_none=False)
@@ -153,8 +147,8 @@ class Engine:
         ("add", id, request, arrival_step): the engine's thread reads them.
         ValueError or TypeError for a bad arrival_step or n.
         """
-        # Week 2 Day 6: add_request: check arrival_step; make_choices; put ("add", id,
-        # request, arrival_step) in the inbox for each, return the id
+        # Week 2 Day 6 Task 4: add_request: check arrival_step; make_choices; put
+        # ("add", id, request, arrival_step) in the inbox for each, return the id
         spec = prompt if isinstance(prompt, PromptSpec) else PromptSpec(prompt)
         check_int("arrival_step", spec.arrival_step, 0)
         choices = make_choices(
@@ -170,7 +164,7 @@ class Engine:
         "abort" and frees its slot and memory, whether it waits, prefills or
         decodes; every choice of it, or only choice `index`. An unknown or finished
         id is ignored."""
-        # Week 2 Day 6: abort: put ("abort", id, index, None) in the inbox
+        # Week 2 Day 6 Task 4: abort: put ("abort", id, index, None) in the inbox
         self.inbox.put(("abort", request_id, index, None))
 
     def close(self) -> None:
@@ -189,15 +183,15 @@ class Engine:
     def has_unfinished(self) -> bool:
         """True while a request has not been reported finished, or a note waits in
         the inbox (a request just added counts before the engine has read it)."""
-        # Week 2 Day 6: has_unfinished: ids not empty, or the inbox not empty
+        # Week 2 Day 6 Task 4: has_unfinished: ids not empty, or the inbox not empty
         return bool(self.ids) or not self.inbox.empty()
 
     # ANCHOR: step
     def step(self) -> list[RequestOutput]:
         """One iteration: read the inbox, admit arrivals, run each plan the policy
         yields, and report what each request got."""
-        # Week 2 Day 6: step: reports.start, read_inbox, admit_arrivals, run each of
-        # policy.plans(), kv.after_step (in a finally), steps_done, the reports'
+        # Week 2 Day 6 Task 4: step: reports.start, read_inbox, admit_arrivals, run each
+        # of policy.plans(), kv.after_step (in a finally), steps_done, the reports'
         # count_requests and collect_outputs
         self.reports.start()
         self.read_inbox()
@@ -217,8 +211,8 @@ class Engine:
         or failed; an interrupt still retires them first. A forward that ran is
         recorded (reports.record, on_forward) and its time told to an
         AdaptiveChunker when it ran a chunk."""
-        # Week 2 Day 6: run: runner.run(plan), planner.retire_finished() even on an
-        # interrupt, prefilling; the forward to reports.record, the AdaptiveChunker
+        # Week 2 Day 6 Task 4: run: runner.run(plan), planner.retire_finished() even on
+        # an interrupt, prefilling; the forward to reports.record, the AdaptiveChunker
         # and on_forward (reports.forward_record)
         if not plan:
             return
@@ -242,8 +236,8 @@ class Engine:
         """Take every note out of the inbox. ("add", id, request, arrival_step): the
         reports track it, and it goes into `arriving`. ("abort", id, index, None):
         abort_now(id, index)."""
-        # Week 2 Day 6: read_inbox: drain the inbox; "add" notes to reports.track and
-        # arriving; "abort" notes to abort_now
+        # Week 2 Day 6 Task 4: read_inbox: drain the inbox; "add" notes to reports.track
+        # and arriving; "abort" notes to abort_now
         while not self.inbox.empty():
             action, request_id, request, arrival_step = self.inbox.get()
             if action == "add":
@@ -257,8 +251,6 @@ class Engine:
         choice `index` unless None) that is not finished finishes with "abort" and
         leaves wherever it is. An id that is unknown or already reported is
         ignored."""
-        # Week 2 Day 6: abort_now: each of choices_to_stop finishes with "abort" and
-        # leaves arriving; retire them
         for request in choices_to_stop(self.ids, request_id, index):
             self.arriving = [(s, r) for s, r in self.arriving if r is not request]
             request.finish("abort")
@@ -268,8 +260,8 @@ class Engine:
         """Admit the requests whose arrival_step the steps done so far have reached;
         their arrival time is read now. A request that has already failed (a bad
         prompt) gets its arrival time but does not wait."""
-        # Week 2 Day 6: admit_arrivals: requests whose arrival_step is reached get their
-        # arrival time and join the planner
+        # Week 2 Day 6 Task 4: admit_arrivals: requests whose arrival_step is reached
+        # get their arrival time and join the planner
         arrived = [r for step, r in self.arriving if step <= self.steps_done]
         self.arriving = [(s, r) for s, r in self.arriving if s > self.steps_done]
         for request in arrived:

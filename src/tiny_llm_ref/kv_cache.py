@@ -226,13 +226,13 @@ class BatchingKvCache(TinyKvCache):
         (week 3 day 4: a decoding request's draft tokens, fed as their own part of a
         mixed step after its decode row). The row's count is left as it is: the
         engine keeps what it accepts with set_offset."""
-        # Week 3 Day 4: row_view: a BatchRowView of this cache, slot and offset
+        # Week 3 Day 4 Task 3: row_view: a BatchRowView of this cache, slot and offset
         return BatchRowView(self, slot, offset)
 
     def set_offset(self, slot: int, offset: int) -> None:
         """Row `slot` holds exactly `offset` positions from now on: keys written past
         them (rejected draft tokens) are never seen."""
-        # Week 3 Day 4: set_offset: offsets[slot] = offset
+        # Week 3 Day 4 Task 3: set_offset: offsets[slot] = offset
         self.offsets[slot] = offset
 
     def update_and_fetch(
@@ -284,7 +284,8 @@ class BatchRowView(TinyKvCache):
     step may have replaced that storage in between."""
 
     def __init__(self, batch: BatchingKvCache, slot: int, offset: int) -> None:
-        # Week 3 Day 4: BatchRowView: keep the batch cache, the slot and the offset
+        # Week 3 Day 4 Task 3: BatchRowView: keep the batch cache, the slot and the
+        # offset
         self.batch = batch
         self.slot = slot
         self.offset = offset
@@ -292,11 +293,12 @@ class BatchRowView(TinyKvCache):
     def update_and_fetch(
         self, keys: mx.array, values: mx.array
     ) -> tuple[mx.array, mx.array, str | None]:
-        # Week 3 Day 4: update_and_fetch: ValueError past max_seq_len; fit the batch
-        # storage to the rows it already has (batch.keys.shape[0], not 1: the other
-        # slots' keys must stay) and offset + L positions; write row slot's positions
-        # offset .. offset + L - 1; advance offset; return the row's keys and values
-        # [1, H, offset, D] and the mask ("causal" when L > 1, None for one token)
+        # Week 3 Day 4 Task 3: update_and_fetch: ValueError past max_seq_len; fit the
+        # batch storage to the rows it already has (batch.keys.shape[0], not 1: the
+        # other slots' keys must stay) and offset + L positions; write row slot's
+        # positions offset .. offset + L - 1; advance offset; return the row's keys and
+        # values [1, H, offset, D] and the mask ("causal" when L > 1, None for one
+        # token)
         _, H, L, D = keys.shape
         batch, end = self.batch, self.offset + L
         if end > batch.max_seq_len:

@@ -53,34 +53,27 @@ class RequestMetrics:
 
     def record_token(self, now: float) -> None:
         """Count one generated token, accepted at time `now`."""
-        # Week 2 Day 6: record_token: append `now` to token_times and count the token in
-        # generated_tokens
         self.token_times.append(now)
         self.generated_tokens += 1
 
     @property
     def queue_time(self) -> float | None:
-        # Week 2 Day 6: queue_time: prefill_start - arrival (None until both are known)
         if self.arrival is None or self.prefill_start is None:
             return None
         return self.prefill_start - self.arrival
 
     @property
     def time_to_first_token(self) -> float | None:
-        # Week 2 Day 6: time_to_first_token: first token time - arrival (None before the
-        # arrival or the first token)
         if self.arrival is None or not self.token_times:
             return None
         return self.token_times[0] - self.arrival
 
     @property
     def inter_token_latencies(self) -> list[float]:
-        # Week 2 Day 6: inter_token_latencies: the gaps between consecutive token_times
         return [b - a for a, b in zip(self.token_times, self.token_times[1:])]
 
     @property
     def longest_stall(self) -> float:
-        # Week 2 Day 6: longest_stall: the largest inter-token latency (0.0 if none)
         return max(self.inter_token_latencies, default=0.0)
 
 
@@ -163,9 +156,6 @@ class RunMetrics:
 
     def record_prefill_chunk(self, tokens: int, seconds: float) -> None:
         """Count one prefill chunk of `tokens` prompt tokens that took `seconds`."""
-        # Week 2 Day 6: record_prefill_chunk: count the chunk and its tokens, add its
-        # seconds, and update chunk_time_average (the first chunk sets it; later ones
-        # weigh 0.1)
         if self.prefill_chunks == 0:
             self.chunk_time_average = seconds
         else:
@@ -176,7 +166,6 @@ class RunMetrics:
 
     def record_decode_step(self, tokens: int, seconds: float) -> None:
         """Count one decode step that generated `tokens` tokens in `seconds`."""
-        # Week 2 Day 6: record_decode_step: count the step, its tokens and its seconds
         self.decode_steps += 1
         self.generated_tokens += tokens
         self.decode_seconds += seconds
@@ -186,11 +175,6 @@ class RunMetrics:
     ) -> None:
         """Count one mixed forward: a prefill chunk per entry of `chunk_tokens`, one
         decode step if it generated `decode_tokens` > 0, and its `seconds` once."""
-        # Week 2 Day 6: record_mixed_step: add the chunks and their tokens to the
-        # prefill counters (not prefill_seconds, not chunk_time_average: a mixed
-        # step's time is not one chunk's), one decode step and its tokens when
-        # decode_tokens > 0, then count the step in mixed_steps and its seconds in
-        # mixed_seconds
         self.prefill_chunks += len(chunk_tokens)
         self.prefill_tokens += sum(chunk_tokens)
         if decode_tokens:
@@ -204,8 +188,6 @@ class RunMetrics:
     ) -> None:
         """The pool at the end of an iteration: blocks held, the most ever held at
         once (the pool's peak_in_use), blocks cached."""
-        # Week 2 Day 6: record_blocks: set kv_blocks_in_use, raise kv_peak_blocks_in_use
-        # to peak_in_use if higher, set kv_blocks_cached and kv_bytes_per_token
         self.kv_blocks_in_use = in_use
         self.kv_peak_blocks_in_use = max(self.kv_peak_blocks_in_use, peak_in_use)
         self.kv_blocks_cached = cached
@@ -214,8 +196,6 @@ class RunMetrics:
     def record_drafts(self, proposed: int, accepted: int) -> None:
         """Count one verification: `proposed` draft tokens, `accepted` of them kept
         (each a generated token beside the decode row's own)."""
-        # Week 3 Day 4: record_drafts: drafts + 1, draft_tokens + proposed,
-        # accepted_draft_tokens and generated_tokens + accepted
         self.drafts += 1
         self.draft_tokens += proposed
         self.accepted_draft_tokens += accepted
@@ -225,15 +205,11 @@ class RunMetrics:
     def mean_accepted_length(self) -> float:
         """Tokens a drafting row produced per step: 1 + accepted drafts per
         verification (0.0 before any)."""
-        # Week 3 Day 4: mean_accepted_length: 1 + accepted_draft_tokens / drafts (0.0
-        # without drafts)
         return 1 + self.accepted_draft_tokens / self.drafts if self.drafts else 0.0
 
     @property
     def draft_acceptance_rate(self) -> float:
         """Accepted draft tokens / draft tokens proposed (0.0 before any)."""
-        # Week 3 Day 4: draft_acceptance_rate: accepted_draft_tokens / draft_tokens
-        # (0.0 without drafts)
         if not self.draft_tokens:
             return 0.0
         return self.accepted_draft_tokens / self.draft_tokens
@@ -241,8 +217,6 @@ class RunMetrics:
     @property
     def prefix_cache_hit_rate(self) -> float:
         """Cached prompt tokens / prompt tokens admitted (0.0 before any)."""
-        # Week 2 Day 6: prefix_cache_hit_rate: prefix_cached_tokens /
-        # prefix_prompt_tokens (0.0 when no prompt was admitted)
         if not self.prefix_prompt_tokens:
             return 0.0
         return self.prefix_cached_tokens / self.prefix_prompt_tokens
@@ -250,14 +224,11 @@ class RunMetrics:
     @property
     def kv_peak_tokens(self) -> int:
         """Positions the most blocks ever held at once can store."""
-        # Week 2 Day 6: kv_peak_tokens: kv_peak_blocks_in_use * kv_block_size
         return self.kv_peak_blocks_in_use * self.kv_block_size
 
     @property
     def interleaving_ratio(self) -> float:
         """Prefill chunks per decode step: how finely prefill is mixed into decoding."""
-        # Week 2 Day 6: interleaving_ratio: prefill_chunks / decode_steps (inf before
-        # the first decode step)
         return (
             self.prefill_chunks / self.decode_steps
             if self.decode_steps
@@ -267,12 +238,9 @@ class RunMetrics:
     @property
     def prompt_throughput(self) -> float:
         """Prompt tokens prefilled per second of the whole run."""
-        # Week 2 Day 6: prompt_throughput: prefill_tokens / total_seconds (0.0 at 0 s)
         return self.prefill_tokens / self.total_seconds if self.total_seconds else 0.0
 
     @property
     def generation_throughput(self) -> float:
         """Tokens generated per second of the whole run."""
-        # Week 2 Day 6: generation_throughput: generated_tokens / total_seconds (0.0 at
-        # 0 s)
         return self.generated_tokens / self.total_seconds if self.total_seconds else 0.0

@@ -74,7 +74,7 @@ class Sharing:
     chunks: list[tuple[Request, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        # Week 3 Day 1: Sharing: in_view, the started requests not yielding;
+        # Week 3 Day 1 Task 3: Sharing: in_view, the started requests not yielding;
         # kept_from_batch, in_view and the interactive yielding ones
         self.in_view = [r for r in self.started if r not in self.yielding]
         self.kept_from_batch = self.in_view + [
@@ -84,7 +84,7 @@ class Sharing:
     def yields_to(self, request: Request, other: Request) -> bool:
         """A yielding `request` yields to `other` when other does not yield and
         either request is batch or other is interactive."""
-        # Week 3 Day 1: yields_to: other not yielding, and request batch or other
+        # Week 3 Day 1 Task 3: yields_to: other not yielding, and request batch or other
         # interactive
         return other not in self.yielding and (
             request.priority == "batch" or other.priority == "interactive"
@@ -93,7 +93,7 @@ class Sharing:
     def add(self, request: Request, tokens: int) -> None:
         """A chunk of `tokens` is planned for the request: it has started and keeps
         a slot in view from now on."""
-        # Week 3 Day 1: add: append to chunks; join started, in_view and
+        # Week 3 Day 1 Task 3: add: append to chunks; join started, in_view and
         # kept_from_batch where it is not yet
         self.chunks.append((request, tokens))
         if request not in self.started:
@@ -110,7 +110,7 @@ class MixedPolicy(Policy):
     def plans(self) -> Iterator[Plan]:
         """ONE plan (plan()); then the requests it prefilled take their slots
         (place_prefilled)."""
-        # Week 3 Day 1: plans: yield plan(), then place_prefilled
+        # Week 3 Day 1 Task 3: plans: yield plan(), then place_prefilled
         yield self.plan()
         self.planner.place_prefilled()
 
@@ -118,7 +118,8 @@ class MixedPolicy(Policy):
     def is_long(self, request: Request) -> bool:
         """True for a prompt of more than long_prefill_token_threshold tokens (never
         when the threshold is None)."""
-        # Week 3 Day 1: is_long: the threshold is set and the prompt's tokens pass it
+        # Week 3 Day 1 Task 2: is_long: the threshold is set and the prompt's tokens
+        # pass it
         threshold = self.config.long_prefill_token_threshold
         return threshold is not None and request.prefill_length > threshold
         # ANCHOR_END: is_long
@@ -131,7 +132,7 @@ class MixedPolicy(Policy):
         the waiting requests are partly prefilled (started, not done), and, if it
         is long, fewer than max_long_partial_prefills of those are long (None: no
         limit)."""
-        # Week 3 Day 1: may_start: True for a started request; else the partly
+        # Week 3 Day 1 Task 2: may_start: True for a started request; else the partly
         # prefilled waiting requests (in started, not prefill-done) and the long ones
         # among them, each under its limit
         if request in started or request.offset > 0:
@@ -156,9 +157,9 @@ class MixedPolicy(Policy):
         attention scores, L x (offset + L) (each of the chunk's tokens against every
         position up to the chunk's end), stay within long_prefill_attention_budget
         (None: no such cap), but always at least 1 token."""
-        # Week 3 Day 1: chunk_limit: min of the tokens left, size (unless None) and,
-        # when is_long, the threshold and (unless None) the largest L >= 1 with
-        # L * (request.offset + L) <= long_prefill_attention_budget
+        # Week 3 Day 1 Task 2: chunk_limit: min of the tokens left, size (unless None)
+        # and, when is_long, the threshold and (unless None) the largest L >= 1 with L *
+        # (request.offset + L) <= long_prefill_attention_budget
         tokens = request.prefill_length - request.offset
         if size is not None:
             tokens = min(tokens, size)
@@ -181,10 +182,10 @@ class MixedPolicy(Policy):
         ones: a long one yields its slot to an interactive request) preempts
         decoding batch requests whose deadline is later than its own, latest first
         (preemption.preempt), until it has one or none is left."""
-        # Week 3 Day 1: preempt_for_interactive: for each waiting interactive request
-        # by urgency, not prefill-done, may_start: while slot_for (with the started
-        # requests that are not is_long) is None, preempt the decoding batch request
-        # with the latest deadline past its own (stop when none)
+        # Week 3 Day 1 Task 3: preempt_for_interactive: for each waiting interactive
+        # request by urgency, not prefill-done, may_start: while slot_for (with the
+        # started requests that are not is_long) is None, preempt the decoding batch
+        # request with the latest deadline past its own (stop when none)
         planner = self.planner
         in_view = [r for r in started if not self.is_long(r)]
         for request in planner.by_urgency():
@@ -213,7 +214,7 @@ class MixedPolicy(Policy):
         (plan_chunks) until token_budget is spent (None: no limit). Every row fed
         counts against the budget, an empty slot's dummy row and every draft token
         too. Finished requests (a chunk size that failed) are retired."""
-        # Week 3 Day 1: plan: the started requests (offset > 0);
+        # Week 3 Day 1 Task 3: plan: the started requests (offset > 0);
         # preempt_for_interactive; make_room_for_decodes; the rows; the budget left
         # after them and the drafts (plan_drafts, only with config.speculative or
         # jump_forward); plan_chunks; retire_finished; Plan(rows, chunks, mixed=True,
@@ -250,11 +251,11 @@ class MixedPolicy(Policy):
         the plan (first come, first served). An AdaptiveChunker is asked once a step
         (it learns from one time a step); a size a policy gets wrong fails that
         request alone ("prefill failed: ..."), and the next request asks again."""
-        # Week 3 Day 1: plan_chunks: a Sharing (yielding: the started is_long ones);
-        # prefill_candidates(in_view, in_first_round), then (in_view,
-        # in_last_round); for each while budget is left: the chunk size (once a step
-        # for an AdaptiveChunker), chunk_limit, the budget, reserve_chunk with the
-        # planned requests (stop at 0); Sharing.add; the chunks
+        # Week 3 Day 1 Task 3: plan_chunks: a Sharing (yielding: the started is_long
+        # ones); prefill_candidates(in_view, in_first_round), then (in_view,
+        # in_last_round); for each while budget is left: the chunk size (once a step for
+        # an AdaptiveChunker), chunk_limit, the budget, reserve_chunk with the planned
+        # requests (stop at 0); Sharing.add; the chunks
         planner, config = self.planner, self.config
         sharing = Sharing(started, [r for r in started if self.is_long(r)])
         candidates = itertools.chain(
@@ -287,7 +288,7 @@ class MixedPolicy(Policy):
     def in_first_round(self, request: Request, sharing: Sharing) -> bool:
         """Asked first: a request that does not yield and may start; a batch one
         only with a slot in view past every kept_from_batch request."""
-        # Week 3 Day 1: in_first_round: not yielding, may_start, and for a batch
+        # Week 3 Day 1 Task 3: in_first_round: not yielding, may_start, and for a batch
         # request slot_for(request, kept_from_batch) is not None
         if request in sharing.yielding:
             return False
@@ -301,8 +302,8 @@ class MixedPolicy(Policy):
     def in_last_round(self, request: Request, sharing: Sharing) -> bool:
         """Asked last: a yielding request that may start, in a step with no chunk
         of one it yields to."""
-        # Week 3 Day 1: in_last_round: yielding, may_start, and yields_to none of the
-        # chunks' requests
+        # Week 3 Day 1 Task 3: in_last_round: yielding, may_start, and yields_to none of
+        # the chunks' requests
         if request not in sharing.yielding:
             return False
         if not self.may_start(request, sharing.started):

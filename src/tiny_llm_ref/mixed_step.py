@@ -63,7 +63,7 @@ def split_parts(
     The first B tokens are the decode rows: swapping axes 0 and 2 makes each one its
     own batch row, as day 5's decode step has them. The chunks follow, in order.
     """
-    # Week 3 Day 1: split_parts: the decode part is x[:, :, :B] with axes 0 and 2
+    # Week 3 Day 1 Task 1: split_parts: the decode part is x[:, :, :B] with axes 0 and 2
     # swapped (None when B is 0); then chunk c is x[:, :, start:end], the chunks one
     # after the other from position B
     decode = x[:, :, :decode_rows].swapaxes(0, 2) if decode_rows else None
@@ -73,8 +73,8 @@ def split_parts(
 
 def join_parts(decode: mx.array | None, chunks: list[mx.array]) -> mx.array:
     """split_parts undone: [B, H, 1, D] and each [1, H, L_c, D] -> [1, H, T, D]."""
-    # Week 3 Day 1: join_parts: swap the decode part's axes 0 and 2 back (when there is
-    # one) and concatenate it and the chunks along axis 2
+    # Week 3 Day 1 Task 1: join_parts: swap the decode part's axes 0 and 2 back (when
+    # there is one) and concatenate it and the chunks along axis 2
     parts = [] if decode is None else [decode.swapaxes(0, 2)]
     return mx.concatenate(parts + chunks, axis=2)
 
@@ -100,18 +100,17 @@ def mixed_forward(
     no LM head runs and the result is (None, [None] * len(chunks)). Nothing is
     evaluated here.
     """
-    # Week 3 Day 1: mixed_forward: ValueError for decode tokens without a batch cache, a
-    # count of offsets unlike the tokens', an empty chunk or a logit_rows outside 0 ..
-    # its length; check_offset every layer's
-    # caches; embed the decode tokens and every chunk's tokens as one sequence [1, T];
-    # run each layer as layer.forward(h, attend), where attend(q, k, v) cuts q, k, v
-    # with split_parts; for each part (the decode rows at their offsets in the batch
-    # cache, then each chunk at chunk.offset in chunk.cache[layer]) stages its roped
-    # keys and values (cache.stage); only then each part's
-    # cache.attend_staged(roped q, attention.attention) (given: attention over
-    # cache.fetch_staged()); glues the outputs with join_parts; then
-    # model.logits only on the decode rows and the last logit_rows positions of each
-    # chunk
+    # Week 3 Day 1 Task 1: mixed_forward: ValueError for decode tokens without a batch
+    # cache, a count of offsets unlike the tokens', an empty chunk or a logit_rows
+    # outside 0 .. its length; check_offset every layer's caches; embed the decode
+    # tokens and every chunk's tokens as one sequence [1, T]; run each layer as
+    # layer.forward(h, attend), where attend(q, k, v) cuts q, k, v with split_parts; for
+    # each part (the decode rows at their offsets in the batch cache, then each chunk at
+    # chunk.offset in chunk.cache[layer]) stages its roped keys and values
+    # (cache.stage); only then each part's cache.attend_staged(roped q,
+    # attention.attention) (given: attention over cache.fetch_staged()); glues the
+    # outputs with join_parts; then model.logits only on the decode rows and the last
+    # logit_rows positions of each chunk
     B = len(decode_tokens)
     if B and batch_cache is None:
         raise ValueError("decode tokens need the batch cache their rows live in")

@@ -173,14 +173,14 @@ class PagedBatchingKvCache(TinyKvCache):
         """Row `slot` as one sequence's cache from position `offset` on (week 3 day
         4's draft tokens): a second view of the request's blocks, so the row's own
         count is left as it is until set_offset."""
-        # Week 3 Day 4: row_view: a PagedKvCache over the slot's layer and table, at
-        # offset
+        # Week 3 Day 4 Task 3: row_view: a PagedKvCache over the slot's layer and table,
+        # at offset
         view = self.slots[slot]
         return PagedKvCache(view.layer, view.table, offset)
 
     def set_offset(self, slot: int, offset: int) -> None:
         """Row `slot` holds exactly `offset` positions from now on."""
-        # Week 3 Day 4: set_offset: the slot's view's offset = offset
+        # Week 3 Day 4 Task 3: set_offset: the slot's view's offset = offset
         self.slots[slot].offset = offset
 
     def stage(self, keys: mx.array, values: mx.array) -> None:

@@ -119,8 +119,8 @@ class PagedKvManager(KvManager):
         for drafts that were rejected) go back to the pool and are cut from its
         BlockTable in place (the slot's view shares that table object). It runs even
         when the request has just finished inside the accepted run."""
-        # Week 3 Day 4: keep_accepted: every row's offset, then pool.release of the
-        # table's blocks past blocks_needed(request.offset)
+        # Week 3 Day 4 Task 3: keep_accepted: every row's offset, then pool.release of
+        # the table's blocks past blocks_needed(request.offset)
         super().keep_accepted(request, slot)
         table = self.tables[request]
         kept = blocks_needed(request.offset, self.block_size)

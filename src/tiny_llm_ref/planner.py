@@ -55,8 +55,8 @@ class Plan:
     def decode_inputs(self) -> tuple[list[int], list[int]]:
         """The rows' tokens and offsets: each request's next_token at its offset, an
         empty slot's dummy row token 0 at offset 0."""
-        # Week 2 Day 6: decode_inputs: next_token and offset of each row, 0 and 0 for
-        # None
+        # Week 2 Day 6 Task 2: decode_inputs: next_token and offset of each row, 0 and 0
+        # for None
         tokens = [r.next_token if r else 0 for r in self.rows]
         offsets = [r.offset if r else 0 for r in self.rows]
         return tokens, offsets
@@ -77,8 +77,8 @@ class Planner:
     """
 
     def __init__(self, config: EngineConfig, kv):
-        # Week 2 Day 6: Planner: keep config and kv; batch_size empty slots, nothing
-        # waiting, nothing ordered or holding, batch_slots, a counter for add
+        # Week 2 Day 6 Task 2: Planner: keep config and kv; batch_size empty slots,
+        # nothing waiting, nothing ordered or holding, batch_slots, a counter for add
         self.config = config
         self.kv = kv
         self.slots: list[Request | None] = [None] * config.batch_size
@@ -91,8 +91,8 @@ class Planner:
     def add(self, request: Request) -> None:
         """An arrived request waits for its prefill (its arrival time is read now if
         nobody read it)."""
-        # Week 2 Day 6: add: append to waiting, give it the next number in order, read
-        # metrics.arrival from request.clock() when it is None
+        # Week 2 Day 6 Task 2: add: append to waiting, give it the next number in order,
+        # read metrics.arrival from request.clock() when it is None
         if request.metrics.arrival is None:
             request.metrics.arrival = request.clock()
         self.waiting.append(request)
@@ -101,8 +101,6 @@ class Planner:
     def deadline(self, request: Request) -> float:
         """When the request should be served: an interactive request at its arrival,
         a batch one batch_patience seconds after its own. Earlier goes first."""
-        # Week 2 Day 6: deadline: metrics.arrival, plus batch_patience for a batch
-        # request
         patience = self.config.batch_patience if request.priority == "batch" else 0
         return request.metrics.arrival + patience
 
@@ -110,12 +108,12 @@ class Planner:
         """The waiting requests, earliest deadline first, then the first added: an
         interactive request goes before the batch requests that arrived less than
         batch_patience seconds before it."""
-        # Week 2 Day 6: by_urgency: waiting sorted by (deadline, order)
+        # Week 2 Day 6 Task 2: by_urgency: waiting sorted by (deadline, order)
         return sorted(self.waiting, key=lambda r: (self.deadline(r), self.order[r]))
 
     def decoding(self) -> list[tuple[int, Request]]:
         """(slot, request) of every occupied slot, lowest slot first."""
-        # Week 2 Day 6: decoding: (slot, request) of the occupied slots
+        # Week 2 Day 6 Task 2: decoding: (slot, request) of the occupied slots
         return [(slot, r) for slot, r in enumerate(self.slots) if r is not None]
 
     def slot_for(self, request: Request, also_ready: list[Request] = ()) -> int | None:
@@ -124,8 +122,8 @@ class Planner:
         so the batch cache's rows stay few. None for a batch request once batch
         requests, prefilled ones waiting for a slot included, hold batch_slots
         slots."""
-        # Week 2 Day 6: slot_for: the free slots after leaving one per ready request;
-        # None when there is none or a batch request would pass batch_slots
+        # Week 2 Day 6 Task 2: slot_for: the free slots after leaving one per ready
+        # request; None when there is none or a batch request would pass batch_slots
         free = [i for i, slot in enumerate(self.slots) if slot is None]
         if not free:  # before the waiting list: a long queue would cost its square
             return None
@@ -148,8 +146,6 @@ class Planner:
         function: prefill_step(prompt tokens, decoding, batch_size). `decoding` is
         the occupied slots now. A policy's answer that is not an int >= 1 (or None)
         raises (check_int)."""
-        # Week 2 Day 6: chunk_size: prefill_step as it is, or asked (AdaptiveChunker or
-        # function), checked with check_int
         policy = self.config.prefill_step
         if policy is None or isinstance(policy, int):
             return policy
@@ -167,8 +163,8 @@ class Planner:
         past the prompt tokens the KV manager reports already cached (advance: the
         engine's one position write outside the model runner, because the chunks
         planned next start there)."""
-        # Week 2 Day 6: admit: True for a holder; else kv.admit (None: False), and on
-        # success it joins holding and advances by the cached tokens
+        # Week 2 Day 6 Task 2: admit: True for a holder; else kv.admit (None: False),
+        # and on success it joins holding and advances by the cached tokens
         if request in self.holding:
             return True
         cached = self.kv.admit(request)
@@ -190,8 +186,8 @@ class Planner:
         with also_ready as it is when each is asked) and memory held or given
         (admit). First come, first served: once one cannot get memory, nobody behind
         it who holds none overtakes it, while those holding memory go on."""
-        # Week 2 Day 6: prefill_candidates: by urgency, skip the prefilled, the later
-        # choices whose first choice is neither prefilled nor finished, those
+        # Week 2 Day 6 Task 2: prefill_candidates: by urgency, skip the prefilled, the
+        # later choices whose first choice is neither prefilled nor finished, those
         # may_start refuses and those with no slot in view; admit the others until one
         # is refused, then only holders; yield each
         blocked = False
@@ -210,21 +206,20 @@ class Planner:
 
     def decode_rows(self) -> list[Request | None]:
         """The slots up to the highest in use (an empty one among them: None)."""
-        # Week 2 Day 6: decode_rows: slots[: highest occupied slot + 1]
+        # Week 2 Day 6 Task 2: decode_rows: slots[: highest occupied slot + 1]
         active = self.decoding()
         return self.slots[: active[-1][0] + 1] if active else []
 
     def reserve(self, request: Request, tokens: int) -> int:
         """Room for the request's next `tokens` tokens from the KV manager (its
         reserve): how many fit, 0 when none does."""
-        # Week 2 Day 6: reserve: kv.reserve(request, tokens)
         return self.kv.reserve(request, tokens)
 
     def place_prefilled(self) -> None:
         """Every prefilled waiting request, most urgent first, takes the slot
         slot_for gives it (the KV manager's place) and leaves waiting."""
-        # Week 2 Day 6: place_prefilled: each prefilled waiting request by urgency takes
-        # slot_for(request) through kv.place
+        # Week 2 Day 6 Task 2: place_prefilled: each prefilled waiting request by
+        # urgency takes slot_for(request) through kv.place
         for request in self.by_urgency():
             slot = self.slot_for(request) if request.is_prefill_done else None
             if slot is None:
@@ -236,8 +231,8 @@ class Planner:
     def leave(self, request: Request) -> None:
         """The request leaves its slot or the waiting queue, and gives its memory
         back (the KV manager's release)."""
-        # Week 2 Day 6: leave: empty its slot (kv.remove) or take it out of waiting; if
-        # it holds memory, kv.release it
+        # Week 2 Day 6 Task 2: leave: empty its slot (kv.remove) or take it out of
+        # waiting; if it holds memory, kv.release it
         if request in self.slots:
             slot = self.slots.index(request)
             self.slots[slot] = None
@@ -251,14 +246,14 @@ class Planner:
     def requeue(self, request: Request) -> None:
         """A request that left (leave) waits again, first in line; it keeps its
         place in `order` (preemption.py)."""
-        # Week 3 Day 1: requeue: back to the front of waiting
+        # Week 3 Day 1 Task 4: requeue: back to the front of waiting
         self.waiting.insert(0, request)
 
     def retire_finished(self) -> None:
         """Every finished request (stopped, failed, aborted) leaves (leave) and is
         forgotten."""
-        # Week 2 Day 6: retire_finished: leave() and forget (order) every finished
-        # request in the slots or waiting
+        # Week 2 Day 6 Task 2: retire_finished: leave() and forget (order) every
+        # finished request in the slots or waiting
         for request in self.slots + self.waiting:
             if request is not None and request.is_finished:
                 self.leave(request)

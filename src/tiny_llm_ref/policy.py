@@ -24,7 +24,6 @@ class Policy(ABC):
     over the planner, whose count is `preemptions`."""
 
     def __init__(self, planner: Planner):
-        # Week 2 Day 6: Policy: keep the planner and its config; a Preemption over it
         self.planner = planner
         self.config = planner.config
         self.preemption = Preemption(planner)
@@ -47,7 +46,7 @@ class AlternatePolicy(Policy):
         """plan_chunk(); the requests it prefilled take their slots
         (place_prefilled); then plan_decodes(), so a request whose prompt just ended
         decodes in the same step."""
-        # Week 2 Day 6: plans: yield plan_chunk(), place_prefilled, yield
+        # Week 2 Day 6 Task 3: plans: yield plan_chunk(), place_prefilled, yield
         # plan_decodes()
         yield self.plan_chunk()
         self.planner.place_prefilled()
@@ -60,9 +59,9 @@ class AlternatePolicy(Policy):
         the rest of its prompt), as many as preemption.reserve_chunk makes room for
         (none: no chunk this step). A policy's bad chunk size fails that request
         alone ("prefill failed: ...")."""
-        # Week 2 Day 6: plan_chunk: the first of planner.prefill_candidates(); its size,
-        # cut to what reserve_chunk makes room for; Plan(chunks=[(request, size)]), or
-        # an empty Plan when that is 0
+        # Week 2 Day 6 Task 3: plan_chunk: the first of planner.prefill_candidates();
+        # its size, cut to what reserve_chunk makes room for; Plan(chunks=[(request,
+        # size)]), or an empty Plan when that is 0
         planner = self.planner
         for request in planner.prefill_candidates():
             try:
@@ -80,7 +79,7 @@ class AlternatePolicy(Policy):
         """The decode forward: room for every decoding request's next token
         (preemption.make_room_for_decodes), then the rows up to the highest slot in
         use."""
-        # Week 2 Day 6: plan_decodes: make_room_for_decodes(), then
+        # Week 2 Day 6 Task 3: plan_decodes: make_room_for_decodes(), then
         # Plan(rows=planner.decode_rows())
         self.preemption.make_room_for_decodes()
         return Plan(rows=self.planner.decode_rows())

@@ -25,7 +25,6 @@ class Preemption:
     order). count: how many requests were preempted so far."""
 
     def __init__(self, planner: Planner):
-        # Week 2 Day 6: Preemption: keep the planner; count 0
         self.planner = planner
         self.count = 0
 
@@ -34,8 +33,8 @@ class Preemption:
         """Before a decode forward: every decoding request gets room for its next
         token (Planner.reserve). While it cannot, the newest request holding memory
         is preempted (the request itself if it is that one)."""
-        # Week 2 Day 6: make_room_for_decodes: while planner.reserve(request, 1) is 0
-        # and the request still decodes, preempt(newest_holder())
+        # Week 2 Day 6 Task 3: make_room_for_decodes: while planner.reserve(request, 1)
+        # is 0 and the request still decodes, preempt(newest_holder())
         planner = self.planner
         for slot, request in planner.decoding():
             while planner.slots[slot] is request and not planner.reserve(request, 1):
@@ -61,9 +60,9 @@ class Preemption:
         memory, are newer (rank) and not in `planned` (chunks already in this step's
         plan) are preempted, newest first, until there is room or none is left (0:
         the request waits)."""
-        # Week 2 Day 6: reserve_chunk: while planner.reserve(request, size) is 0,
-        # preempt the newest waiting holder ranked above the request and not planned;
-        # 0 when there is none
+        # Week 2 Day 6 Task 3: reserve_chunk: while planner.reserve(request, size) is 0,
+        # preempt the newest waiting holder ranked above the request and not planned; 0
+        # when there is none
         planner = self.planner
         while not (room := planner.reserve(request, size)):
             newer = [
@@ -82,7 +81,7 @@ class Preemption:
         """Take a request's memory back (Planner.leave) and make it wait again,
         first in line (Planner.requeue), to recompute its tokens
         (Request.restart)."""
-        # Week 3 Day 1: preempt: planner.leave(request), request.restart(),
+        # Week 3 Day 1 Task 4: preempt: planner.leave(request), request.restart(),
         # planner.requeue(request), count += 1
         self.planner.leave(request)
         request.restart()

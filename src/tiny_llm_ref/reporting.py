@@ -55,9 +55,6 @@ class Reports:
     def __init__(
         self, clock: Callable[[], float], planner: Planner, policy: Policy, kv
     ):
-        # Week 2 Day 6: Reports: keep clock, planner, policy and kv; no ids, nothing
-        # reported or added, not started; a RunMetrics with kv_dense_tokens
-        # (batch_size x max_seq_len) and the KV manager's figures (kv.record)
         self.clock = clock
         self.planner = planner
         self.policy = policy
@@ -73,14 +70,12 @@ class Reports:
 
     def start(self) -> None:
         """A step begins: the first one reads the clock (started)."""
-        # Week 2 Day 6: start: started = clock() the first time
         if self.started is None:
             self.started = self.clock()
 
     def track(self, request: Request, request_id: int) -> None:
         """The engine read a request's note: remember its id, 0 tokens reported,
         count it in `added`."""
-        # Week 2 Day 6: track: ids, reported 0, added + 1
         self.ids[request] = request_id
         self.reported[request] = 0
         self.added += 1
@@ -92,9 +87,6 @@ class Reports:
         forward.drafts, (request, proposed, accepted), into metrics.record_drafts (a
         list that stays empty until week 3 day 4 writes the drafts and
         record_drafts)."""
-        # Week 2 Day 6: record: the forward in the metrics (prefill chunk, decode step
-        # or mixed step), prefill_chunks, longest_decode_stall,
-        # metrics.record_drafts for each of forward.drafts
         metrics, chunks = self.metrics, forward.chunks
         for request, _ in chunks:
             request.metrics.prefill_chunks += 1
@@ -119,8 +111,6 @@ class Reports:
     def forward_record(self, forward: Forward) -> ForwardRecord:
         """The forward as the engine's on_forward sees it: request ids, not
         Requests."""
-        # Week 2 Day 6: forward_record: a ForwardRecord of start, end, (id, tokens)
-        # per chunk, the decodes' ids and (id, fed, kept) per drafting request
         ids = self.ids
         return ForwardRecord(
             forward.start,
@@ -135,8 +125,6 @@ class Reports:
         (occupied slots), waiting, finished (added minus the requests in `ids` not
         finished yet), peak_memory_bytes (mx.get_peak_memory()), the policy's
         preemptions, and the KV manager's own figures (kv.record)."""
-        # Week 2 Day 6: count_requests: total_seconds, running, waiting, finished, peak
-        # memory, preemptions, kv.record
         metrics = self.metrics
         metrics.total_seconds = self.clock() - self.started
         metrics.running = len(self.planner.decoding())
@@ -153,8 +141,6 @@ class Reports:
         index, the sampling state's logprobs of the new tokens (the same slice of
         its list) and, on the request's first output, its prompt_logprobs. A
         finished request's output carries result() and is forgotten here."""
-        # Week 2 Day 6: collect_outputs: a RequestOutput per request with new tokens or
-        # finished (index, logprobs, prompt_logprobs on the first); forget the finished
         outputs = []
         for request, request_id in list(self.ids.items()):
             done = self.reported[request]
@@ -185,7 +171,6 @@ class Reports:
         """The slots, the request prefilling and the counters, for live views: a
         SlotView(id, priority, offset, len(generated), text[-40:]) per occupied slot
         and None per free one; (id, offset, prompt tokens) of `prefilling`."""
-        # Week 2 Day 6: snapshot: SlotViews, prefilling, counters
         views = [
             None
             if r is None

@@ -138,16 +138,6 @@ class Request:
     sampling_state: object = field(init=False, default_factory=PlainSampling)
 
     def __post_init__(self, options: SamplingOptions | None) -> None:
-        # Week 2 Day 6: Request: raise for a bad prefill_max_step (check_int, at least 1
-        # or None) or a max_seq_len that is not an int or passes model.context_length
-        # (None becomes context_length). Fail this request alone (fail(), no raise)
-        # when request_prompt_ids (given: priority, max_tokens, sampler, the prompt and
-        # its length) raises TypeError or ValueError. Otherwise its ids are `tokens`
-        # and prefill_length; create the model's KV cache, take
-        # tokenizer.detokenizer and record the prompt length in metrics.
-        # With a constraint, constraint_state = start_constraint(...): week 3 day 5
-        # writes that function; its TypeError or ValueError fails the request the same
-        # way. Then sampling_state = start_sampling(...) (given), which fails it alike
         check_int("prefill_max_step", self.prefill_max_step, 1, allow_none=True)
         context = self.model.context_length
         if self.max_seq_len is None:
@@ -198,24 +188,23 @@ class Request:
         input, tokens[-1] while the request decodes (prefill done, offset one short
         of its tokens). None before the first token, while it prefills again after
         a restart, and once finished."""
-        # Week 2 Day 6: next_token: tokens[-1] when not finished, the prefill is done
-        # and offset is len(tokens) - 1; else None
+        # Week 2 Day 6 Task 1: next_token: tokens[-1] when not finished, the prefill is
+        # done and offset is len(tokens) - 1; else None
         decoding = self.is_prefill_done and self.offset == len(self.tokens) - 1
         return self.tokens[-1] if decoding and not self.is_finished else None
 
     @property
     def is_prefill_done(self) -> bool:
-        # Week 2 Day 6: is_prefill_done: offset has reached prefill_length
+        # Week 2 Day 6 Task 1: is_prefill_done: offset has reached prefill_length
         return self.offset >= self.prefill_length
 
     @property
     def is_finished(self) -> bool:
-        # Week 2 Day 6: is_finished: the request has a finish_reason
+        # Week 2 Day 6 Task 1: is_finished: the request has a finish_reason
         return self.finish_reason is not None
 
     @property
     def text(self) -> str:
-        # Week 2 Day 6: text: the detokenizer's text ('' without a detokenizer)
         return self.detokenizer.text if self.detokenizer else ""
 
     def try_prefill(self, max_step: int | None = None) -> int:
@@ -233,14 +222,13 @@ class Request:
         (sample_and_accept). ValueError once the prefill is done; TypeError or
         ValueError for a max_step that is not an int of at least 1 or None.
         """
-        # Week 2 Day 6: try_prefill: ValueError once prefill is done; run
+        # Week 2 Day 6 Task 1: try_prefill: ValueError once prefill is done; run
         # tokens[offset : offset + step] (up to prefill_length) through the model at
-        # `offset` with
-        # kv_cache (step: max_step, else prefill_max_step; None: the whole rest;
-        # last_position_only=True unless sampling_state.wants_prompt_logprobs, which
-        # then observe_prompt's every position), advance offset, mx.eval the cache,
-        # and on the last chunk sample_and_accept the first token. Day 6 calls it once
-        # per prompt, with the whole prompt; Day 7's tests call it chunk by chunk
+        # `offset` with kv_cache (step: max_step, else prefill_max_step; None: the whole
+        # rest; last_position_only=True unless sampling_state.wants_prompt_logprobs,
+        # which then observe_prompt's every position), advance offset, mx.eval the
+        # cache, and on the last chunk sample_and_accept the first token. Day 6 calls it
+        # once per prompt, with the whole prompt; Day 7's tests call it chunk by chunk
         if self.is_prefill_done:
             raise ValueError("prefill is already done: this request is decoding")
         check_int("max_step", max_step, 1, allow_none=True)
@@ -269,7 +257,7 @@ class Request:
     def advance(self, tokens: int) -> None:
         """`tokens` more of this request's tokens are in its KV cache now: the one
         place its position moves forward."""
-        # Week 2 Day 6: advance: offset += tokens
+        # Week 2 Day 6 Task 1: advance: offset += tokens
         self.offset += tokens
 
     def restart(self) -> None:
@@ -277,7 +265,7 @@ class Request:
         tokens generated so far are prefilled again from position 0, and the
         prefill's last chunk samples the next token. Tokens already generated stay
         generated; the request's own cache is made anew when it is admitted again."""
-        # Week 3 Day 1: restart: prefill_length = every token so far; offset 0;
+        # Week 3 Day 1 Task 4: restart: prefill_length = every token so far; offset 0;
         # kv_cache None; metrics.preemptions += 1
         self.prefill_length = len(self.tokens)
         self.offset = 0
@@ -292,10 +280,6 @@ class Request:
         sampler (sampling_state.draw(sampler, logprobs): PlainSampling just calls
         it).
         """
-        # Week 2 Day 6: sample: constraint_state.mask the logits, then
-        # sampling_state.process them; turn them into log-probabilities (subtract
-        # logsumexp); return sampling_state.draw(sampler, logprobs). NoConstraint
-        # and PlainSampling leave everything as it is
         logits = self.constraint_state.mask(logits)
         logits = self.sampling_state.process(logits)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -304,8 +288,8 @@ class Request:
     def sample_and_accept(self, logits: mx.array) -> None:
         """logits: [1, V] at the request's last position: sample and accept a token
         (accept_drawn of what sample answers, or of the exception it raised)."""
-        # Week 2 Day 6: sample_and_accept: accept_drawn(sample(logits)), or of the
-        # exception sample raised
+        # Week 2 Day 6 Task 1: sample_and_accept: accept_drawn(sample(logits)), or of
+        # the exception sample raised
         try:
             drawn = self.sample(logits)
         except Exception as error:
@@ -316,9 +300,6 @@ class Request:
         """Accept the sampler's answer `drawn` (read here: sampled_token_id). Whatever
         fails (an exception sample raised, passed as `drawn`; the answer; the
         detokenizer) fails this request alone, with a message naming the error."""
-        # Week 2 Day 6: accept_drawn: accept(sampled_token_id(drawn,
-        # model.vocab_size)), raising `drawn` when it is an exception; any exception
-        # fails this request (fail(f"sampling token {n} failed: {name}: {error}"))
         try:
             if isinstance(drawn, Exception):
                 raise drawn
@@ -339,9 +320,9 @@ class Request:
         "length" once it has max_tokens generated tokens, or with "max_seq_len" once
         offset has reached max_seq_len (no room left in the cache to feed the token).
         """
-        # Week 2 Day 6: accept: EOS finishes with 'stop' (the token is not kept);
-        # otherwise append it to tokens, feed the detokenizer, and finish with
-        # 'length' at max_tokens or 'max_seq_len' when offset reaches it;
+        # Week 2 Day 6 Task 1: accept: EOS finishes with 'stop' (the token is not kept);
+        # otherwise append it to tokens, feed the detokenizer, and finish with 'length'
+        # at max_tokens or 'max_seq_len' when offset reaches it;
         # constraint_state.advance and sampling_state.advance a kept token first
         self.metrics.record_token(self.clock())
         if token in self.tokenizer.eos_token_ids:
@@ -359,7 +340,7 @@ class Request:
     def finish(self, reason: str) -> None:
         """End the request: finish_reason (so no next_token), no cache, the
         detokenizer flushed. Its decode slot, if any, is the planner's to free."""
-        # Week 2 Day 6: finish: set finish_reason, drop the cache, finalize the
+        # Week 2 Day 6 Task 1: finish: set finish_reason, drop the cache, finalize the
         # detokenizer
         self.finish_reason = reason
         self.detokenizer.finalize()
@@ -368,8 +349,6 @@ class Request:
     def fail(self, message: str) -> None:
         """Finish this request alone with "error", `message` saying why; the tokens
         so far are kept, the cache dropped."""
-        # Week 2 Day 6: fail: keep the error message, finish with 'error', drop the
-        # cache
         self.error = message
         self.finish_reason = "error"
         self.kv_cache = None
@@ -377,10 +356,6 @@ class Request:
     def result(self) -> GenerationResult:
         """This request's GenerationResult; cached_tokens is metrics.cached_tokens
         (week 3 day 3); logprobs and prompt_logprobs are the sampling state's."""
-        # Week 2 Day 6: result: a GenerationResult of this request's text, tokens,
-        # finish reason, metrics, error, prompt and priority (Week 3 Day 3 adds
-        # cached_tokens: metrics.cached_tokens), the sampling state's logprobs (a
-        # list) and prompt_logprobs, and index
         state = self.sampling_state
         return GenerationResult(
             self.text,

@@ -49,7 +49,6 @@ class ModelRunner:
     whose batch_cache holds the decode rows."""
 
     def __init__(self, model, clock, kv):
-        # Week 2 Day 6: ModelRunner: keep model, clock and kv
         self.model = model
         self.clock = clock
         self.kv = kv
@@ -57,10 +56,10 @@ class ModelRunner:
     def run(self, plan: Plan) -> Forward | None:
         """Run the plan's forward; None when it failed (its requests failed with the
         error). A request's prefill_start is this forward's start if it has none."""
-        # Week 2 Day 6: run: read the clock, set prefill_start, run the plan (Week 3
-        # Day 1: run_mixed for a mixed plan; one chunk through try_prefill; else
-        # decode); on an error fail its requests and return None; on an interrupt
-        # fail them and raise; else a Forward
+        # Week 2 Day 6 Task 3: run: read the clock, set prefill_start, run the plan
+        # (Week 3 Day 1: run_mixed for a mixed plan; one chunk through try_prefill; else
+        # decode); on an error fail its requests and return None; on an interrupt fail
+        # them and raise; else a Forward
         requests = [r for r, _ in plan.chunks] + [r for r in plan.rows if r]
         start = self.clock()
         for request, _ in plan.chunks:
@@ -93,8 +92,8 @@ class ModelRunner:
         """One token for every decoding request: the plan's rows, up to the highest
         slot in use (plan.decode_inputs), through the KV manager's batch cache;
         logits [R, V] evaluated before any request moves; then accept_rows."""
-        # Week 2 Day 6: decode: plan.decode_inputs(), model(tokens [R, 1], offsets,
-        # kv.batch_cache), last position, mx.eval, accept_rows
+        # Week 2 Day 6 Task 3: decode: plan.decode_inputs(), model(tokens [R, 1],
+        # offsets, kv.batch_cache), last position, mx.eval, accept_rows
         tokens, offsets = plan.decode_inputs()
         logits = self.model(mx.array(tokens)[:, None], offsets, self.kv.batch_cache)
         logits = logits[:, -1, :]
@@ -104,7 +103,7 @@ class ModelRunner:
     def accept_rows(self, rows: list[Request | None], logits: mx.array) -> None:
         """logits: [R, V]: each decoding request's fed token is in the cache now
         (advance 1) and it samples its own row."""
-        # Week 2 Day 6: accept_rows: for each request row: advance(1),
+        # Week 2 Day 6 Task 3: accept_rows: for each request row: advance(1),
         # sample_and_accept(logits[row : row + 1])
         for row, request in enumerate(rows):
             if request is not None:
@@ -124,8 +123,8 @@ class ModelRunner:
         row; the rows without drafts accept theirs (accept_rows); the requests with
         drafts verify them (verify). Returns verify's (request, drafts fed, drafts
         accepted) list, [] without drafts."""
-        # Week 3 Day 1: run_mixed: PrefillChunks (every row for a request that wants
-        # prompt logprobs; and, only when the plan has drafts, draft_parts),
+        # Week 3 Day 1 Task 3: run_mixed: PrefillChunks (every row for a request that
+        # wants prompt logprobs; and, only when the plan has drafts, draft_parts),
         # mixed_forward, mx.eval of the logits and the chunk caches; then advance each
         # chunk's request (observe_prompt first when it wants prompt logprobs) and
         # sample the last row of each that ends its prompt, accept_rows of the rows
@@ -176,8 +175,8 @@ class ModelRunner:
         PrefillChunk of its drafts at offset + 1 (its decode row holds the position
         at offset), cached in its own batch-cache row (row_view of its row in every
         layer), every position sampled."""
-        # Week 3 Day 4: draft_parts: one PrefillChunk per request in plan.drafts (its
-        # cache: BatchingKvCache.row_view)
+        # Week 3 Day 4 Task 3: draft_parts: one PrefillChunk per request in plan.drafts
+        # (its cache: BatchingKvCache.row_view)
         return [
             PrefillChunk(
                 drafts,
@@ -199,8 +198,8 @@ class ModelRunner:
         (accept_drafts over its decode row's logits, then its drafts') and its row
         rolls back to just that (kv.keep_accepted). Returns (request, drafts fed,
         drafts accepted) per drafting request."""
-        # Week 3 Day 4: verify: accept_drafts, then the rollback, for each request
-        # with drafts
+        # Week 3 Day 4 Task 3: verify: accept_drafts, then the rollback, for each
+        # request with drafts
         done = []
         for (request, drafts), logits in zip(plan.drafts.items(), draft_logits):
             row = plan.rows.index(request)
@@ -214,8 +213,6 @@ class ModelRunner:
         """Every unfinished request of a forward that raised fails: "prefill
         failed: ..." for the alternate policy's chunk, "forward failed: ..." for the
         others."""
-        # Week 2 Day 6: fail: request.fail("prefill failed: ..." or "forward failed:
-        # ...") for each unfinished request
         kind = "prefill" if plan.chunks and not plan.mixed else "forward"
         for request in requests:
             if not request.is_finished:
@@ -234,7 +231,7 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     that ended the request (drafts [a, EOS] both verified: 1). Whatever fails fails this request alone: request.fail with a message that
     carries the exception's type and text (f"verifying drafts failed: {name}:
     {error}"), so the client sees why, and 0 is returned."""
-    # Week 3 Day 4: accept_drafts: the docstring's contract (the chapter's
+    # Week 3 Day 4 Task 2: accept_drafts: the docstring's contract (the chapter's
     # "Verification inside the mixed step")
     try:
         masks = request.constraint_state.masks_along(drafts)

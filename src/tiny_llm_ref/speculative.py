@@ -51,8 +51,8 @@ def find_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     token (len - 2 first); its backward match may overlap the last run itself (in
     `a a a a` the end at index 2 matches 3 tokens) and stops at the text's start.
     """
-    # Week 3 Day 4: find_drafts: the docstring's rule (the chapter's "Drafts from the
-    # request's own text")
+    # Week 3 Day 4 Task 1: find_drafts: the docstring's rule (the chapter's "Drafts from
+    # the request's own text")
     last = len(tokens) - 1
     best_length, best_end = 0, -1
     for end in range(last - 1, -1, -1):
@@ -81,8 +81,8 @@ def break_even(rows: int, cost: float = DRAFT_TOKEN_COST) -> float:
     second are unchanged when acceptance x (1 + cost x (rows - 1)) = cost x rows,
     whatever k: at 1 row 18%, at 4 rows 47%.
     """
-    # Week 3 Day 4: break_even: the acceptance at which drafting's gain pays for its
-    # cost (derive it: the chapter's "When drafts do not pay")
+    # Week 3 Day 4 Task 1: break_even: the acceptance at which drafting's gain pays for
+    # its cost (derive it: the chapter's "When drafts do not pay")
     return cost * rows / (1 + cost * (rows - 1))
 
 
@@ -91,14 +91,14 @@ def worth_drafting(
 ) -> bool:
     """Do drafts accepted at rate `acceptance` pay (or break even) in a step of `rows`
     decode rows? acceptance >= break_even(rows, cost)."""
-    # Week 3 Day 4: worth_drafting: acceptance >= break_even(rows, cost)
+    # Week 3 Day 4 Task 1: worth_drafting: acceptance >= break_even(rows, cost)
     return acceptance >= break_even(rows, cost)
 
 
 def is_greedy(sampler) -> bool:
     """The sampler picks the most likely token: tiny_llm_base.greedy, or a
     TokenSampler at temp 0."""
-    # Week 3 Day 4: is_greedy: greedy itself, or a TokenSampler with temp 0
+    # Week 3 Day 4 Task 1: is_greedy: greedy itself, or a TokenSampler with temp 0
     return sampler is greedy or (
         isinstance(sampler, TokenSampler) and sampler.temp == 0
     )
@@ -108,7 +108,7 @@ def can_verify(sampler) -> bool:
     """Drafts can be checked without changing what the sampler would produce: it is
     greedy, or a TokenSampler whose distribution (its logits) is known. Any other
     function is a black box: its requests never draft."""
-    # Week 3 Day 4: can_verify: is_greedy, or a TokenSampler
+    # Week 3 Day 4 Task 1: can_verify: is_greedy, or a TokenSampler
     return is_greedy(sampler) or isinstance(sampler, TokenSampler)
 
 
@@ -124,8 +124,8 @@ def may_draft(request: Request, rows: int) -> bool:
     the verification after the pause is a probe: a better acceptance than
     break-even keeps it drafting, a worse one starts the next pause.
     """
-    # Week 3 Day 4: may_draft: the docstring's rule (the chapter's "When drafts do
-    # not pay")
+    # Week 3 Day 4 Task 1: may_draft: the docstring's rule (the chapter's "When drafts
+    # do not pay")
     if not can_verify(request.sampler) or request.next_token is None:
         return False
     if not request.sampling_state.allows_drafts:
@@ -150,7 +150,7 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     Any other request proposes with config.speculative "ngram": prompt lookup over
     its tokens, prompt and generated (find_drafts over request.tokens with
     prompt_lookup_max and _min); else nothing."""
-    # Week 3 Day 4: propose_drafts: the docstring's two cases
+    # Week 3 Day 4 Task 3: propose_drafts: the docstring's two cases
     if request.constraint is not None:
         if not config.jump_forward:
             return []
@@ -178,7 +178,7 @@ def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     skipped without proposing; only a request with drafts asks planner.reserve (its
     decode row already has its room).
     """
-    # Week 3 Day 4: plan_drafts: the docstring's bounds, in its order
+    # Week 3 Day 4 Task 3: plan_drafts: the docstring's bounds, in its order
     config = planner.config
     decoding = [r for r in rows if r is not None]
     drafts = {}
@@ -216,8 +216,8 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     normalise); all kept: a last token is drawn from p_k. Each token then has exactly
     the sampler's distribution.
     """
-    # Week 3 Day 4: verified_tokens: the acceptance rule of the docstring, greedy and
-    # sampled (the chapter's "The acceptance rule")
+    # Week 3 Day 4 Task 2: verified_tokens: the acceptance rule of the docstring, greedy
+    # and sampled (the chapter's "The acceptance rule")
     if is_greedy(sampler):
         best = mx.argmax(logprobs, axis=-1).tolist()
         kept = 0
@@ -241,7 +241,7 @@ def record_verification(request: Request, proposed: int, accepted: int) -> None:
     """After a verification: the request's metrics count the drafts proposed and
     accepted, and its acceptance average moves ACCEPTANCE_WEIGHT of the way towards
     accepted / proposed (drafting.acceptance: what may_draft reads)."""
-    # Week 3 Day 4: record_verification: metrics.draft_tokens and
+    # Week 3 Day 4 Task 2: record_verification: metrics.draft_tokens and
     # accepted_draft_tokens; drafting.acceptance moves ACCEPTANCE_WEIGHT towards the
     # rate
     request.metrics.draft_tokens += proposed

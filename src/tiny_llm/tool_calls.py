@@ -156,8 +156,7 @@ def tool_grammar(
     raise NotImplementedError(
         "Week 4 Day 2 Task 2: tool_grammar: the docstring's three grammars (the "
         'chapter\'s "The grammar of an answer"); for a named function, call_schema of '
-        "that function alone text that never holds OPEN: any text, minus the texts "
-        "that hold it"
+        "that function alone"
     )
 
 

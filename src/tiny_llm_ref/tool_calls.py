@@ -184,8 +184,8 @@ def tool_grammar(
     """
     # Week 4 Day 2 Task 2: tool_grammar: the docstring's three grammars (the chapter's
     # "The grammar of an answer"); for a named function, call_schema of that function
-    # alone text that never holds OPEN: any text, minus the texts that hold it
-    no_open = f"/(?s:.*)/ & ~/(?s:.*){OPEN}(?s:.*)/"
+    # alone
+    no_open = f"/(?s:.*)/ & ~/(?s:.*){OPEN}(?s:.*)/"  # any text without OPEN
     if tool_choice == "none":
         return f"start: TEXT\nTEXT: {no_open}\n"
     if isinstance(tool_choice, dict):

@@ -1,16 +1,21 @@
 """The code base's shape, as its style rules state it: every module outside the
-tests readable in one sitting (at most 400 lines), and no two project modules that
+tests readable in one sitting (at most 400 lines), no two project modules that
 import each other, type-only imports included (scripts/tools/import_cycles.py
-reads the imports with ast)."""
+reads the imports with ast), and a Request (of the package under test) that holds
+at most 20 attributes."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
 
 from scripts.tools.import_cycles import circle, cycles, imports_of, module_files
 
+from .solution import tiny
+
 ROOT = Path(__file__).resolve().parents[1]
 MOST_LINES = 400
+MOST_REQUEST_FIELDS = 20
 # Loaded by file, before the package and MLX, as the install hook: never imported.
 ALONE = ("scripts.tools.setup_fast_blas",)
 
@@ -67,3 +72,14 @@ def test_every_module_imports():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == "", result.stdout
+
+
+def test_a_request_holds_at_most_20_attributes():
+    """Request's dataclass fields (its InitVars are not kept, so they do not count)."""
+    names = [field.name for field in dataclasses.fields(tiny.Request)]
+    assert len(names) <= MOST_REQUEST_FIELDS, (
+        f"Request has {len(names)} fields, more than {MOST_REQUEST_FIELDS}: {names}. "
+        "Make a setting it only starts from an InitVar and keep what it becomes (as "
+        "constraint -> constraint_state, clock -> metrics.clock), or give state that "
+        "belongs together an object of its own (as DraftState, PromptChoice)"
+    )

@@ -652,7 +652,7 @@ def test_the_choices_of_one_prompt_share_its_full_blocks(
                 finished[output.index] = output.result
         check_pool(engine)
         tables = engine.kv.tables
-        choices = [r for r in tables if r.index == 0]
+        choices = [r for r in tables if r.choice.index == 0]
         if len(tables) == n and choices:
             first = tables[choices[0]].blocks[:shared]
             assert all(engine.kv.pool.refcounts[b] == n for b in first)

@@ -87,7 +87,7 @@ class Planner:
         nobody read it)."""
         raise NotImplementedError(
             "Week 2 Day 6 Task 2: add: append to waiting, give it the next number in "
-            "order, read metrics.arrival from request.clock() when it is None"
+            "order, read metrics.arrival from metrics.clock() when it is None"
         )
 
     def deadline(self, request: Request) -> float:
@@ -157,11 +157,11 @@ class Planner:
         may_start: Callable[[Request], bool] | None = None,
     ) -> Iterator[Request]:
         """The waiting requests that may run a prefill chunk now, most urgent first:
-        still prefilling, not a later choice whose first_choice is still prefilling
-        (it waits to share that one's prompt), let start by `may_start` (week 3 day
-        1's partial-prefill limits; None: everyone), with a slot in view (slot_for,
-        with also_ready as it is when each is asked) and memory held or given
-        (admit). First come, first served: once one cannot get memory, nobody behind
+        still prefilling, not a later choice whose first choice (choice.first) is
+        still prefilling (it waits to share that one's prompt), let start by
+        `may_start` (week 3 day 1's partial-prefill limits; None: everyone), with a
+        slot in view (slot_for, with also_ready as it is when each is asked) and
+        memory held or given (admit). First come, first served: once one cannot get memory, nobody behind
         it who holds none overtakes it, while those holding memory go on."""
         raise NotImplementedError(
             "Week 2 Day 6 Task 2: prefill_candidates: by urgency, skip the prefilled,"

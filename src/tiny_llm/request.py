@@ -13,6 +13,8 @@ that decides whether the request is done.
 A request checks itself when it is made: a bad prompt or setting fails it alone
 (finish_reason "error") before it costs any compute, and so does anything that goes
 wrong while it samples a token.
+Settings a request only starts from are not kept: its clock, constraint and
+options live on in metrics, constraint_state and sampling_state.
 """
 
 import time
@@ -55,6 +57,16 @@ class DraftState:
     pauses: int = 0
 
 
+@dataclass
+class PromptChoice:
+    """Which of its prompt's n choices a request is (PromptSpec.n; choices.py makes
+    them): index, 0 for the first; first, the first choice's Request for the others
+    (None for it). The others wait for its prefill and share its prompt's blocks."""
+
+    index: int = 0
+    first: "Request | None" = None
+
+
 @dataclass(eq=False)
 class Request:
     """A prompt being prefilled (offset < prompt length), decoded, or finished.
@@ -65,7 +77,7 @@ class Request:
         the token ids, model.context_length the positions.
     tokenizer: its chat template (through prompt_token_ids), `detokenizer` and
         `eos_token_ids`.
-    prompt: text or token ids (see prompt_token_ids).
+    prompt: text or token ids (see prompt_token_ids), kept as given for result().
     prefill_max_step: try_prefill's chunk size when it is given none; None: the whole
         rest of the prompt.
     max_tokens, max_seq_len: finish with "length" after max_tokens generated tokens,
@@ -73,7 +85,8 @@ class Request:
         limit, max_seq_len becomes model.context_length). max_seq_len may not pass
         model.context_length.
     sampler: log-probabilities [1, V] -> token id [1]. priority: "batch" or
-        "interactive". clock: read once per accepted token (metrics.token_times).
+        "interactive". clock (not kept: it becomes metrics.clock): read once per
+        accepted token (metrics.record_token).
 
     tokens: the prompt's token ids, then every generated token (an EOS is never
         kept); metrics.prompt_tokens says where the prompt ends.
@@ -85,14 +98,14 @@ class Request:
         holds), and only `restart` sets it back to 0.
     finish_reason: None while the request runs, then "stop", "length",
         "max_seq_len", "abort" (Engine.abort) or "error" (then `error` says why).
-    metrics: the request's RequestMetrics.
+    metrics: the request's RequestMetrics, reading the clock given.
     detokenizer: tokenizer.detokenizer, fed every kept token; `text` reads it.
     kv_cache: the request's own cache (model.create_kv_cache()) while it prefills;
         None once a decode slot has copied it into the batch cache, or once finished.
     drafting (week 3 day 4): its DraftState.
-    constraint (week 3 day 5): None, Regex(pattern), Choice(options), JsonSchema or
-        JsonObject: the answer must match. constraint_state: its ConstraintState
-        (start_constraint), which masks the logits in `sample` and advances in
+    constraint (week 3 day 5; not kept): None, Regex(pattern), Choice(options),
+        JsonSchema or JsonObject: the answer must match. constraint_state: its
+        ConstraintState (start_constraint), which masks the logits in `sample` and advances in
         `accept`; without a constraint, NoConstraint() (tiny_llm_base), which
         allows everything, so both call it the same way. A bad constraint fails this
         request alone.
@@ -105,9 +118,9 @@ class Request:
         its wants_prompt_logprobs) gives them to observe_prompt(logits, start).
         Without options it is PlainSampling(), whose calls change nothing. A bad
         option fails this request alone.
-    index, first_choice: which of its prompt's n choices this is (0 for the
-        first), and the first choice's Request for the others (None for it): they
-        wait for its prefill and share its prompt's blocks.
+    choice: its PromptChoice, which of its prompt's n choices it is (index, and
+        the first choice's Request for the others: they wait for its prefill and
+        share its prompt's blocks).
     """
 
     model: object
@@ -118,11 +131,10 @@ class Request:
     max_seq_len: int | None = None
     sampler: Sampler = greedy
     priority: str = "batch"
-    clock: Callable[[], float] = time.perf_counter
-    constraint: object = None
+    clock: InitVar[Callable[[], float]] = time.perf_counter
+    constraint: InitVar[object] = None
     options: InitVar[SamplingOptions | None] = None
-    index: int = 0
-    first_choice: "Request | None" = None
+    choice: PromptChoice = field(default_factory=PromptChoice)
     tokens: list[int] = field(init=False, default_factory=list)
     prefill_length: int = field(init=False, default=0)
     offset: int = field(init=False, default=0)
@@ -137,7 +149,13 @@ class Request:
     )
     sampling_state: object = field(init=False, default_factory=PlainSampling)
 
-    def __post_init__(self, options: SamplingOptions | None) -> None:
+    def __post_init__(
+        self,
+        clock: Callable[[], float],
+        constraint: object,
+        options: SamplingOptions | None,
+    ) -> None:
+        self.metrics.clock = clock
         check_int("prefill_max_step", self.prefill_max_step, 1, allow_none=True)
         context = self.model.context_length
         if self.max_seq_len is None:
@@ -151,10 +169,10 @@ class Request:
         try:
             settings = self.priority, self.max_tokens, self.sampler, self.max_seq_len
             ids = request_prompt_ids(self.model, self.tokenizer, self.prompt, *settings)
-            if self.constraint is not None:
+            if constraint is not None:
                 vocab_size = self.model.vocab_size
                 self.constraint_state = start_constraint(
-                    self.constraint, self.tokenizer, vocab_size
+                    constraint, self.tokenizer, vocab_size
                 )
             self.sampling_state = start_sampling(
                 options,
@@ -288,7 +306,7 @@ class Request:
     def accept(self, token: int) -> None:
         """Take a sampled token: finish on EOS, max_tokens, or a full cache.
 
-        Its time is recorded first (metrics.record_token(clock())), EOS included.
+        Its time is recorded first (metrics.record_token()), EOS included.
         EOS finishes with "stop" and is not kept. Any other token is kept: the
         constraint and sampling states advance over it, then it joins `tokens` (so
         it is next_token) and the detokenizer; then the request finishes with
@@ -332,5 +350,5 @@ class Request:
             self.metrics.cached_tokens,
             logprobs=list(state.logprobs),
             prompt_logprobs=state.prompt_logprobs,
-            index=self.index,
+            index=self.choice.index,
         )

@@ -42,7 +42,7 @@ from .qwen2_week2 import Qwen2ModelWeek2
 from .cpu_kernels import cpu_attention, fast_exp
 from .flash_attention import flash_attention
 from .metrics import RequestMetrics, RunMetrics
-from .request import DraftState, Request
+from .request import DraftState, PromptChoice, Request
 from .chunking import AdaptiveChunker, select_chunk_size
 from .kv_manager import DenseKvManager, KvManager
 from .planner import Plan, Planner

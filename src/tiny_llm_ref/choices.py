@@ -1,9 +1,9 @@
 """A prompt asked n times (PromptSpec.n): n Requests under one request id.
 
-Choice i has index i and the options for_choice(options, i) gives (seed + i; the
-prompt's logprobs only for choice 0). Every choice after the first keeps
-first_choice, the Request of choice 0: the planner lets it wait for that one's
-prefill, and a paged KV manager shares its full prompt blocks. The engine reports
+Choice i is a Request with choice=PromptChoice(i, the Request of choice 0; None
+for choice 0 itself) and the options for_choice(options, i) gives (seed + i; the
+prompt's logprobs only for choice 0). The planner lets every later choice wait for
+choice 0's prefill, and a paged KV manager shares its full prompt blocks. The engine reports
 each choice's outputs under the one id with its index, and an abort may name one
 choice.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from tiny_llm_base import EngineConfig, PromptSpec, check_int, for_choice, greedy
 
-from .request import Request
+from .request import PromptChoice, Request
 
 
 def make_choices(
@@ -39,8 +39,7 @@ def make_choices(
                 clock=clock,
                 constraint=spec.constraint,
                 options=for_choice(spec.options, index),
-                index=index,
-                first_choice=choices[0] if choices else None,
+                choice=PromptChoice(index, choices[0] if choices else None),
             )
         )
     return choices
@@ -56,5 +55,5 @@ def choices_to_stop(
         for request, i in ids.items()
         if i == request_id
         and not request.is_finished
-        and (index is None or request.index == index)
+        and (index is None or request.choice.index == index)
     ]

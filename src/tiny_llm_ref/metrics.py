@@ -6,6 +6,8 @@ record; nothing here prints: the CLIs and the benchmarks turn these numbers into
 tables, live views and plots.
 """
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -22,9 +24,9 @@ class RequestMetrics:
         iteration its arrival_step names (a rejected prompt gets one too).
     prefill_start: read by the model runner just before the request's first prefill
         chunk.
-    token_times: one time per generated token, EOS included, read by Request.accept
-        when it takes the token: for the first, after the last prefill chunk; for the
-        others, after the decode step that sampled them.
+    token_times: one time per generated token, EOS included, read from `clock` by
+        record_token when Request.accept takes the token: for the first, after the
+        last prefill chunk; for the others, after the decode step that sampled them.
     prefill_chunks: prefill chunks the request took (1 for a prompt prefilled whole),
         counted by the engine's reports (Reports.record).
     cached_tokens: prompt tokens whose keys and values a paged engine found in its
@@ -33,6 +35,8 @@ class RequestMetrics:
         priorities, day 2's paged pool).
     draft_tokens, accepted_draft_tokens: draft tokens it proposed, and how many of
         them were accepted (week 3 day 4).
+    clock: the request's clock (Request's `clock`), read for token_times and, when
+        nobody read it, for arrival (Planner.add).
 
     queue_time: arrival -> prefill_start. time_to_first_token (TTFT): arrival ->
     token_times[0]. Both are None until their times are known.
@@ -50,10 +54,13 @@ class RequestMetrics:
     preemptions: int = 0
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
+    clock: Callable[[], float] = field(
+        default=time.perf_counter, repr=False, compare=False
+    )
 
-    def record_token(self, now: float) -> None:
-        """Count one generated token, accepted at time `now`."""
-        self.token_times.append(now)
+    def record_token(self) -> None:
+        """Count one generated token, accepted now (a reading of `clock`)."""
+        self.token_times.append(self.clock())
         self.generated_tokens += 1
 
     @property

@@ -78,16 +78,16 @@ class PagedKvManager(KvManager):
 
     def cached_prefix(self, request: Request) -> BlockTable:
         """The blocks of the request's prompt that are already computed. A later
-        choice of a prompt asked n times (request.first_choice) shares the full
+        choice of a prompt asked n times (request.choice.first) shares the full
         blocks its first choice holds of their prompt, all but its last token's
         (pool.share: one more holder each; the first choice writes only past them),
         so it computes only the rest; none when the first choice holds no blocks.
         Otherwise none (day 3's PrefixCachingKvManager finds them in its cache)."""
-        # Week 3 Day 2 Task 4: cached_prefix: for a request with a first_choice in
+        # Week 3 Day 2 Task 4: cached_prefix: for a request with a choice.first in
         # tables, a BlockTable of pool.share(its first min((prompt tokens - 1) //
         # block_size, first choice's offset // block_size) blocks); else an empty
         # BlockTable
-        first = request.first_choice
+        first = request.choice.first
         if first not in self.tables:
             return BlockTable()
         size = self.block_size

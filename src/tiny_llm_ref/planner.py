@@ -92,9 +92,9 @@ class Planner:
         """An arrived request waits for its prefill (its arrival time is read now if
         nobody read it)."""
         # Week 2 Day 6 Task 2: add: append to waiting, give it the next number in order,
-        # read metrics.arrival from request.clock() when it is None
+        # read metrics.arrival from metrics.clock() when it is None
         if request.metrics.arrival is None:
-            request.metrics.arrival = request.clock()
+            request.metrics.arrival = request.metrics.clock()
         self.waiting.append(request)
         self.order[request] = next(self.added)
 
@@ -180,11 +180,11 @@ class Planner:
         may_start: Callable[[Request], bool] | None = None,
     ) -> Iterator[Request]:
         """The waiting requests that may run a prefill chunk now, most urgent first:
-        still prefilling, not a later choice whose first_choice is still prefilling
-        (it waits to share that one's prompt), let start by `may_start` (week 3 day
-        1's partial-prefill limits; None: everyone), with a slot in view (slot_for,
-        with also_ready as it is when each is asked) and memory held or given
-        (admit). First come, first served: once one cannot get memory, nobody behind
+        still prefilling, not a later choice whose first choice (choice.first) is
+        still prefilling (it waits to share that one's prompt), let start by
+        `may_start` (week 3 day 1's partial-prefill limits; None: everyone), with a
+        slot in view (slot_for, with also_ready as it is when each is asked) and
+        memory held or given (admit). First come, first served: once one cannot get memory, nobody behind
         it who holds none overtakes it, while those holding memory go on."""
         # Week 2 Day 6 Task 2: prefill_candidates: by urgency, skip the prefilled, the
         # later choices whose first choice is neither prefilled nor finished, those
@@ -194,7 +194,7 @@ class Planner:
         for request in self.by_urgency():
             if request.is_prefill_done or (may_start and not may_start(request)):
                 continue
-            first = request.first_choice
+            first = request.choice.first
             if first is not None and not (first.is_prefill_done or first.is_finished):
                 continue
             if self.slot_for(request, also_ready) is None:

@@ -155,7 +155,7 @@ class Reports:
                 new,
                 text,
                 request.finish_reason,
-                index=request.index,
+                index=request.choice.index,
                 logprobs=list(state.logprobs[done : done + len(new)]),
                 prompt_logprobs=None if done else state.prompt_logprobs,
             )

@@ -24,7 +24,7 @@ drafting for a while (worth_drafting).
 
 import mlx.core as mx
 
-from tiny_llm_base import greedy
+from tiny_llm_base import NoConstraint, greedy
 
 from .request import Request
 from .sampler import TokenSampler
@@ -143,15 +143,15 @@ def may_draft(request: Request, rows: int) -> bool:
 
 
 def propose_drafts(request: Request, k: int, config) -> list[int]:
-    """Up to k draft tokens for a decoding request. A constrained request
-    (request.constraint is not None) proposes only what its constraint forces, the
-    first k of constraint_state.forced_tokens(), and only with config.jump_forward
+    """Up to k draft tokens for a decoding request. A constrained request (its
+    constraint_state is not a NoConstraint) proposes only what its constraint forces,
+    the first k of constraint_state.forced_tokens(), and only with config.jump_forward
     (week 3 day 5 writes forced_tokens; no constrained request exists before it).
     Any other request proposes with config.speculative "ngram": prompt lookup over
     its tokens, prompt and generated (find_drafts over request.tokens with
     prompt_lookup_max and _min); else nothing."""
     # Week 3 Day 4 Task 3: propose_drafts: the docstring's two cases
-    if request.constraint is not None:
+    if not isinstance(request.constraint_state, NoConstraint):
         if not config.jump_forward:
             return []
         return request.constraint_state.forced_tokens()[:k]

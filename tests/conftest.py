@@ -92,6 +92,20 @@ def embedded_model():
 
 
 @pytest.fixture(scope="session")
+def protocol_model(embedded_model):
+    """(mlx_model, tokenizer): a random two-layer Qwen2 at the embedded tokenizer's
+    vocabulary, beside that tokenizer. For server tests whose answers a grammar
+    forces or whose checks are the protocol's, not the model's words: a forward
+    costs a hundredth of the embedded model's, and a long tool prompt no longer
+    dominates a test."""
+    from .random_models import random_model
+
+    tokenizer = embedded_model[1]
+    vocab = embedded_model[0].args.vocab_size
+    return random_model("qwen2", 64, 4, 2, 128, 2, vocab, True), tokenizer
+
+
+@pytest.fixture(scope="session")
 def random_pairs():
     """(mlx-lm model, tiny model) for every random size of random_models.SIZES,
     Qwen2 and Llama, sharpened, the same float32 weights in both; built once."""

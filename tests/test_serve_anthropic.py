@@ -54,8 +54,8 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def server(embedded_model):
-    with package_server(embedded_model) as running:
+def server(protocol_model):
+    with package_server(protocol_model) as running:
         yield running
 
 

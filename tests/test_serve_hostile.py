@@ -65,8 +65,9 @@ def small_engine(model, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def model(embedded_week2_model, tokenizer):
-    model = embedded_week2_model(True, "auto", tiny)
+def model(protocol_model, tokenizer):
+    """A random model: these tests check what the server does, not the words."""
+    model = tiny.Qwen2ModelWeek2(protocol_model[0], use_fast_kernels=True)
     # Run it once here: MLX cannot evaluate on the engine thread the arrays this
     # thread left lazy ("There is no Stream(cpu, 0) in current thread").
     tiny.batch_generate(model, tokenizer, [PromptSpec([1, 2, 3], 1)])
@@ -97,6 +98,24 @@ def keyed(model, tokenizer):
     running = RunningServer(create_app(held, settings, tiny.make_sampler, CONSTRAINTS))
     running.engine = held
     yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def worded_http(embedded_week2_model, tokenizer):
+    """A client of a server on the embedded model, for what needs its words."""
+    model = embedded_week2_model(True, "auto", tiny)
+    tiny.batch_generate(model, tokenizer, [PromptSpec([1, 2, 3], 1)])
+    running = RunningServer(
+        create_app(
+            small_engine(model, tokenizer),
+            ServerSettings(OPEN_MODEL),
+            tiny.make_sampler,
+            CONSTRAINTS,
+        )
+    )
+    with httpx.Client(base_url=running.url, verify=TLS, timeout=WAIT_S) as client:
+        yield client
     running.stop()
 
 
@@ -767,17 +786,17 @@ def test_ctrl_c_while_a_request_generates_exits_cleanly(presses):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_answer_cut_inside_a_character_never_ends_in_a_replacement_char(
-    http, stream
+    worded_http, stream
 ):
     """max_tokens 2 stops after two of an emoji's four bytes (greedy, the embedded
     model): the answer leaves the half character out instead of sending U+FFFD."""
     body = {"prompt": "\U0001f600" * 5, "max_tokens": 2, "temperature": 0}
     if not stream:
-        reply = http.post(COMPLETIONS, json=body).json()
+        reply = worded_http.post(COMPLETIONS, json=body).json()
         text, reason = reply["choices"][0]["text"], reply["choices"][0]["finish_reason"]
     else:
         text, reason = "", None
-        with http.stream("POST", COMPLETIONS, json={**body, "stream": True}) as r:
+        with worded_http.stream("POST", COMPLETIONS, json={**body, "stream": True}) as r:
             for line in r.iter_lines():
                 if line.startswith("data: {"):
                     choice = json.loads(line[6:])["choices"][0]

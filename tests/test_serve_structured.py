@@ -1,6 +1,7 @@
 """Structured outputs on the server (week 3 day 5), talked to as clients do: one server
-on 127.0.0.1 at a free port, in a thread of this process, serving the embedded model
-through the package's Engine (tests/solution.py, as tests/test_serve.py does).
+on 127.0.0.1 at a free port, in a thread of this process, serving a random model (the
+grammar makes the answers; conftest.protocol_model) through the package's Engine
+(tests/solution.py, as tests/test_serve.py does).
 
 OpenAI's response_format json_schema (strict) and json_object through the `openai`
 package; vLLM's guided_choice, guided_regex, guided_json and structured_outputs as
@@ -37,14 +38,14 @@ SCHEMA = {
 
 
 @pytest.fixture(scope="module")
-def server(embedded_model, embedded_week2_model):
-    model = embedded_week2_model(True, "auto", tiny)
+def server(protocol_model):
+    """A random model: the grammar, not the model, makes these answers valid."""
+    mlx_model, tokenizer = protocol_model
+    model = tiny.Qwen2ModelWeek2(mlx_model, use_fast_kernels=True)
     # One run here first: the model's lazily built arrays are evaluated on this
     # thread, not first on the engine's (MLX streams belong to a thread).
-    tiny.batch_generate(model, embedded_model[1], [[1, 2, 3]], max_tokens=2)
-    engine = tiny.Engine(
-        model, embedded_model[1], batch_size=4, max_seq_len=256, policy="mixed"
-    )
+    tiny.batch_generate(model, tokenizer, [[1, 2, 3]], max_tokens=2)
+    engine = tiny.Engine(model, tokenizer, batch_size=4, max_seq_len=256, policy="mixed")
     settings = ServerSettings("test-model")
     running = RunningServer(
         create_app(engine, settings, tiny.make_sampler, CONSTRAINTS)

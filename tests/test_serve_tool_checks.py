@@ -63,7 +63,7 @@ def forged_tools(tools, tool_choice, parallel_tool_calls):
 
 
 @pytest.fixture(scope="module")
-def server(embedded_model):
+def server(protocol_model):
     factory = ConstraintFactory(
         CONSTRAINTS.regex,
         CONSTRAINTS.choice,
@@ -72,7 +72,7 @@ def server(embedded_model):
         CONSTRAINTS.parse_tool_calls,
     )
     # jump-forward: a forged answer is all forced text, verified a chunk a forward
-    with package_server(embedded_model, factory, jump_forward=True) as running:
+    with package_server(protocol_model, factory, jump_forward=True) as running:
         yield running
 
 

@@ -48,9 +48,9 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def running(embedded_model):
+def running(protocol_model):
     # jump-forward: a call's tag, name and keys are forced text, verified in chunks
-    with package_server(embedded_model, jump_forward=True) as server:
+    with package_server(protocol_model, jump_forward=True) as server:
         yield server
 
 

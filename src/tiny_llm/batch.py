@@ -41,7 +41,8 @@ def batch_generate(
         a token's time when the request accepts the token.
 
     The run is a short loop over an Engine: add every prompt, then step until no
-    request is left, collecting each request's result as it finishes.
+    request is left, collecting each request's result as it finishes (keyed by
+    (request_id, index)); the engine needs no close() here.
 
     Bad arguments raise TypeError (a wrong type; a bool is not an int) or ValueError
     naming the argument: the EngineConfig checks the settings, prompt_specs the

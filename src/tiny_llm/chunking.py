@@ -36,6 +36,9 @@ class AdaptiveChunker:
     max_chunk_size]; only when the clamped size differs from the current one are
     the recorded times forgotten. Each select_chunk_size call is one decision (it
     changes the state): call it once per chunk. Only the sizes are checked.
+
+    State: chunk_size, the current size (initial_chunk_size at first), and
+    recent_chunk_times, a deque(maxlen=window) of the recorded times.
     """
 
     def __init__(

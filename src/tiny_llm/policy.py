@@ -45,7 +45,8 @@ class AlternatePolicy(Policy):
     def plans(self) -> Iterator[Plan]:
         """plan_chunk(); the requests it prefilled take their slots
         (place_prefilled); then plan_decodes(), so a request whose prompt just ended
-        decodes in the same step."""
+        decodes in the same step. Both are yielded even when empty (Plan() is
+        falsy): Engine.run skips an empty plan."""
         raise NotImplementedError(
             "Week 2 Day 6 Task 3: plans: yield plan_chunk(), place_prefilled, yield "
             "plan_decodes()"
@@ -56,8 +57,10 @@ class AlternatePolicy(Policy):
         have a slot when done and gets room from the KV manager
         (planner.prefill_candidates), with planner.chunk_size(request) tokens (None:
         the rest of its prompt), as many as preemption.reserve_chunk makes room for
-        (none: no chunk this step). A policy's bad chunk size fails that request
-        alone ("prefill failed: ...")."""
+        (none: no chunk this step). A policy's bad chunk size (chunk_size raises
+        TypeError or ValueError) fails that request alone, request.fail(f"prefill
+        failed: {type(error).__name__}: {error}"); it is retired at once
+        (planner.retire_finished) and no chunk runs this step (an empty Plan)."""
         raise NotImplementedError(
             "Week 2 Day 6 Task 3: plan_chunk: the first of "
             "planner.prefill_candidates(); its size, cut to what reserve_chunk makes "

@@ -55,7 +55,13 @@ class ModelRunner:
 
     def run(self, plan: Plan) -> Forward | None:
         """Run the plan's forward; None when it failed (its requests failed with the
-        error). A request's prefill_start is this forward's start if it has none."""
+        error). A request's prefill_start is this forward's start if it has none.
+
+        The requests in it are the chunks' and the rows'. An Exception fails them
+        through fail(requests, f"{type(error).__name__}: {error}", plan); an
+        interrupt (any other BaseException: KeyboardInterrupt, SystemExit) through
+        fail(requests, f"interrupted by {type(interrupt).__name__}", plan), and is
+        raised again."""
         raise NotImplementedError(
             "Week 2 Day 6 Task 3: run: read the clock, set prefill_start, run the "
             "plan (Week 3 Day 1: run_mixed for a mixed plan; one chunk through "

@@ -81,7 +81,8 @@ class Engine:
     (reporting.py: the metrics, the ids until each request is reported finished);
     inbox, a queue.SimpleQueue of notes from add_request and abort; next_id: ids 0,
     1, 2, ...; arriving: (arrival_step, request) read, not admitted; steps_done;
-    prefilling: the request whose chunk ran last step, prefill not done (snapshot).
+    prefilling: the request whose chunk ran last step, prefill not done (snapshot):
+    step() sets it to None before the plans run, run() after a chunk's forward.
     The peak memory is reset."""
 
     def __init__(
@@ -145,7 +146,8 @@ class Engine:
         prompt has already failed ("error") and finishes in the engine's next step,
         costing nobody else anything. Only notes go into the inbox, one per Request,
         ("add", id, request, arrival_step): the engine's thread reads them.
-        ValueError or TypeError for a bad arrival_step or n.
+        ValueError or TypeError for a bad arrival_step or n; the id is drawn
+        (next_id) only after make_choices, so a refused prompt takes none.
         """
         # Week 2 Day 6 Task 4: add_request: check arrival_step; make_choices; put
         # ("add", id, request, arrival_step) in the inbox for each, return the id
@@ -189,7 +191,9 @@ class Engine:
     # ANCHOR: step
     def step(self) -> list[RequestOutput]:
         """One iteration: read the inbox, admit arrivals, run each plan the policy
-        yields, and report what each request got."""
+        yields, and report what each request got. An interrupt raised by a plan
+        still runs kv.after_step, then leaves step(): that step is not counted
+        in steps_done and reports nothing."""
         # Week 2 Day 6 Task 4: step: reports.start, read_inbox, admit_arrivals, run each
         # of policy.plans(), kv.after_step (in a finally), steps_done, the reports'
         # count_requests and collect_outputs

@@ -69,9 +69,9 @@ class Planner:
     slots: batch_size entries, the Request decoding in slot i or None.
     waiting: admitted requests neither in a slot nor finished, in admission order
         (a preempted request goes back to the front).
-    order: each unfinished request's number, 0, 1, 2, ... in the order it was
-        added. holding: the requests the KV manager holds memory for (preemption
-        takes the newest by order).
+    order: a dict, each unfinished request -> its number, 0, 1, 2, ... in the
+        order it was added (an itertools.count()). holding: a set, the requests the
+        KV manager holds memory for (preemption takes the newest by order).
     batch_slots: the slots batch requests may hold, batch_size -
         reserved_interactive_slots.
     """
@@ -121,7 +121,13 @@ class Planner:
         request and each in `also_ready` (their prefill ends this step); lowest first,
         so the batch cache's rows stay few. None for a batch request once batch
         requests, prefilled ones waiting for a slot included, hold batch_slots
-        slots."""
+        slots.
+
+        As a rule: `ready` is the waiting requests other than `request` that are
+        prefilled or in also_ready (each counted once); the free slots, lowest
+        first, lose their first len(ready), and the answer is the first one left
+        (None if none is). The batch requests counted are those in the slots and
+        in `ready`."""
         # Week 2 Day 6 Task 2: slot_for: the free slots after leaving one per ready
         # request; None when there is none or a batch request would pass batch_slots
         free = [i for i, slot in enumerate(self.slots) if slot is None]
@@ -217,7 +223,8 @@ class Planner:
 
     def place_prefilled(self) -> None:
         """Every prefilled waiting request, most urgent first, takes the slot
-        slot_for gives it (the KV manager's place) and leaves waiting."""
+        slot_for gives it (the KV manager's place) and leaves waiting. One that
+        slot_for gives None stays waiting, and the next is asked."""
         # Week 2 Day 6 Task 2: place_prefilled: each prefilled waiting request by
         # urgency takes slot_for(request) through kv.place
         for request in self.by_urgency():

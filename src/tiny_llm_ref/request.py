@@ -235,10 +235,13 @@ class Request:
         wants_prompt_logprobs: then every position's logits go to its
         observe_prompt(logits [L, V], the chunk's offset)), its queries seeing the
         earlier chunks through the chunk mask, and offset advances by its length.
-        The cache is evaluated here, so the lazy graph never spans chunks. The last
-        chunk samples the first token from its last position and accepts it
-        (sample_and_accept). ValueError once the prefill is done; TypeError or
-        ValueError for a max_step that is not an int of at least 1 or None.
+        The cache is evaluated here (mx.eval of every layer's keys and values), so
+        the lazy graph never spans chunks. The last chunk samples the first token
+        from its last position (logits[:, -1, :], [1, V]) and accepts it
+        (sample_and_accept). Checked first: ValueError once the prefill is done
+        ("prefill is already done: this request is decoding"); then TypeError or
+        ValueError for a max_step that is not an int of at least 1 or None
+        (check_int("max_step", ...)).
         """
         # Week 2 Day 6 Task 1: try_prefill: ValueError once prefill is done; run
         # tokens[offset : offset + step] (up to prefill_length) through the model at
@@ -357,7 +360,9 @@ class Request:
 
     def finish(self, reason: str) -> None:
         """End the request: finish_reason (so no next_token), no cache, the
-        detokenizer flushed. Its decode slot, if any, is the planner's to free."""
+        detokenizer flushed (finalize). Its decode slot, if any, is the planner's to
+        free. Only an unfinished request is finished, so it always has a
+        detokenizer (a rejected prompt is finished from the start, by fail)."""
         # Week 2 Day 6 Task 1: finish: set finish_reason, drop the cache, finalize the
         # detokenizer
         self.finish_reason = reason

@@ -108,3 +108,39 @@ def test_leaving_while_waiting_gives_the_memory_back(setup):
     assert next(planner.prefill_candidates()) is a
     planner.leave(a)
     assert planner.waiting == [] and a not in planner.holding
+
+
+def test_slot_for_leaves_the_lowest_free_slots_to_the_requests_ready_before_it(
+    pair, tokenizer, no_eos
+):
+    mlx_model, model = pair
+    sampler, vocab = no_eos[0], mlx_model.args.vocab_size
+    # batch_slots = 4 - 1 = 3: batch requests together hold at most 3 slots.
+    config = EngineConfig(batch_size=4, max_seq_len=64, reserved_interactive_slots=1)
+    planner = tiny.Planner(config, tiny.DenseKvManager(model, config))
+    a, b, c, e, g = make_requests(model, tokenizer, sampler, vocab, 5)
+    d, f = make_requests(model, tokenizer, sampler, vocab, 2, "interactive")
+    for request in (a, b, c):
+        planner.add(request)
+        next(planner.prefill_candidates()).try_prefill()
+        planner.place_prefilled()
+    b.finish("abort")
+    planner.retire_finished()
+    assert planner.slots == [a, None, c, None], "free slots: 1 and 3"
+    for request in (d, e, f, g):
+        planner.add(request)
+    assert planner.slot_for(e) == 1, "nobody ready: the lowest free slot"
+
+    # also_ready: their prefill ends this step, so each keeps a slot free, and a
+    # batch one counts toward batch_slots (a and c hold 2, g makes 3).
+    assert planner.slot_for(f, also_ready=[g]) == 3, "slot 1 is left to g"
+    assert planner.slot_for(e, also_ready=[g]) is None, "batch requests hold 3"
+    assert planner.slot_for(e, also_ready=[f, g]) is None, "two ready, two free"
+
+    planner.admit(d)
+    d.try_prefill()
+    assert d.is_prefill_done and d in planner.waiting
+    assert planner.slot_for(e) == 3, "slot 1 is left to d, prefilled and waiting"
+    assert planner.slot_for(d) == 1, "a request does not leave a slot to itself"
+    assert planner.slot_for(e, also_ready=[d]) == 3, "d counts once"
+    assert planner.slot_for(e, also_ready=[g]) is None, "d and g take both"

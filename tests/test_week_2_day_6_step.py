@@ -41,6 +41,22 @@ def iterate(planner, policy, runner) -> list:
     return forwards
 
 
+class FailingDecodes:
+    """The model, but a decode forward (one token per row) raises `error`."""
+
+    def __init__(self, model, error: Exception):
+        self.model = model
+        self.error = error
+
+    def __call__(self, tokens, offset, cache, **options):
+        if tokens.shape[1] == 1 and not isinstance(offset, int):
+            raise self.error
+        return self.model(tokens, offset, cache, **options)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
 def test_three_requests_in_two_slots_get_their_tokens_alone(pair, tokenizer, no_eos):
     mlx_model, model = pair
     sampler, banned = no_eos
@@ -79,21 +95,7 @@ def test_a_failing_decode_forward_fails_its_requests_alone(pair, tokenizer, no_e
     sampler = no_eos[0]
     vocab = mlx_model.args.vocab_size
 
-    class FailingDecodes:
-        """The model, but a decode forward (one token per row) raises."""
-
-        def __init__(self, model):
-            self.model = model
-
-        def __call__(self, tokens, offset, cache, **options):
-            if tokens.shape[1] == 1 and not isinstance(offset, int):
-                raise RuntimeError("no decode today")
-            return self.model(tokens, offset, cache, **options)
-
-        def __getattr__(self, name):
-            return getattr(self.model, name)
-
-    failing = FailingDecodes(model)
+    failing = FailingDecodes(model, RuntimeError("no decode today"))
     request = tiny.Request(
         failing, tokenizer, prompt_ids(vocab, 6), max_tokens=4, sampler=sampler
     )
@@ -107,3 +109,56 @@ def test_a_failing_decode_forward_fails_its_requests_alone(pair, tokenizer, no_e
     assert len(request.generated) == 1, "it keeps the token it had"
     mx.eval(mx.zeros(1))  # nothing of the failed step is left pending
     np.testing.assert_equal(len(planner.waiting), 0)
+
+
+@pytest.mark.parametrize("size, error", [(0, "ValueError"), (2.5, "TypeError")])
+def test_a_bad_chunk_size_fails_its_request_and_runs_no_chunk_that_step(
+    pair, tokenizer, no_eos, size, error
+):
+    mlx_model, model = pair
+    sampler = no_eos[0]
+    vocab = mlx_model.args.vocab_size
+    bad, good = (
+        tiny.Request(model, tokenizer, prompt_ids(vocab, n, seed=n), sampler=sampler)
+        for n in (7, 5)
+    )
+
+    def prefill_step(prompt_tokens, decoding, batch_size):
+        """A policy whose answer for 7-token prompts is not a chunk size."""
+        return size if prompt_tokens == 7 else None
+
+    config = EngineConfig(batch_size=2, max_seq_len=64, prefill_step=prefill_step)
+    kv = tiny.DenseKvManager(model, config)
+    planner = tiny.Planner(config, kv)
+    policy = tiny.AlternatePolicy(planner)
+    planner.add(bad)
+    planner.add(good)
+    plan = policy.plan_chunk()
+    assert bad.finish_reason == "error"
+    assert bad.error.startswith(f"prefill failed: {error}: "), bad.error
+    assert bad not in planner.waiting and bad not in planner.holding, (
+        "the failed request is retired at once"
+    )
+    assert not plan and plan.chunks == [], "no chunk runs in the step it failed"
+    assert good.offset == 0 and not good.is_finished
+    assert policy.plan_chunk().chunks == [(good, 5)], "the next step prefills good"
+
+
+class DecodeFault(Exception):
+    """An exception whose type name no runner could guess."""
+
+
+@pytest.mark.parametrize("fault", [DecodeFault, ValueError])
+def test_a_failed_forwards_error_names_the_exception_type(
+    pair, tokenizer, no_eos, fault
+):
+    mlx_model, model = pair
+    vocab = mlx_model.args.vocab_size
+    failing = FailingDecodes(model, fault("no decode"))
+    request = tiny.Request(
+        failing, tokenizer, prompt_ids(vocab, 6), max_tokens=4, sampler=no_eos[0]
+    )
+    planner, policy, runner = make_step(failing)
+    planner.add(request)
+    iterate(planner, policy, runner)
+    assert request.error == f"forward failed: {fault.__name__}: no decode"

@@ -102,7 +102,8 @@ def protocol_model(embedded_model):
 
     tokenizer = embedded_model[1]
     vocab = embedded_model[0].args.vocab_size
-    return random_model("qwen2", 64, 4, 2, 128, 2, vocab, True), tokenizer
+    # Heads of 32: kv_dtype int8 and int4 quantize keys in groups of 32.
+    return random_model("qwen2", 128, 4, 2, 256, 2, vocab, True), tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -65,15 +65,19 @@ QUESTIONS = [
 
 
 @pytest.fixture(scope="module")
-def model(embedded_week2_model):
-    return embedded_week2_model(True, "auto", tiny)
+def model(protocol_model):
+    """A random model, its weights as `pdm run serve` takes them ("auto"): these
+    tests compare the server's answers with batch_generate's on the same engine."""
+    return tiny.Qwen2ModelWeek2(
+        protocol_model[0], weights="auto", use_fast_kernels=True
+    )
 
 
 @pytest.fixture(scope="module")
-def server(model, embedded_model, want):
+def server(model, protocol_model, want):
     engine = tiny.Engine(
         model,
-        embedded_model[1],
+        protocol_model[1],
         batch_size=BATCH_SIZE,
         max_seq_len=MAX_SEQ_LEN,
         prefill_step=128,
@@ -860,8 +864,11 @@ def test_serve_refuses_bad_options_with_one_line(arguments, complaint):
 # The KV budget: how many tokens fit, said at start-up and in /metrics.
 
 
-def test_serve_says_and_reports_how_many_tokens_its_kv_memory_holds(model):
-    per_token = kv_bytes_a_token(model)
+def test_serve_says_and_reports_how_many_tokens_its_kv_memory_holds(
+    embedded_week2_model,
+):
+    # The CLI serves the embedded model, its weights "auto" as here.
+    per_token = kv_bytes_a_token(embedded_week2_model(True, "auto", tiny))
     blocks = 64 * 2**20 // (per_token * 16)
     port = free_port()
     options = ["--port", str(port), "--max-seq-len", "512", "--batch-size", "2",

@@ -796,7 +796,9 @@ def test_an_answer_cut_inside_a_character_never_ends_in_a_replacement_char(
         text, reason = reply["choices"][0]["text"], reply["choices"][0]["finish_reason"]
     else:
         text, reason = "", None
-        with worded_http.stream("POST", COMPLETIONS, json={**body, "stream": True}) as r:
+        with worded_http.stream(
+            "POST", COMPLETIONS, json={**body, "stream": True}
+        ) as r:
             for line in r.iter_lines():
                 if line.startswith("data: {"):
                     choice = json.loads(line[6:])["choices"][0]

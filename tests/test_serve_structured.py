@@ -45,7 +45,9 @@ def server(protocol_model):
     # One run here first: the model's lazily built arrays are evaluated on this
     # thread, not first on the engine's (MLX streams belong to a thread).
     tiny.batch_generate(model, tokenizer, [[1, 2, 3]], max_tokens=2)
-    engine = tiny.Engine(model, tokenizer, batch_size=4, max_seq_len=256, policy="mixed")
+    engine = tiny.Engine(
+        model, tokenizer, batch_size=4, max_seq_len=256, policy="mixed"
+    )
     settings = ServerSettings("test-model")
     running = RunningServer(
         create_app(engine, settings, tiny.make_sampler, CONSTRAINTS)

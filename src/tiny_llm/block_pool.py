@@ -96,7 +96,8 @@ class BlockPool:
         the pool takes more memory: the lowest free id first, then (day 3) the least
         recently used cached block, which forgets its name, and only then a new id at
         high_water. ValueError when fewer than `count` are available (check
-        `available` first)."""
+        `available` first, take nothing): "{count} blocks asked, {available}
+        available: check available first, or preempt a request"."""
         raise NotImplementedError(
             "Week 3 Day 2 Task 1: allocate: ValueError if count > available; else for"
             " each block pop the lowest free id (heapq), or (day 3) evict the least "

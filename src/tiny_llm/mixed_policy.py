@@ -110,25 +110,26 @@ class MixedPolicy(Policy):
     # ANCHOR: is_long
     def is_long(self, request: Request) -> bool:
         """True for a prompt of more than long_prefill_token_threshold tokens (never
-        when the threshold is None)."""
+        when the threshold is None). The count is prefill_length, what its prefill
+        computes: after a restart, the prompt and the tokens generated so far."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: is_long: the threshold is set and the prompt's "
-            "tokens pass it"
+            "Week 3 Day 1 Task 2: is_long: the threshold is set and prefill_length "
+            "passes it"
         )
         # ANCHOR_END: is_long
 
     # ANCHOR: may_start
     def may_start(self, request: Request, started: list[Request]) -> bool:
         """The partial-prefill limits. `started`: the requests that have started
-        prefilling (offset > 0, or planned this step). A started request goes on;
-        one that has not may start only while fewer than max_num_partial_prefills of
-        the waiting requests are partly prefilled (started, not done), and, if it
-        is long, fewer than max_long_partial_prefills of those are long (None: no
-        limit)."""
+        prefilling (offset > 0, or planned this step). A started request goes on (in
+        `started`, or offset > 0 though not in it); one that has not may start only
+        while fewer than max_num_partial_prefills of the waiting requests are partly
+        prefilled (in `started`, not prefill-done), and, if it is long, fewer than
+        max_long_partial_prefills of those are long (None: no limit)."""
         raise NotImplementedError(
-            "Week 3 Day 1 Task 2: may_start: True for a started request; else the "
-            "partly prefilled waiting requests (in started, not prefill-done) and the"
-            " long ones among them, each under its limit"
+            "Week 3 Day 1 Task 2: may_start: True for a request in started or with "
+            "offset > 0; else the partly prefilled waiting requests (in started, not "
+            "prefill-done) and the long ones among them, each under its limit"
         )
         # ANCHOR_END: may_start
 
@@ -153,8 +154,9 @@ class MixedPolicy(Policy):
         urgent first, that is still prefilling and may start (may_start) but has no
         slot in view (planner.slot_for with the requests in `started` but the long
         ones: a long one yields its slot to an interactive request) preempts
-        decoding batch requests whose deadline is later than its own, latest first
-        (preemption.preempt), until it has one or none is left."""
+        decoding batch requests whose deadline is later than its own, latest first (a
+        tie: the lowest slot), through preemption.preempt, until it has one or none
+        is left."""
         raise NotImplementedError(
             "Week 3 Day 1 Task 3: preempt_for_interactive: for each waiting "
             "interactive request by urgency, not prefill-done, may_start: while "
@@ -197,7 +199,9 @@ class MixedPolicy(Policy):
         to the room preemption.reserve_chunk makes for it; a chunk with no room ends
         the plan (first come, first served). An AdaptiveChunker is asked once a step
         (it learns from one time a step); a size a policy gets wrong fails that
-        request alone ("prefill failed: ..."), and the next request asks again."""
+        request alone (request.fail(f"prefill failed: {type(error).__name__}:
+        {error}"), as the alternate policy's plan_chunk), and the next request asks
+        again."""
         raise NotImplementedError(
             "Week 3 Day 1 Task 3: plan_chunks: a Sharing (yielding: the started "
             "is_long ones); prefill_candidates(in_view, in_first_round), then "

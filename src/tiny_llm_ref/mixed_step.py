@@ -98,7 +98,10 @@ def mixed_forward(
     tokens. The final norm and LM head run once, on the sampled rows gathered (the
     decode rows, then each chunk's last logit_rows rows); with none,
     no LM head runs and the result is (None, [None] * len(chunks)). Nothing is
-    evaluated here.
+    evaluated here. Checked first, in this order, each a ValueError: "decode tokens
+    need the batch cache their rows live in"; "{B} decode tokens but {n} offsets:
+    one offset per row"; "a prefill chunk needs at least one token"; "a chunk's
+    logit_rows must be between 0 and its length"; then check_offset on every layer.
     """
     # Week 3 Day 1 Task 1: mixed_forward: ValueError for decode tokens without a batch
     # cache, a count of offsets unlike the tokens', an empty chunk or a logit_rows

@@ -101,10 +101,11 @@ def group_rows(
     """The decode rows cut into groups that attend together, each row padded to its
     group's longest: lengths [B] -> lists of row indexes, each in row order.
 
-    Rows are taken longest first; a row joins the group before it when that group's
-    longest is at most call_positions positions longer, else it starts a group. So a
-    row never pays for more than call_positions positions it does not hold, and
-    rows of about one length share one call.
+    Rows are taken longest first (equal lengths in row order); a row joins the
+    group before it when that group's longest is at most call_positions positions
+    longer, else it starts a group. So a row never pays for more than
+    call_positions positions it does not hold, and rows of about one length share
+    one call.
     """
     # Week 3 Day 2 Task 3: group_rows: sort the row indexes by length, longest first; a
     # row whose length is within call_positions of its group's first (longest) row joins
@@ -131,8 +132,9 @@ class PagedBatchingKvCache(TinyKvCache):
     slot copies nothing.
 
     slots: max_active_requests entries, the PagedKvCache in row i or None. The
-    layer's LayerBlocks is reached through a slot's view, so a step with no
-    occupied row has nothing to write to: stage raises ValueError.
+    layer's LayerBlocks is reached through a slot's view (view.layer), so a step
+    with no occupied row has nothing to write to: stage raises ValueError ("a paged
+    decode step needs a request in some slot").
     """
 
     def __init__(self, max_active_requests: int, max_seq_len: int):

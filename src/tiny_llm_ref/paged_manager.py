@@ -28,7 +28,8 @@ class PagedKvManager(KvManager):
     pool: the BlockPool (ids, refcounts). layer_blocks: one LayerBlocks per layer
     (its keys and values arrays; a QuantizedLayerBlocks when config.kv_dtype is not
     "float32"). batch_cache: one PagedBatchingKvCache per layer.
-    tables: request -> its BlockTable, for every request holding blocks. Count the
+    tables: request -> its BlockTable, for every request holding blocks.
+    block_size: config.block_size (has_room, given, reads it). Count the
     layers as len(model.create_kv_cache()): `model` may be a wrapper that shows
     nothing else.
     A budget that could not fit in this machine's memory is refused here, before
@@ -37,9 +38,9 @@ class PagedKvManager(KvManager):
 
     def __init__(self, model, config: EngineConfig):
         # Week 3 Day 2 Task 4: PagedKvManager: config.pool_blocks(model) blocks,
-        # check_pool_fits (with config.kv_dtype), the BlockPool, a LayerBlocks (a
-        # QuantizedLayerBlocks of config.kv_dtype when it is not 'float32') and a
-        # PagedBatchingKvCache per layer, no tables
+        # check_pool_fits (with config.kv_dtype), block_size, the BlockPool, a
+        # LayerBlocks (a QuantizedLayerBlocks of config.kv_dtype when it is not
+        # 'float32') and a PagedBatchingKvCache per layer, no tables
         layers = len(model.create_kv_cache())
         num_blocks, self.block_size = config.pool_blocks(model), config.block_size
         check_pool_fits(model, num_blocks * self.block_size, config.kv_dtype)
@@ -59,11 +60,12 @@ class PagedKvManager(KvManager):
 
     def admit(self, request: Request) -> int | None:
         """The request starts holding blocks: those of its prompt found cached
-        (cached_prefix), and none yet for the rest; None, holding nothing, when the
-        pool has no block for its next token. Its PagedKvCaches start at the cached
+        (cached_prefix), and none yet for the rest; None, holding nothing (the
+        prefix's blocks given back, pool.release), when the pool has no block
+        available. Its PagedKvCaches start at the cached
         tokens; returns how many (the planner moves the request past them)."""
         # Week 3 Day 2 Task 4: admit: cached_prefix; if the pool has no block available,
-        # release it and return None; else the table, PagedKvCache views from the
+        # pool.release its blocks and return None; else the table, PagedKvCache views from the
         # cached tokens, and their count
         table = self.cached_prefix(request)
         if self.pool.available == 0:
@@ -79,19 +81,21 @@ class PagedKvManager(KvManager):
     def cached_prefix(self, request: Request) -> BlockTable:
         """The blocks of the request's prompt that are already computed. A later
         choice of a prompt asked n times (request.choice.first) shares the full
-        blocks its first choice holds of their prompt, all but its last token's
+        blocks its first choice holds of their prompt (metrics.prompt_tokens: after
+        a restart prefill_length also counts its own generated tokens, which the
+        first choice's blocks do not hold), all but its last token's
         (pool.share: one more holder each; the first choice writes only past them),
         so it computes only the rest; none when the first choice holds no blocks.
         Otherwise none (day 3's PrefixCachingKvManager finds them in its cache)."""
         # Week 3 Day 2 Task 4: cached_prefix: for a request with a choice.first in
-        # tables, a BlockTable of pool.share(its first min((prompt tokens - 1) //
-        # block_size, first choice's offset // block_size) blocks); else an empty
+        # tables, a BlockTable of pool.share(its first min((metrics.prompt_tokens - 1)
+        # // block_size, first choice's offset // block_size) blocks); else an empty
         # BlockTable
         first = request.choice.first
         if first not in self.tables:
             return BlockTable()
         size = self.block_size
-        full = min((len(request.prefill_tokens) - 1) // size, first.offset // size)
+        full = min((request.metrics.prompt_tokens - 1) // size, first.offset // size)
         return BlockTable(self.pool.share(self.tables[first].blocks[:full]))
 
     def reserve(self, request: Request, tokens: int) -> int:
@@ -165,7 +169,8 @@ class PagedKvManager(KvManager):
 
     def kv_bytes_per_token(self) -> int:
         """Bytes of keys and values one token takes over all layers (0 before the
-        pool's arrays exist)."""
+        pool's arrays exist): each layer's (keys.nbytes + values.nbytes) //
+        (capacity x block_size), summed over the layers whose arrays exist."""
         # Week 3 Day 2 Task 4: kv_bytes_per_token: keys and values bytes per position,
         # summed over layers
         return sum(

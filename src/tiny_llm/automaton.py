@@ -59,7 +59,9 @@ class Nfa:
     def build(self, node: tuple) -> tuple[int, int]:
         """A fragment for `node`: (its start, its end) states; the text read from
         start to end is exactly what the node matches. A concatenation of nothing
-        (the empty choice "") is its start joined to its end by one empty edge."""
+        (the empty choice "") is its start joined to its end by one empty edge.
+        `node` is one of the four kinds regex_parser.py makes: chars, concat, alt,
+        repeat."""
         raise NotImplementedError(
             "Week 3 Day 5 Task 1: Nfa.build: chars: start -c-> end; concat: the "
             "parts' fragments chained by empty edges; alt: start -> each branch -> "
@@ -135,7 +137,9 @@ class Dfa:
 
 def determinize(nfa: Nfa, start: int, accept: int) -> Dfa:
     """The subset construction: the DFA whose states are the sets of NFA states a
-    text can lead to. ValueError past MAX_DFA_STATES."""
+    text can lead to. ValueError when a new set would be state number
+    MAX_DFA_STATES: f"the pattern needs more than {MAX_DFA_STATES} DFA states:
+    simplify it (fewer nested repetitions or alternatives)"."""
     raise NotImplementedError(
         "Week 3 Day 5 Task 1: determinize: cut the code points at every edge range's "
         "ends (bounds); from the start's closure, for each set and each interval "

@@ -36,7 +36,9 @@ class PrefixCachingKvManager(PagedKvManager):
     def cached_prefix(self, request: Request) -> BlockTable:
         """The longest chain of cached full blocks that starts the request's prompt,
         over all but its last token (pool.lookup); none for a request whose
-        sampling_state wants_prompt_logprobs: a cached position has no logits."""
+        sampling_state wants_prompt_logprobs: a cached position has no logits. It
+        replaces the paged manager's whole (a later choice finds its first choice's
+        blocks by lookup once they are named)."""
         raise NotImplementedError(
             "Week 3 Day 3 Task 2: cached_prefix: an empty BlockTable when the request"
             " wants prompt logprobs, else pool.lookup(prefill_tokens[:-1])"
@@ -46,8 +48,9 @@ class PrefixCachingKvManager(PagedKvManager):
         """PagedKvManager.admit, which starts the request's caches after its cached
         prefix; only when it succeeds, and only at the request's first admission
         (metrics.preemptions == 0: a request refused or preempted earlier is not
-        counted twice), its metrics.cached_tokens and the manager's counters count
-        the tokens found. Returns what the paged admit returned."""
+        counted twice), metrics.cached_tokens = the tokens found, prompt_tokens +=
+        len(prefill_tokens) and cached_tokens += the tokens found. Returns what the
+        paged admit returned."""
         raise NotImplementedError(
             "Week 3 Day 3 Task 2: admit: the paged admit, then at a first admission "
             "count the cached tokens"
@@ -72,7 +75,8 @@ class PrefixCachingKvManager(PagedKvManager):
         block's name, its tokens), then pool.remember(block, name); the name joins
         table.hashes even when remember keeps an earlier block under it, so the
         chain goes on. Its tokens are request.tokens (prompt, then generated);
-        `offset` says how many are in the cache."""
+        `offset` says how many are in the cache: blocks len(table.hashes) ..
+        offset // block_size - 1 get names. Called only for a request in tables."""
         raise NotImplementedError(
             "Week 3 Day 3 Task 2: name_full_blocks: chain_hash each full block not "
             "named yet and pool.remember it"

@@ -116,7 +116,7 @@ class ModelRunner:
         """Each drafting request's drafts as a part of the mixed forward: a
         PrefillChunk of its drafts at offset + 1 (its decode row holds the position
         at offset), cached in its own batch-cache row (row_view of its row in every
-        layer), every position sampled."""
+        layer), every position sampled. Its row (slot) is plan.rows.index(request)."""
         raise NotImplementedError(
             "Week 3 Day 4 Task 3: draft_parts: one PrefillChunk per request in "
             "plan.drafts (its cache: BatchingKvCache.row_view)"
@@ -128,8 +128,10 @@ class ModelRunner:
         """decode_logits: [R, V]; draft_logits: [k_i, V] per drafting request, in
         plan.drafts' order. Each drafting request accepts what verification keeps
         (accept_drafts over its decode row's logits, then its drafts') and its row
-        rolls back to just that (kv.keep_accepted). Returns (request, drafts fed,
-        drafts accepted) per drafting request."""
+        rolls back to just that (kv.keep_accepted, even when accept_drafts finished
+        or failed it). Its row, of plan.rows and of decode_logits alike, is
+        plan.rows.index(request). Returns (request, drafts fed, drafts accepted) per
+        drafting request."""
         raise NotImplementedError(
             "Week 3 Day 4 Task 3: verify: accept_drafts, then the rollback, for each "
             "request with drafts"
@@ -148,15 +150,18 @@ class ModelRunner:
 def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     """logits: [1 + k, V], the verification logits of a request that fed its decode
     token and k drafts. Its constraint state masks row j as its sample would after
-    drafts[:j] (constraint_state.masks_along: disallowed tokens at -inf; without a
-    constraint, nothing). Accepts the verified tokens (verified_tokens over the
-    log-probabilities) one by one (advance 1, then accept), stopping when one
-    finishes the request (EOS, max_tokens, max_seq_len), so the request ends at the
-    right token; then record_verification. Returns the drafts accepted: tokens taken
-    - 1, the last token taken counted as the model's own even when it was a draft
-    that ended the request (drafts [a, EOS] both verified: 1). Whatever fails fails this request alone: request.fail with a message that
-    carries the exception's type and text (f"verifying drafts failed: {name}:
-    {error}"), so the client sees why, and 0 is returned."""
+    drafts[:j] (constraint_state.masks_along, True where allowed:
+    mx.where(masks, logits, -inf); without a constraint, True masks nothing); the
+    rows become log-probabilities (logits - logsumexp; no sampling_state processing:
+    a request with sampling options never drafts). Accepts the verified tokens
+    (verified_tokens over the log-probabilities) one by one (advance 1, then
+    accept), stopping when one finishes the request (EOS, max_tokens, max_seq_len),
+    so the request ends at the right token; then record_verification. Returns the
+    drafts accepted: tokens taken - 1, the last token taken counted as the model's
+    own even when it was a draft that ended the request (drafts [a, EOS] both
+    verified: 1). Whatever fails fails this request alone: request.fail with a
+    message that carries the exception's type and text (f"verifying drafts failed:
+    {name}: {error}"), so the client sees why, and 0 is returned."""
     raise NotImplementedError(
         "Week 3 Day 4 Task 2: accept_drafts: the docstring's contract (the chapter's "
         '"Verification inside the mixed step")'

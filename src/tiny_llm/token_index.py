@@ -94,7 +94,8 @@ class TokenIndex:
     def build(self, state: int, at_start: bool) -> StateTokens:
         """Walk the vocabulary's trie from `state`: a branch is followed while the DFA
         is not DEAD, and every token on a followed node is allowed, leading to the
-        state there. At the start a leading " " is read without moving the DFA."""
+        state there. At the start a leading " " is read without moving the DFA (the
+        token " " itself is then allowed, leading to `state`)."""
         raise NotImplementedError(
             "Week 3 Day 5 Task 2: TokenIndex.build: the docstring's walk of the trie "
             '(the chapter\'s "From characters to tokens"); the StateTokens of what it '

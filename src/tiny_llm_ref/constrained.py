@@ -228,8 +228,10 @@ class ConstraintState:
 
     def allowed(self) -> StateTokens:
         """The allowed tokens from here; UnsatisfiableConstraint (tiny_llm_base, a
-        ValueError) when there are none: the vocabulary cannot spell any
-        continuation, which is the constraint's fault, not the sampler's."""
+        ValueError) when there are none (count 0): the vocabulary cannot spell any
+        continuation, which is the constraint's fault, not the sampler's: "no token
+        of the vocabulary can continue the constraint here (its characters are not
+        in any whole token): change the pattern"."""
         # Week 3 Day 5 Task 2: ConstraintState.allowed: index.allowed(state, at_start);
         # raise UnsatisfiableConstraint when its count is 0
         tokens = self.index.allowed(self.state, self.at_start)
@@ -252,7 +254,8 @@ class ConstraintState:
         Vocabulary.longest_tokens): jump-forward's drafts. [] at the start, where a
         first token's space is read differently. They stop before a token that leads
         where no token goes on (index.allowed of the state the token leads to, its
-        next_state, has count 0): plain decoding fails there one token later."""
+        next_state, has count 0): plain decoding fails there one token later. Each
+        token's state is index.allowed(the state before it).next_state[token]."""
         # Week 3 Day 5 Task 2: ConstraintState.forced_tokens: [] at_start; else the
         # vocabulary's longest_tokens of dfa.forced_text(state, FORCED_CHARS), kept
         # while the state each leads to allows some token
@@ -269,7 +272,9 @@ class ConstraintState:
 
     def masks_along(self, tokens: list[int]) -> mx.array:
         """[1 + len(tokens), V] bool: row j is the mask after tokens[:j] (row 0: here),
-        what verifying those tokens as drafts needs. The state does not move."""
+        what verifying those tokens as drafts needs: advance through them, reading
+        allowed() after each; their errors go through. The state does not move
+        (state and at_start are put back in a finally)."""
         # Week 3 Day 5 Task 2: ConstraintState.masks_along: the docstring's rows; the
         # state ends where it started
         state, at_start = self.state, self.at_start
@@ -285,7 +290,8 @@ class ConstraintState:
     def advance(self, token: int) -> None:
         """A kept (non-EOS) token: move to the state it leads to; for a token the
         constraint does not allow (a sampler that ignored the mask), a ValueError
-        naming it: f"token {token} is not allowed by the constraint here"."""
+        naming it: f"token {token} is not allowed by the constraint here (the sampler
+        must pick a token the mask leaves finite)"."""
         # Week 3 Day 5 Task 2: ConstraintState.advance: next_state[token] of allowed(),
         # a ValueError naming the token when it is missing; at_start becomes False
         next_state = self.allowed().next_state
@@ -309,8 +315,9 @@ def start_constraint(
     same interface) starts itself: constraint.start(tokenizer, vocab_size).
     TypeError for another kind of constraint, naming the kinds ("constraint must be
     Regex(pattern), Choice(options), JsonSchema(schema), JsonObject(),
-    Grammar(lark) or None") and the type given; ValueError for a bad pattern or schema, an empty choice list, or
-    a constraint that no token can start.
+    Grammar(lark) or None", then f", got {type(constraint).__name__}"); ValueError
+    for a bad pattern or schema, an empty choice list, or a constraint that no token
+    can start (allowed() checked now).
     """
     # Week 3 Day 5 Task 3: start_constraint: a JsonSchema (JsonObject too) or a Grammar
     # returns constraint.start(tokenizer, vocab_size); TypeError unless Regex or Choice;

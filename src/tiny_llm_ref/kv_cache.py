@@ -281,7 +281,8 @@ class BatchRowView(TinyKvCache):
     on: keys/values [1, H, L, D] go to row `slot` at offset .. offset + L - 1, and
     the row's keys up to there come back, with the chunk mask. It reads the batch
     cache's storage when it writes, not when it is made: the decode part of the same
-    step may have replaced that storage in between."""
+    step may have replaced that storage in between. That decode part has written
+    the row first, so batch.keys is never None here."""
 
     def __init__(self, batch: BatchingKvCache, slot: int, offset: int) -> None:
         # Week 3 Day 4 Task 3: BatchRowView: keep the batch cache, the slot and the

@@ -270,9 +270,11 @@ def parse_regex(pattern: str) -> tuple:
 
 def choices_tree(choices) -> tuple:
     """The tree of "exactly one of these strings": an alternation of literals.
-    A lone string (or anything not iterable) is a TypeError saying choices "must be
-    a list of strings"; an empty list a ValueError saying it is "empty"; an item that
-    is not a string a TypeError saying "every choice must be a string"."""
+    Any iterable of strings will do. A lone string (or anything not iterable) is a
+    TypeError, f"choices must be a list of strings, got {type name}"; an empty list
+    a ValueError, "the list of choices is empty: give at least one string"; an item
+    that is not a string a TypeError, f"every choice must be a string, got
+    {item!r}"."""
     # Week 3 Day 5 Task 1: choices_tree: check the list (not a lone string, not empty,
     # only strings), then ("alt", [("concat", [("chars", ((c, c),)) per character])])
     if isinstance(choices, str) or not hasattr(choices, "__iter__"):

@@ -50,6 +50,7 @@ def find_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     least min_n tokens: []. An earlier occurrence ends at any index before the last
     token (len - 2 first); its backward match may overlap the last run itself (in
     `a a a a` the end at index 2 matches 3 tokens) and stops at the text's start.
+    k >= 1: plan_drafts never asks for fewer.
     """
     # Week 3 Day 4 Task 1: find_drafts: the docstring's rule (the chapter's "Drafts from
     # the request's own text")
@@ -123,6 +124,12 @@ def may_draft(request: Request, rows: int) -> bool:
     after (drafting.pauses counts them). Its average is set to break_even(rows), so
     the verification after the pause is a probe: a better acceptance than
     break-even keeps it drafting, a worse one starts the next pause.
+
+    In this order: the sampler, allows_drafts and next_token (None: False); while
+    len(request.generated) < drafting.resume_at, False with nothing changed; then
+    worth_drafting; when it says no, resume_at = len(request.generated) +
+    RETRY_AFTER * 2 ** pauses, pauses + 1, acceptance = break_even(rows), False.
+    Generated tokens are len(request.generated) (an EOS is never among them).
     """
     # Week 3 Day 4 Task 1: may_draft: the docstring's rule (the chapter's "When drafts
     # do not pay")
@@ -165,10 +172,11 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
 def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:
     """Each decoding request's drafts for this step: {request: draft tokens}.
 
-    For each request in `rows` that may_draft: at most num_speculative_tokens, at
+    For each request in `rows` that may_draft (asked with the count of the requests
+    in `rows`, the None dummy rows left out): at most num_speculative_tokens, at
     most the budget left (tokens; math.inf: no limit, and min() of an int and inf is
     the int), and few enough that its bonus token stays within max_tokens
-    (max_tokens - 1 - generated; no bound when max_tokens is None) and every
+    (max_tokens - 1 - len(generated); no bound when max_tokens is None) and every
     position within max_seq_len (max_seq_len - 1 - offset); propose_drafts; then
     cut to the room the KV manager gives beside its decode token
     (planner.reserve(request, 1 + drafts) - 1; 0 or less: no drafts).
@@ -211,10 +219,10 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
     rows' argmax, then the argmax after it. Sampled (a TokenSampler), by the
     speculative sampling rule with drafts proposed for sure: draft d at row j is kept
     with probability p_j(d), p_j being the sampler's distribution (softmax of its
-    logits); the first one rejected is replaced by a token drawn from p_j with d
-    removed (renormalised: set d's logit to -inf and let mx.random.categorical
-    normalise); all kept: a last token is drawn from p_k. Each token then has exactly
-    the sampler's distribution.
+    logits: kept when mx.random.uniform() < p_j(d)); the first one rejected is
+    replaced by a token drawn from p_j with d removed (renormalised: set d's logit
+    to -inf and let mx.random.categorical normalise); all kept: a last token is
+    drawn from p_k. Each token then has exactly the sampler's distribution.
     """
     # Week 3 Day 4 Task 2: verified_tokens: the acceptance rule of the docstring, greedy
     # and sampled (the chapter's "The acceptance rule")
@@ -240,7 +248,8 @@ def verified_tokens(sampler, drafts: list[int], logprobs: mx.array) -> list[int]
 def record_verification(request: Request, proposed: int, accepted: int) -> None:
     """After a verification: the request's metrics count the drafts proposed and
     accepted, and its acceptance average moves ACCEPTANCE_WEIGHT of the way towards
-    accepted / proposed (drafting.acceptance: what may_draft reads)."""
+    accepted / proposed (drafting.acceptance: what may_draft reads). proposed >= 1:
+    only a request that fed drafts is verified."""
     # Week 3 Day 4 Task 2: record_verification: metrics.draft_tokens and
     # accepted_draft_tokens; drafting.acceptance moves ACCEPTANCE_WEIGHT towards the
     # rate

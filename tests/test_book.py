@@ -305,6 +305,7 @@ def test_book_builds_without_warnings(tmp_path):
 
 
 MAX_CHAPTER_WORDS = 4000
+MAX_MAIN_PATH_WORDS = 60000
 
 
 def main_path() -> list[Path]:
@@ -327,3 +328,16 @@ def test_main_path_chapters_are_lessons_of_at_most_4000_words():
             )
     assert main_path(), "SUMMARY.md lists no chapters"
     assert not problems, report(problems)
+
+
+def test_the_main_path_is_at_most_60000_words():
+    """The course a learner reads from the preface to week 4's last day, counted as
+    the chapters are."""
+    counts = {c: len(c.read_text(encoding="utf-8").split()) for c in main_path()}
+    total = sum(counts.values())
+    longest = sorted(counts.items(), key=lambda item: -item[1])[:5]
+    assert total <= MAX_MAIN_PATH_WORDS, (
+        f"the main path is {total:,} words, over {MAX_MAIN_PATH_WORDS:,}: move "
+        "reference material to an appendix page; the longest chapters: "
+        + ", ".join(f"{c.relative_to(ROOT)} {n:,}" for c, n in longest)
+    )

@@ -87,6 +87,20 @@ def test_the_reference_labels_every_function_with_a_task_of_its_day(day):
     )
 
 
+MAX_DAY_STUBS = 40
+
+
+@pytest.mark.parametrize("day", course_days(), ids=lambda d: f"week{d[0]}-day{d[1]}")
+def test_no_day_holds_more_than_40_stubs(day):
+    """A day a learner can finish in a sitting: what the day does not teach is
+    given code, or moves to the day that teaches it."""
+    stubs = len(reference_labels(*day))
+    assert stubs <= MAX_DAY_STUBS, (
+        f"week {day[0]} day {day[1]} labels {stubs} functions, over "
+        f"{MAX_DAY_STUBS}: give what the day does not teach, or move it"
+    )
+
+
 @pytest.mark.parametrize("day", DAYS, ids=lambda d: f"week{d[0]}-day{d[1]}")
 def test_the_chapter_lists_the_tasks_in_order(day):
     """A day too long for one chapter may list its tasks over two (Week 3 Day 2's

@@ -74,6 +74,18 @@ def test_every_module_imports():
     assert result.stdout == "", result.stdout
 
 
+def test_every_name_read_from_a_project_module_exists():
+    """tests/module_attributes.py, in a child process as the import check runs."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.module_attributes"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
 def test_a_request_holds_at_most_20_attributes():
     """Request's dataclass fields (its InitVars are not kept, so they do not count)."""
     names = [field.name for field in dataclasses.fields(tiny.Request)]

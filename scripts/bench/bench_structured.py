@@ -52,6 +52,7 @@ from scripts.bench.benchlib.goals import at_least, identical
 from scripts.bench.benchlib.harness import interleaved
 from scripts.bench.benchlib.runners import run_to_end
 from scripts.bench.benchlib.schemas import MAX_TOKENS, SUITE, obj
+from scripts.commands.ports import free_port
 from tiny_llm_base import JsonSchema, PromptSpec
 from tiny_llm_base.mlx_lm_reference import chat_ids
 from tiny_llm_base.structured import guidance_tokenizer
@@ -140,7 +141,7 @@ def validity(suite: list, peer: bool) -> dict:
         starts["mlx_lm.server"] = lambda port: servers.peer(port, BATCH, float32=True)
     out = {}
     for name, start in starts.items():
-        with start(servers.free_port()) as server:
+        with start(free_port()) as server:
             bodies = [body(request, schema) for _, schema, request in suite]
             replies, seconds = clocked(server.chat, bodies, BATCH)
         answers = [graded(n, sc, *reply) for (n, sc, _), reply in zip(suite, replies)]

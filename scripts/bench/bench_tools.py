@@ -32,6 +32,7 @@ from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.harness import Bench, clocked
 from scripts.bench.benchlib.goals import at_least
 from scripts.bench.benchlib.tool_sets import CALL_MAX_TOKENS, TOOL_SETS
+from scripts.commands.ports import free_port
 from tiny_llm_base import PromptSpec
 from tiny_llm_base.tool_prompts import hermes_messages, tool_chat_token_ids
 
@@ -89,7 +90,7 @@ def run_peer(sets: list, temperatures: dict) -> dict:
     """mlx_lm.server on every set (the same chat, with `tools`), BATCH at a time,
     for each named temperature."""
     out = {}
-    with servers.peer(servers.free_port(), BATCH, float32=True) as server:
+    with servers.peer(free_port(), BATCH, float32=True) as server:
         for name, temperature in temperatures.items():
             bodies = [
                 {

@@ -500,3 +500,29 @@ def test_a_wrong_decode_offset_names_both_numbers():
         tiny.mixed_forward(model, step.decode_tokens, offsets, batch, [])
     message = str(error.value)
     assert re.search(r"\b15\b", message) and re.search(r"\b14\b", message), message
+
+
+def test_bad_inputs_are_refused_in_order_with_the_docstrings_words():
+    """mixed_forward checks its inputs before anything runs, in its docstring's
+    order, each a ValueError with its docstring's words."""
+    reference = random_model(*SIZES[0], seed=0)
+    model = tiny.Qwen2ModelWeek2(reference, weights="float32")
+    layers = len(model.create_kv_cache())
+    batch = [tiny.BatchingKvCache(2, 64) for _ in range(layers)]
+
+    def chunk(tokens: list[int], logit_rows: int):
+        return tiny.PrefillChunk(tokens, 0, model.create_kv_cache(), logit_rows)
+
+    empty, too_many_rows = chunk([], 0), chunk([5, 6], 3)
+    cases = [
+        # (decode tokens, decode offsets, batch cache, chunks, message)
+        ([5, 6], [0], None, [empty], "decode tokens need the batch cache their rows live in"),
+        ([5, 6], [0], batch, [empty], "2 decode tokens but 1 offsets: one offset per row"),
+        ([5], [0], batch, [too_many_rows, empty], "a prefill chunk needs at least one token"),
+        ([], [], None, [too_many_rows], "a chunk's logit_rows must be between 0 and its length"),
+        ([], [], None, [chunk([5, 6], -1)], "a chunk's logit_rows must be between 0 and its length"),
+    ]  # fmt: skip
+    for tokens, offsets, batch_cache, chunks, message in cases:
+        with pytest.raises(ValueError) as error:
+            tiny.mixed_forward(model, tokens, offsets, batch_cache, chunks)
+        assert str(error.value) == message

@@ -84,3 +84,33 @@ def test_may_start_keeps_the_partial_prefills_within_both_limits(pair, tokenizer
     assert not policy.may_start(short_b, started), "two partial prefills at most"
     long_b.advance(5)  # a request with offset > 0 has started: it goes on
     assert policy.may_start(long_b, started)
+
+
+def test_may_start_counts_only_the_partial_prefills_in_started(pair, tokenizer):
+    """may_start counts as partly prefilled only the waiting requests in the
+    `started` list it is given and not prefill-done: a request with offset > 0 that
+    the caller left out does not count, nor does one in `started` that is
+    prefilled or not waiting."""
+    policy, planner = policy_of(
+        pair[1],
+        long_prefill_token_threshold=16,
+        max_num_partial_prefills=2,
+        max_long_partial_prefills=1,
+    )
+    partial, prefilled = (request_of(pair, tokenizer, 8, seed) for seed in (1, 2))
+    long_partial = request_of(pair, tokenizer, 40, 3)
+    short, long = request_of(pair, tokenizer, 8, 4), request_of(pair, tokenizer, 40, 5)
+    for request in (partial, prefilled, long_partial, short, long):
+        planner.add(request)
+    partial.advance(3)
+    long_partial.advance(20)
+    prefilled.advance(8)
+    # Both have offset > 0, but the caller did not list them: neither counts.
+    assert policy.may_start(short, [])
+    assert policy.may_start(long, []), "a long one not in started is not counted"
+    assert not policy.may_start(long, [long_partial]), "one long partial at most"
+    assert not policy.may_start(short, [partial, long_partial]), "two at most"
+    assert policy.may_start(short, [partial, prefilled]), "prefilled: not partial"
+    not_waiting = request_of(pair, tokenizer, 8, 6)  # never added to the planner
+    not_waiting.advance(3)
+    assert policy.may_start(short, [partial, not_waiting]), "only waiting ones count"

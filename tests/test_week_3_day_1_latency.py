@@ -333,6 +333,42 @@ def test_a_long_interactive_prompt_keeps_its_slot_from_batch_work(
     assert steps == [5, 6, 7, 8, 9]
 
 
+@pytest.mark.task(3)
+@pytest.mark.parametrize("newer_in_slot_0", [False, True])
+def test_on_a_deadline_tie_the_lowest_slot_is_preempted(
+    pair, tokenizer, no_eos, newer_in_slot_0
+):
+    """Two decoding batch requests of the same deadline fill both slots when an
+    interactive request waits: preempt_for_interactive preempts the one in the
+    lowest slot (whichever was added first), and only it."""
+    _, model = pair
+    config = EngineConfig(batch_size=2, max_seq_len=64, policy="mixed")
+    planner = tiny.Planner(config, tiny.DenseKvManager(model, config))
+    policy = tiny.MixedPolicy(planner)
+    older, newer, interactive = (
+        tiny.Request(
+            model, tokenizer, list(range(10, 10 + n)), sampler=no_eos[0], priority=p
+        )
+        for n, p in ((5, "batch"), (6, "batch"), (4, "interactive"))
+    )
+    for request in (older, newer, interactive):
+        request.metrics.arrival = 0.0  # the batch requests' deadlines tie
+    planner.add(older)
+    planner.add(newer)
+    for request in (newer, older) if newer_in_slot_0 else (older, newer):
+        planner.admit(request)
+        request.try_prefill()
+        planner.place_prefilled()  # the lowest free slot
+    lowest, highest = planner.slots
+    assert {lowest, highest} == {older, newer}
+    assert (lowest is newer) == newer_in_slot_0
+    planner.add(interactive)
+    policy.preempt_for_interactive([])
+    assert planner.slots == [None, highest], "the lowest slot's request is preempted"
+    assert lowest.metrics.preemptions == 1 and highest.metrics.preemptions == 0
+    assert policy.preemptions == 1 and planner.waiting[0] is lowest
+
+
 @pytest.mark.task(4)
 def test_no_preemption_past_batch_patience(pair, tokenizer, no_eos):
     """With batch_patience 0 the batch requests keep their slots: the interactive

@@ -8,9 +8,12 @@ a bad arrival_step at the call. Tokens are compared with mlx-lm generating each
 prompt alone on the same weights.
 """
 
+import math
+
 import numpy as np
 import pytest
 
+from tiny_llm_base import EngineConfig, check_int
 from tiny_llm_base.mlx_lm_reference import greedy_without
 
 from .helpers import (
@@ -166,6 +169,36 @@ def test_a_policys_bad_chunk_size_fails_its_request_alone(
     first, failed, last = run_engine(engine, [good[0], bad, good[1]], max_steps=500)
     assert failed.finish_reason == "error" and "chunk size" in failed.error
     assert_like_mlx_lm([first, last], mlx_model, good, 3, tokenizer, banned, LENGTH)
+
+
+@pytest.mark.parametrize("bad_size", [0, 2.5])
+def test_plan_chunks_fails_a_bad_chunk_size_as_the_alternate_policy_does(
+    pair, tokenizer, bad_size
+):
+    """Asked of plan_chunks directly: the request whose chunk size is bad fails
+    with the alternate policy's words, f"prefill failed: {type(error).__name__}:
+    {error}", and the next request asks again and gets its chunk."""
+    _, model = pair
+    bad, good = (
+        tiny.Request(model, tokenizer, list(range(10, 10 + n))) for n in (7, 5)
+    )
+
+    def prefill_step(prompt_tokens, decoding, batch_size):
+        return bad_size if prompt_tokens == 7 else None
+
+    config = EngineConfig(
+        batch_size=2, max_seq_len=64, prefill_step=prefill_step, policy="mixed"
+    )
+    planner = tiny.Planner(config, tiny.DenseKvManager(model, config))
+    policy = tiny.MixedPolicy(planner)
+    planner.add(bad)
+    planner.add(good)
+    chunks = policy.plan_chunks([], math.inf)
+    with pytest.raises((TypeError, ValueError)) as error:  # the planner's check
+        check_int("the chunk size prefill_step chose", bad_size, 1, allow_none=True)
+    expected = f"prefill failed: {error.type.__name__}: {error.value}"
+    assert bad.finish_reason == "error" and bad.error == expected
+    assert chunks == [(good, 5)], "the next request asks again"
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tiny_llm_base import EngineConfig
+
 from .helpers import assert_like_mlx_lm, assert_same_tokens, expected_tokens, token_ids
 from .paged_checks import assert_pool_empty, check_pool, run_engine
 from .solution import tiny
@@ -45,8 +47,11 @@ def test_pool_hands_out_each_block_once_and_takes_it_back():
     assert len(set(first)) == 4 and set(first) <= set(range(6))
     assert all(pool.refcounts[b] == 1 for b in first)
     assert pool.available == 2 and pool.in_use == 4
-    with pytest.raises(ValueError, match="available"):
+    with pytest.raises(ValueError) as error:
         pool.allocate(3)
+    assert str(error.value) == (
+        "3 blocks asked, 2 available: check available first, or preempt a request"
+    )
     assert pool.available == 2, "a refused allocation takes nothing"
     second = pool.allocate(2)
     assert not set(first) & set(second)
@@ -501,6 +506,29 @@ def test_layer_arrays_grow_by_doubling_and_keep_what_was_written():
         layer.flush()
 
 
+@pytest.mark.task(2)
+@pytest.mark.parametrize("block_size", [1, 3, 5, 7, 100, 300])
+def test_the_first_write_makes_256_positions_worth_of_blocks(block_size):
+    """At any block size, the first write makes arrays of min(num_blocks,
+    max(the blocks written need, blocks_needed(256, block_size))) blocks: 256
+    positions rounded up to whole blocks, not a fixed count of blocks."""
+    H, D = 2, 3
+    first = -(-256 // block_size)  # 256 positions, rounded up to whole blocks
+    for num_blocks, block, capacity in [
+        (first + 40, 0, first),
+        (first + 40, first + 9, first + 10),
+        (first + 40, first + 39, first + 40),
+        (max(1, first - 1), 0, max(1, first - 1)),
+    ]:
+        layer = tiny.LayerBlocks(num_blocks, block_size)
+        assert layer.capacity == 0, "no arrays before the first write"
+        rows = np.ones((1, H, D), np.float32)
+        layer.stage([block], [block_size - 1], mx.array(rows), mx.array(rows))
+        layer.flush()
+        assert layer.capacity == layer.keys.shape[0] == capacity, (num_blocks, block)
+        assert layer.keys.shape == (capacity, H, block_size, D)
+
+
 @pytest.mark.task(3)
 def test_parts_sharing_a_layer_are_written_in_one_scatter():
     """Three parts of one step (two prefilling requests and a decode row) stage
@@ -667,3 +695,35 @@ def test_the_choices_of_one_prompt_share_its_full_blocks(
     for index in range(n):
         assert_same_tokens(finished[index].tokens, expected, gaps, f"choice {index}")
     assert_pool_empty(engine)
+
+
+@pytest.mark.task(4)
+def test_a_restarted_later_choice_shares_no_block_of_the_first_choices_answer(
+    pair, tokenizer
+):
+    """A later choice restarted after generating tokens: its prefill_length now
+    counts them, but it shares only the first choice's full blocks of the prompt
+    ((metrics.prompt_tokens - 1) // block_size), never a block holding the first
+    choice's generated tokens, which are not its own."""
+    _, model = pair
+    config = EngineConfig(
+        batch_size=2, max_seq_len=64, kv_cache="paged", block_size=4, num_blocks=32
+    )
+    kv = tiny.PagedKvManager(model, config)
+    prompt = list(range(20, 30))  # 10 tokens: 2 full blocks before the last token
+    first = tiny.Request(model, tokenizer, prompt)
+    later = tiny.Request(model, tokenizer, prompt, choice=tiny.PromptChoice(1, first))
+    assert kv.admit(first) == 0
+    assert kv.reserve(first, 17) == 17
+    first.advance(17)  # its prompt and 7 generated tokens: 5 blocks, 4 of them full
+    assert kv.admit(later) == 8, "the prompt's first 2 blocks are shared"
+    later.advance(8)
+    kv.release(later)  # preempted after generating 8 tokens of its own
+    for token in range(40, 48):
+        later.accept(token)
+    later.restart()
+    assert later.prefill_length == 18 and later.metrics.prompt_tokens == 10
+    assert kv.admit(later) == 8, "a restart shares the prompt's 2 blocks, no more"
+    first_blocks = kv.tables[first].blocks
+    assert kv.tables[later].blocks == first_blocks[:2]
+    assert [kv.pool.refcounts[b] for b in first_blocks] == [2, 2, 1, 1, 1]

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiny_llm_base import PromptSpec, greedy, prompt_token_ids
+from tiny_llm_base import PromptSpec, UnsatisfiableConstraint, greedy, prompt_token_ids
 
 from .helpers import assert_same_tokens, expected_tokens, token_ids
 from .solution import tiny
@@ -179,6 +179,18 @@ def test_a_huge_or_deeply_nested_pattern_is_refused_before_any_work():
     assert tiny.compile_regex("{" * 2_000 + "a").fullmatch("{" * 2_000 + "a")
 
 
+@pytest.mark.task(1)
+def test_a_pattern_past_max_dfa_states_is_refused_with_the_chapters_words():
+    """[ab]*a[ab]{13}: the last 14 characters read must be remembered, 2^14 DFA
+    states, past MAX_DFA_STATES (10,000), though its NFA is small."""
+    with pytest.raises(ValueError) as error:
+        tiny.compile_regex("[ab]*a[ab]{13}")
+    assert str(error.value) == (
+        "the pattern needs more than 10000 DFA states: simplify it (fewer nested "
+        "repetitions or alternatives)"
+    )
+
+
 # --- the token index ------------------------------------------------------------------
 
 SMALL_TEXTS = [None, None, "a", "b", "ab", "ba", "abc", "1", "12", "1a", " ", " a",
@@ -301,11 +313,33 @@ def test_masks_along_drafts_are_the_masks_after_each_and_move_nothing():
 def test_a_token_outside_the_mask_is_refused():
     index = tiny.TokenIndex(tiny.compile_choices(["ab"]), small_vocabulary())
     state = tiny.ConstraintState(index)
-    with pytest.raises(ValueError, match="not allowed"):
+    with pytest.raises(ValueError) as error:
         state.advance(3)  # "b"
+    assert str(error.value) == (
+        "token 3 is not allowed by the constraint here (the sampler must pick a "
+        "token the mask leaves finite)"
+    )
     logits = mx.zeros((1, len(SMALL_TEXTS)))
     masked = np.array(state.mask(logits))[0]
     assert np.isfinite(masked).tolist() == [t in (2, 4) for t in range(len(masked))]
+
+
+@pytest.mark.task(2)
+def test_a_state_no_token_can_continue_is_the_constraints_fault():
+    """After "a" of the choice "az", no token of the small vocabulary spells "z":
+    allowed() (and so mask) raises UnsatisfiableConstraint, a ValueError, with the
+    chapter's words."""
+    index = tiny.TokenIndex(tiny.compile_choices(["az"]), small_vocabulary())
+    state = tiny.ConstraintState(index)
+    state.advance(2)  # "a"
+    message = (
+        "no token of the vocabulary can continue the constraint here (its characters "
+        "are not in any whole token): change the pattern"
+    )
+    for ask in (state.allowed, lambda: state.mask(mx.zeros((1, len(SMALL_TEXTS))))):
+        with pytest.raises(UnsatisfiableConstraint) as error:
+            ask()
+        assert isinstance(error.value, ValueError) and str(error.value) == message
 
 
 @pytest.mark.task(2)

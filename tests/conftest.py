@@ -106,6 +106,17 @@ def protocol_model(embedded_model):
     return random_model("qwen2", 128, 4, 2, 256, 2, vocab, True), tokenizer
 
 
+@pytest.fixture(scope="module")
+def model_client(embedded_model):
+    """An openai client of the embedded model's server (tests/servers.py), for the
+    server tests whose answers need a model that ends its strings (on
+    protocol_model a string runs on to max_tokens)."""
+    from .servers import package_server
+
+    with package_server(embedded_model) as running:
+        yield running.openai_client()
+
+
 @pytest.fixture(scope="session")
 def random_pairs():
     """(mlx-lm model, tiny model) for every random size of random_models.SIZES,

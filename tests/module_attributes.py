@@ -12,7 +12,7 @@ import ast
 import importlib
 import sys
 
-from scripts.tools.import_cycles import ROOT, module_files
+from scripts.tools.import_cycles import ROOT, imported_from, module_files
 
 # Loaded by file, before the package and MLX, as the install hook: never imported.
 ALONE = ("scripts.tools.setup_fast_blas",)
@@ -28,10 +28,7 @@ def module_aliases(name: str, tree: ast.Module, modules: set[str]) -> dict[str, 
                 if alias.asname and alias.name in modules:
                     aliases[alias.asname] = alias.name
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
+            base = imported_from(package, node)
             for alias in node.names:
                 if f"{base}.{alias.name}" in modules:
                     aliases[alias.asname or alias.name] = f"{base}.{alias.name}"

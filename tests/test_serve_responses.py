@@ -54,14 +54,6 @@ def client(protocol_model):
         yield running.openai_client()
 
 
-@pytest.fixture(scope="module")
-def model_client(embedded_model):
-    """The embedded model's server, for the tests whose answers need a model that
-    ends its strings (a random one runs on to max_tokens)."""
-    with package_server(embedded_model) as running:
-        yield running.openai_client()
-
-
 def chat(client, messages, max_tokens, **extra):
     """The chat route's greedy answer to the same conversation."""
     return client.chat.completions.create(

@@ -59,14 +59,6 @@ def client(protocol_model):
         yield running.openai_client()
 
 
-@pytest.fixture(scope="module")
-def model_client(embedded_model):
-    """The embedded model's server, for the tests whose answers need a model that
-    ends its strings (a random one runs on to max_tokens)."""
-    with package_server(embedded_model) as running:
-        yield running.openai_client()
-
-
 def assert_valid_call(call) -> None:
     [tool] = [t for t in TOOLS if t["function"]["name"] == call.function.name]
     assert call.type == "function" and call.id.startswith("call_")

@@ -28,6 +28,15 @@ def module_files() -> dict[str, Path]:
     return files
 
 
+def imported_from(package: str, node: ast.ImportFrom) -> str:
+    """The absolute module a `from ... import` reads from, inside `package`."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(anchor + ([base] if base else []))
+    return base
+
+
 def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
     """The project modules `name` imports: `import a.b` -> a.b; `from a import b`
     -> a.b when it is a module, else a."""
@@ -37,10 +46,7 @@ def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
+            base = imported_from(package, node)
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 found.add(full if full in modules else base)

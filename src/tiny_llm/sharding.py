@@ -22,7 +22,8 @@ def shard_range(total: int, size: int, rank: int, unit: int = 1) -> tuple[int, i
     """[start, stop) of rank `rank`'s contiguous piece when `total` items are split
     over `size` ranks in whole units of `unit` items (a quantized matrix's columns
     come in groups): split_evenly on total // unit, times unit. ValueError unless
-    unit divides total (rank is trusted: 0 .. size - 1)."""
+    unit divides total (rank and unit are trusted: rank in 0 .. size - 1, unit at
+    least 1)."""
     raise NotImplementedError(
         "Week 4 Day 1 Task 1: shard_range: ValueError unless unit divides total; the "
         "pieces of split_evenly, counted in units"
@@ -56,10 +57,12 @@ def shard_heads(num_heads: int, num_kv_heads: int, size: int) -> list[HeadShard]
     all the query heads that read it), split_evenly over the KV heads; 9 query and 3
     KV heads on 2 ranks give rank 0 six query heads and two KV heads, rank 1 three
     and one. Fewer KV heads than ranks: each KV head is copied to several ranks
-    (split_evenly of the ranks over the KV heads), which split its query heads. A
-    rank then holds one KV head, so its grouped attention still lines up. Every rank
-    needs at least one query head: more ranks than query heads is a ValueError that
-    says "run at most {num_heads} ranks".
+    (split_evenly of the ranks over the KV heads), which split its query heads in
+    order, split_evenly of the group over them (3 query heads and 1 KV head on 2
+    ranks: heads 0-1, then head 2). A rank then holds one KV head, so its grouped
+    attention still lines up. Every rank needs at least one query head: more ranks
+    than query heads is a ValueError that says "run at most {num_heads} ranks"
+    (num_kv_heads is trusted to be at least 1).
     """
     raise NotImplementedError(
         "Week 4 Day 1 Task 1: shard_heads: ValueError when size < 1 or size > "

@@ -35,7 +35,9 @@ from .sharding import HeadShard, shard_heads, shard_range
 
 def output_rows(w: Weight, start: int, stop: int) -> Weight:
     """Rows start .. stop - 1 of a [out, in] weight (outputs start .. stop - 1), as
-    an array of its own: a slice is a view that would keep the whole matrix alive."""
+    an array of its own: a slice is a view that would keep the whole matrix alive.
+    A 1-D array (a bias) is cut the same way; None is not a weight: a caller with an
+    optional bias keeps None itself."""
     raise NotImplementedError(
         "Week 4 Day 1 Task 2: output_rows: mx.contiguous(w[start:stop]); a "
         "QuantizedWeights keeps its group_size and bits and slices weight, scales and"
@@ -45,10 +47,12 @@ def output_rows(w: Weight, start: int, stop: int) -> Weight:
 
 def input_columns(w: Weight, start: int, stop: int) -> Weight:
     """Columns start .. stop - 1 of a [out, in] weight (the inputs start .. stop - 1),
-    as an array of its own. A quantized weight packs 32 // bits inputs in a uint32
-    and keeps a scale and bias per group_size inputs: both ends must fall on a
-    group's edge, else a ValueError that says to shard a dense model
-    (weights='float32')."""
+    as an array of its own. A quantized weight packs `bits` bits per input into
+    uint32 columns and keeps a scale and bias per group_size inputs: both ends must
+    fall on a group's edge, else a ValueError that says to shard a dense model
+    (weights='float32'). Inputs start .. stop - 1 are then the packed columns
+    start * bits // 32 .. stop * bits // 32 - 1 and the scale and bias columns
+    start // group_size .. stop // group_size - 1."""
     raise NotImplementedError(
         "Week 4 Day 1 Task 2: input_columns: mx.contiguous(w[:, start:stop]); a "
         "QuantizedWeights: ValueError unless group_size divides start and stop, then "
@@ -78,9 +82,9 @@ class ShardedAttention(Qwen2AttentionWeek2):
             "Week 4 Day 1 Task 2: ShardedAttention: num_heads, num_kv_heads from "
             "`heads`; head_dim, scale, rope, rope_base, fast as in `full`; "
             "output_rows of wq (rows q_start * head_dim .. q_stop * head_dim), wk and"
-            " wv (the kv rows) and of their biases (None stays None); input_columns "
-            "of wo over the query heads' columns; bo whole (added once, after the "
-            "sum); keep the group"
+            " wv (the kv rows), the same rows of their biases (a bias that is None "
+            "stays None: check before cutting); input_columns of wo over the query "
+            "heads' columns; bo whole (added once, after the sum); keep the group"
         )
 
     def project_out(self, out: mx.array) -> mx.array:
@@ -129,9 +133,9 @@ class ShardedQwen2Model(Qwen2ModelWeek2):
     Same calls and attributes as Qwen2ModelWeek2; layers are ShardedBlocks, so
     create_kv_cache's caches hold this rank's KV heads only. The hidden units are
     shard_range(args.intermediate_size, size, rank, group_unit(down_proj)): whole
-    quantization groups of the first layer's w_down (1 for a dense one). Every rank must make
-    every call, with the same tokens, offsets and shapes: each layer's all_sums wait
-    for all ranks. Each rank loads the whole checkpoint and keeps its slices.
+    quantization groups of the first layer's w_down (1 for a dense one). Every rank
+    must make every call, with the same tokens, offsets and shapes: each layer's
+    all_sums wait for all ranks. Each rank loads the whole checkpoint and keeps its slices.
     """
 
     def __init__(

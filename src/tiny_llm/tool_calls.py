@@ -100,9 +100,10 @@ def call_schema(functions: list[dict]) -> dict:
     function's parameters go to the call schema's $defs under the function's name
     (arguments: {"$ref": "#/$defs/NAME"}), their own $defs and definitions beside
     them as "NAME.$defs.X" and "NAME.definitions.X" (two keywords, two places: a
-    schema may hold both, with the same X meaning different things), and every $ref
-    inside rewritten to match (rooted_refs). A function name has no ".", so no two
-    functions' keys can meet.
+    schema may hold both, with the same X meaning different things; the moved
+    parameters no longer hold them), and every $ref inside rewritten to match
+    (rooted_refs). A function name has no ".", so no two functions' keys can meet.
+    One function still gives an anyOf, of one branch.
     """
     raise NotImplementedError(
         "Week 4 Day 2 Task 2: call_schema: per function, its parameters (and their "
@@ -117,8 +118,9 @@ def rooted_refs(schema, name: str):
     """`schema` (any JSON value) with every local $ref of function `name`'s
     parameters moved under the call schema's $defs: "#/$defs/X..." ->
     "#/$defs/NAME.$defs.X...", "#/definitions/X..." -> "#/$defs/NAME.definitions.X...",
-    any other "#..." (the root, "#/properties/a") -> "#/$defs/NAME..."; other
-    values copied as they are."""
+    the root "#" and any other pointer "#/..." ("#/properties/a") ->
+    "#/$defs/NAME..."; a ref that is not a local pointer ("other.json#/a", a
+    plain-name fragment "#pt") stays as it is; other values copied as they are."""
     raise NotImplementedError(
         'Week 4 Day 2 Task 2: rooted_refs: walk dicts and lists; rewrite each "$ref" '
         "string"
@@ -129,7 +131,7 @@ def rooted_ref(ref: str, name: str) -> str:
     """One $ref of function `name`'s parameters, as rooted_refs rewrites it."""
     raise NotImplementedError(
         "Week 4 Day 2 Task 2: rooted_ref: the docstring's three cases; a ref that is "
-        'not local ("other.json#/a") is left as it is'
+        'not a local pointer ("other.json#/a", "#pt") is left as it is'
     )
 
 
@@ -150,8 +152,14 @@ def tool_grammar(
 
     The text before a call must end where OPEN begins: a lazy rule
     (`head[lazy]: TEXT "<tool_call>"`) matches as little text as it can, so the
-    call's grammar takes over at the first OPEN. ValueError for a tool_choice that
-    is none of these, or one naming no function in `functions`.
+    call's grammar takes over at the first OPEN. The schema goes in inline as
+    json.dumps text (`%json {"anyOf": ...}`); Lark's strings take "\n" escapes.
+
+    ValueError for a dict tool_choice that does not name a function of `functions`
+    (any dict: a wrong "type" or a missing name too): 'tool_choice names no function
+    in tools: {json.dumps(tool_choice)}; name one of {the names, a Python list}';
+    for anything else that is none of these: 'tool_choice must be "auto",
+    "required", "none" or a named function, got {json.dumps(tool_choice)}'.
     """
     raise NotImplementedError(
         "Week 4 Day 2 Task 2: tool_grammar: the docstring's three grammars (the "
@@ -181,9 +189,11 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
     (call_of), then CLOSE, with any whitespace around the JSON. The JSON is read by a
     JSON decoder, not cut at the next CLOSE: a sampled argument may hold the text
     "</tool_call>" inside a string, and the grammar allows it there. A block that is
-    not such a call stays in the text as it was, which is how an unconstrained
-    answer's broken call shows up: bad JSON, missing keys, or an OPEN never closed
-    (another OPEN comes first, or none: the scan goes on from that next OPEN).
+    not such a call stays in the text as it was, from its OPEN up to and including
+    the next CLOSE, which is how an unconstrained answer's broken call shows up: bad
+    JSON, missing keys; an OPEN never closed (another OPEN comes first, or none)
+    stays as text up to that next OPEN (or the end), and the scan goes on from
+    there.
     """
     raise NotImplementedError(
         "Week 4 Day 2 Task 1: parse_tool_calls: at each OPEN, call_of reads a call; "
@@ -194,8 +204,10 @@ def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
 
 def call_of(text: str, at: int) -> tuple[ToolCall, int] | None:
     """The call whose JSON starts at text[at] (after whitespace) -> (its ToolCall, the
-    index just past its CLOSE); None unless the JSON is an object with exactly a str
-    "name" and a dict "arguments", followed by whitespace and CLOSE."""
+    index just past its CLOSE); None unless the JSON is an object whose keys are
+    exactly "name" (a str) and "arguments" (a dict), followed by whitespace and
+    CLOSE. parse_tool_calls passes `at` just past an OPEN; whitespace is what
+    str.lstrip removes."""
     raise NotImplementedError(
         "Week 4 Day 2 Task 1: call_of: json.JSONDecoder().raw_decode from the first "
         "character that is not whitespace (None on a JSONDecodeError), the "

@@ -8,6 +8,8 @@ grammar, a random model's calls for the 31 tool sets of the suite
 asked through its chat template, calls the named function with valid arguments.
 """
 
+import json
+
 import jsonschema
 import numpy as np
 import pytest
@@ -171,6 +173,51 @@ def test_tool_choice_decides_what_the_answer_may_be(tokenizer):
     most = tiny.tool_calls.MAX_CALLS
     assert accepts(tokenizer, TOOLS, "\n".join([call] * most), "required")
     assert not accepts(tokenizer, TOOLS, "\n".join([call] * (most + 1)), "required")
+
+
+@pytest.mark.task(2)
+def test_tool_grammar_refuses_in_its_docstrings_words():
+    """The exact texts (json.dumps of the choice, not its repr), and any dict that
+    does not name an offered function, whatever its "type", names no function."""
+    functions = tiny.check_tools(TOOLS)
+    names = [f["name"] for f in functions]
+    for choice in (
+        {"type": "function", "function": {"name": "mul"}},
+        {"type": "retrieval", "function": {"name": names[0]}},
+        {"type": "function"},
+    ):
+        with pytest.raises(ValueError) as caught:
+            tiny.tool_grammar(functions, choice)
+        assert str(caught.value) == (
+            f"tool_choice names no function in tools: {json.dumps(choice)}; "
+            f"name one of {names}"
+        )
+    with pytest.raises(ValueError) as caught:
+        tiny.tool_grammar(functions, "always")
+    assert str(caught.value) == (
+        'tool_choice must be "auto", "required", "none" or a named function, '
+        'got "always"'
+    )
+
+
+@pytest.mark.task(2)
+def test_only_local_pointers_are_rooted():
+    """A plain-name fragment ("#pt", an $anchor) stays as it is; the root and
+    other pointers move under the function's $defs."""
+    parameters = {
+        "type": "object",
+        "properties": {
+            "a": {"$anchor": "pt", "type": "string"},
+            "b": {"$ref": "#pt"},
+            "c": {"$ref": "#/properties/a"},
+            "e": {"$ref": "#"},
+        },
+    }
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    moved = tiny.call_schema(tiny.check_tools([tool]))["$defs"]["f"]["properties"]
+    assert moved["b"] == {"$ref": "#pt"}
+    assert moved["c"] == {"$ref": "#/$defs/f/properties/a"}
+    assert moved["e"] == {"$ref": "#/$defs/f"}
 
 
 @pytest.mark.task(2)

@@ -98,19 +98,20 @@ class RunningServer:
 
 @contextmanager
 def package_server(
-    embedded_model, constraints: ConstraintFactory = CONSTRAINTS, **settings
+    model_pair, constraints: ConstraintFactory = CONSTRAINTS, **settings
 ) -> Iterator[RunningServer]:
-    """The embedded model on the package's engine (mixed policy, paged cache, 4
-    slots, MAX_SEQ_LEN), served as MODEL behind API_KEY: what the official-client
-    tests talk to. Stopped on the way out. constraints: the package's kinds, or a
-    test's (a grammar that forces a call the real one never allows); settings: more
+    """model_pair, (mlx_model, tokenizer): the embedded model, or conftest's
+    protocol_model, on the package's engine (mixed policy, paged cache, 4 slots,
+    MAX_SEQ_LEN), served as MODEL behind API_KEY: what the official-client tests
+    talk to. Stopped on the way out. constraints: the package's kinds, or a test's
+    (a grammar that forces a call the real one never allows); settings: more
     EngineConfig fields."""
     # A model of its own, never run on this thread: its weights are still lazy, and
     # the engine thread could not evaluate them unless the loop does it first.
-    model = tiny.Qwen2ModelWeek2(embedded_model[0], use_fast_kernels=True)
+    model = tiny.Qwen2ModelWeek2(model_pair[0], use_fast_kernels=True)
     engine = tiny.Engine(
         model,
-        embedded_model[1],
+        model_pair[1],
         batch_size=4,
         max_seq_len=MAX_SEQ_LEN,
         policy="mixed",

@@ -40,15 +40,15 @@ def outcomes(protocol_model, embedded_model) -> dict:
         package_server(protocol_model) as protocol,
         package_server(embedded_model) as worded,
     ):
-        servers = {
-            running: ServerAddress(running.url, MODEL, API_KEY)
-            for running in (protocol, worded)
-        }
+
+        def address(feature) -> ServerAddress:
+            running = worded if feature in NEEDS_WORDS else protocol
+            return ServerAddress(running.url, MODEL, API_KEY)
+
         with ThreadPoolExecutor(len(FEATURES)) as pool:
             futures = {
                 (module, name): pool.submit(
-                    module.FEATURES[name],
-                    servers[worded if (module, name) in NEEDS_WORDS else protocol],
+                    module.FEATURES[name], address((module, name))
                 )
                 for module, name in FEATURES
             }

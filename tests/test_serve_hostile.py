@@ -1,7 +1,9 @@
 """The server against hostile and careless clients (issue 16), on 127.0.0.1.
 
-Two servers in threads of this process over the package's engine (tests/solution.py):
-one without an API key (`open_server`), one with (`keyed`). Raw sockets send what no
+Two servers in threads of this process over the package's engine (tests/solution.py)
+on a random model (conftest's protocol_model: these tests check the server, not the
+words): one without an API key (`open_server`), one with (`keyed`); a third on the
+embedded model where its words matter (`worded_http`). Raw sockets send what no
 client library would: a body shorter than its Content-Length, a hang-up mid-body, a
 second request on a connection after a 500. The CLI itself (`python -m
 scripts.commands.serve`) is started for what only a process shows: the start-up
@@ -33,9 +35,9 @@ from .servers import (
     API_KEY,
     CHAT,
     COMPLETIONS,
+    CONSTRAINTS,
     HI,
     MAX_SEQ_LEN,
-    CONSTRAINTS,
     SEA,
     WAIT_S,
     BrokenEngine,
@@ -43,6 +45,7 @@ from .servers import (
     RunningServer,
     chat_prompt,
     content_pieces,
+    package_server,
     wait_idle,
 )
 from .solution import SOLUTION, tiny
@@ -102,21 +105,14 @@ def keyed(model, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def worded_http(embedded_week2_model, tokenizer):
+def worded_http(embedded_model):
     """A client of a server on the embedded model, for what needs its words."""
-    model = embedded_week2_model(True, "auto", tiny)
-    tiny.batch_generate(model, tokenizer, [PromptSpec([1, 2, 3], 1)])
-    running = RunningServer(
-        create_app(
-            small_engine(model, tokenizer),
-            ServerSettings(OPEN_MODEL),
-            tiny.make_sampler,
-            CONSTRAINTS,
-        )
-    )
-    with httpx.Client(base_url=running.url, verify=TLS, timeout=WAIT_S) as client:
-        yield client
-    running.stop()
+    with package_server(embedded_model) as running:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        with httpx.Client(
+            base_url=running.url, verify=TLS, headers=headers, timeout=WAIT_S
+        ) as client:
+            yield client
 
 
 @pytest.fixture

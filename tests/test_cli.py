@@ -813,6 +813,43 @@ def test_ctrl_c_inside_a_class_definition_is_still_one_line():
     assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
 
 
+SLOW_GRACEFUL_STOP = """
+import signal, sys, time
+from scripts.commands.interrupt import (
+    exit_on_interrupt, stop_gracefully_within, unwind_on_interrupt,
+)
+exit_on_interrupt()
+unwind_on_interrupt()
+stop_gracefully_within(60)
+asked = []
+signal.signal(signal.SIGINT, lambda sig, frame: asked.append(sig))  # as uvicorn does
+print("ready", flush=True)
+while not asked:
+    signal.pause()
+time.sleep(1.5)  # a stop slowed by a loaded machine: 3 x FORCED_EXIT_AFTER_S
+print("stopped cleanly", flush=True)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+"""
+
+
+def test_a_graceful_stop_slower_than_the_watcher_is_not_cut():
+    """serve answers Ctrl-C with its own graceful stop (open streams get an error
+    event): once a program says so (stop_gracefully_within), the watcher that
+    ends a stuck program FORCED_EXIT_AFTER_S after the signal waits for the stop
+    instead of cutting it (seen in CI: a stream cut before its error event)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", SLOW_GRACEFUL_STOP],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout.readline() == "ready\n", process.stderr.read()
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=WAIT_S)
+    assert (process.returncode, out, err) == (0, "stopped cleanly\n", "")
+
+
 @pytest.mark.parametrize("script", ["main.py", "batch-main.py"])
 def test_ctrl_c_in_the_first_second_never_shows_a_traceback(script):
     """SIGINT at moments across the slow imports (the project, MLX, tqdm, rich),

@@ -20,6 +20,7 @@ FORCED_EXIT_AFTER_S = 0.5
 READY_VARIABLE = "TINY_LLM_SAY_INTERRUPTIBLE"
 READY_LINE = b"interruptible\n"
 unwinding = [False]  # set by unwind_on_interrupt once the slow imports are done
+forced_exit_after_s = [FORCED_EXIT_AFTER_S]  # longer once a graceful stop is in place
 interrupted = [False]  # set by the handler once it has raised SystemExit
 said = [""]  # after "interrupted" on Ctrl-C's line: set by say_when_interrupted
 
@@ -37,6 +38,14 @@ def unwind_on_interrupt() -> None:
     SystemExit raised inside a C extension's initialisation (mlx.core's) comes out as
     an ImportError with a traceback."""
     unwinding[0] = True
+
+
+def stop_gracefully_within(seconds: float) -> None:
+    """From now on the program's own handler answers Ctrl-C with a graceful stop
+    (the server ends open streams with an error event): the watcher waits
+    `seconds` before ending the process, not FORCED_EXIT_AFTER_S, so a stop
+    slowed by a loaded machine is not cut in the middle."""
+    forced_exit_after_s[0] = seconds
 
 
 def settle_mlx() -> None:
@@ -68,7 +77,8 @@ def exit_on_interrupt() -> None:
     released, so a long prefill would keep the main thread from running the handler
     until it returns: a watcher thread, woken by the signal itself through
     set_wakeup_fd, ends the process if the main thread has not within
-    FORCED_EXIT_AFTER_S. A second Ctrl-C kills at once (the default action).
+    FORCED_EXIT_AFTER_S (or stop_gracefully_within's time). A second Ctrl-C kills at
+    once (the default action) unless the program handles it.
     """
     announced = _thread.allocate_lock()
 
@@ -107,7 +117,7 @@ def exit_on_interrupt() -> None:
     def watch(wakeups: int) -> None:
         while os.read(wakeups, 1) != bytes([_signal.SIGINT]):
             pass
-        time.sleep(FORCED_EXIT_AFTER_S)
+        time.sleep(forced_exit_after_s[0])
         announce_once()
         if sys.stdout.isatty():
             sys.stdout.write("\x1b[?25h")  # show the cursor a live display hid

@@ -15,7 +15,11 @@ openai client (base_url http://127.0.0.1:8000/v1). Every LOG_INTERVAL seconds of
 work prints the engine's log line, as batch-main does.
 """
 
-from scripts.commands.interrupt import exit_on_interrupt, unwind_on_interrupt
+from scripts.commands.interrupt import (
+    exit_on_interrupt,
+    stop_gracefully_within,
+    unwind_on_interrupt,
+)
 
 exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a traceback
 
@@ -241,6 +245,8 @@ def main() -> None:
         serve,
     )
 
+    from tiny_llm_serve.server import GRACE_S
+
     from scripts.commands.rank_server import (
         RankZeroEngine,
         follow,
@@ -329,6 +335,8 @@ def main() -> None:
     if ranks.sharded:
         stop_other_ranks_with(app.state.engine_loop, engine)
         watch_ranks(app.state.engine_loop, engine)
+    # uvicorn's grace for open connections, then the engine thread's last step
+    stop_gracefully_within(2 * GRACE_S)
     try:
         serve(app, sock, started)  # SIGTERM or Ctrl-C: open streams end with an error
     finally:

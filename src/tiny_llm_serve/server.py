@@ -91,9 +91,9 @@ class GracefulServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """Every stop signal asks for the same graceful stop. uvicorn's second Ctrl-C
         would force an exit that skips the app's shutdown and cancels its lifespan
-        (a logged traceback); the stop is quick anyway (open streams end at once)
-        and the program's Ctrl-C watcher ends the process half a second after the
-        first press (scripts/commands/interrupt.py)."""
+        (a logged traceback); the stop is quick anyway (open streams end at once),
+        and the program's Ctrl-C watcher ends the process if it hangs (serve gives
+        it 2 * GRACE_S: scripts/commands/interrupt.py's stop_gracefully_within)."""
         if not self.should_exit:
             self.app.state.engine_loop.shut_down()
         self._captured_signals.append(sig)

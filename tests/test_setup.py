@@ -37,10 +37,16 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
         )
         return
     assert fast_blas.STATUS.library == path
-    # libmlx binds cblas_sgemm through the global scope: it must be OpenBLAS's.
+    # Where a C compiler is, the one-row forwarder is built and serves MLX.
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler and os.environ.get(fast_blas.GEMV_VARIABLE) != "0":
+        assert fast_blas.STATUS.gemv_forward, fast_blas.STATUS.gemv_hint
+    serving = fast_blas.STATUS.gemv_forward or path
+    # libmlx binds cblas_sgemm through the global scope: the forwarder's, or
+    # OpenBLAS's without it.
     process = ctypes.CDLL(None)
     assert symbol_address(process, "cblas_sgemm") == symbol_address(
-        ctypes.CDLL(path), "cblas_sgemm"
+        ctypes.CDLL(serving), "cblas_sgemm"
     )
     # One thread unless the environment names a count (OpenBLAS keeps it, at most
     # a thread per core).
@@ -48,6 +54,99 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
     named = [os.environ[v] for v in fast_blas.THREAD_VARIABLES if os.environ.get(v)]
     expected = min(int(named[0]), os.cpu_count()) if named else 1
     assert fast_blas.STATUS.threads == threads == expected
+
+
+ONE_ROW_CASES = [  # (K, N, A transposed, B transposed)
+    (576, 1536, False, True),  # x @ W.T, the model's projections
+    (576, 1536, False, False),
+    (64, 37, True, False),  # A a column: its row is strided
+    (300, 5, True, True),
+]
+
+
+def forwarded_products() -> int:
+    return ctypes.CDLL(fast_blas.STATUS.gemv_forward).gemv_forward_count()
+
+
+@pytest.mark.skipif(
+    not fast_blas.STATUS.gemv_forward,
+    reason="no one-row forwarder here (test_fast_blas_serves_mlx_... says why)",
+)
+@pytest.mark.parametrize("k,n,trans_a,trans_b", ONE_ROW_CASES)
+def test_one_row_products_go_to_sgemv_and_match_numpy(k, n, trans_a, trans_b):
+    """A [1, K] @ [K, N] product in every layout MLX hands BLAS, plain and as
+    addmm (alpha and beta), equals numpy's in float64, and went through sgemv."""
+    import mlx.core as mx
+    import numpy as np
+
+    rng = np.random.default_rng(k + n)
+    a, b = rng.standard_normal((1, k)), rng.standard_normal((k, n))
+    c = rng.standard_normal((1, n))
+
+    def stored(x, transposed):  # transposed: x.T's rows in memory, viewed as x
+        if transposed:
+            return mx.array(np.ascontiguousarray(x.T, np.float32)).T
+        return mx.array(x, mx.float32)
+
+    left, right = stored(a, trans_a), stored(b, trans_b)
+    before = forwarded_products()
+    product = np.array(left @ right)
+    added = np.array(mx.addmm(mx.array(c, mx.float32), left, right, 2.0, 0.5))
+    assert forwarded_products() == before + 2
+    scale = np.abs(a) @ np.abs(b)  # float32 rounding grows with it
+    assert np.all(np.abs(product - a @ b) <= 1e-5 * scale + 1e-6)
+    assert np.all(np.abs(added - (2.0 * (a @ b) + 0.5 * c)) <= 3e-5 * scale + 1e-5)
+    # Two rows stay with sgemm.
+    two = np.array(mx.concatenate([left, left]) @ right)
+    assert forwarded_products() == before + 2
+    assert np.all(np.abs(two - np.concatenate([a, a]) @ b) <= 1e-5 * scale + 1e-6)
+
+
+DECODE_STEP = """
+import numpy as np
+from tiny_llm_base import fast_blas  # first: loads the fast BLAS before mlx.core
+import mlx.core as mx
+from mlx_lm.models.cache import make_prompt_cache
+from tiny_llm_base.loader import load_model
+from tiny_llm_base.mlx_lm_reference import float32_copy
+
+
+def decode_step_logits():
+    model, tokenizer = load_model(None)
+    model = float32_copy(model)
+    cache = make_prompt_cache(model)
+    model(mx.array([tokenizer.encode("The capital of France is")]), cache=cache)
+    return np.array(model(mx.array([[264]]), cache=cache)[0, -1])
+"""
+
+
+@pytest.mark.skipif(
+    not fast_blas.STATUS.gemv_forward,
+    reason="no one-row forwarder here (test_fast_blas_serves_mlx_... says why)",
+)
+def test_a_decode_step_through_the_forwarder_matches_sgemm(tmp_path):
+    """mlx-lm's float32 model, one batch-1 decode step after a prompt, with
+    TINY_LLM_GEMV_FORWARD=0 (a child process: OpenBLAS's sgemm) and with the
+    forwarder (here): the same greedy token, logits float32 rounding apart."""
+    import numpy as np
+
+    saved = tmp_path / "logits.npy"
+    child = DECODE_STEP + "\nassert fast_blas.STATUS.gemv_forward is None\n"
+    child += f"np.save({str(saved)!r}, decode_step_logits())\n"
+    env = dict(os.environ, **{fast_blas.GEMV_VARIABLE: "0"})
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    here: dict = {}
+    exec(DECODE_STEP, here)
+    before = forwarded_products()
+    logits = here["decode_step_logits"]()
+    assert forwarded_products() > before  # the step went through sgemv
+    expected = np.load(saved)
+    assert logits.argmax() == expected.argmax()
+    assert np.abs(logits - expected).max() <= 1e-3 * np.abs(expected).max()
 
 
 @pytest.mark.parametrize("device", ["cpu", "gpu"])

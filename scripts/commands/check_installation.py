@@ -85,6 +85,12 @@ def main() -> None:
             f"BLAS: OpenBLAS preloaded from {STATUS.library}, threads: "
             f"{STATUS.threads} (OPENBLAS_NUM_THREADS to change)"
         )
+        print(
+            f"one-row products: sgemv on {STATUS.gemv_threads} threads through "
+            f"{STATUS.gemv_forward}"
+            if STATUS.gemv_forward
+            else f"one-row products: OpenBLAS's sgemm ({STATUS.gemv_hint})"
+        )
     elif STATUS.hint:
         print(f"BLAS: MLX's bundled reference BLAS (hint: {STATUS.hint})")
     else:

@@ -4,7 +4,8 @@ On Linux the mlx-cpu wheel's own BLAS is ~30x slower than OpenBLAS. Where OpenBL
 missing, MLX computes on the CPU (a GPU never uses this BLAS: the device switch,
 tiny_llm_base.device, says which) and this user can install Debian packages (root,
 or password-less sudo), it installs `libopenblas0-pthread`; otherwise it prints one
-hint and carries on.
+hint and carries on. With OpenBLAS there, it builds fast_blas's one-row forwarder
+(gemv_forward.c) at install rather than at the first import, or says why it cannot.
 """
 
 import importlib.util
@@ -44,7 +45,12 @@ def apt_command() -> list[str] | None:
 
 
 def main() -> int:
-    if not fast_blas.needs_openblas() or fast_blas.find_openblas():
+    if not fast_blas.needs_openblas():
+        return 0
+    if fast_blas.find_openblas():
+        built, hint = fast_blas.build_gemv_forward()
+        if built is None and os.environ.get(fast_blas.GEMV_VARIABLE) != "0":
+            print(f"tiny-llm: hint: {hint}", file=sys.stderr)
         return 0
     if device.gpu_paths():
         return 0

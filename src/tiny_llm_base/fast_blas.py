@@ -19,11 +19,25 @@ This module must be imported before anything imports `mlx.core`; the package's
 SlowBlasWarning saying so: OpenBLAS loaded after libmlx cannot take over, because
 Python loads extension modules with RTLD_NOW and libmlx's BLAS symbols are already
 bound.
+
+One-row products (a decode step at batch 1, and every sequence's attention in
+decode) go to OpenBLAS's sgemv through gemv_forward.c: OpenBLAS 0.3.21's sgemm
+copies the whole weight matrix into a packed buffer before it multiplies, even for
+one row, and sgemv reads the weights once (a batch-1 forward of the embedded model
+about 1.8x faster; the fast-paths chapter's table). The file is compiled once, by
+the machine's C compiler, into ~/.cache/tiny-llm (XDG_CACHE_HOME), and loaded
+globally in OpenBLAS's place; OpenBLAS is then opened locally by it. Without a
+compiler, or with `TINY_LLM_GEMV_FORWARD=0`, OpenBLAS serves MLX directly. One-row
+products run on GEMV_THREADS threads (a matrix-vector product splits well), the
+rest on one.
 """
 
 import ctypes
 import ctypes.util
+import hashlib
 import os
+import platform
+import shutil
 import sys
 import warnings
 from dataclasses import dataclass
@@ -38,6 +52,9 @@ SYSTEM_OPENBLAS = [
 ]
 DEBIAN_PACKAGE = "libopenblas0-pthread"
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+GEMV_SOURCE = Path(__file__).with_name("gemv_forward.c")
+GEMV_VARIABLE = "TINY_LLM_GEMV_FORWARD"  # 0: one-row products through sgemm too
+GEMV_THREADS = min(os.cpu_count() or 1, 2)
 IMPORTED_TOO_LATE = (
     "mlx.core was imported before tiny_llm, so float32 matmul runs on MLX's slow "
     "reference BLAS (~30x slower): import tiny_llm (or tiny_llm_ref, tiny_llm_base) "
@@ -52,11 +69,16 @@ class SlowBlasWarning(RuntimeWarning):
 @dataclass(frozen=True)
 class BlasStatus:
     """What `activate()` found: `library` is the loaded path, or None with a `hint`;
-    `threads`, OpenBLAS's thread count (None without it)."""
+    `threads`, OpenBLAS's thread count (None without it); `gemv_forward`, the
+    compiled gemv_forward.c serving MLX in front of it (None, with `gemv_hint`
+    saying why not), and its threads for one-row products."""
 
     library: str | None
     hint: str | None
     threads: int | None = None
+    gemv_forward: str | None = None
+    gemv_hint: str | None = None
+    gemv_threads: int | None = None
 
     @property
     def active(self) -> bool:
@@ -83,8 +105,64 @@ def find_openblas() -> str | None:
     return None
 
 
+def cache_folder() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tiny-llm"
+
+
+def build_gemv_forward() -> tuple[Path | None, str | None]:
+    """gemv_forward.c compiled into the cache (once: the source's hash names the
+    library), or (None, why not). Concurrent first uses each compile to a file of
+    their own and rename it into place."""
+    digest = hashlib.sha256(GEMV_SOURCE.read_bytes()).hexdigest()[:12]
+    target = cache_folder() / f"gemv_forward-{digest}-{platform.machine()}.so"
+    if target.exists():
+        return target, None
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None, "no C compiler (cc) to build gemv_forward.c: install gcc"
+    import subprocess  # only on a first use: it is slow to import
+
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    command = [compiler, "-O2", "-shared", "-fPIC", "-o", str(partial)]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        built = subprocess.run(
+            [*command, str(GEMV_SOURCE), "-ldl"], capture_output=True, text=True
+        )
+        if built.returncode != 0:
+            said = (built.stderr.strip().splitlines() or ["no message"])[-1]
+            return None, f"{compiler} could not build gemv_forward.c: {said}"
+        os.replace(partial, target)
+    except OSError as error:
+        return None, f"could not build gemv_forward.c into {target.parent}: {error}"
+    return target, None
+
+
+def load_gemv_forward(openblas: str) -> tuple[ctypes.CDLL | None, str | None]:
+    """The forwarder, loaded globally and holding OpenBLAS; or (None, why not)."""
+    if os.environ.get(GEMV_VARIABLE) == "0":
+        return None, f"one-row products through sgemm ({GEMV_VARIABLE}=0)"
+    path, hint = build_gemv_forward()
+    if path is None:
+        return None, hint
+    forwarder = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    if forwarder.gemv_forward_init(openblas.encode()) != 0:
+        return None, f"{openblas} lacks cblas_sgemv: one-row products through sgemm"
+    return forwarder, None
+
+
+def named_threads() -> int | None:
+    """The thread count the environment gives OpenBLAS, if any."""
+    for name in THREAD_VARIABLES:
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return None
+
+
 def activate() -> BlasStatus:
-    """Load OpenBLAS globally where it helps and can be found; never raises."""
+    """Load OpenBLAS (behind the forwarder where it builds) globally where it helps
+    and can be found; never raises."""
     if not needs_openblas():
         return BlasStatus(None, None)
     if os.environ.get("TINY_LLM_FAST_BLAS") == "0":
@@ -98,19 +176,33 @@ def activate() -> BlasStatus:
             f"float32 matmul uses MLX's slow reference BLAS; install OpenBLAS "
             f"(`sudo apt-get install {DEBIAN_PACKAGE}` on Debian/Ubuntu) for ~30x faster math",
         )
-    library = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    forwarder, gemv_hint = load_gemv_forward(path)
+    mode = ctypes.RTLD_LOCAL if forwarder is not None else ctypes.RTLD_GLOBAL
+    library = ctypes.CDLL(path, mode=mode)
     if not hasattr(library, "openblas_set_num_threads"):  # not OpenBLAS's own API
         return BlasStatus(path, None)
-    if not any(os.environ.get(name) for name in THREAD_VARIABLES):
+    named = named_threads()
+    if named is None:
         library.openblas_set_num_threads(1)
-    return BlasStatus(path, None, library.openblas_get_num_threads())
+    threads = library.openblas_get_num_threads()
+    if forwarder is None:
+        return BlasStatus(path, None, threads, gemv_hint=gemv_hint)
+    gemv_threads = threads if named is not None else GEMV_THREADS
+    forwarder.gemv_forward_set_threads(gemv_threads, threads)
+    return BlasStatus(path, None, threads, forwarder._name, None, gemv_threads)
 
 
 def set_threads(count: int) -> int | None:
-    """Give OpenBLAS `count` threads; returns the count it had (None without it).
-    For benchmarks measuring the thread count's effect."""
+    """Give OpenBLAS `count` threads for products of two rows or more; returns the
+    count it had (None without OpenBLAS). For benchmarks measuring the thread
+    count's effect."""
     if STATUS.threads is None:
         return None
+    if STATUS.gemv_forward is not None:
+        forwarder = ctypes.CDLL(STATUS.gemv_forward)
+        previous = forwarder.gemv_forward_gemm_threads()
+        forwarder.gemv_forward_set_threads(STATUS.gemv_threads, count)
+        return previous
     library = ctypes.CDLL(STATUS.library)
     previous = library.openblas_get_num_threads()
     library.openblas_set_num_threads(count)

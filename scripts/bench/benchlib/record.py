@@ -69,7 +69,12 @@ def machine() -> dict:
         cores=os.cpu_count(),
         mlx=mx.__version__,
         device=str(mx.default_device()),
-        blas=f"OpenBLAS ({STATUS.library}, threads: {STATUS.threads})"
+        blas=f"OpenBLAS ({STATUS.library}, threads: {STATUS.threads}; one-row "
+        + (
+            f"products through sgemv on {STATUS.gemv_threads} threads)"
+            if STATUS.gemv_forward
+            else f"products through sgemm: {STATUS.gemv_hint})"
+        )
         if STATUS.active
         else (STATUS.hint or "platform BLAS"),
         load_average=dict(before=os.getloadavg()),

@@ -23,8 +23,10 @@ it (mlx-lm q4 prefills slowly on a CPU, where quantized matmul has no BLAS).
 
 Decode roofline: a decode step reads every weight once (every linear layer, the
 lm head, one row of the embedding), so it cannot take less than weight bytes /
-memory bandwidth. The bandwidth is measured here, one thread reading a 256 MB array
-with numpy (benchlib/roofline.py).
+memory bandwidth. The bandwidth is measured here with numpy reading a 256 MB array,
+on one thread and on every core, the larger counting (benchlib/roofline.py). Each
+float32 contender's decode MBU (model bandwidth utilization): the weights and the
+float32 cache at the mean context read a step, times its steps per second, over it.
 
 Goal: tiny fast at least 0.9x mlx-lm f32's tokens/s on every measure (the same
 weights); a missed one makes the exit status 1.
@@ -50,7 +52,12 @@ from scripts.bench.benchlib.decoding import (
 )
 from scripts.bench.benchlib.harness import Bench, interleaved, medians
 from scripts.bench.benchlib.goals import at_least
-from scripts.bench.benchlib.roofline import read_bandwidth, weight_bytes_per_token
+from scripts.bench.benchlib.roofline import (
+    bytes_per_step,
+    mbu,
+    measure_bandwidth,
+    weight_bytes_per_token,
+)
 from scripts.commands.cli import fail
 from scripts.commands.model_loading import context_length
 
@@ -119,9 +126,12 @@ def main() -> int:
     runs = {name: {c: done[name, c] for c in runners} for name in jobs}
 
     with console.status("measuring memory bandwidth"):
-        bandwidth = read_bandwidth()
+        measured = measure_bandwidth()
+    bandwidth = measured.best
     bytes_per_token = weight_bytes_per_token(float32)
     roofline = bandwidth / bytes_per_token
+    context = DECODE_PROMPT_TOKENS + args.decode_tokens / 2
+    step_bytes = bytes_per_step(float32, context)
 
     median = {name: medians(by_contender) for name, by_contender in runs.items()}
     columns = {"measure": lambda name, _: name}
@@ -132,16 +142,27 @@ def main() -> int:
     title = "tokens/s: median of interleaved runs (number of runs)"
     bench.table(title, columns, median)
     decode = median[f"decode {args.decode_tokens}"]
+    console.print(measured.line())
     console.print(
         f"decode roofline: {bandwidth / 1e9:.1f} GB/s read bandwidth / "
         f"{bytes_per_token / 1e6:.0f} MB of float32 weights per token = "
         f"{roofline:.1f} tokens/s; "
         + ", ".join(f"{c} reaches {decode[c] / roofline:.0%}" for c in runners)
     )
+    used = {
+        c: mbu(step_bytes, decode[c], bandwidth) for c in runners if c != "mlx-lm q4"
+    }
+    console.print(
+        f"decode MBU ({step_bytes / 1e6:.0f} MB a step at {context:g} positions): "
+        + ", ".join(f"{c} {u:.2f}" for c, u in used.items())
+    )
     roofline_info = {
         "read_bandwidth_bytes_per_s": bandwidth,
+        "bandwidth": measured.record(),
         "weight_bytes_per_token": bytes_per_token,
         "decode_tokens_per_s": roofline,
+        "bytes_per_step": step_bytes,
+        "mbu": used,
     }
     record = dict(roofline=roofline_info, tokens_per_s=runs, median_tokens_per_s=median)
     goals = [

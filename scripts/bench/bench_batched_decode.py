@@ -10,7 +10,10 @@ decode step feeds a token to each, for rows 1, 2, 5 and 10. Each step is timed a
 interleaved round by round (a busy spell slows one run of each), the median kept.
 The step cost grows with the rows' attention and output layer, not with the
 weights, which are read once a step: goal, 10 rows at most 4x one row's step
-(batching makes at least 2.5x the tokens a second).
+(batching makes at least 2.5x the tokens a second). Beside each, its model bandwidth
+utilization (benchlib/roofline.py): the float32 weights and the rows' keys and
+values at --context + 1 positions, read once a step, over the read bandwidth
+measured in the same run (one thread's or every core's, the larger).
 """
 
 from scripts.commands.interrupt import exit_on_interrupt
@@ -27,6 +30,7 @@ import mlx.core as mx
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.goals import at_most
 from scripts.bench.benchlib.harness import Bench, interleaved, medians
+from scripts.bench.benchlib.roofline import bytes_per_step, mbu, measure_bandwidth
 
 ROWS = (1, 2, 5, 10)
 SLOTS = max(ROWS)
@@ -64,7 +68,8 @@ def main() -> int:
     bench.option("--context", 40, "cached tokens per row before the step", least=1)
     args = bench.parse()
     console = bench.start()
-    model = bench.models().float32
+    models = bench.models()
+    model = models.float32
     with console.status("prefilling the rows"):
         prefilled = prefilled_rows(model, args.context)
         for rows in ROWS:  # warm-up: every shape once
@@ -79,15 +84,21 @@ def main() -> int:
             interleaved(jobs, args.repeats, console=console)
         ).items()
     }
+    with console.status("measuring memory bandwidth"):
+        bandwidth = measure_bandwidth()
+    console.print(bandwidth.line())
+    step_bytes = {r: bytes_per_step(models.peer, args.context + 1, r) for r in ROWS}
+    used = {r: mbu(step_bytes[r], 1e3 / ms[r], bandwidth.best) for r in ROWS}
     bench.table(
         f"one decode step, {args.context} cached tokens a row (median of {args.repeats})",
-        ["rows", "time per step", "tokens per second", "x one row's step"],
+        ["rows", "time per step", "tokens per second", "x one row's step", "MBU"],
         [
             [
                 str(rows),
                 f"{ms[rows]:.0f} ms",
                 f"{1e3 * rows / ms[rows]:.1f}",
                 f"{ms[rows] / ms[1]:.2f}",
+                f"{used[rows]:.2f}",
             ]  # fmt: skip
             for rows in ROWS
         ],
@@ -97,7 +108,13 @@ def main() -> int:
         f"{SLOTS} rows' step / one row's", ratio, 4.0,
         f"{ms[SLOTS]:.0f} ms against {ms[1]:.0f} ms",
     )  # fmt: skip
-    record = {"context": args.context, "ms": {str(r): v for r, v in ms.items()}}
+    record = {
+        "context": args.context,
+        "ms": {str(r): v for r, v in ms.items()},
+        "bandwidth": bandwidth.record(),
+        "bytes_per_step": {str(r): v for r, v in step_bytes.items()},
+        "mbu": {str(r): v for r, v in used.items()},
+    }
     return bench.finish(record, [goal])
 
 

@@ -12,6 +12,13 @@ whose rows differ in length, side by side in one run.
    interleaved --repeats rounds; and the step timeline: a decode step of the engine
    against the model's forward alone at that batch, the rest being the time
    outside the forward (planning, sampling, accepting, detokenizing).
+   Beside them, model bandwidth utilization (benchlib/roofline.py): the bytes a
+   decode step reads (the float32 weights, and the rows' float32 keys and values
+   at the mean context) times steps per second (ours end to end: tokens/s over the
+   batch; the forward alone: one over its time) over the read bandwidth measured
+   in the same run, one thread's or every core's, the larger. And llama.cpp at
+   batch 1 on the embedded model's own GGUF, where it is installed
+   (benchlib/llama_cpp_peer.py; where not, one line says how to get it).
 2. A paged decode step with one --long-row row and three 200-token rows against
    the long row alone, with rows grouped by length (the reference) and gathered to
    the longest row (padded, the baseline), interleaved, the least of at least 7
@@ -20,8 +27,9 @@ whose rows differ in length, side by side in one run.
    batch's projections and logits, which no attention can save). Where OpenBLAS
    runs the matmuls (on one thread, fast_blas), the same steps and floor on a
    thread per core, OpenBLAS's own default, as a baseline.
-Goals: ours / mlx-lm at least 1.1 at batch 1 and 8 with identical tokens; the mixed
-step at most 1.25x the long row alone.
+Goals: ours / mlx-lm at least 1.1 at batch 1 and 1.3 at batch 8 with identical
+tokens; ours end to end at batch 1 at least 0.5 MBU; the mixed step at most 1.25x
+the long row alone.
 """
 
 from scripts.commands.interrupt import exit_on_interrupt
@@ -34,29 +42,42 @@ import tiny_llm_base  # noqa: F401  (first: loads the fast BLAS before mlx.core)
 import statistics
 
 from scripts.bench.benchlib import engine_speed as es
+from scripts.bench.benchlib import llama_cpp_peer
 from scripts.bench.benchlib import paged_step as ps
 from scripts.bench.benchlib.course import run_benchmark
 from scripts.bench.benchlib.harness import Bench
 from scripts.bench.benchlib.goals import at_least, same_tokens
 from scripts.bench.benchlib.harness import interleaved, medians
 from scripts.bench.benchlib.prompt_texts import SHORT_QUESTIONS
+from scripts.bench.benchlib.roofline import Bandwidth, bytes_per_step, mbu
+from scripts.bench.benchlib.roofline import measure_bandwidth
 from scripts.commands.cli import fail, require_at_least
 from scripts.commands.model_loading import context_length
+from tiny_llm_base.embedded_model import gguf_path
+
+# ours / mlx-lm's tokens/s by batch (issue 44); ours' MBU at batch 1 end to end.
+RATIO_GOALS = {1: 1.1, 8: 1.3}
+MBU_GOAL = 0.5
 
 
-def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
+def end_to_end(
+    bench, models, args, batch: int, bandwidth: Bandwidth
+) -> tuple[dict, list]:
     """One table row per batch size: each contender's median tokens/s, ours over
-    mlx-lm, the step timeline; and its goals."""
+    mlx-lm, the step timeline, ours' MBU end to end and the forward alone's; and
+    its goals."""
     tok, sampler = models.tokenizer, models.no_eos
     prompts = es.chat_prompts(tok, SHORT_QUESTIONS[:batch])
     ours, peer, n = models.float32, models.peer, args.tokens
+    # The positions a decode step attends to, on average over the run.
+    context = round(statistics.mean(map(len, prompts)) + n / 2)
     jobs = {
         "ours": lambda: es.run_ours(ours, tok, prompts, n, sampler, step_ahead=True),
         "ours in sequence": lambda: es.run_ours(
             ours, tok, prompts, n, sampler, step_ahead=False
         ),
         "mlx-lm": lambda: es.run_mlx_lm(peer, tok, prompts, n, sampler),
-        "forward": lambda: es.forward_alone(ours, batch, len(prompts[0]) + n // 2),
+        "forward": lambda: es.forward_alone(ours, batch, context),
     }
     for job in jobs.values():  # warm-up
         job()
@@ -68,12 +89,20 @@ def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
         c: statistics.median(s for r in runs[c] for s in r.decode_steps)
         for c in ("ours", "ours in sequence")
     }
+    tokens_per_s, step_bytes = medians(speed), bytes_per_step(peer, context, batch)
+    used = {
+        "end to end": mbu(step_bytes, tokens_per_s["ours"] / batch, bandwidth.best),
+        "forward alone": mbu(step_bytes, 1 / alone, bandwidth.best),
+    }
     row = dict(
         batch=batch,
-        tokens_per_s=medians(speed),
+        tokens_per_s=tokens_per_s,
         ours_over_mlx_lm=ratio,
         step_ms={c: 1e3 * s for c, s in step.items()},
         forward_alone_ms=1e3 * alone,
+        mean_context=context,
+        bytes_per_step=step_bytes,
+        mbu=used,
     )
     peer_name = "stream_generate" if batch == 1 else "BatchGenerator"
     outside = {c: f"{1e3 * (t - alone):.1f}" for c, t in step.items()}
@@ -87,7 +116,7 @@ def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
         at_least(
             f"tokens/s ours / mlx-lm {peer_name}, batch {batch}",
             statistics.median(ratio),
-            1.1,
+            RATIO_GOALS[batch],
             why,
         ),
         same_tokens(
@@ -96,7 +125,34 @@ def end_to_end(bench, models, args, batch: int) -> tuple[dict, list]:
             runs["mlx-lm"][0].tokens,
         ),
     ]
+    if batch == 1:
+        goals.append(
+            at_least(
+                "MBU of ours end to end, batch 1",
+                used["end to end"],
+                MBU_GOAL,
+                f"the forward alone's MBU {used['forward alone']:.2f}, and "
+                f"{outside['ours']} ms a step outside the forward "
+                f"({step_bytes / 1e6:.0f} MB a step, "
+                f"{bandwidth.best / 1e9:.1f} GB/s)",
+            )
+        )
     return row, goals
+
+
+def llama_cpp(bench, models, args, ours_tokens_per_s: float) -> dict:
+    """llama.cpp's batch-1 entry of the record, and its line beside ours; where it
+    is not installed, the line says how to get it."""
+    found = llama_cpp_peer.find(bench.console.print)
+    if found is None:
+        return llama_cpp_peer.not_installed()
+    prompt = es.chat_prompts(models.tokenizer, SHORT_QUESTIONS[:1])[0]
+    with bench.console.status(f"llama.cpp ({found.via})"):
+        entry = llama_cpp_peer.measure(
+            found, gguf_path(), prompt, args.tokens, args.repeats
+        )
+    bench.console.print(llama_cpp_peer.line(entry, ours_tokens_per_s))
+    return entry
 
 
 def main() -> int:
@@ -123,9 +179,12 @@ def main() -> int:
         fail(
             f"--long-row {args.long_row} and {ps.ROOM} decode steps pass the model's context of {context}: give at most {context - ps.ROOM}"
         )
+    with console.status("measuring memory bandwidth"):
+        bandwidth = measure_bandwidth()
+    console.print(bandwidth.line())
     rows, goals = [], []
     for batch in (1, 8):
-        row, batch_goals = end_to_end(bench, models, args, batch)
+        row, batch_goals = end_to_end(bench, models, args, batch, bandwidth)
         console.print(f"batch {batch}: {row}")
         rows.append(row)
         goals += batch_goals
@@ -138,14 +197,25 @@ def main() -> int:
             f"{r['step_ms'][c]:.1f}" for c in ("ours", "ours in sequence")
         ),
         "forward alone ms": lambda r: f"{r['forward_alone_ms']:.1f}",
+        "MB a step": lambda r: f"{r['bytes_per_step'] / 1e6:.0f}",
+        "MBU (end to end, forward alone)": lambda r: ", ".join(
+            f"{r['mbu'][c]:.2f}" for c in ("end to end", "forward alone")
+        ),
     }
     title = f"generated tokens/s, {args.tokens} tokens a prompt (medians)"
     bench.table(title, columns, rows)
+    peer = llama_cpp(bench, models, args, rows[0]["tokens_per_s"]["ours"])
     paged_record, paged_goals = ps.step_part(
         bench, models.float32, args.long_row, args.repeats
     )
     return bench.finish(
-        dict(end_to_end=rows, paged_step=paged_record), goals + paged_goals
+        dict(
+            bandwidth=bandwidth.record(),
+            end_to_end=rows,
+            llama_cpp=peer,
+            paged_step=paged_record,
+        ),
+        goals + paged_goals,
     )
 
 

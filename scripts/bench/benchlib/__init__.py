@@ -11,7 +11,9 @@ chats: requests answered one after another and chats replayed, each reply measur
 decoding: a model driven token by token, ours and mlx-lm's.
 servers: ours and mlx_lm.server in subprocesses, for the HTTP benchmarks.
 measure: the numbers a run yields (TTFT, inter-token gaps, stalls) and their goals;
-roofline: the decode step's bound from the weights' bytes and the read bandwidth.
+roofline: the decode step's bound from the weights' bytes and the read bandwidth,
+and MBU: the share of that bandwidth a measured decode uses.
+llama_cpp_peer: llama.cpp on the embedded model's GGUF, where it is installed.
 fast_path_before: the fast path before cpu_attention and fast_exp, for side by side.
 render: tables and the Markdown report; plots: the pictures.
 schemas: the JSON schemas of the structured-output benchmark and tests.

@@ -191,3 +191,32 @@ def test_embedded_model_fast_kernels_give_only_the_last_position(
     check_embedded_last_position(
         embedded_model[1], embedded_week2_model(True), embedded_float32_reference
     )
+
+
+@pytest.mark.parametrize("traditional", [False, True])
+def test_fused_rope_is_mx_fast_rope_at_any_offset(traditional):
+    """One fused_rope per setting serves every position: a scalar offset at several
+    positions and one offset per row, each equal to mx.fast.rope's own."""
+    rope = tiny.fused_rope(32, traditional, 10000.0)
+    x = mx.random.normal((3, 4, 2, 32))
+    for offset in (0, 7, 300):
+        expected = mx.fast.rope(
+            x, 32, traditional=traditional, base=10000.0, scale=1.0, offset=offset
+        )
+        assert_close(rope(x, mx.array(offset)), expected, 1e-6)
+    rows = mx.array([0, 5, 41])
+    expected = mx.fast.rope(
+        x, 32, traditional=traditional, base=10000.0, scale=1.0, offset=rows
+    )
+    assert_close(rope(x, rows), expected, 1e-6)
+
+
+@pytest.mark.parametrize(
+    "dtype", [mx.float32, mx.bfloat16], ids=["float32", "bfloat16"]
+)
+def test_fused_rms_norm_is_mx_fast_rms_norm(dtype):
+    x = mx.random.normal((2, 5, 48)).astype(dtype)
+    weight = mx.random.normal((48,)).astype(dtype)
+    for eps in (1e-6, 1e-2):
+        expected = mx.fast.rms_norm(x, weight, eps)
+        assert_close(tiny.fused_rms_norm(x, weight, eps), expected, 1e-6)

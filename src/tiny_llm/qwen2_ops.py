@@ -7,6 +7,9 @@ weights they use, and check_offset guards the one number a cached step must get
 right: the position of its first new token.
 """
 
+import functools
+from collections.abc import Callable
+
 import mlx.core as mx
 from mlx import nn
 
@@ -88,8 +91,37 @@ def rms_norm(norm: RMSNorm, x: mx.array, fast: bool = False) -> mx.array:
     promote a bfloat16 model's activations to float32).
     """
     raise NotImplementedError(
-        "Week 2 Day 1 Task 2: rms_norm: norm(x). Day 3: with fast, "
-        "mx.fast.rms_norm(x, norm.weight.astype(x.dtype), norm.eps)"
+        "Week 2 Day 1 Task 2: rms_norm: norm(x). Day 3: with fast, fused_rms_norm(x, "
+        "norm.weight.astype(x.dtype), norm.eps)"
+    )
+
+
+@mx.compile
+def fused_rms_norm(x: mx.array, weight: mx.array, eps: float) -> mx.array:
+    """mx.fast.rms_norm under mx.compile, x: [..., dim]. On a GPU mx.fast.rms_norm is
+    one kernel; on a CPU it is the graph of its parts (square, mean, rsqrt, two
+    multiplies, casts), each op paying MLX's fixed cost, and compiled those fuse."""
+    raise NotImplementedError(
+        "Week 2 Day 3 Task 3: fused_rms_norm: mx.fast.rms_norm(x, weight, eps), "
+        "decorated with @mx.compile (eps, a Python float, is a constant of the "
+        "compiled graph)"
+    )
+
+
+@functools.cache
+def fused_rope(
+    dims: int, traditional: bool, base: float
+) -> Callable[[mx.array, mx.array], mx.array]:
+    """rope(x, offset) -> mx.fast.rope(x, dims, ...) under mx.compile; x: [B, H, L,
+    D], offset an mx.array (a scalar, or [B] for rows at their own positions). An int
+    offset would be a constant of the compiled graph, traced again at every new
+    position. One function per setting, shared by every layer. On a CPU
+    mx.fast.rope is ~17 small ops (the frequencies, their cos and sin, the halves'
+    products), the largest share of a decode step's ops; compiled, a few."""
+    raise NotImplementedError(
+        "Week 2 Day 3 Task 3: fused_rope: mx.compile of a function of (x, offset) "
+        "that returns mx.fast.rope(x, dims, traditional=traditional, base=base, "
+        "scale=1.0, offset=offset); functools.cache makes it one per setting"
     )
 
 

@@ -36,6 +36,7 @@ from .qwen2_ops import (
     WeightLoader,
     check_offset,
     fast_attention,
+    fused_rope,
     project,
     rms_norm,
     swiglu,
@@ -62,9 +63,9 @@ class Qwen2AttentionWeek2:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
         raise NotImplementedError(
             "Week 2 Day 1 Task 2: apply_rope: your RoPE takes [B, L, H, D]: swap axes"
-            " 1 and 2 around it. Day 3: with fast, mx.fast.rope(x, head_dim, "
-            "traditional=..., base=rope_theta, scale=1.0, offset=offset) on [B, H, L,"
-            " D] directly"
+            " 1 and 2 around it. Day 3: with fast, fused_rope(head_dim, rope's "
+            "traditional, rope_theta) on [B, H, L, D] directly, the offset as an "
+            "mx.array"
         )
 
     def project_qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:

@@ -36,6 +36,7 @@ from .qwen2_ops import (
     WeightLoader,
     check_offset,
     fast_attention,
+    fused_rope,
     project,
     rms_norm,
     swiglu,
@@ -74,17 +75,12 @@ class Qwen2AttentionWeek2:
     def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
         # Week 2 Day 1 Task 2: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and
-        # 2 around it. Day 3: with fast, mx.fast.rope(x, head_dim, traditional=...,
-        # base=rope_theta, scale=1.0, offset=offset) on [B, H, L, D] directly
+        # 2 around it. Day 3: with fast, fused_rope(head_dim, rope's traditional,
+        # rope_theta) on [B, H, L, D] directly, the offset as an mx.array
         if self.fast:
-            return mx.fast.rope(
-                x,
-                self.head_dim,
-                traditional=self.rope.traditional,
-                base=self.rope_base,
-                scale=1.0,
-                offset=offset,
-            )
+            rope = fused_rope(self.head_dim, self.rope.traditional, self.rope_base)
+            positions = offset if isinstance(offset, mx.array) else mx.array(offset)
+            return rope(x, positions)
         return self.rope(x.swapaxes(1, 2), offset).swapaxes(1, 2)
 
     def project_qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:

@@ -48,11 +48,12 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
     assert symbol_address(process, "cblas_sgemm") == symbol_address(
         ctypes.CDLL(serving), "cblas_sgemm"
     )
-    # One thread unless the environment names a count (OpenBLAS keeps it, at most
-    # a thread per core).
+    # OpenBLAS's own default, a thread per core, unless the environment names a
+    # count (OpenBLAS keeps it, at most a thread per core).
     threads = ctypes.CDLL(path).openblas_get_num_threads()
     named = [os.environ[v] for v in fast_blas.THREAD_VARIABLES if os.environ.get(v)]
-    expected = min(int(named[0]), os.cpu_count()) if named else 1
+    cores = len(os.sched_getaffinity(0))
+    expected = min(int(named[0]), cores) if named else cores
     assert fast_blas.STATUS.threads == threads == expected
 
 

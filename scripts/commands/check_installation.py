@@ -86,8 +86,7 @@ def main() -> None:
             f"{STATUS.threads} (OPENBLAS_NUM_THREADS to change)"
         )
         print(
-            f"one-row products: sgemv on {STATUS.gemv_threads} threads through "
-            f"{STATUS.gemv_forward}"
+            f"one-row products: sgemv through {STATUS.gemv_forward}"
             if STATUS.gemv_forward
             else f"one-row products: OpenBLAS's sgemm ({STATUS.gemv_hint})"
         )

@@ -6,13 +6,11 @@ those names, loaded with RTLD_GLOBAL before `import mlx.core`, takes over every
 float32 matmul (about 30x faster on the course's 2-core machines). macOS uses
 Accelerate and needs nothing. Set `TINY_LLM_FAST_BLAS=0` to measure without it.
 
-OpenBLAS runs one thread here unless OPENBLAS_NUM_THREADS (or GOTO_NUM_THREADS,
-OMP_NUM_THREADS, which it also reads) says otherwise. Its default, a thread per
-core, splits every product of 2 or more rows across the cores, and a decode step is
-about 210 such small products: on the course's 2-core machine a step of 4 rows
-cost what 1 row does at 1 thread and far more at 2 (the fast-paths chapter, week 2
-day 3). One row alone and a prefill's many rows do run faster on more threads: set
-OPENBLAS_NUM_THREADS where those matter more than batched decoding.
+OpenBLAS runs its own default, a thread per core, unless OPENBLAS_NUM_THREADS (or
+GOTO_NUM_THREADS, OMP_NUM_THREADS, which it also reads) names a count. Once one-row
+products stopped packing (below), a thread per core was the fastest end to end on
+the course's 2-core machine at batch 1 and 8 (the fast-paths appendix); before, one
+thread was, and the project ran OpenBLAS on one.
 
 This module must be imported before anything imports `mlx.core`; the package's
 `__init__` does so first. A script that imports `mlx.core` earlier gets a
@@ -27,9 +25,7 @@ one row, and sgemv reads the weights once (a batch-1 forward of the embedded mod
 about 1.8x faster; the fast-paths chapter's table). The file is compiled once, by
 the machine's C compiler, into ~/.cache/tiny-llm (XDG_CACHE_HOME), and loaded
 globally in OpenBLAS's place; OpenBLAS is then opened locally by it. Without a
-compiler, or with `TINY_LLM_GEMV_FORWARD=0`, OpenBLAS serves MLX directly. One-row
-products run on GEMV_THREADS threads (a matrix-vector product splits well), the
-rest on one.
+compiler, or with `TINY_LLM_GEMV_FORWARD=0`, OpenBLAS serves MLX directly.
 """
 
 import ctypes
@@ -54,7 +50,6 @@ DEBIAN_PACKAGE = "libopenblas0-pthread"
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 GEMV_SOURCE = Path(__file__).with_name("gemv_forward.c")
 GEMV_VARIABLE = "TINY_LLM_GEMV_FORWARD"  # 0: one-row products through sgemm too
-GEMV_THREADS = min(os.cpu_count() or 1, 2)
 IMPORTED_TOO_LATE = (
     "mlx.core was imported before tiny_llm, so float32 matmul runs on MLX's slow "
     "reference BLAS (~30x slower): import tiny_llm (or tiny_llm_ref, tiny_llm_base) "
@@ -71,14 +66,13 @@ class BlasStatus:
     """What `activate()` found: `library` is the loaded path, or None with a `hint`;
     `threads`, OpenBLAS's thread count (None without it); `gemv_forward`, the
     compiled gemv_forward.c serving MLX in front of it (None, with `gemv_hint`
-    saying why not), and its threads for one-row products."""
+    saying why not)."""
 
     library: str | None
     hint: str | None
     threads: int | None = None
     gemv_forward: str | None = None
     gemv_hint: str | None = None
-    gemv_threads: int | None = None
 
     @property
     def active(self) -> bool:
@@ -152,14 +146,6 @@ def load_gemv_forward(openblas: str) -> tuple[ctypes.CDLL | None, str | None]:
     return forwarder, None
 
 
-def named_threads() -> int | None:
-    """The thread count the environment gives OpenBLAS, if any."""
-    for name in THREAD_VARIABLES:
-        if os.environ.get(name):
-            return int(os.environ[name])
-    return None
-
-
 def activate() -> BlasStatus:
     """Load OpenBLAS (behind the forwarder where it builds) globally where it helps
     and can be found; never raises."""
@@ -181,28 +167,17 @@ def activate() -> BlasStatus:
     library = ctypes.CDLL(path, mode=mode)
     if not hasattr(library, "openblas_set_num_threads"):  # not OpenBLAS's own API
         return BlasStatus(path, None)
-    named = named_threads()
-    if named is None:
-        library.openblas_set_num_threads(1)
     threads = library.openblas_get_num_threads()
     if forwarder is None:
         return BlasStatus(path, None, threads, gemv_hint=gemv_hint)
-    gemv_threads = threads if named is not None else GEMV_THREADS
-    forwarder.gemv_forward_set_threads(gemv_threads, threads)
-    return BlasStatus(path, None, threads, forwarder._name, None, gemv_threads)
+    return BlasStatus(path, None, threads, forwarder._name)
 
 
 def set_threads(count: int) -> int | None:
-    """Give OpenBLAS `count` threads for products of two rows or more; returns the
-    count it had (None without OpenBLAS). For benchmarks measuring the thread
-    count's effect."""
+    """Give OpenBLAS `count` threads; returns the count it had (None without it).
+    For benchmarks measuring the thread count's effect."""
     if STATUS.threads is None:
         return None
-    if STATUS.gemv_forward is not None:
-        forwarder = ctypes.CDLL(STATUS.gemv_forward)
-        previous = forwarder.gemv_forward_gemm_threads()
-        forwarder.gemv_forward_set_threads(STATUS.gemv_threads, count)
-        return previous
     library = ctypes.CDLL(STATUS.library)
     previous = library.openblas_get_num_threads()
     library.openblas_set_num_threads(count)

@@ -9,9 +9,7 @@
 
    Row-major C[1, N] = alpha * op(A)[1, K] . op(B)[K, N] + beta * C is the
    matrix-vector product y = alpha * op(B)^T x + beta * y: x is A's one row (stride
-   lda when A is transposed), y is C's row. Other shapes go to OpenBLAS's sgemm.
-   One-row products may use more threads than the others (set_threads): OpenBLAS
-   splits a small sgemm badly over threads, and a matrix-vector product well. */
+   lda when A is transposed), y is C's row. Other shapes go to OpenBLAS's sgemm. */
 #include <dlfcn.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
@@ -24,14 +22,11 @@ typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, i
                          const double *, int, double, double *, int);
 typedef void (*cgemm_fn)(int, int, int, int, int, int, const void *, const void *,
                          int, const void *, int, const void *, void *, int);
-typedef void (*set_threads_fn)(int);
 
 static sgemm_fn real_sgemm;
 static sgemv_fn real_sgemv;
 static dgemm_fn real_dgemm;
 static cgemm_fn real_cgemm;
-static set_threads_fn set_openblas_threads;
-static int gemv_threads = 1, gemm_threads = 1, current_threads = 0;
 static long forwarded;
 
 /* Open OpenBLAS at `path` (locally: its own cblas_sgemm stays out of the global
@@ -43,35 +38,17 @@ int gemv_forward_init(const char *path) {
   real_sgemv = (sgemv_fn)dlsym(openblas, "cblas_sgemv");
   real_dgemm = (dgemm_fn)dlsym(openblas, "cblas_dgemm");
   real_cgemm = (cgemm_fn)dlsym(openblas, "cblas_cgemm");
-  set_openblas_threads = (set_threads_fn)dlsym(openblas, "openblas_set_num_threads");
   return !(real_sgemm && real_sgemv && real_dgemm && real_cgemm);
 }
 
-/* Threads for one-row products and for the rest (OpenBLAS only). */
-void gemv_forward_set_threads(int gemv, int gemm) {
-  gemv_threads = gemv;
-  gemm_threads = gemm;
-  current_threads = 0;
-}
-
-int gemv_forward_gemm_threads(void) { return gemm_threads; }
-
 /* How many products went to sgemv so far (tests read it). */
 long gemv_forward_count(void) { return forwarded; }
-
-static void use_threads(int count) {
-  if (count != current_threads && set_openblas_threads) {
-    set_openblas_threads(count);
-    current_threads = count;
-  }
-}
 
 void cblas_sgemm(int order, int trans_a, int trans_b, int M, int N, int K,
                  float alpha, const float *A, int lda, const float *B, int ldb,
                  float beta, float *C, int ldc) {
   if (order == ROW_MAJOR && M == 1 && N > 0 && K > 0) {
     int incx = trans_a == NO_TRANS ? 1 : lda;
-    use_threads(gemv_threads);
     forwarded++;
     if (trans_b == NO_TRANS) /* B [K, N]: y = B^T x */
       real_sgemv(ROW_MAJOR, TRANS, K, N, alpha, B, ldb, A, incx, beta, C, 1);
@@ -79,20 +56,17 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int M, int N, int K,
       real_sgemv(ROW_MAJOR, NO_TRANS, N, K, alpha, B, ldb, A, incx, beta, C, 1);
     return;
   }
-  use_threads(gemm_threads);
   real_sgemm(order, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void cblas_dgemm(int order, int trans_a, int trans_b, int M, int N, int K,
                  double alpha, const double *A, int lda, const double *B, int ldb,
                  double beta, double *C, int ldc) {
-  use_threads(gemm_threads);
   real_dgemm(order, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void cblas_cgemm(int order, int trans_a, int trans_b, int M, int N, int K,
                  const void *alpha, const void *A, int lda, const void *B, int ldb,
                  const void *beta, void *C, int ldc) {
-  use_threads(gemm_threads);
   real_cgemm(order, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

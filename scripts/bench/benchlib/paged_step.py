@@ -6,7 +6,7 @@ a 6,000-token row needs no 6,000-token prefill.
     seconds = decode_step(model, batch)           # one forward, evaluated
     with padded():                                # the baseline: every row read
         seconds = decode_step(model, batch)       # to the longest row's length
-    with blas_threads(2):                         # OpenBLAS on 2 threads
+    with blas_threads(1):                         # OpenBLAS on 1 thread
         seconds = decode_step(model, batch)
 """
 
@@ -81,7 +81,7 @@ def padded():
 
 @contextmanager
 def blas_threads(count: int):
-    """OpenBLAS on `count` threads inside (fast_blas runs it on one)."""
+    """OpenBLAS on `count` threads inside (fast_blas leaves it a thread per core)."""
     previous = fast_blas.set_threads(count)
     try:
         yield
@@ -97,22 +97,24 @@ def step_part(bench, model, long_row: int, repeats: int) -> tuple[dict, list]:
     the long row's attention grows with the batch too (the projections and the
     logits of 4 rows against 1), measured as 4 short rows against 1 short row and
     added to the long row alone. Where OpenBLAS runs the matmuls, the same steps on
-    a thread per core (OpenBLAS's own default) as a baseline."""
+    the other thread count (one thread, or a thread per core where OpenBLAS was
+    given one) as a baseline."""
     batches = {
         "mixed": paged_batch(model, [long_row, *SHORT_ROWS]),
         "alone": paged_batch(model, [long_row]),
         "4 short": paged_batch(model, [SHORT_ROWS[0]] * 4),
         "1 short": paged_batch(model, [SHORT_ROWS[0]]),
     }
-    cores = os.cpu_count() or 1
-    threaded = f"grouped, {cores} BLAS threads"
+    threads = fast_blas.STATUS.threads
+    other = (os.cpu_count() or 1) if threads == 1 else 1
+    threaded = f"grouped, {other} BLAS threads"
 
     def padded_step(batch):
         with padded():
             return decode_step(model, batch)
 
-    def on_cores_step(batch):
-        with blas_threads(cores):
+    def on_other_threads_step(batch):
+        with blas_threads(other):
             return decode_step(model, batch)
 
     jobs = {
@@ -120,10 +122,10 @@ def step_part(bench, model, long_row: int, repeats: int) -> tuple[dict, list]:
     }
     jobs["padded", "mixed"] = lambda: padded_step(batches["mixed"])
     ways = ["grouped", "padded"]
-    if fast_blas.STATUS.threads is not None and fast_blas.STATUS.threads != cores:
+    if threads is not None and threads != other:
         ways.append(threaded)
         for k, b in batches.items():
-            jobs[threaded, k] = lambda b=b: on_cores_step(b)
+            jobs[threaded, k] = lambda b=b: on_other_threads_step(b)
     for job in jobs.values():
         job()
     runs = interleaved(jobs, max(repeats, STEP_RUNS))
@@ -136,7 +138,7 @@ def step_part(bench, model, long_row: int, repeats: int) -> tuple[dict, list]:
         if (way, "4 short") in ms:
             extra[way] = ms[way, "4 short"] - ms[way, "1 short"]
             floor[way] = (ms[way, "alone"] + extra[way]) / ms[way, "alone"]
-            label = "" if way == "grouped" else f", {cores} BLAS threads"
+            label = "" if way == "grouped" else f", {other} BLAS threads"
             rows[f"floor{label}: alone + ({SHORT_ROWS[0]} x4 - x1)"] = (
                 ms[way, "alone"],
                 ms[way, "alone"] + extra[way],
@@ -157,7 +159,7 @@ def step_part(bench, model, long_row: int, repeats: int) -> tuple[dict, list]:
     )
     if threaded in ratio:
         why += (
-            f"; on {cores} BLAS threads {ratio[threaded]:.2f}x, floor "
+            f"; on {other} BLAS threads {ratio[threaded]:.2f}x, floor "
             f"{floor[threaded]:.2f}x ({extra[threaded]:.0f} ms)"
         )
     goal = at_most(

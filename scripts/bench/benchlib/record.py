@@ -71,7 +71,7 @@ def machine() -> dict:
         device=str(mx.default_device()),
         blas=f"OpenBLAS ({STATUS.library}, threads: {STATUS.threads}; one-row "
         + (
-            f"products through sgemv on {STATUS.gemv_threads} threads)"
+            "products through sgemv)"
             if STATUS.gemv_forward
             else f"products through sgemm: {STATUS.gemv_hint})"
         )

@@ -89,9 +89,9 @@ class EngineConfig:
     step_ahead: start the next decode forward before this step's tokens are read,
         so the engine's Python runs while the model computes (step_ahead.py; same
         tokens); False: every step evaluated and read before the next is built.
-        On by default: with OpenBLAS on one thread (fast_blas) the engine's Python
-        runs on the other core, and bench-engine measured the step ahead faster
-        in 6 of 8 rows over four runs (book: the continuous-batching chapter).
+        On by default: bench-engine measured the step ahead faster at batch 1
+        and 8 (2026-12-02 08:56) and in 6 of 8 rows over four earlier runs (book:
+        the engine days appendix).
     """
 
     batch_size: int = 5

@@ -9,9 +9,9 @@ checks the reference (src/tiny_llm_ref). The exit status is pytest's, so CI fail
 whenever a test fails. The whole suite runs its test files in parallel (pytest-xdist,
 a file to a worker, so a module's server or model is built once): one worker per
 core, at most 4 (each holds its own copy of the model); `--workers 1` runs them in
-one process. A day's tests run in one process. Each process runs OpenBLAS on one
-thread (tiny_llm_base.fast_blas), so workers do not spin-wait on each other's BLAS
-threads. The test processes write bytecode caches even where
+one process. A day's tests run in one process. With several workers each runs
+OpenBLAS on its share of the cores (OPENBLAS_NUM_THREADS, unless set), so workers do
+not spin-wait on each other's BLAS threads. The test processes write bytecode caches even where
 PYTHONDONTWRITEBYTECODE is set: the suite starts many interpreters (workers,
 servers, CLIs, ranks), and without the caches each one compiled every module it
 imported from source again (mlx-lm, transformers, the clients), twice the CPU time
@@ -33,6 +33,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # tiny_llm_base.device.PATHS_VARIABLE, spelled out: importing the package here would
 # load mlx in this process before tests/conftest.py sets MLX_ENABLE_TF32.
 PATHS_VARIABLE = "TINY_LLM_DEVICE_PATHS"
+THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OMP_NUM_THREADS",
+)  # fast_blas.py's
 
 
 def test_files(week: int | None, day: int | None) -> list[str]:
@@ -104,6 +109,9 @@ def main() -> int:
     # xdist's default of the files with the most tests first.
     parallel = ["-n", str(workers), "--dist", "loadfile", "--no-loadscope-reorder"]
     parallel = parallel if workers > 1 else []
+    if workers > 1 and not any(os.environ.get(v) for v in THREAD_VARIABLES):
+        cores = os.cpu_count() or 1
+        os.environ["OPENBLAS_NUM_THREADS"] = str(max(1, cores // workers))
     if args.task is not None:
         pytest_args = [*task_option(args.week, args.day, args.task), *pytest_args]
     return pytest.main([*files, *parallel, *pytest_args])

@@ -115,3 +115,34 @@ def test_llama_bench_on_path_is_found_and_its_json_read(tmp_path, monkeypatch):
     assert (entry["tokens_per_s"], entry["threads"]) == (123.5, 2)
     line = llama_cpp_peer.line(entry, 20.0)
     assert "123.5 tokens/s" in line and "Q4_1" in line and "ours 20.0" in line
+
+
+def test_with_llama_quantize_beside_it_a_float32_copy_is_benched_too(
+    tmp_path, monkeypatch
+):
+    """Stand-ins: llama-quantize writes the copy it is asked for (and must be asked
+    for F32, requantizing allowed); llama-bench answers 50 tokens/s on that copy
+    and 120 on the GGUF itself. The entry and the line carry both."""
+    from tiny_llm_base.embedded_model import gguf_path
+
+    quantize = tmp_path / "llama-quantize"
+    quantize.write_text(
+        '#!/bin/sh\n[ "$1" = --allow-requantize ] && [ "$4" = F32 ] || exit 3\n'
+        'echo copy > "$3"\n'
+    )
+    bench = tmp_path / "llama-bench"
+    bench.write_text(
+        "#!/bin/sh\n"
+        'case "$2" in *float32.gguf) ts=50.0 ;; *) ts=120.0 ;; esac\n'
+        'echo "[{\\"n_prompt\\": 0, \\"n_gen\\": 8, \\"avg_ts\\": $ts, '
+        '\\"n_threads\\": 2}]"\n'
+    )
+    for exe in (quantize, bench):
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    found = llama_cpp_peer.find(pytest.fail)
+    entry = llama_cpp_peer.measure(found, gguf_path(), [1, 2], 8, 2)
+    assert "error" not in entry, entry
+    assert entry["tokens_per_s"] == 120.0
+    assert entry["float32"]["tokens_per_s"] == 50.0
+    assert "float32 copy 50.0" in llama_cpp_peer.line(entry, 20.0)

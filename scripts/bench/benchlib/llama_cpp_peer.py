@@ -8,7 +8,10 @@ or the Python package llama_cpp (llama-cpp-python), greedy generation timed from
 first generated token to the last (the prompt's forward not counted, as
 `llama-bench -p 0`). Neither: find() says how to get one and returns None, and the
 benchmark runs without it. Its precision is the GGUF's own (general.file_type), not
-the float32 ours and mlx-lm compute in.
+the float32 ours and mlx-lm compute in; where `llama-quantize` sits beside
+llama-bench (or on PATH), llama-bench also runs a float32 copy of the same GGUF
+(`llama-quantize --allow-requantize FILE COPY F32`, in a temporary folder): the
+dequantized weights ours computes with, so both precisions are compared.
 """
 
 import importlib.util
@@ -16,6 +19,7 @@ import json
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,6 +97,25 @@ def with_llama_bench(exe: str, gguf: Path, tokens: int, repeats: int) -> dict:
     }
 
 
+def quantize_tool(bench_exe: str) -> str | None:
+    """llama-quantize beside llama-bench, else on PATH, else None."""
+    beside = Path(bench_exe).with_name("llama-quantize")
+    return str(beside) if beside.exists() else shutil.which("llama-quantize")
+
+
+def float32_with_llama_bench(exe: str, gguf: Path, tokens: int, repeats: int) -> dict:
+    """llama-bench on a float32 copy of `gguf` made by llama-quantize; {} without
+    llama-quantize."""
+    quantize = quantize_tool(exe)
+    if quantize is None:
+        return {}
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / "float32.gguf"
+        command = [quantize, "--allow-requantize", str(gguf), str(copy), "F32"]
+        subprocess.run(command, capture_output=True, text=True, check=True)
+        return {"float32": with_llama_bench(exe, copy, tokens, repeats)}
+
+
 def with_python(gguf: Path, prompt: list[int], tokens: int, repeats: int) -> dict:
     """Greedy generation of `tokens` after `prompt` with llama_cpp.Llama (EOS does
     not stop Llama.generate), the median tokens/s of `repeats` after a warm-up."""
@@ -122,6 +145,7 @@ def measure(
     try:
         if found.via == "llama-bench":
             entry |= with_llama_bench(found.path, gguf, tokens, repeats)
+            entry |= float32_with_llama_bench(found.path, gguf, tokens, repeats)
         else:
             entry |= with_python(gguf, prompt, max(tokens, 2), repeats)
     except Exception as error:  # an old build, an odd output: report, go on
@@ -137,7 +161,12 @@ def line(entry: dict, ours_tokens_per_s: float) -> str:
     if "error" in entry:
         return f"{where} failed: {entry['error']}"
     threads = f", {entry['threads']} threads" if entry.get("threads") else ""
+    as_float32 = (
+        f"; a float32 copy {entry['float32']['tokens_per_s']:.1f}"
+        if "float32" in entry
+        else ""
+    )
     return (
         f"{where}{threads}: {entry['tokens_per_s']:.1f} tokens/s generating at batch "
-        f"1, against ours {ours_tokens_per_s:.1f} (float32, end to end)"
+        f"1{as_float32}, against ours {ours_tokens_per_s:.1f} (float32, end to end)"
     )

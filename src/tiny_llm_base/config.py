@@ -90,8 +90,8 @@ class EngineConfig:
         so the engine's Python runs while the model computes (step_ahead.py; same
         tokens); False: every step evaluated and read before the next is built.
         On by default: bench-engine measured the step ahead faster at batch 1
-        and 8 (2026-12-02 08:56) and in 6 of 8 rows over four earlier runs (book:
-        the engine days appendix).
+        and 8 (2026-12-02 08:56; level at 09:15) and in 6 of 8 rows over four
+        earlier runs (book: the engine days appendix).
     """
 
     batch_size: int = 5

@@ -485,3 +485,29 @@ def test_check_installation_reports_device_blas_rate_and_one_token():
     )
     [token] = [line for line in result.stdout.splitlines() if "one token:" in line]
     assert token.endswith(", mlx-lm's too"), result.stdout
+
+
+@pytest.mark.skipif(
+    fast_blas.STATUS.threads is None, reason="OpenBLAS's thread count only"
+)
+def test_tensor_parallel_ranks_share_the_cores_unless_the_environment_says(
+    monkeypatch,
+):
+    """share_cores(n): OpenBLAS on cores // n threads (at least one) in each of n
+    ranks; a thread count the environment names wins; one process changes nothing."""
+    library = ctypes.CDLL(fast_blas.STATUS.library)
+    before = library.openblas_get_num_threads()
+    try:
+        for name in fast_blas.THREAD_VARIABLES:
+            monkeypatch.delenv(name, raising=False)
+        cores = os.cpu_count() or 1
+        assert fast_blas.share_cores(1) is None
+        assert fast_blas.share_cores(2) == max(1, cores // 2)
+        assert library.openblas_get_num_threads() == max(1, cores // 2)
+        assert fast_blas.share_cores(cores * 4) == 1
+        assert library.openblas_get_num_threads() == 1
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", str(cores))
+        assert fast_blas.share_cores(2) is None
+        assert library.openblas_get_num_threads() == 1  # left as it was
+    finally:
+        library.openblas_set_num_threads(before)

@@ -32,6 +32,7 @@ from statistics import median
 
 import mlx.core as mx
 
+from tiny_llm_base import fast_blas
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.decoding import Decoder, decode_times
 from scripts.bench.benchlib.harness import Bench, timed
@@ -53,6 +54,7 @@ def all_sum_seconds(group, shape: tuple[int, ...], repeats: int) -> float:
 
 def worker(args: argparse.Namespace) -> None:
     group = mx.distributed.init()
+    fast_blas.share_cores(group.size())  # as serve's ranks do (ranks.py)
     mlx_model, _ = load_model()
     model = course.ShardedQwen2Model(mlx_model, group, "float32", use_fast_kernels=True)
     hidden = model.args.hidden_size

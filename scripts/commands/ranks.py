@@ -91,11 +91,14 @@ class Ranks:
     by mlx.launch (or with -n 1)."""
 
     def __init__(self) -> None:
+        from tiny_llm_base import fast_blas  # first: before mlx.core
+
         import mlx.core as mx
 
         self.mx = mx
         self.group = mx.distributed.init()
         self.rank, self.size = self.group.rank(), self.group.size()
+        fast_blas.share_cores(self.size)  # the ranks share this machine's cores
         self.seed: int | None = None
 
     @property

@@ -115,6 +115,10 @@ def attend_block(
     k, v: [..., S, D]. The leading axes are [B] for one key/value head or [B, H] for
     all of them. mask: "causal" (query i sees keys 0 .. first_position + i), None, or
     an additive array [..., R, n, S]. Returns [..., R, n, D] in float32.
+
+    The scores' columns are q reshaped [..., R * n, D]: column r * n + i is head r's
+    query i. Under "causal" key first_position + 1 + a is hidden from query i when
+    a >= i, its score -inf; with one query (n == 1) no key is hidden.
     """
     # Week 2 Day 3 Task 2: attend_block: for "causal", keep only the keys the last query
     # sees; scores = k @ q^T, [..., keys, R * n]; for "causal", overwrite the rows of

@@ -30,9 +30,9 @@ from .request import Request
 from .sampler import TokenSampler
 
 # A draft token's extra cost, as a fraction of a one-token forward: this CPU fed a
-# decode token and 4 drafts in 1.71x the time of one token (the week 3 day 4 chapter
-# has the table), 0.18 a draft.
-DRAFT_TOKEN_COST = 0.18
+# decode token and 4 drafts in 2.32x the time of one token (the week 3 day 4 chapter
+# has the table), 0.33 a draft.
+DRAFT_TOKEN_COST = 0.33
 # Generated tokens a request waits, the first time its drafts stop paying, before it
 # tries again; each later pause lasts twice the one before.
 RETRY_AFTER = 16
@@ -80,7 +80,7 @@ def break_even(rows: int, cost: float = DRAFT_TOKEN_COST) -> float:
     Without drafts the step costs 1 + cost x (rows - 1) one-token forwards and makes
     `rows` tokens; k drafts add cost x k and bring acceptance x k tokens. Tokens per
     second are unchanged when acceptance x (1 + cost x (rows - 1)) = cost x rows,
-    whatever k: at 1 row 18%, at 4 rows 47%.
+    whatever k: at 1 row 33%, at 4 rows 66%.
     """
     # Week 3 Day 4 Task 1: break_even: the acceptance at which drafting's gain pays for
     # its cost (derive it: the chapter's "When drafts do not pay")

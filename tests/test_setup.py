@@ -103,24 +103,6 @@ def test_one_row_products_go_to_sgemv_and_match_numpy(k, n, trans_a, trans_b):
     assert np.all(np.abs(two - np.concatenate([a, a]) @ b) <= 1e-5 * scale + 1e-6)
 
 
-DECODE_STEP = """
-import numpy as np
-from tiny_llm_base import fast_blas  # first: loads the fast BLAS before mlx.core
-import mlx.core as mx
-from mlx_lm.models.cache import make_prompt_cache
-from tiny_llm_base.loader import load_model
-from tiny_llm_base.mlx_lm_reference import float32_copy
-
-
-def decode_step_logits():
-    model, tokenizer = load_model(None)
-    model = float32_copy(model)
-    cache = make_prompt_cache(model)
-    model(mx.array([tokenizer.encode("The capital of France is")]), cache=cache)
-    return np.array(model(mx.array([[264]]), cache=cache)[0, -1])
-"""
-
-
 @pytest.mark.skipif(
     not fast_blas.STATUS.gemv_forward,
     reason="no one-row forwarder here (test_fast_blas_serves_mlx_... says why)",
@@ -131,19 +113,17 @@ def test_a_decode_step_through_the_forwarder_matches_sgemm(tmp_path):
     forwarder (here): the same greedy token, logits float32 rounding apart."""
     import numpy as np
 
+    from .decode_step import decode_step_logits
+
     saved = tmp_path / "logits.npy"
-    child = DECODE_STEP + "\nassert fast_blas.STATUS.gemv_forward is None\n"
-    child += f"np.save({str(saved)!r}, decode_step_logits())\n"
     env = dict(os.environ, **{fast_blas.GEMV_VARIABLE: "0"})
     done = subprocess.run(
-        [sys.executable, "-c", child],
+        [sys.executable, "-m", "tests.decode_step", str(saved)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    here: dict = {}
-    exec(DECODE_STEP, here)
     before = forwarded_products()
-    logits = here["decode_step_logits"]()
+    logits = decode_step_logits()
     assert forwarded_products() > before  # the step went through sgemv
     expected = np.load(saved)
     assert logits.argmax() == expected.argmax()

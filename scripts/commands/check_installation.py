@@ -85,11 +85,7 @@ def main() -> None:
             f"BLAS: OpenBLAS preloaded from {STATUS.library}, threads: "
             f"{STATUS.threads} (OPENBLAS_NUM_THREADS to change)"
         )
-        print(
-            f"one-row products: sgemv through {STATUS.gemv_forward}"
-            if STATUS.gemv_forward
-            else f"one-row products: OpenBLAS's sgemm ({STATUS.gemv_hint})"
-        )
+        print(f"one-row products: {STATUS.one_row_products}")
     elif STATUS.hint:
         print(f"BLAS: MLX's bundled reference BLAS (hint: {STATUS.hint})")
     else:

@@ -47,10 +47,10 @@ def apt_command() -> list[str] | None:
 def main() -> int:
     if not fast_blas.needs_openblas():
         return 0
-    if fast_blas.find_openblas():
-        built, hint = fast_blas.build_gemv_forward()
-        if built is None and os.environ.get(fast_blas.GEMV_VARIABLE) != "0":
-            print(f"tiny-llm: hint: {hint}", file=sys.stderr)
+    if fast_blas.find_openblas():  # loading fast_blas above built the forwarder
+        status = fast_blas.STATUS
+        if status.gemv_hint and os.environ.get(fast_blas.GEMV_VARIABLE) != "0":
+            print(f"tiny-llm: hint: {status.gemv_hint}", file=sys.stderr)
         return 0
     if device.gpu_paths():
         return 0

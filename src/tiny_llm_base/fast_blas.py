@@ -78,6 +78,13 @@ class BlasStatus:
     def active(self) -> bool:
         return self.library is not None
 
+    @property
+    def one_row_products(self) -> str:
+        """Which routine one-row products go to, and why, in a few words."""
+        if self.gemv_forward is not None:
+            return f"sgemv through {self.gemv_forward}"
+        return f"OpenBLAS's sgemm ({self.gemv_hint})"
+
 
 def needs_openblas() -> bool:
     return sys.platform.startswith("linux")
@@ -133,8 +140,9 @@ def build_gemv_forward() -> tuple[Path | None, str | None]:
     return target, None
 
 
-def load_gemv_forward(openblas: str) -> tuple[ctypes.CDLL | None, str | None]:
-    """The forwarder, loaded globally and holding OpenBLAS; or (None, why not)."""
+def load_gemv_forward(openblas: str) -> tuple[str | None, str | None]:
+    """The forwarder's path, loaded globally and holding OpenBLAS; or (None, why
+    not)."""
     if os.environ.get(GEMV_VARIABLE) == "0":
         return None, f"one-row products through sgemm ({GEMV_VARIABLE}=0)"
     path, hint = build_gemv_forward()
@@ -143,7 +151,7 @@ def load_gemv_forward(openblas: str) -> tuple[ctypes.CDLL | None, str | None]:
     forwarder = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     if forwarder.gemv_forward_init(openblas.encode()) != 0:
         return None, f"{openblas} lacks cblas_sgemv: one-row products through sgemm"
-    return forwarder, None
+    return str(path), None
 
 
 def activate() -> BlasStatus:
@@ -165,12 +173,12 @@ def activate() -> BlasStatus:
     forwarder, gemv_hint = load_gemv_forward(path)
     mode = ctypes.RTLD_LOCAL if forwarder is not None else ctypes.RTLD_GLOBAL
     library = ctypes.CDLL(path, mode=mode)
-    if not hasattr(library, "openblas_set_num_threads"):  # not OpenBLAS's own API
-        return BlasStatus(path, None)
-    threads = library.openblas_get_num_threads()
-    if forwarder is None:
-        return BlasStatus(path, None, threads, gemv_hint=gemv_hint)
-    return BlasStatus(path, None, threads, forwarder._name)
+    threads = (  # None: not OpenBLAS's own API
+        library.openblas_get_num_threads()
+        if hasattr(library, "openblas_set_num_threads")
+        else None
+    )
+    return BlasStatus(path, None, threads, forwarder, gemv_hint)
 
 
 def set_threads(count: int) -> int | None:

@@ -42,14 +42,14 @@ int gemv_forward_init(const char *path) {
 }
 
 /* How many products went to sgemv so far (tests read it). */
-long gemv_forward_count(void) { return forwarded; }
+long gemv_forward_count(void) { return __atomic_load_n(&forwarded, __ATOMIC_RELAXED); }
 
 void cblas_sgemm(int order, int trans_a, int trans_b, int M, int N, int K,
                  float alpha, const float *A, int lda, const float *B, int ldb,
                  float beta, float *C, int ldc) {
   if (order == ROW_MAJOR && M == 1 && N > 0 && K > 0) {
     int incx = trans_a == NO_TRANS ? 1 : lda;
-    forwarded++;
+    __atomic_fetch_add(&forwarded, 1, __ATOMIC_RELAXED); /* any MLX stream */
     if (trans_b == NO_TRANS) /* B [K, N]: y = B^T x */
       real_sgemv(ROW_MAJOR, TRANS, K, N, alpha, B, ldb, A, incx, beta, C, 1);
     else /* B stored [N, K]: y = B x */

@@ -70,11 +70,7 @@ def machine() -> dict:
         mlx=mx.__version__,
         device=str(mx.default_device()),
         blas=f"OpenBLAS ({STATUS.library}, threads: {STATUS.threads}; one-row "
-        + (
-            "products through sgemv)"
-            if STATUS.gemv_forward
-            else f"products through sgemm: {STATUS.gemv_hint})"
-        )
+        f"products: {STATUS.one_row_products})"
         if STATUS.active
         else (STATUS.hint or "platform BLAS"),
         load_average=dict(before=os.getloadavg()),

@@ -83,19 +83,19 @@ def read_array() -> np.ndarray:
 READS = (np.max, lambda part: np.bitwise_or.reduce(part.view(np.int32)))
 
 
-def read_bandwidth(passes: int = 7) -> float:
+def read_bandwidth(data: np.ndarray, passes: int = 7) -> float:
     """Bytes per second one thread reads from memory: the best of several passes over
-    a 256 MB array, with either of READS, whichever is faster."""
-    data = read_array()
+    `data` (read_array's 256 MB), with either of READS, whichever is faster."""
     best = min(fastest(lambda r=r: r(data), passes) for r in READS)
     return data.nbytes / best
 
 
-def machine_read_bandwidth(passes: int = 7, threads: int | None = None) -> float:
-    """Bytes per second the whole machine reads: read_bandwidth's array split into
-    `threads` parts (os.cpu_count()), each part read by a thread of its own."""
+def machine_read_bandwidth(
+    data: np.ndarray, passes: int = 7, threads: int | None = None
+) -> float:
+    """Bytes per second the whole machine reads: `data` split into `threads` parts
+    (os.cpu_count()), each part read by a thread of its own."""
     threads = threads or os.cpu_count() or 1
-    data = read_array()
     parts = np.array_split(data, threads)
     with ThreadPoolExecutor(threads) as pool:
         best = min(fastest(lambda r=r: list(pool.map(r, parts)), passes) for r in READS)
@@ -132,7 +132,9 @@ class Bandwidth:
 
 
 def measure_bandwidth(passes: int = 7) -> Bandwidth:
-    threads = os.cpu_count() or 1
+    threads, data = os.cpu_count() or 1, read_array()
     return Bandwidth(
-        read_bandwidth(passes), machine_read_bandwidth(passes, threads), threads
+        read_bandwidth(data, passes),
+        machine_read_bandwidth(data, passes, threads),
+        threads,
     )

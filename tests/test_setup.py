@@ -37,7 +37,7 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
         )
         return
     assert fast_blas.STATUS.library == path
-    # Where a C compiler is, the one-row forwarder is built and serves MLX.
+    # Where a C compiler is, the few-row forwarder is built and serves MLX.
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler and os.environ.get(fast_blas.GEMV_VARIABLE) != "0":
         assert fast_blas.STATUS.gemv_forward, fast_blas.STATUS.gemv_hint
@@ -57,32 +57,43 @@ def test_fast_blas_serves_mlx_where_openblas_is_available():
     assert fast_blas.STATUS.threads == threads == expected
 
 
-ONE_ROW_CASES = [  # (K, N, A transposed, B transposed)
-    (576, 1536, False, True),  # x @ W.T, the model's projections
-    (576, 1536, False, False),
-    (64, 37, True, False),  # A a column: its row is strided
-    (300, 5, True, True),
+# (M, K, N, A transposed, B transposed, goes around OpenBLAS's sgemm)
+FEW_ROW_CASES = [
+    (1, 576, 1536, False, True, True),  # x @ W.T, the model's projections: few_rows
+    (2, 576, 1536, False, True, True),
+    (1, 1539, 583, False, True, True),  # K and N not multiples of the kernel's 8
+    (5, 1539, 583, False, True, True),
+    (16, 64, 37, False, True, True),  # the most rows few_rows takes
+    (17, 576, 1536, False, True, False),  # one more: sgemm
+    (1, 576, 1536, False, False, True),  # one row in another layout: sgemv
+    (1, 64, 37, True, False, True),  # A a column: its row is strided
+    (1, 300, 5, True, True, True),
+    (3, 64, 37, False, False, False),  # several rows in another layout: sgemm
 ]
 
 
-def forwarded_products() -> int:
-    return ctypes.CDLL(fast_blas.STATUS.gemv_forward).gemv_forward_count()
+def forwarder():
+    return ctypes.CDLL(fast_blas.STATUS.gemv_forward)
 
 
 @pytest.mark.skipif(
     not fast_blas.STATUS.gemv_forward,
-    reason="no one-row forwarder here (test_fast_blas_serves_mlx_... says why)",
+    reason="no few-row forwarder here (test_fast_blas_serves_mlx_... says why)",
 )
-@pytest.mark.parametrize("k,n,trans_a,trans_b", ONE_ROW_CASES)
-def test_one_row_products_go_to_sgemv_and_match_numpy(k, n, trans_a, trans_b):
-    """A [1, K] @ [K, N] product in every layout MLX hands BLAS, plain and as
-    addmm (alpha and beta), equals numpy's in float64, and went through sgemv."""
+@pytest.mark.parametrize("m,k,n,trans_a,trans_b,around", FEW_ROW_CASES)
+def test_few_row_products_match_numpy_in_every_layout(
+    m, k, n, trans_a, trans_b, around
+):
+    """An [M, K] @ [K, N] product in the layouts MLX hands BLAS, plain and as addmm
+    (alpha and beta), equals numpy's in float64, with the forwarder's kernels on and
+    off (gemv_forward_enable(0): OpenBLAS's sgemm); on, it went around sgemm exactly
+    where the forwarder promises."""
     import mlx.core as mx
     import numpy as np
 
-    rng = np.random.default_rng(k + n)
-    a, b = rng.standard_normal((1, k)), rng.standard_normal((k, n))
-    c = rng.standard_normal((1, n))
+    rng = np.random.default_rng(m * k + n)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    c = rng.standard_normal((m, n))
 
     def stored(x, transposed):  # transposed: x.T's rows in memory, viewed as x
         if transposed:
@@ -90,22 +101,25 @@ def test_one_row_products_go_to_sgemv_and_match_numpy(k, n, trans_a, trans_b):
         return mx.array(x, mx.float32)
 
     left, right = stored(a, trans_a), stored(b, trans_b)
-    before = forwarded_products()
-    product = np.array(left @ right)
-    added = np.array(mx.addmm(mx.array(c, mx.float32), left, right, 2.0, 0.5))
-    assert forwarded_products() == before + 2
     scale = np.abs(a) @ np.abs(b)  # float32 rounding grows with it
-    assert np.all(np.abs(product - a @ b) <= 1e-5 * scale + 1e-6)
-    assert np.all(np.abs(added - (2.0 * (a @ b) + 0.5 * c)) <= 3e-5 * scale + 1e-5)
-    # Two rows stay with sgemm.
-    two = np.array(mx.concatenate([left, left]) @ right)
-    assert forwarded_products() == before + 2
-    assert np.all(np.abs(two - np.concatenate([a, a]) @ b) <= 1e-5 * scale + 1e-6)
+    for enabled in (1, 0):
+        previous = forwarder().gemv_forward_enable(enabled)
+        try:
+            before = forwarder().gemv_forward_count()
+            product = np.array(left @ right)
+            added = np.array(mx.addmm(mx.array(c, mx.float32), left, right, 2.0, 0.5))
+            went_around = forwarder().gemv_forward_count() - before
+        finally:
+            forwarder().gemv_forward_enable(previous)
+        assert went_around == (2 if around and enabled else 0)
+        assert np.all(np.abs(product - a @ b) <= 1e-5 * scale + 1e-6)
+        expected = 2.0 * (a @ b) + 0.5 * c
+        assert np.all(np.abs(added - expected) <= 3e-5 * scale + 1e-5)
 
 
 @pytest.mark.skipif(
     not fast_blas.STATUS.gemv_forward,
-    reason="no one-row forwarder here (test_fast_blas_serves_mlx_... says why)",
+    reason="no few-row forwarder here (test_fast_blas_serves_mlx_... says why)",
 )
 def test_a_decode_step_through_the_forwarder_matches_sgemm(tmp_path):
     """mlx-lm's float32 model, one batch-1 decode step after a prompt, with
@@ -122,9 +136,9 @@ def test_a_decode_step_through_the_forwarder_matches_sgemm(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    before = forwarded_products()
+    before = forwarder().gemv_forward_count()
     logits = decode_step_logits()
-    assert forwarded_products() > before  # the step went through sgemv
+    assert forwarder().gemv_forward_count() > before  # the step went around sgemm
     expected = np.load(saved)
     assert logits.argmax() == expected.argmax()
     assert np.abs(logits - expected).max() <= 1e-3 * np.abs(expected).max()

@@ -18,14 +18,15 @@ SlowBlasWarning saying so: OpenBLAS loaded after libmlx cannot take over, becaus
 Python loads extension modules with RTLD_NOW and libmlx's BLAS symbols are already
 bound.
 
-One-row products (a decode step at batch 1, and every sequence's attention in
-decode) go to OpenBLAS's sgemv through gemv_forward.c: OpenBLAS 0.3.21's sgemm
-copies the whole weight matrix into a packed buffer before it multiplies, even for
-one row, and sgemv reads the weights once (a batch-1 forward of the embedded model
-about 1.8x faster; the fast-paths chapter's table). The file is compiled once, by
-the machine's C compiler, into ~/.cache/tiny-llm (XDG_CACHE_HOME), and loaded
-globally in OpenBLAS's place; OpenBLAS is then opened locally by it. Without a
-compiler, or with `TINY_LLM_GEMV_FORWARD=0`, OpenBLAS serves MLX directly.
+Products of up to 16 rows (a decode step's projections, and a speculative step's)
+go to gemv_forward.c's own kernel, other one-row products to OpenBLAS's sgemv:
+OpenBLAS 0.3.21's sgemm copies the whole weight matrix into a packed buffer before
+it multiplies, even for one row, and the kernel reads the weights once, on every
+core (the fast-paths chapter's table). The file is compiled once, by the machine's
+C compiler, for its CPU and with OpenMP where it can, into ~/.cache/tiny-llm
+(XDG_CACHE_HOME), and loaded globally in OpenBLAS's place; OpenBLAS is then opened
+locally by it. Without a compiler, or with `TINY_LLM_GEMV_FORWARD=0`, OpenBLAS
+serves MLX directly.
 """
 
 import ctypes
@@ -36,6 +37,8 @@ import platform
 import shutil
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,11 +114,21 @@ def cache_folder() -> Path:
     return Path(base) / "tiny-llm"
 
 
+# Tried in order: the machine's own vector width and both cores first.
+BUILD_FLAGS = (
+    ("-O2", "-march=native", "-fopenmp"),
+    ("-O2", "-fopenmp"),
+    ("-O2",),
+)
+
+
 def build_gemv_forward() -> tuple[Path | None, str | None]:
     """gemv_forward.c compiled into the cache (once: the source's hash names the
-    library), or (None, why not). Concurrent first uses each compile to a file of
-    their own and rename it into place."""
-    digest = hashlib.sha256(GEMV_SOURCE.read_bytes()).hexdigest()[:12]
+    library), or (None, why not). It is built for this machine's CPU and threaded
+    with OpenMP where the compiler can; otherwise more plainly. Concurrent first uses
+    each compile to a file of their own and rename it into place."""
+    source = GEMV_SOURCE.read_bytes() + repr((BUILD_FLAGS, platform.node())).encode()
+    digest = hashlib.sha256(source).hexdigest()[:12]  # built for this host's CPU
     target = cache_folder() / f"gemv_forward-{digest}-{platform.machine()}.so"
     if target.exists():
         return target, None
@@ -125,13 +138,16 @@ def build_gemv_forward() -> tuple[Path | None, str | None]:
     import subprocess  # only on a first use: it is slow to import
 
     partial = target.with_name(f".{target.name}.{os.getpid()}")
-    command = [compiler, "-O2", "-shared", "-fPIC", "-o", str(partial)]
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        built = subprocess.run(
-            [*command, str(GEMV_SOURCE), "-ldl"], capture_output=True, text=True
-        )
-        if built.returncode != 0:
+        for flags in BUILD_FLAGS:
+            command = [compiler, *flags, "-shared", "-fPIC", "-o", str(partial)]
+            built = subprocess.run(
+                [*command, str(GEMV_SOURCE), "-ldl"], capture_output=True, text=True
+            )
+            if built.returncode == 0:
+                break
+        else:
             said = (built.stderr.strip().splitlines() or ["no message"])[-1]
             return None, f"{compiler} could not build gemv_forward.c: {said}"
         os.replace(partial, target)
@@ -202,6 +218,23 @@ def share_cores(processes: int) -> int | None:
     threads = max(1, (os.cpu_count() or 1) // processes)
     set_threads(threads)
     return threads
+
+
+@contextmanager
+def openblas_alone() -> Iterator[None]:
+    """Every float32 product through OpenBLAS's own sgemm inside the block, as a
+    program without gemv_forward.c runs (benchmarks measure a peer this way); a
+    no-op where the forwarder is not loaded. Call it between evaluations: MLX must
+    not be computing meanwhile."""
+    if STATUS.gemv_forward is None:
+        yield
+        return
+    forwarder = ctypes.CDLL(STATUS.gemv_forward)
+    previous = forwarder.gemv_forward_enable(0)
+    try:
+        yield
+    finally:
+        forwarder.gemv_forward_enable(previous)
 
 
 def importer_stacklevel() -> int:

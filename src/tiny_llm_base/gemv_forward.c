@@ -1,18 +1,29 @@
-/* cblas_sgemm for MLX on a Linux CPU, forwarding one-row products to cblas_sgemv.
+/* cblas_sgemm for MLX on a Linux CPU: products of a few rows by a kernel of its own.
 
-   A decode step multiplies one row per sequence by every weight matrix. OpenBLAS's
-   sgemm (0.3.21, Debian 12's) first copies the whole weight panel into a packed
-   buffer, also for one row, so a batch-1 step read every weight twice and wrote it
-   once; sgemv reads it once. fast_blas.py compiles this file, loads it globally
-   before mlx.core (libmlx resolves cblas_sgemm, cblas_dgemm and cblas_cgemm, and
-   finds these), and hands it OpenBLAS's path, which it opens locally.
+   A decode step multiplies one row per sequence (a few more under speculation) by
+   every weight matrix: it should cost one read of the weights. OpenBLAS's sgemm
+   (0.3.21, Debian 12's) first copies the whole weight panel into a packed buffer,
+   so a decode step read every weight twice and wrote it once, and its sgemv (one
+   row) used one core. fast_blas.py compiles this file, loads it globally before
+   mlx.core (libmlx resolves cblas_sgemm, cblas_dgemm and cblas_cgemm, and finds
+   these), and hands it OpenBLAS's path, which it opens locally.
 
-   Row-major C[1, N] = alpha * op(A)[1, K] . op(B)[K, N] + beta * C is the
-   matrix-vector product y = alpha * op(B)^T x + beta * y: x is A's one row (stride
-   lda when A is transposed), y is C's row. Other shapes go to OpenBLAS's sgemm. */
+   MLX's Linear is x @ W.T: row-major A [M, K] times B stored [N, K] (trans_b). For
+   M <= MAX_ROWS that layout goes to few_rows: four rows of B at a time (eight for
+   one row of A), each read once from memory (the next four prefetched) and then
+   from L1 for every pair of A's rows, split over OpenBLAS's thread count. Other one-row layouts go to sgemv;
+   everything else to OpenBLAS's sgemm. gemv_forward_enable(0) sends everything to
+   sgemm, as plain OpenBLAS would (benchmarks measure a peer that way). */
 #include <dlfcn.h>
+#include <stddef.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
+enum { MAX_ROWS = 16 };       /* at 16 rows OpenBLAS's packed sgemm is as fast */
+enum { SPLIT_FROM = 1 << 15 }; /* N * K below which threads cost more than they save */
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
@@ -22,12 +33,15 @@ typedef void (*dgemm_fn)(int, int, int, int, int, int, double, const double *, i
                          const double *, int, double, double *, int);
 typedef void (*cgemm_fn)(int, int, int, int, int, int, const void *, const void *,
                          int, const void *, int, const void *, void *, int);
+typedef int (*threads_fn)(void);
 
 static sgemm_fn real_sgemm;
 static sgemv_fn real_sgemv;
 static dgemm_fn real_dgemm;
 static cgemm_fn real_cgemm;
+static threads_fn blas_threads; /* OpenBLAS's thread count: ours follows it */
 static long forwarded;
+static int enabled = 1;
 
 /* Open OpenBLAS at `path` (locally: its own cblas_sgemm stays out of the global
    scope) and find what this file calls. 0 on success. */
@@ -38,21 +52,153 @@ int gemv_forward_init(const char *path) {
   real_sgemv = (sgemv_fn)dlsym(openblas, "cblas_sgemv");
   real_dgemm = (dgemm_fn)dlsym(openblas, "cblas_dgemm");
   real_cgemm = (cgemm_fn)dlsym(openblas, "cblas_cgemm");
+  blas_threads = (threads_fn)dlsym(openblas, "openblas_get_num_threads");
   return !(real_sgemm && real_sgemv && real_dgemm && real_cgemm);
 }
 
-/* How many products went to sgemv so far (tests read it). */
+/* How many products went to few_rows or sgemv so far (tests read it). */
 long gemv_forward_count(void) { return __atomic_load_n(&forwarded, __ATOMIC_RELAXED); }
+
+/* 0: every product to OpenBLAS's sgemm; 1: the default. Returns the previous. */
+int gemv_forward_enable(int on) { return __atomic_exchange_n(&enabled, on, __ATOMIC_SEQ_CST); }
+
+typedef float v8 __attribute__((vector_size(32))); /* AVX's register, NEON's pair */
+
+static inline v8 load8(const float *p) {
+  v8 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline float sum8(v8 v) {
+  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+static inline void put(float *c, float v, float alpha, float beta) {
+  *c = beta == 0.0f ? alpha * v : alpha * v + beta * *c; /* beta 0: C unread */
+}
+
+/* One row: C[0, n] for n in [n0, n1), eight rows of B at a time (eight sums in
+   flight hide the multiply-add's latency). Returns where it stopped. */
+static int one_row(int n0, int n1, int K, float alpha, const float *A, const float *B,
+                   int ldb, float beta, float *C) {
+  int K8 = K & ~7, n = n0;
+  for (; n + 8 <= n1; n += 8) {
+    const float *b = B + (size_t)n * ldb;
+    size_t r = ldb;
+    v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
+    for (int k = 0; k < K8; k += 8) {
+      v8 x = load8(A + k);
+      c0 += x * load8(b + k), c1 += x * load8(b + r + k);
+      c2 += x * load8(b + 2 * r + k), c3 += x * load8(b + 3 * r + k);
+      c4 += x * load8(b + 4 * r + k), c5 += x * load8(b + 5 * r + k);
+      c6 += x * load8(b + 6 * r + k), c7 += x * load8(b + 7 * r + k);
+    }
+    float s[8] = {sum8(c0), sum8(c1), sum8(c2), sum8(c3),
+                  sum8(c4), sum8(c5), sum8(c6), sum8(c7)};
+    for (int j = 0; j < 8; j++) {
+      for (int k = K8; k < K; k++) s[j] += A[k] * b[j * r + k];
+      put(C + n + j, s[j], alpha, beta);
+    }
+  }
+  return n;
+}
+
+/* C[m, n] for every m < M and n in [n0, n1). */
+static void few_rows(int M, int n0, int n1, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc) {
+  int K8 = K & ~7, n = M == 1 ? one_row(n0, n1, K, alpha, A, B, ldb, beta, C) : n0;
+  for (; n + 4 <= n1; n += 4) {
+    const float *b[4];
+    for (int j = 0; j < 4; j++) b[j] = B + (size_t)(n + j) * ldb;
+    const float *next = b[0] + 4 * (size_t)ldb;
+    int m = 0;
+    for (; m + 2 <= M; m += 2) {
+      const float *a0 = A + (size_t)m * lda, *a1 = a0 + lda;
+      v8 c00 = {0}, c01 = {0}, c02 = {0}, c03 = {0};
+      v8 c10 = {0}, c11 = {0}, c12 = {0}, c13 = {0};
+      for (int k = 0; k < K8; k += 8) {
+        if (m == 0)
+          for (int j = 0; j < 4; j++) __builtin_prefetch(next + j * (size_t)ldb + k);
+        v8 x0 = load8(a0 + k), x1 = load8(a1 + k), w;
+        w = load8(b[0] + k), c00 += x0 * w, c10 += x1 * w;
+        w = load8(b[1] + k), c01 += x0 * w, c11 += x1 * w;
+        w = load8(b[2] + k), c02 += x0 * w, c12 += x1 * w;
+        w = load8(b[3] + k), c03 += x0 * w, c13 += x1 * w;
+      }
+      float s[2][4] = {{sum8(c00), sum8(c01), sum8(c02), sum8(c03)},
+                       {sum8(c10), sum8(c11), sum8(c12), sum8(c13)}};
+      for (int j = 0; j < 4; j++) {
+        for (int k = K8; k < K; k++) s[0][j] += a0[k] * b[j][k], s[1][j] += a1[k] * b[j][k];
+        put(C + (size_t)m * ldc + n + j, s[0][j], alpha, beta);
+        put(C + (size_t)(m + 1) * ldc + n + j, s[1][j], alpha, beta);
+      }
+    }
+    if (m < M) { /* an odd row */
+      const float *a0 = A + (size_t)m * lda;
+      v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+      for (int k = 0; k < K8; k += 8) {
+        if (m == 0)
+          for (int j = 0; j < 4; j++) __builtin_prefetch(next + j * (size_t)ldb + k);
+        v8 x0 = load8(a0 + k);
+        c0 += x0 * load8(b[0] + k), c1 += x0 * load8(b[1] + k);
+        c2 += x0 * load8(b[2] + k), c3 += x0 * load8(b[3] + k);
+      }
+      float s[4] = {sum8(c0), sum8(c1), sum8(c2), sum8(c3)};
+      for (int j = 0; j < 4; j++) {
+        for (int k = K8; k < K; k++) s[j] += a0[k] * b[j][k];
+        put(C + (size_t)m * ldc + n + j, s[j], alpha, beta);
+      }
+    }
+  }
+  for (; n < n1; n++) { /* the last N % 4 rows of B */
+    const float *b0 = B + (size_t)n * ldb;
+    for (int m = 0; m < M; m++) {
+      const float *a0 = A + (size_t)m * lda;
+      v8 c = {0};
+      for (int k = 0; k < K8; k += 8) c += load8(a0 + k) * load8(b0 + k);
+      float s = sum8(c);
+      for (int k = K8; k < K; k++) s += a0[k] * b0[k];
+      put(C + (size_t)m * ldc + n, s, alpha, beta);
+    }
+  }
+}
+
+/* few_rows over B's rows split into one block (a multiple of 8) per thread. */
+static void few_rows_split(int M, int N, int K, float alpha, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc) {
+#ifdef _OPENMP
+  int threads = blas_threads ? blas_threads() : 1;
+  if (threads > 1 && (long)N * K >= SPLIT_FROM) {
+#pragma omp parallel num_threads(threads)
+    {
+      int t = omp_get_thread_num(), count = omp_get_num_threads();
+      int per = ((N + count - 1) / count + 7) & ~7;
+      int n0 = t * per, n1 = n0 + per < N ? n0 + per : N;
+      if (n0 < n1) few_rows(M, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+    return;
+  }
+#endif
+  few_rows(M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 void cblas_sgemm(int order, int trans_a, int trans_b, int M, int N, int K,
                  float alpha, const float *A, int lda, const float *B, int ldb,
                  float beta, float *C, int ldc) {
-  if (order == ROW_MAJOR && M == 1 && N > 0 && K > 0) {
-    int incx = trans_a == NO_TRANS ? 1 : lda;
+  int mine = __atomic_load_n(&enabled, __ATOMIC_RELAXED) && order == ROW_MAJOR &&
+             M >= 1 && N > 0 && K > 0;
+  if (mine && M <= MAX_ROWS && trans_a == NO_TRANS && trans_b == TRANS) {
     __atomic_fetch_add(&forwarded, 1, __ATOMIC_RELAXED); /* any MLX stream */
+    few_rows_split(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (mine && M == 1) {
+    int incx = trans_a == NO_TRANS ? 1 : lda;
+    __atomic_fetch_add(&forwarded, 1, __ATOMIC_RELAXED);
     if (trans_b == NO_TRANS) /* B [K, N]: y = B^T x */
       real_sgemv(ROW_MAJOR, TRANS, K, N, alpha, B, ldb, A, incx, beta, C, 1);
-    else /* B stored [N, K]: y = B x */
+    else /* B stored [N, K], x strided: y = B x */
       real_sgemv(ROW_MAJOR, NO_TRANS, N, K, alpha, B, ldb, A, incx, beta, C, 1);
     return;
   }

@@ -21,8 +21,7 @@ def dequantize_linear(layer: nn.Module, dtype: mx.Dtype | None = None) -> mx.arr
     integers q plus a scale and a bias per group of group_size weights, and each
     weight is scale * q + bias. mx.dequantize computes that in the scales' dtype, so
     the scales and biases are cast to dtype first: float16 arithmetic would round
-    every weight before it reaches a float32 model. On a CPU the new matrix is laid
-    out for the BLAS (blas_layout).
+    every weight before it reaches a float32 model.
     """
     if "scales" not in layer:
         return layer.weight if dtype is None else layer.weight.astype(dtype)
@@ -39,23 +38,8 @@ def dequantize_linear(layer: nn.Module, dtype: mx.Dtype | None = None) -> mx.arr
         group_size=layer.group_size,
         bits=layer.bits,
     )
-    return blas_layout(weight)
+    return weight
     # ANCHOR_END: dequantize_linear
-
-
-def blas_layout(weight: mx.array) -> mx.array:
-    """weight [out, in], the same values, stored [in, out] on a CPU (a transposed
-    view of that copy), else as it is.
-
-    Every model multiplies x @ weight.T: from this storage OpenBLAS gets weight.T as
-    a plain [in, out] matrix, not one marked transposed, and a decode forward of the
-    embedded model took 0.91x the time at batch 8 and 0.83x at batch 1 on the
-    course's 2-core machine (the fast-paths chapter). A row lookup (an embedding)
-    reads strided memory: about 50 ms for 6,000 ids, against seconds of prefill.
-    """
-    if gpu_paths():
-        return weight
-    return mx.contiguous(weight.T).T
 
 
 def check_supported_architecture(args) -> None:

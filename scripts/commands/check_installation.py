@@ -85,7 +85,7 @@ def main() -> None:
             f"BLAS: OpenBLAS preloaded from {STATUS.library}, threads: "
             f"{STATUS.threads} (OPENBLAS_NUM_THREADS to change)"
         )
-        print(f"one-row products: {STATUS.one_row_products}")
+        print(f"few-row products: {STATUS.few_row_products}")
     elif STATUS.hint:
         print(f"BLAS: MLX's bundled reference BLAS (hint: {STATUS.hint})")
     else:

@@ -4,7 +4,7 @@ On Linux the mlx-cpu wheel's own BLAS is ~30x slower than OpenBLAS. Where OpenBL
 missing, MLX computes on the CPU (a GPU never uses this BLAS: the device switch,
 tiny_llm_base.device, says which) and this user can install Debian packages (root,
 or password-less sudo), it installs `libopenblas0-pthread`; otherwise it prints one
-hint and carries on. With OpenBLAS there, it builds fast_blas's one-row forwarder
+hint and carries on. With OpenBLAS there, it builds fast_blas's few-row forwarder
 (gemv_forward.c) at install rather than at the first import, or says why it cannot.
 """
 

@@ -52,7 +52,7 @@ SYSTEM_OPENBLAS = [
 DEBIAN_PACKAGE = "libopenblas0-pthread"
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 GEMV_SOURCE = Path(__file__).with_name("gemv_forward.c")
-GEMV_VARIABLE = "TINY_LLM_GEMV_FORWARD"  # 0: one-row products through sgemm too
+GEMV_VARIABLE = "TINY_LLM_GEMV_FORWARD"  # 0: few-row products through sgemm too
 IMPORTED_TOO_LATE = (
     "mlx.core was imported before tiny_llm, so float32 matmul runs on MLX's slow "
     "reference BLAS (~30x slower): import tiny_llm (or tiny_llm_ref, tiny_llm_base) "
@@ -82,10 +82,11 @@ class BlasStatus:
         return self.library is not None
 
     @property
-    def one_row_products(self) -> str:
-        """Which routine one-row products go to, and why, in a few words."""
+    def few_row_products(self) -> str:
+        """Which routine a decode step's few-row products go to, and why, in a few
+        words."""
         if self.gemv_forward is not None:
-            return f"sgemv through {self.gemv_forward}"
+            return f"the few-row kernel in {self.gemv_forward}"
         return f"OpenBLAS's sgemm ({self.gemv_hint})"
 
 
@@ -160,13 +161,13 @@ def load_gemv_forward(openblas: str) -> tuple[str | None, str | None]:
     """The forwarder's path, loaded globally and holding OpenBLAS; or (None, why
     not)."""
     if os.environ.get(GEMV_VARIABLE) == "0":
-        return None, f"one-row products through sgemm ({GEMV_VARIABLE}=0)"
+        return None, f"few-row products through sgemm ({GEMV_VARIABLE}=0)"
     path, hint = build_gemv_forward()
     if path is None:
         return None, hint
     forwarder = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     if forwarder.gemv_forward_init(openblas.encode()) != 0:
-        return None, f"{openblas} lacks cblas_sgemv: one-row products through sgemm"
+        return None, f"{openblas} lacks cblas_sgemv: few-row products through sgemm"
     return str(path), None
 
 

@@ -69,8 +69,8 @@ def machine() -> dict:
         cores=os.cpu_count(),
         mlx=mx.__version__,
         device=str(mx.default_device()),
-        blas=f"OpenBLAS ({STATUS.library}, threads: {STATUS.threads}; one-row "
-        f"products: {STATUS.one_row_products})"
+        blas=f"OpenBLAS ({STATUS.library}, threads: {STATUS.threads}; few-row "
+        f"products: {STATUS.few_row_products})"
         if STATUS.active
         else (STATUS.hint or "platform BLAS"),
         load_average=dict(before=os.getloadavg()),

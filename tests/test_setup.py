@@ -505,3 +505,40 @@ def test_tensor_parallel_ranks_share_the_cores_unless_the_environment_says(
         assert library.openblas_get_num_threads() == 1  # left as it was
     finally:
         library.openblas_set_num_threads(before)
+
+
+@pytest.mark.skipif(
+    not (shutil.which("cc") or shutil.which("gcc")) or not fast_blas.needs_openblas(),
+    reason="builds the forwarder with this machine's C compiler (Linux only)",
+)
+def test_the_forwarder_builds_without_openmp_and_says_why_it_cannot_build(
+    monkeypatch, tmp_path
+):
+    """A compiler that refuses -fopenmp (clang without libomp) still builds the
+    forwarder, with the next flags; one that builds nothing gives (None, a hint
+    naming it)."""
+    real = shutil.which("cc") or shutil.which("gcc")
+    calls = tmp_path / "calls"
+    picky = tmp_path / "picky-cc"
+    picky.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case " $* " in *" -fopenmp "*) echo "no OpenMP here" >&2; exit 1;; esac\n'
+        f'exec {real} "$@"\n'
+    )
+    picky.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", str(picky))
+    path, hint = fast_blas.build_gemv_forward()
+    assert hint is None and path is not None and path.exists()
+    tried = calls.read_text().splitlines()
+    assert "-fopenmp" in tried[0] and "-fopenmp" not in tried[-1]
+    assert ctypes.CDLL(str(path)).gemv_forward_count() == 0
+
+    broken = tmp_path / "broken-cc"
+    broken.write_text('#!/bin/sh\necho "cannot compile" >&2\nexit 1\n')
+    broken.chmod(0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache2"))
+    monkeypatch.setenv("CC", str(broken))
+    path, hint = fast_blas.build_gemv_forward()
+    assert path is None and "could not build gemv_forward.c: cannot compile" in hint

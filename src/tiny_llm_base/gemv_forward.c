@@ -79,7 +79,8 @@ static inline void put(float *c, float v, float alpha, float beta) {
 }
 
 /* One row: C[0, n] for n in [n0, n1), eight rows of B at a time (eight sums in
-   flight hide the multiply-add's latency). Returns where it stopped. */
+   flight hide the multiply-add's latency), the next eight prefetched. Returns where
+   it stopped. */
 static int one_row(int n0, int n1, int K, float alpha, const float *A, const float *B,
                    int ldb, float beta, float *C) {
   int K8 = K & ~7, n = n0;
@@ -88,6 +89,7 @@ static int one_row(int n0, int n1, int K, float alpha, const float *A, const flo
     size_t r = ldb;
     v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0}, c4 = {0}, c5 = {0}, c6 = {0}, c7 = {0};
     for (int k = 0; k < K8; k += 8) {
+      for (int j = 8; j < 16; j++) __builtin_prefetch(b + j * r + k); /* the next 8 */
       v8 x = load8(A + k);
       c0 += x * load8(b + k), c1 += x * load8(b + r + k);
       c2 += x * load8(b + 2 * r + k), c3 += x * load8(b + 3 * r + k);

@@ -4,16 +4,17 @@
    every weight matrix: it should cost one read of the weights. OpenBLAS's sgemm
    (0.3.21, Debian 12's) first copies the whole weight panel into a packed buffer,
    so a decode step read every weight twice and wrote it once, and its sgemv (one
-   row) used one core. fast_blas.py compiles this file, loads it globally before
-   mlx.core (libmlx resolves cblas_sgemm, cblas_dgemm and cblas_cgemm, and finds
-   these), and hands it OpenBLAS's path, which it opens locally.
+   row) gained nothing from a second core. fast_blas.py compiles this file, loads it
+   globally before mlx.core (libmlx resolves cblas_sgemm, cblas_dgemm and
+   cblas_cgemm, and finds these), and hands it OpenBLAS's path, opened locally.
 
    MLX's Linear is x @ W.T: row-major A [M, K] times B stored [N, K] (trans_b). For
    M <= MAX_ROWS that layout goes to few_rows: four rows of B at a time (eight for
-   one row of A), each read once from memory (the next four prefetched) and then
-   from L1 for every pair of A's rows, split over OpenBLAS's thread count. Other one-row layouts go to sgemv;
-   everything else to OpenBLAS's sgemm. gemv_forward_enable(0) sends everything to
-   sgemm, as plain OpenBLAS would (benchmarks measure a peer that way). */
+   one row of A), each read once from memory (the next ones prefetched) and then
+   from L1 for every pair of A's rows, split over OpenBLAS's thread count. Other
+   one-row layouts go to sgemv; everything else to OpenBLAS's sgemm.
+   gemv_forward_enable(0) sends everything to sgemm, as plain OpenBLAS would
+   (benchmarks measure a peer that way). */
 #include <dlfcn.h>
 #include <stddef.h>
 #include <string.h>
@@ -60,7 +61,9 @@ int gemv_forward_init(const char *path) {
 long gemv_forward_count(void) { return __atomic_load_n(&forwarded, __ATOMIC_RELAXED); }
 
 /* 0: every product to OpenBLAS's sgemm; 1: the default. Returns the previous. */
-int gemv_forward_enable(int on) { return __atomic_exchange_n(&enabled, on, __ATOMIC_SEQ_CST); }
+int gemv_forward_enable(int on) {
+  return __atomic_exchange_n(&enabled, on, __ATOMIC_SEQ_CST);
+}
 
 typedef float v8 __attribute__((vector_size(32))); /* AVX's register, NEON's pair */
 
@@ -131,7 +134,8 @@ static void few_rows(int M, int n0, int n1, int K, float alpha, const float *A, 
       float s[2][4] = {{sum8(c00), sum8(c01), sum8(c02), sum8(c03)},
                        {sum8(c10), sum8(c11), sum8(c12), sum8(c13)}};
       for (int j = 0; j < 4; j++) {
-        for (int k = K8; k < K; k++) s[0][j] += a0[k] * b[j][k], s[1][j] += a1[k] * b[j][k];
+        for (int k = K8; k < K; k++)
+          s[0][j] += a0[k] * b[j][k], s[1][j] += a1[k] * b[j][k];
         put(C + (size_t)m * ldc + n + j, s[0][j], alpha, beta);
         put(C + (size_t)(m + 1) * ldc + n + j, s[1][j], alpha, beta);
       }

@@ -1,5 +1,5 @@
 """mlx-lm's float32 embedded model, one batch-1 decode step after a short prompt:
-its logits [vocab]. test_setup compares them with the one-row forwarder on (in its
+its logits [vocab]. test_setup compares them with the few-row forwarder on (in its
 own process) and off: `python -m tests.decode_step OUT.npy` saves them, in a process
 that must not have the forwarder (TINY_LLM_GEMV_FORWARD=0)."""
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -86,8 +87,8 @@ def test_few_row_products_match_numpy_in_every_layout(
 ):
     """An [M, K] @ [K, N] product in the layouts MLX hands BLAS, plain and as addmm
     (alpha and beta), equals numpy's in float64, with the forwarder's kernels on and
-    off (gemv_forward_enable(0): OpenBLAS's sgemm); on, it went around sgemm exactly
-    where the forwarder promises."""
+    off (fast_blas.openblas_alone: OpenBLAS's sgemm); on, it went around sgemm
+    exactly where the forwarder promises."""
     import mlx.core as mx
     import numpy as np
 
@@ -102,15 +103,12 @@ def test_few_row_products_match_numpy_in_every_layout(
 
     left, right = stored(a, trans_a), stored(b, trans_b)
     scale = np.abs(a) @ np.abs(b)  # float32 rounding grows with it
-    for enabled in (1, 0):
-        previous = forwarder().gemv_forward_enable(enabled)
-        try:
+    for enabled, path in ((True, nullcontext), (False, fast_blas.openblas_alone)):
+        with path():
             before = forwarder().gemv_forward_count()
             product = np.array(left @ right)
             added = np.array(mx.addmm(mx.array(c, mx.float32), left, right, 2.0, 0.5))
             went_around = forwarder().gemv_forward_count() - before
-        finally:
-            forwarder().gemv_forward_enable(previous)
         assert went_around == (2 if around and enabled else 0)
         assert np.all(np.abs(product - a @ b) <= 1e-5 * scale + 1e-6)
         expected = 2.0 * (a @ b) + 0.5 * c

@@ -32,11 +32,11 @@ from .kv_cache import TinyKvCache, TinyKvFullCache
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
 from .qwen2_ops import (
+    FastRope,
     Weight,
     WeightLoader,
     check_offset,
     fast_attention,
-    fused_rope,
     project,
     rms_norm,
     swiglu,
@@ -50,7 +50,12 @@ class Qwen2AttentionWeek2:
     """Grouped-query attention over the cache: only this step's q, k, v are computed."""
 
     def __init__(
-        self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
+        self,
+        layer: nn.Module,
+        args,
+        load: WeightLoader,
+        rope: RoPE | FastRope,
+        fast: bool,
     ):
         # Week 2 Day 1 Task 2: Qwen2AttentionWeek2: head counts and head_dim (q_proj's
         # output size / num_attention_heads), wq wk wv wo and their biases (o_proj has
@@ -69,32 +74,33 @@ class Qwen2AttentionWeek2:
             for p in (layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj)
         )
         self.rope = rope
-        self.rope_base = args.rope_theta
         self.fast = fast
 
     def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
         # Week 2 Day 1 Task 2: apply_rope: your RoPE takes [B, L, H, D]: swap axes 1 and
-        # 2 around it. Day 3: with fast, fused_rope(head_dim, rope's traditional,
-        # rope_theta) on [B, H, L, D] directly, the offset as an mx.array
+        # 2 around it. Day 3: with fast, rope is the model's FastRope: [B, H, L, D]
+        # directly
         if self.fast:
-            rope = fused_rope(self.head_dim, self.rope.traditional, self.rope_base)
-            positions = offset if isinstance(offset, mx.array) else mx.array(offset)
-            return rope(x, positions)
+            return self.rope(x, offset)
         return self.rope(x.swapaxes(1, 2), offset).swapaxes(1, 2)
 
     def project_qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """x: [B, L, E] -> q: [B, H_q, L, D], k and v: [B, H, L, D], not yet rotated.
 
         Each token is projected alone: tokens of different sequences can share a call.
+        The products run on the rows [B * L, E]: a product of a 3-D x costs MLX two
+        more operations (flatten, unflatten).
         """
-        # Week 2 Day 1 Task 2: project_qkv: project x through wq/wk/wv (with their
-        # biases), reshape to [B, L, heads, head_dim] and swap axes 1 and 2
-        B, L, _ = x.shape
+        # Week 2 Day 1 Task 2: project_qkv: project x (as rows [B * L, E]) through
+        # wq/wk/wv (with their biases), reshape to [B, L, heads, head_dim] and swap axes
+        # 1 and 2
+        B, L, E = x.shape
+        rows = x.reshape(B * L, E)
 
         def heads(w: Weight, b: mx.array | None, n: int) -> mx.array:
             return (
-                project(x, w, b, self.fast)
+                project(rows, w, b, self.fast)
                 .reshape(B, L, n, self.head_dim)
                 .swapaxes(1, 2)
             )
@@ -141,19 +147,23 @@ class Qwen2AttentionWeek2:
 
     def project_out(self, out: mx.array) -> mx.array:
         """out: [B, H_q, L, D] -> [B, L, E]: the heads side by side, through wo."""
-        # Week 2 Day 1 Task 2: project_out: swap axes 1 and 2, reshape to [B, L, H_q *
-        # D], project through wo (and its bias)
+        # Week 2 Day 1 Task 2: project_out: swap axes 1 and 2, reshape to rows [B * L,
+        # H_q * D], project through wo (and its bias), reshape to [B, L, E]
         B, _, L, _ = out.shape
-        return project(
-            out.swapaxes(1, 2).reshape(B, L, -1), self.wo, self.bo, self.fast
-        )
+        rows = out.swapaxes(1, 2).reshape(B * L, -1)
+        return project(rows, self.wo, self.bo, self.fast).reshape(B, L, -1)
 
 
 class Qwen2BlockWeek2:
     """Pre-norm residual block: h = x + attention(norm(x)); out = h + mlp(norm(h))."""
 
     def __init__(
-        self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
+        self,
+        layer: nn.Module,
+        args,
+        load: WeightLoader,
+        rope: RoPE | FastRope,
+        fast: bool,
     ):
         # Week 2 Day 1 Task 2: Qwen2BlockWeek2: the attention, the MLP's gate/up/down
         # weights through `load`, the two RMSNorms
@@ -197,13 +207,16 @@ class Qwen2BlockWeek2:
         return h + self.mlp(rms_norm(self.post_attention_norm, h, self.fast))
 
     def mlp(self, y: mx.array) -> mx.array:
-        """y: [B, L, E] -> [B, L, E]: silu(y w_gate) * (y w_up), then w_down."""
-        # Week 2 Day 1 Task 2: mlp: project through w_gate and w_up, silu(gate) * up,
-        # project through w_down. Day 3: swiglu(gate, up) when fast
-        gate = project(y, self.w_gate, fast=self.fast)
-        up = project(y, self.w_up, fast=self.fast)
+        """y: [B, L, E] -> [B, L, E]: silu(y w_gate) * (y w_up), then w_down, on the
+        rows [B * L, E]."""
+        # Week 2 Day 1 Task 2: mlp: as rows [B * L, E], project through w_gate and w_up,
+        # silu(gate) * up, project through w_down, back to [B, L, E]. Day 3:
+        # swiglu(gate, up) when fast
+        rows = y.reshape(-1, y.shape[-1])
+        gate = project(rows, self.w_gate, fast=self.fast)
+        up = project(rows, self.w_up, fast=self.fast)
         hidden = swiglu(gate, up) if self.fast else silu(gate) * up
-        return project(hidden, self.w_down, fast=self.fast)
+        return project(hidden, self.w_down, fast=self.fast).reshape(y.shape)
 
 
 class Qwen2ModelWeek2:
@@ -224,7 +237,8 @@ class Qwen2ModelWeek2:
     ):
         # Week 2 Day 1 Task 2: Qwen2ModelWeek2: as week 1's model, with
         # weights='float32' (dequantized to float32; an unquantized checkpoint keeps its
-        # dtype), one RoPE shared by the layers, and use_fast_kernels kept for Day 3;
+        # dtype), one RoPE shared by the layers (Day 3: with use_fast_kernels, one
+        # FastRope(rope, rope_theta) instead), and use_fast_kernels kept for Day 3;
         # keep vocab_size (args.vocab_size) and context_length
         # (args.max_position_embeddings, or DEFAULT_MAX_SEQ_LEN when None: also the RoPE
         # table's length) for Day 6's requests. Day 2: 'auto' asks
@@ -265,6 +279,8 @@ class Qwen2ModelWeek2:
             args.rope_theta,
             args.rope_traditional,
         )
+        if use_fast_kernels:
+            rope = FastRope(rope, args.rope_theta)
         self.layers = [
             Qwen2BlockWeek2(layer, args, load, rope, use_fast_kernels)
             for layer in inner.layers

@@ -97,7 +97,7 @@ class ShardedAttention(Qwen2AttentionWeek2):
         self, full: Qwen2AttentionWeek2, heads: HeadShard, group: mx.distributed.Group
     ):
         # Week 4 Day 1 Task 2: ShardedAttention: num_heads, num_kv_heads from `heads`;
-        # head_dim, scale, rope, rope_base, fast as in `full`; output_rows of wq (rows
+        # head_dim, scale, rope, fast as in `full`; output_rows of wq (rows
         # q_start * head_dim .. q_stop * head_dim), wk and wv (the kv rows), the same
         # rows of their biases (a bias that is None stays None: check before cutting);
         # input_columns of wo over the query heads' columns; bo whole (added once,
@@ -112,7 +112,7 @@ class ShardedAttention(Qwen2AttentionWeek2):
         )
         self.num_heads, self.num_kv_heads = heads.num_heads, heads.num_kv_heads
         self.head_dim, self.scale = D, full.scale
-        self.rope, self.rope_base, self.fast = full.rope, full.rope_base, full.fast
+        self.rope, self.fast = full.rope, full.fast
         self.wq = output_rows(full.wq, *q)
         self.wk = output_rows(full.wk, *kv)
         self.wv = output_rows(full.wv, *kv)

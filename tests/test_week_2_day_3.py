@@ -211,6 +211,43 @@ def test_fused_rope_is_mx_fast_rope_at_any_offset(traditional):
     assert_close(rope(x, rows), expected, 1e-6)
 
 
+@pytest.mark.parametrize("paths", ["cpu", "gpu"])
+@pytest.mark.parametrize("traditional", [False, True])
+def test_fast_rope_is_mx_fast_rope_as_offsets_come_and_go(
+    monkeypatch, paths, traditional
+):
+    """FastRope on both sides of the device switch, against mx.fast.rope: int
+    offsets, one offset per row, an offset seen again (the rows it keeps), a new
+    array with other values, a new length at the same offset, bfloat16."""
+    monkeypatch.setenv(PATHS_VARIABLE, paths)
+    rope = tiny.FastRope(tiny.RoPE(32, 1000, 10000.0, traditional), 10000.0)
+    x = mx.random.normal((3, 4, 2, 32))
+
+    def expected(x, offset):
+        return mx.fast.rope(
+            x, 32, traditional=traditional, base=10000.0, scale=1.0, offset=offset
+        )
+
+    # Angles up to ~1,000 radians: float32 spaces them 6e-5 apart, and the table and
+    # mx.fast.rope round them on their own.
+    atol = 1e-4
+    for offset in (0, 7, 7, 300, 0, 998):
+        assert_close(rope(x, offset), expected(x, offset), atol)
+    rows = mx.array([0, 5, 41])
+    for x_now in (x, x, x[:, :, :1], x):
+        assert_close(rope(x_now, rows), expected(x_now, rows), atol)
+    other = mx.array([9, 0, 700])
+    assert_close(rope(x, other), expected(x, other), atol)
+    half = x.astype(mx.bfloat16)
+    assert_close(rope(half, 12), expected(half, 12), 2e-2)
+
+
+def test_fast_rope_refuses_positions_past_its_table():
+    rope = tiny.FastRope(tiny.RoPE(16, 100, 10000.0), 10000.0)
+    with pytest.raises(ValueError, match="seq_len"):
+        rope(mx.zeros((1, 2, 3, 16)), 98)
+
+
 @pytest.mark.parametrize(
     "dtype", [mx.float32, mx.bfloat16], ids=["float32", "bfloat16"]
 )

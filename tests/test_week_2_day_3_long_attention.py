@@ -199,6 +199,25 @@ def test_cpu_attention_in_tiny_blocks(monkeypatch, score_block):
 
 
 @pytest.mark.task(2)
+@pytest.mark.parametrize("one_query_scores", [0, 1 << 30], ids=["blocks", "one"])
+def test_cpu_attention_of_one_query_either_way(monkeypatch, one_query_scores):
+    """A decode step's attention by attend_block or attend_one (ONE_QUERY_SCORES 0
+    or huge), equal to NumPy under every mask a decode step gets, in both dtypes."""
+    monkeypatch.setattr(kernels(), "ONE_QUERY_SCORES", one_query_scores)
+    q, k, v = inputs(3, 10, 2, 1, 130, 24, seed=7)
+    additive = row_mask([129, 3, 60], 1, 130)
+    for mask in (None, "causal", additive, additive == 0):
+        actual = tiny.cpu_attention(q, k, v, 0.3, mask)
+        expected = numpy_attention(q, k, v, 0.3, None if mask == "causal" else mask)
+        assert_within(actual, expected, ATTENTION_ATOL[mx.float32], f"mask {mask}")
+    q, k, v = inputs(2, 6, 3, 1, 40, 16, dtype=mx.bfloat16, seed=8)
+    actual = tiny.cpu_attention(q, k, v, 0.25, None)
+    assert actual.dtype == mx.bfloat16
+    expected = numpy_attention(q, k, v, 0.25, None)
+    assert_within(actual, expected, ATTENTION_ATOL[mx.bfloat16], "bfloat16")
+
+
+@pytest.mark.task(2)
 def test_cpu_attention_bfloat16_returns_bfloat16():
     q, k, v = inputs(1, 6, 2, 50, 600, 32, dtype=mx.bfloat16, seed=5)
     actual = tiny.cpu_attention(q, k, v, 32**-0.5, "causal")

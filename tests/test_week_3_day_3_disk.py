@@ -14,6 +14,7 @@ blocks kept longest; a disk that fails to write costs only the disk tier.
 import logging
 import shutil
 
+import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -166,6 +167,18 @@ def test_the_identity_sees_weights_of_the_same_shapes(pair):
     layer = same.layers[-1].attention
     layer.wv = layer.wv + 1e-3
     assert model_identity(model, 4) != model_identity(same, 4)
+
+
+def test_the_identity_stays_as_the_fast_model_runs(pair):
+    """What a forward leaves behind (the fast path's rows of RoPE) is not identity:
+    a model that has run steps keeps the identity it had fresh."""
+    mlx_model, _ = pair
+    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    fresh = model_identity(model, 4)
+    cache = model.create_kv_cache()
+    mx.eval(model(mx.array([[1, 2, 3]]), 0, cache))
+    mx.eval(model(mx.array([[4]]), mx.array([3]), cache))
+    assert model_identity(model, 4) == fresh
 
 
 def test_the_folder_keeps_its_budget_and_the_chain_start(

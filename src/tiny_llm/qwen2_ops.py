@@ -17,9 +17,10 @@ from tiny_llm_base import QuantizedWeights, dequantize_linear
 from tiny_llm_base.device import gpu_paths
 
 from .basics import linear, silu
-from .cpu_kernels import cpu_attention, fast_exp
+from .cpu_kernels import ShapeLimitedCompile, cpu_attention, fast_exp
 from .kv_cache import TinyKvCache
 from .layer_norm import RMSNorm
+from .positional_encoding import RoPE
 from .quantize import quantized_matmul
 
 Weight = mx.array | QuantizedWeights
@@ -123,6 +124,64 @@ def fused_rope(
         "that returns mx.fast.rope(x, dims, traditional=traditional, base=base, "
         "scale=1.0, offset=offset); functools.cache makes it one per setting"
     )
+
+
+# ANCHOR: fast_rope
+def same_offset(a: int | mx.array, b: int | mx.array) -> bool:
+    """Two ints that are equal, or one mx.array object (never read: no sync)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a is b
+
+
+def rotate_halves(x: mx.array, cos: mx.array, sin: mx.array) -> mx.array:
+    """x: [B, H, L, D], its halves (a, b) rotated to (a cos - b sin, a sin + b cos);
+    cos and sin: [1 or B, 1, L, D / 2]. Computed in cos's dtype, returned in x's."""
+    raise NotImplementedError(
+        "Week 2 Day 3 Task 3: rotate_halves: split x's last axis in halves, rotate "
+        "them, concatenate, back in x's dtype"
+    )
+
+
+# Compiled: the products and sums of both halves run as one fused loop. A prefill
+# chunk's length is a new shape, so the traces are begun afresh now and then.
+rotate_halves_compiled = ShapeLimitedCompile(rotate_halves)
+
+
+class FastRope:
+    """RoPE on the fast path, x: [B, H, L, D], one object shared by a model's layers.
+
+    On a GPU, and for a traditional RoPE, fused_rope. On a CPU mx.fast.rope is a
+    dozen small operations each call (the frequencies, cos, sin, the halves), and a
+    decode step calls it twice a layer. Instead the rows of `rope`'s own cos/sin
+    table at the step's positions are gathered once: every layer of a step rotates
+    at the same offset (the same int, or the same mx.array object, which must not be
+    changed in place afterwards), so the last rows are kept until the offset or the
+    length changes. offset: an int or an mx.array [1 or B] of start positions, within
+    the table's seq_len.
+    """
+
+    def __init__(self, rope: RoPE, base: float):
+        raise NotImplementedError(
+            "Week 2 Day 3 Task 3: FastRope.__init__: keep rope and base; no rows yet"
+        )
+
+    def __call__(self, x: mx.array, offset: int | mx.array) -> mx.array:
+        raise NotImplementedError(
+            "Week 2 Day 3 Task 3: FastRope: fused_rope(rope.dims, traditional, base) "
+            "with the offset as an mx.array where gpu_paths() or traditional; else "
+            "rotate_halves_compiled(x, *self.rows(offset, L))"
+        )
+
+    def rows(self, offset: int | mx.array, length: int) -> tuple[mx.array, mx.array]:
+        """cos, sin: [1 or B, 1, L, D / 2] at positions offset .. offset + L - 1."""
+        raise NotImplementedError(
+            "Week 2 Day 3 Task 3: FastRope.rows: unless the last call had the "
+            "same_offset and length, gather the table's rows at offset.reshape(-1, 1)"
+            " + arange(length) (an int offset past the table is a ValueError naming "
+            "seq_len) and keep them"
+        )
+        # ANCHOR_END: fast_rope
 
 
 def check_offset(offset: int | list[int] | mx.array, cache: TinyKvCache) -> None:

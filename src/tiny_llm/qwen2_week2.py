@@ -32,11 +32,11 @@ from .kv_cache import TinyKvCache, TinyKvFullCache
 from .layer_norm import RMSNorm
 from .positional_encoding import RoPE
 from .qwen2_ops import (
+    FastRope,
     Weight,
     WeightLoader,
     check_offset,
     fast_attention,
-    fused_rope,
     project,
     rms_norm,
     swiglu,
@@ -50,7 +50,12 @@ class Qwen2AttentionWeek2:
     """Grouped-query attention over the cache: only this step's q, k, v are computed."""
 
     def __init__(
-        self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
+        self,
+        layer: nn.Module,
+        args,
+        load: WeightLoader,
+        rope: RoPE | FastRope,
+        fast: bool,
     ):
         raise NotImplementedError(
             "Week 2 Day 1 Task 2: Qwen2AttentionWeek2: head counts and head_dim "
@@ -63,19 +68,21 @@ class Qwen2AttentionWeek2:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
         raise NotImplementedError(
             "Week 2 Day 1 Task 2: apply_rope: your RoPE takes [B, L, H, D]: swap axes"
-            " 1 and 2 around it. Day 3: with fast, fused_rope(head_dim, rope's "
-            "traditional, rope_theta) on [B, H, L, D] directly, the offset as an "
-            "mx.array"
+            " 1 and 2 around it. Day 3: with fast, rope is the model's FastRope: [B, "
+            "H, L, D] directly"
         )
 
     def project_qkv(self, x: mx.array) -> tuple[mx.array, mx.array, mx.array]:
         """x: [B, L, E] -> q: [B, H_q, L, D], k and v: [B, H, L, D], not yet rotated.
 
         Each token is projected alone: tokens of different sequences can share a call.
+        The products run on the rows [B * L, E]: a product of a 3-D x costs MLX two
+        more operations (flatten, unflatten).
         """
         raise NotImplementedError(
-            "Week 2 Day 1 Task 2: project_qkv: project x through wq/wk/wv (with their"
-            " biases), reshape to [B, L, heads, head_dim] and swap axes 1 and 2"
+            "Week 2 Day 1 Task 2: project_qkv: project x (as rows [B * L, E]) through"
+            " wq/wk/wv (with their biases), reshape to [B, L, heads, head_dim] and "
+            "swap axes 1 and 2"
         )
 
     def attend(
@@ -113,8 +120,8 @@ class Qwen2AttentionWeek2:
     def project_out(self, out: mx.array) -> mx.array:
         """out: [B, H_q, L, D] -> [B, L, E]: the heads side by side, through wo."""
         raise NotImplementedError(
-            "Week 2 Day 1 Task 2: project_out: swap axes 1 and 2, reshape to [B, L, "
-            "H_q * D], project through wo (and its bias)"
+            "Week 2 Day 1 Task 2: project_out: swap axes 1 and 2, reshape to rows [B "
+            "* L, H_q * D], project through wo (and its bias), reshape to [B, L, E]"
         )
 
 
@@ -122,7 +129,12 @@ class Qwen2BlockWeek2:
     """Pre-norm residual block: h = x + attention(norm(x)); out = h + mlp(norm(h))."""
 
     def __init__(
-        self, layer: nn.Module, args, load: WeightLoader, rope: RoPE, fast: bool
+        self,
+        layer: nn.Module,
+        args,
+        load: WeightLoader,
+        rope: RoPE | FastRope,
+        fast: bool,
     ):
         raise NotImplementedError(
             "Week 2 Day 1 Task 2: Qwen2BlockWeek2: the attention, the MLP's "
@@ -153,10 +165,12 @@ class Qwen2BlockWeek2:
         )
 
     def mlp(self, y: mx.array) -> mx.array:
-        """y: [B, L, E] -> [B, L, E]: silu(y w_gate) * (y w_up), then w_down."""
+        """y: [B, L, E] -> [B, L, E]: silu(y w_gate) * (y w_up), then w_down, on the
+        rows [B * L, E]."""
         raise NotImplementedError(
-            "Week 2 Day 1 Task 2: mlp: project through w_gate and w_up, silu(gate) * "
-            "up, project through w_down. Day 3: swiglu(gate, up) when fast"
+            "Week 2 Day 1 Task 2: mlp: as rows [B * L, E], project through w_gate and"
+            " w_up, silu(gate) * up, project through w_down, back to [B, L, E]. Day "
+            "3: swiglu(gate, up) when fast"
         )
 
 
@@ -179,12 +193,13 @@ class Qwen2ModelWeek2:
         raise NotImplementedError(
             "Week 2 Day 1 Task 2: Qwen2ModelWeek2: as week 1's model, with "
             "weights='float32' (dequantized to float32; an unquantized checkpoint "
-            "keeps its dtype), one RoPE shared by the layers, and use_fast_kernels "
-            "kept for Day 3; keep vocab_size (args.vocab_size) and context_length "
-            "(args.max_position_embeddings, or DEFAULT_MAX_SEQ_LEN when None: also "
-            "the RoPE table's length) for Day 6's requests. Day 2: 'auto' asks "
-            "choose_weight_format(), 'quantized' keeps packed weights, anything else "
-            "is a ValueError"
+            "keeps its dtype), one RoPE shared by the layers (Day 3: with "
+            "use_fast_kernels, one FastRope(rope, rope_theta) instead), and "
+            "use_fast_kernels kept for Day 3; keep vocab_size (args.vocab_size) and "
+            "context_length (args.max_position_embeddings, or DEFAULT_MAX_SEQ_LEN "
+            "when None: also the RoPE table's length) for Day 6's requests. Day 2: "
+            "'auto' asks choose_weight_format(), 'quantized' keeps packed weights, "
+            "anything else is a ValueError"
         )
 
     def create_kv_cache(self) -> list[TinyKvFullCache]:

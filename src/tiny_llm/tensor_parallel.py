@@ -80,11 +80,11 @@ class ShardedAttention(Qwen2AttentionWeek2):
     ):
         raise NotImplementedError(
             "Week 4 Day 1 Task 2: ShardedAttention: num_heads, num_kv_heads from "
-            "`heads`; head_dim, scale, rope, rope_base, fast as in `full`; "
-            "output_rows of wq (rows q_start * head_dim .. q_stop * head_dim), wk and"
-            " wv (the kv rows), the same rows of their biases (a bias that is None "
-            "stays None: check before cutting); input_columns of wo over the query "
-            "heads' columns; bo whole (added once, after the sum); keep the group"
+            "`heads`; head_dim, scale, rope, fast as in `full`; output_rows of wq "
+            "(rows q_start * head_dim .. q_stop * head_dim), wk and wv (the kv rows),"
+            " the same rows of their biases (a bias that is None stays None: check "
+            "before cutting); input_columns of wo over the query heads' columns; bo "
+            "whole (added once, after the sum); keep the group"
         )
 
     def project_out(self, out: mx.array) -> mx.array:

@@ -36,8 +36,9 @@ def model_identity(model, block_size: int, kv_dtype: str = "float32") -> str:
 
 def model_state(value, path: str, seen: set[int] | None = None) -> Iterator:
     """(path, leaf) for every array and plain value reachable from `value` through
-    attributes, lists, tuples and dicts, in their order; any other object counts by
-    its type's name (a repr may hold an address that changes every run)."""
+    attributes (but those named _like_this), lists, tuples and dicts, in their
+    order; any other object counts by its type's name (a repr may hold an address
+    that changes every run)."""
     seen = set() if seen is None else seen
     if isinstance(value, (mx.array, str, bytes, int, float, bool, type(None))):
         yield path, value
@@ -53,7 +54,9 @@ def model_state(value, path: str, seen: set[int] | None = None) -> Iterator:
     elif isinstance(value, (list, tuple)):
         items = enumerate(value)
     elif hasattr(value, "__dict__"):
-        items = vars(value).items()
+        # A leading underscore marks what a step leaves behind (FastRope's rows),
+        # not what the model is.
+        items = [(k, v) for k, v in vars(value).items() if not k.startswith("_")]
     else:
         items = ()
     yield path, type(value).__name__

@@ -143,10 +143,17 @@ def fused_rope(
 
 
 # ANCHOR: fast_rope
+def same_offset(a: int | mx.array, b: int | mx.array) -> bool:
+    """Two ints that are equal, or one mx.array object (never read: no sync)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a is b
+
+
 def rotate_halves(x: mx.array, cos: mx.array, sin: mx.array) -> mx.array:
     """x: [B, H, L, D], its halves (a, b) rotated to (a cos - b sin, a sin + b cos);
     cos and sin: [1 or B, 1, L, D / 2]. Computed in cos's dtype, returned in x's."""
-    # Week 2 Day 3 Task 4: rotate_halves: split x's last axis in halves, rotate them,
+    # Week 2 Day 3 Task 3: rotate_halves: split x's last axis in halves, rotate them,
     # concatenate, back in x's dtype
     half = x.shape[-1] // 2
     first, second = x[..., :half], x[..., half:]
@@ -173,13 +180,13 @@ class FastRope:
     """
 
     def __init__(self, rope: RoPE, base: float):
-        # Week 2 Day 3 Task 4: FastRope.__init__: keep rope and base; no rows yet
+        # Week 2 Day 3 Task 3: FastRope.__init__: keep rope and base; no rows yet
         self.rope, self.base = rope, base
         self.traditional = rope.traditional
-        self.last: tuple | None = None  # (offset, length, cos, sin)
+        self._last: tuple | None = None  # (offset, length, cos, sin)
 
     def __call__(self, x: mx.array, offset: int | mx.array) -> mx.array:
-        # Week 2 Day 3 Task 4: FastRope: fused_rope(rope.dims, traditional, base) with the
+        # Week 2 Day 3 Task 3: FastRope: fused_rope(rope.dims, traditional, base) with the
         # offset as an mx.array where gpu_paths() or traditional; else
         # rotate_halves_compiled(x, *self.rows(offset, L))
         if gpu_paths() or self.traditional:
@@ -189,16 +196,12 @@ class FastRope:
 
     def rows(self, offset: int | mx.array, length: int) -> tuple[mx.array, mx.array]:
         """cos, sin: [1 or B, 1, L, D / 2] at positions offset .. offset + L - 1."""
-        # Week 2 Day 3 Task 4: FastRope.rows: unless the last call had the same offset
-        # (`is` for an mx.array, == for an int) and length, gather the table's rows at
-        # offset.reshape(-1, 1) + arange(length) and keep them; an int offset past the
-        # table is a ValueError
-        last = self.last
-        same = (
-            last is not None
-            and last[1] == length
-            and (last[0] is offset or (isinstance(offset, int) and last[0] == offset))
-        )
+        # Week 2 Day 3 Task 3: FastRope.rows: unless the last call had the
+        # same_offset and length, gather the table's rows at offset.reshape(-1, 1) +
+        # arange(length) (an int offset past the table is a ValueError naming seq_len)
+        # and keep them
+        last = self._last
+        same = last is not None and last[1] == length and same_offset(last[0], offset)
         if not same:
             if isinstance(offset, int) and offset + length > self.rope.seq_len:
                 raise ValueError(
@@ -207,8 +210,8 @@ class FastRope:
                 )
             positions = mx.array(offset).reshape(-1, 1) + mx.arange(length)
             cos, sin = self.rope.cos[positions], self.rope.sin[positions]
-            self.last = (offset, length, cos[:, None], sin[:, None])
-        return self.last[2], self.last[3]
+            self._last = (offset, length, cos[:, None], sin[:, None])
+        return self._last[2], self._last[3]
         # ANCHOR_END: fast_rope
 
 

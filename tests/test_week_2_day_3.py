@@ -242,8 +242,11 @@ def test_fast_rope_is_mx_fast_rope_as_offsets_come_and_go(
     assert_close(rope(half, 12), expected(half, 12), 2e-2)
 
 
-def test_fast_rope_refuses_positions_past_its_table():
-    rope = tiny.FastRope(tiny.RoPE(16, 100, 10000.0), 10000.0)
+@pytest.mark.parametrize("paths", ["cpu", "gpu"])
+@pytest.mark.parametrize("traditional", [False, True])
+def test_fast_rope_refuses_positions_past_its_table(monkeypatch, paths, traditional):
+    monkeypatch.setenv(PATHS_VARIABLE, paths)
+    rope = tiny.FastRope(tiny.RoPE(16, 100, 10000.0, traditional), 10000.0)
     with pytest.raises(ValueError, match="seq_len"):
         rope(mx.zeros((1, 2, 3, 16)), 98)
 

@@ -151,7 +151,8 @@ rotate_halves_compiled = ShapeLimitedCompile(rotate_halves)
 class FastRope:
     """RoPE on the fast path, x: [B, H, L, D], one object shared by a model's layers.
 
-    On a GPU, and for a traditional RoPE, fused_rope. On a CPU mx.fast.rope is a
+    On a GPU, and for a traditional RoPE (neighbours paired, not halves),
+    fused_rope. On a CPU mx.fast.rope is a
     dozen small operations each call (the frequencies, cos, sin, the halves), and a
     decode step calls it twice a layer. Instead the rows of `rope`'s own cos/sin
     table at the step's positions are gathered once: every layer of a step rotates
@@ -168,8 +169,10 @@ class FastRope:
 
     def __call__(self, x: mx.array, offset: int | mx.array) -> mx.array:
         raise NotImplementedError(
-            "Week 2 Day 3 Task 3: FastRope: fused_rope(rope.dims, traditional, base) "
-            "with the offset as an mx.array where gpu_paths() or traditional; else "
+            "Week 2 Day 3 Task 3: FastRope: on every path, an int offset past the "
+            "table is a ValueError naming seq_len; fused_rope(rope.dims, traditional,"
+            " base) with the offset as an mx.array where gpu_paths() or traditional "
+            "(rotate_halves rotates halves, a traditional RoPE neighbours); else "
             "rotate_halves_compiled(x, *self.rows(offset, L))"
         )
 
@@ -178,8 +181,7 @@ class FastRope:
         raise NotImplementedError(
             "Week 2 Day 3 Task 3: FastRope.rows: unless the last call had the "
             "same_offset and length, gather the table's rows at offset.reshape(-1, 1)"
-            " + arange(length) (an int offset past the table is a ValueError naming "
-            "seq_len) and keep them"
+            " + arange(length) and keep them"
         )
         # ANCHOR_END: fast_rope
 

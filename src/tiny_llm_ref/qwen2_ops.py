@@ -169,7 +169,8 @@ rotate_halves_compiled = ShapeLimitedCompile(rotate_halves)
 class FastRope:
     """RoPE on the fast path, x: [B, H, L, D], one object shared by a model's layers.
 
-    On a GPU, and for a traditional RoPE, fused_rope. On a CPU mx.fast.rope is a
+    On a GPU, and for a traditional RoPE (neighbours paired, not halves),
+    fused_rope. On a CPU mx.fast.rope is a
     dozen small operations each call (the frequencies, cos, sin, the halves), and a
     decode step calls it twice a layer. Instead the rows of `rope`'s own cos/sin
     table at the step's positions are gathered once: every layer of a step rotates
@@ -186,28 +187,30 @@ class FastRope:
         self._last: tuple | None = None  # (offset, length, cos, sin)
 
     def __call__(self, x: mx.array, offset: int | mx.array) -> mx.array:
-        # Week 2 Day 3 Task 3: FastRope: fused_rope(rope.dims, traditional, base) with the
-        # offset as an mx.array where gpu_paths() or traditional; else
+        # Week 2 Day 3 Task 3: FastRope: on every path, an int offset past the table
+        # is a ValueError naming seq_len; fused_rope(rope.dims, traditional, base) with
+        # the offset as an mx.array where gpu_paths() or traditional (rotate_halves
+        # rotates halves, a traditional RoPE neighbours); else
         # rotate_halves_compiled(x, *self.rows(offset, L))
+        length = x.shape[2]
+        if isinstance(offset, int) and offset + length > self.rope.seq_len:
+            raise ValueError(
+                f"positions up to {offset + length - 1} exceed RoPE's seq_len "
+                f"{self.rope.seq_len}"
+            )
         if gpu_paths() or self.traditional:
             rope = fused_rope(self.rope.dims, self.traditional, self.base)
             return rope(x, offset if isinstance(offset, mx.array) else mx.array(offset))
-        return rotate_halves_compiled(x, *self.rows(offset, x.shape[2]))
+        return rotate_halves_compiled(x, *self.rows(offset, length))
 
     def rows(self, offset: int | mx.array, length: int) -> tuple[mx.array, mx.array]:
         """cos, sin: [1 or B, 1, L, D / 2] at positions offset .. offset + L - 1."""
         # Week 2 Day 3 Task 3: FastRope.rows: unless the last call had the
         # same_offset and length, gather the table's rows at offset.reshape(-1, 1) +
-        # arange(length) (an int offset past the table is a ValueError naming seq_len)
-        # and keep them
+        # arange(length) and keep them
         last = self._last
         same = last is not None and last[1] == length and same_offset(last[0], offset)
         if not same:
-            if isinstance(offset, int) and offset + length > self.rope.seq_len:
-                raise ValueError(
-                    f"positions up to {offset + length - 1} exceed RoPE's seq_len "
-                    f"{self.rope.seq_len}"
-                )
             positions = mx.array(offset).reshape(-1, 1) + mx.arange(length)
             cos, sin = self.rope.cos[positions], self.rope.sin[positions]
             self._last = (offset, length, cos[:, None], sin[:, None])

@@ -44,18 +44,15 @@ from .qwen2_ops import (
 
 # attend(q, k, v) -> attention output: the per-sequence step of a block.
 Attend = Callable[[mx.array, mx.array, mx.array], mx.array]
+# The hand-written path's RoPE ([B, L, H, D]), or the fast path's ([B, H, L, D]).
+Rope = RoPE | FastRope
 
 
 class Qwen2AttentionWeek2:
     """Grouped-query attention over the cache: only this step's q, k, v are computed."""
 
     def __init__(
-        self,
-        layer: nn.Module,
-        args,
-        load: WeightLoader,
-        rope: RoPE | FastRope,
-        fast: bool,
+        self, layer: nn.Module, args, load: WeightLoader, rope: Rope, fast: bool
     ):
         # Week 2 Day 1 Task 2: Qwen2AttentionWeek2: head counts and head_dim (q_proj's
         # output size / num_attention_heads), wq wk wv wo and their biases (o_proj has
@@ -158,12 +155,7 @@ class Qwen2BlockWeek2:
     """Pre-norm residual block: h = x + attention(norm(x)); out = h + mlp(norm(h))."""
 
     def __init__(
-        self,
-        layer: nn.Module,
-        args,
-        load: WeightLoader,
-        rope: RoPE | FastRope,
-        fast: bool,
+        self, layer: nn.Module, args, load: WeightLoader, rope: Rope, fast: bool
     ):
         # Week 2 Day 1 Task 2: Qwen2BlockWeek2: the attention, the MLP's gate/up/down
         # weights through `load`, the two RMSNorms

@@ -152,19 +152,22 @@ class FastRope:
     """RoPE on the fast path, x: [B, H, L, D], one object shared by a model's layers.
 
     On a GPU, and for a traditional RoPE (neighbours paired, not halves),
-    fused_rope. On a CPU mx.fast.rope is a
-    dozen small operations each call (the frequencies, cos, sin, the halves), and a
-    decode step calls it twice a layer. Instead the rows of `rope`'s own cos/sin
-    table at the step's positions are gathered once: every layer of a step rotates
-    at the same offset (the same int, or the same mx.array object, which must not be
-    changed in place afterwards), so the last rows are kept until the offset or the
-    length changes. offset: an int or an mx.array [1 or B] of start positions, within
-    the table's seq_len.
+    fused_rope. On a CPU mx.fast.rope is a dozen small operations each call (the
+    frequencies, cos, sin, the halves), and a decode step calls it twice a layer.
+    Instead the rows of `rope`'s own cos/sin table at the step's positions are
+    gathered once: every layer of a step rotates at the same offset (the same int, or
+    the same mx.array object, which must not be changed in place afterwards), so the
+    last rows are kept until the offset or the length changes. They are kept in
+    `_last`: a leading underscore tells the disk tier's model identity (week 3 day
+    3) that this is what a step left behind, not what the model is. offset: an int
+    or an mx.array [1 or B] of start positions, within the table's seq_len.
     """
 
     def __init__(self, rope: RoPE, base: float):
         raise NotImplementedError(
-            "Week 2 Day 3 Task 3: FastRope.__init__: keep rope and base; no rows yet"
+            "Week 2 Day 3 Task 3: FastRope.__init__: keep rope and base; no rows kept"
+            " yet (self._last = None: the leading underscore keeps them out of the "
+            "model's identity)"
         )
 
     def __call__(self, x: mx.array, offset: int | mx.array) -> mx.array:

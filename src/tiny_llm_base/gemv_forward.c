@@ -12,9 +12,8 @@
    M <= MAX_ROWS that layout goes to few_rows: four rows of B at a time, each read
    once from memory (the next ones prefetched) and then from L1 for every pair of
    A's rows (one row of A: B read as one prefetched stream), split over OpenBLAS's
-   thread count. Other
-   one-row layouts go to sgemv; everything else to OpenBLAS's sgemm.
-   gemv_forward_enable(0) sends everything to sgemm, as plain OpenBLAS would
+   thread count. Other one-row layouts go to sgemv; everything else to OpenBLAS's
+   sgemm. gemv_forward_enable(0) sends everything to sgemm, as plain OpenBLAS would
    (benchmarks measure a peer that way). */
 #include <dlfcn.h>
 #include <stddef.h>

@@ -190,10 +190,9 @@ def cpu_attention(
     (additive, or boolean: True keeps a key). One query per row with at most
     ONE_QUERY_SCORES scores (a decode step at a short context) is attend_one. When
     all the scores fit in SCORE_BLOCK (a longer decode step, a short chunk) every
-    head is one attend_block. Otherwise each
-    key/value head is, its queries cut into blocks of about SCORE_BLOCK scores (a
-    causal chunk also into blocks of at most QUERY_BLOCK queries, each against only
-    the keys it sees). Any other mask name raises ValueError with a message that
+    head is one attend_block. Otherwise each key/value head is, its queries cut into
+    blocks of about SCORE_BLOCK scores (a causal chunk also into blocks of at most
+    QUERY_BLOCK queries, each against only the keys it sees). Any other mask name raises ValueError with a message that
     names "causal", the one named mask (the tests check for that word).
     """
     # Week 2 Day 3 Task 2: cpu_attention: refuse a mask name other than "causal"
@@ -202,11 +201,10 @@ def cpu_attention(
     # mask [B, H, n_repeats, L, S], k and v in float32; if L == 1 and B * H_q * S <=
     # ONE_QUERY_SCORES, attend_one (a "causal" mask hides nothing there); if B * H_q *
     # L * S <= SCORE_BLOCK (and L <= QUERY_BLOCK for "causal"), one attend_block for
-    # all heads;
-    # else attend_block for each kv head and block of queries (at most SCORE_BLOCK
-    # scores and, for "causal", QUERY_BLOCK queries; a block's queries start at position
-    # S - L + start), joined along L, then the heads stacked; [B, H_q, L, D] in q's
-    # dtype
+    # all heads; else attend_block for each kv head and block of queries (at most
+    # SCORE_BLOCK scores and, for "causal", QUERY_BLOCK queries; a block's queries
+    # start at position S - L + start), joined along L, then the heads stacked; [B,
+    # H_q, L, D] in q's dtype
     B, H_q, L, D = q.shape
     H, S = k.shape[1], k.shape[2]
     n_repeats, dtype = H_q // H, q.dtype

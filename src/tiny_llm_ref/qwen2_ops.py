@@ -186,7 +186,6 @@ class FastRope:
         # (self._last = None: the leading underscore keeps them out of the model's
         # identity)
         self.rope, self.base = rope, base
-        self.traditional = rope.traditional
         self._last: tuple | None = None  # (offset, length, cos, sin)
 
     def __call__(self, x: mx.array, offset: int | mx.array) -> mx.array:
@@ -201,8 +200,8 @@ class FastRope:
                 f"positions up to {offset + length - 1} exceed RoPE's seq_len "
                 f"{self.rope.seq_len}"
             )
-        if gpu_paths() or self.traditional:
-            rope = fused_rope(self.rope.dims, self.traditional, self.base)
+        if gpu_paths() or self.rope.traditional:
+            rope = fused_rope(self.rope.dims, self.rope.traditional, self.base)
             return rope(x, offset if isinstance(offset, mx.array) else mx.array(offset))
         return rotate_halves_compiled(x, *self.rows(offset, length))
 

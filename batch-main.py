@@ -189,7 +189,7 @@ def run(
             max_tokens=args.max_tokens,
             on_step=on_step,
             token_budget=args.token_budget,
-            **scheduling_settings(args, args.policy, package),
+            **scheduling_settings(args, args.policy, package, model),
             kv_cache=args.kv_cache,
             block_size=args.block_size,
             kv_memory=args.kv_memory,

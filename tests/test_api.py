@@ -189,6 +189,8 @@ GIVEN = {
     "regex_parser.RegexParser.char_class": "week3-05-structured-outputs.md",
     "token_index.check_spellable": "week3-05-structured-outputs.md",
     "tool_calls.check_tools": "week4-02-tool-calls.md",
+    "draft_head.load_draft_head": "week4-03-learned-drafter.md",
+    "draft_training.hidden_states": "week4-03-learned-drafter.md",
     # Week 2 day 6 is not cut into tasks yet (tests/tasks.py's PENDING_DAYS).
 }
 GIVEN_LINES = 8

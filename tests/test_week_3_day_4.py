@@ -31,7 +31,6 @@ from tiny_llm_base import (
 
 from .helpers import (
     assert_same_tokens,
-    assert_within,
     expected_tokens,
     run_engine,
     sharpened,
@@ -39,18 +38,13 @@ from .helpers import (
 from .paged_checks import check_pool
 from .random_models import SIZES, random_model
 from .solution import tiny
-
-# Chi-square critical values at p = 0.001 (a correct rule fails 1 run in 1,000).
-CHI_SQUARE_999 = {
-    1: 10.83,
-    2: 13.82,
-    3: 16.27,
-    4: 18.47,
-    5: 20.52,
-    6: 22.46,
-    7: 24.32,
-    8: 26.12,
-}
+from .speculation_checks import (
+    CHI_SQUARE_999,
+    check_rows,
+    chi_square,
+    engine_tokens,
+    repeating_prompt,
+)
 
 
 def brute_force_drafts(tokens, k, max_n, min_n):
@@ -200,16 +194,6 @@ def test_greedy_verification_keeps_what_argmax_keeps(data):
         )
 
 
-def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
-    """Pearson's statistic over the cells with probability > 0, and its degrees of
-    freedom."""
-    keep = probs > 0
-    assert counts[~keep].sum() == 0, "a token outside the sampler's support was drawn"
-    n = counts.sum()
-    expected = n * probs[keep]
-    return float(((counts[keep] - expected) ** 2 / expected).sum()), int(keep.sum()) - 1
-
-
 @pytest.mark.task(2)
 @pytest.mark.parametrize(
     "temp, top_p, top_k",
@@ -243,47 +227,6 @@ def test_sampled_verification_follows_the_samplers_distribution(temp, top_p, top
 
 
 # --- the engine ---------------------------------------------------------------------
-
-
-def check_rows(engine, model=None) -> None:
-    """Every decoding request's row holds exactly its offset (every layer) and, paged,
-    no block past it; with `model`, the row's keys equal a fresh prefill's of the
-    request's tokens."""
-    decoding = [(s, r) for s, r in enumerate(engine.slots) if r is not None]
-    for slot, request in decoding:
-        for layer in engine.kv.batch_cache:
-            assert layer.offset[slot] == request.offset, "a rejected draft was kept"
-        if engine.config.kv_cache == "paged":
-            table = engine.kv.tables[request]
-            size = engine.config.block_size
-            assert len(table.blocks) == tiny.blocks_needed(request.offset, size)
-        if model is not None:
-            fed = request.tokens[: request.offset]
-            cache = model.create_kv_cache()
-            model(mx.array([fed]), 0, cache)
-            for number in (0, len(cache) - 1):
-                layer = engine.kv.batch_cache[number]
-                if engine.config.kv_cache == "paged":
-                    keys, _ = layer.slots[slot].layer.gather(
-                        [layer.slots[slot].table.blocks], request.offset
-                    )
-                else:
-                    keys = layer.keys[slot : slot + 1, :, : request.offset]
-                expected, _ = cache[number].fetch()
-                assert_within(keys, expected, 1e-4, f"slot {slot} layer {number}")
-
-
-def repeating_prompt(rng, vocab: int, length: int) -> list[int]:
-    piece = [int(t) for t in rng.integers(3, vocab, max(2, length // 3))]
-    return (piece * 4)[:length]
-
-
-def engine_tokens(model, tokenizer, prompts, check=None, **settings) -> tuple:
-    """(tokens per prompt, results, run metrics) of a mixed-policy engine, check()
-    called after every step."""
-    engine = tiny.Engine(model, tokenizer, policy="mixed", **settings)
-    results = run_engine(engine, prompts, check)
-    return [r.tokens for r in results], results, engine.metrics
 
 
 @pytest.mark.task(3)
@@ -569,7 +512,7 @@ def test_sampled_engine_tokens_follow_the_model(tokenizer, temp):
 
 @pytest.mark.task(3)
 def test_bad_speculative_settings_say_what_to_do():
-    with pytest.raises(ValueError, match="speculative must be None or 'ngram'"):
+    with pytest.raises(ValueError, match="speculative must be None, 'ngram'"):
         EngineConfig(policy="mixed", speculative="eagle")
     with pytest.raises(ValueError, match="policy='mixed'"):
         EngineConfig(speculative="ngram")

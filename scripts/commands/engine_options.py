@@ -113,10 +113,17 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--speculative",
-        choices=("ngram", NO_LIMIT),
+        choices=("ngram", "learned", NO_LIMIT),
         help="ngram: each decoding request drafts tokens by prompt lookup and the "
         "mixed step verifies them, same output (week 3 day 4; the default once the "
-        "package has it, with the mixed policy); none: one token a step",
+        "package has it, with the mixed policy); learned: prompt lookup, else a "
+        "draft head's guesses (week 4 day 3; --draft-head); none: one token a step",
+    )
+    parser.add_argument(
+        "--draft-head",
+        metavar="PATH",
+        help="with --speculative learned: the head's file (default: the embedded "
+        "model's shipped head; pdm run train-drafter makes one)",
     )
     parser.add_argument(
         "--num-speculative-tokens",
@@ -217,18 +224,26 @@ def check_scheduling_options(args: argparse.Namespace) -> None:
             f"--prompt-lookup-min ({args.prompt_lookup_min}) cannot pass "
             f"--prompt-lookup-max ({args.prompt_lookup_max})"
         )
-    if args.speculative == "ngram" and args.policy == "alternate":
+    if args.speculative in ("ngram", "learned") and args.policy == "alternate":
         fail("--speculative verifies drafts in a mixed step: add --policy mixed")
+    if args.draft_head is not None and args.speculative != "learned":
+        fail(
+            "--draft-head drafts with --speculative learned: add it, or leave the head out"
+        )
     if args.jump_forward == "on" and args.policy == "alternate":
         fail("--jump-forward feeds drafts in a mixed step: add --policy mixed")
 
 
-def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
+def scheduling_settings(
+    args: argparse.Namespace, policy: str, package, model=None
+) -> dict:
     """The Engine's keyword settings for the policy, the limits, the patience, the
-    step ahead and speculation: a limit not given is MIXED_STEP_DEFAULTS' under the mixed policy and
-    None under the alternate one; speculation is on under the mixed policy unless
-    --speculative none (or the package has no week 3 day 4 yet), and jump-forward
-    unless --jump-forward off (or no week 3 day 5 yet)."""
+    step ahead and speculation: a limit not given is MIXED_STEP_DEFAULTS' under the
+    mixed policy and None under the alternate one; speculation is on under the
+    mixed policy unless --speculative none (or the package has no week 3 day 4 yet),
+    and jump-forward unless --jump-forward off (or no week 3 day 5 yet). With
+    --speculative learned, the draft head (--draft-head, or the embedded model's)
+    loaded onto `model`: one error line when it is missing or another model's."""
     patience = args.batch_patience
     settings = {
         "policy": policy,
@@ -242,11 +257,13 @@ def scheduling_settings(args: argparse.Namespace, policy: str, package) -> dict:
         settings[name] = None if value == NO_LIMIT else value
     if settings["long_prefill_token_threshold"] is None:  # no prompt is long
         settings["long_prefill_attention_budget"] = None
-    if args.speculative == "ngram" or (
+    if args.speculative == "learned":
+        settings["draft_head"] = load_head(package, model, args.draft_head)
+    if args.speculative in ("ngram", "learned") or (
         args.speculative is None and policy == "mixed" and has_speculation(package)
     ):
         settings.update(
-            speculative="ngram",
+            speculative=args.speculative or "ngram",
             num_speculative_tokens=args.num_speculative_tokens,
             prompt_lookup_max=args.prompt_lookup_max,
             prompt_lookup_min=args.prompt_lookup_min,
@@ -306,3 +323,16 @@ def parse_token_budget(args: argparse.Namespace) -> int | None:
             f"got {budget}"
         )
     return budget
+
+
+def load_head(package, model, path: str | None):
+    """The draft head at `path` (default: the embedded model's shipped head) on
+    `model`; one error line when it cannot be had."""
+    from tiny_llm_base.draft_heads import EMBEDDED_HEAD
+
+    try:
+        return package.load_draft_head(model, path or EMBEDDED_HEAD)
+    except (FileNotFoundError, ValueError) as error:
+        fail(str(error))
+    except NotImplementedError as error:
+        fail(f"not implemented yet in src/tiny_llm: {error}", status=1)

@@ -216,7 +216,7 @@ def build_engine(package, mlx_model, tokenizer, args, ranks: Ranks):
             max_seq_len=max_seq_len,
             prefill_step=args.prefill_step,
             token_budget=args.token_budget,
-            **scheduling_settings(args, args.policy, package),
+            **scheduling_settings(args, args.policy, package, model),
             reserved_interactive_slots=args.reserved_interactive_slots,
             kv_cache=args.kv_cache,
             block_size=args.block_size,

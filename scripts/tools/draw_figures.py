@@ -17,6 +17,8 @@ module per week's ideas). Into book/src/images (--out):
 - concept-dfa-token-index.png: a regex's DFA and one state's token index (day 5).
 - concept-tensor-parallel.png: one block over 2 ranks, two all_sums (week 4 day 1).
 - concept-tool-calls.png: an answer's grammar under tool_choice (week 4 day 2).
+- concept-learned-drafter.png: a draft head's k calls on the model's hidden state
+  (week 4 day 3).
 """
 
 import argparse
@@ -31,7 +33,7 @@ from scripts.tools.figures.week3_batching import (
     prefix_cache,
 )
 from scripts.tools.figures.week3_decoding import dfa_token_index, draft_verification
-from scripts.tools.figures.week4 import tensor_parallel, tool_calls
+from scripts.tools.figures.week4 import learned_drafter, tensor_parallel, tool_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = [
@@ -47,6 +49,7 @@ FIGURES = [
     dfa_token_index,
     tensor_parallel,
     tool_calls,
+    learned_drafter,
 ]
 
 

@@ -97,6 +97,21 @@ from .tensor_parallel import (
     input_columns,
     output_rows,
 )
+from .draft_head import (
+    DraftHead,
+    draft_vocabulary,
+    fingerprint,
+    load_draft_head,
+    save_draft_head,
+)
+from .draft_training import (
+    DraftExamples,
+    acceptance,
+    draft_examples,
+    draft_loss,
+    hidden_states,
+    train_head,
+)
 from .tool_calls import (
     ToolCall,
     call_of,

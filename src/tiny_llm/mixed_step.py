@@ -84,10 +84,14 @@ def mixed_forward(
     decode_offsets: list[int],
     batch_cache: list[BatchingKvCache] | None,
     chunks: list[PrefillChunk],
-) -> tuple[mx.array | None, list[mx.array | None]]:
+    with_hidden: bool = False,
+) -> tuple:
     """ONE forward for a step: returns (decode logits [B, V] for the B decode rows, or
     None when decode_tokens is empty; and for each chunk the logits [logit_rows, V]
-    of its last logit_rows positions, or None when logit_rows is 0).
+    of its last logit_rows positions, or None when logit_rows is 0). with_hidden
+    (week 4 day 3): a third item, the last layer's output (before the final norm)
+    on the same rows, [rows, E] in the logits' order (decode rows, then each
+    chunk's), or None with no row: what a draft head reads.
 
     decode_tokens, decode_offsets: one per batch-cache row fed this step (from the
     rows in use to max_active_requests), an empty slot's row carrying a dummy token;
@@ -113,5 +117,6 @@ def mixed_forward(
         "roped keys and values (cache.stage); only then each part's "
         "cache.attend_staged(roped q, attention.attention) (given: attention over "
         "cache.fetch_staged()); glues the outputs with join_parts; then model.logits "
-        "only on the decode rows and the last logit_rows positions of each chunk"
+        "only on the decode rows and the last logit_rows positions of each chunk. "
+        "Week 4 Day 3: with_hidden, a third item: the rows model.logits read"
     )

@@ -19,6 +19,7 @@ request's position and cache are left out of step, and is then raised again.
 """
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import mlx.core as mx
 
@@ -46,12 +47,15 @@ class Forward:
 class ModelRunner:
     """model: the week 2 model (model(tokens, offset, cache) -> logits). clock: the
     engine's clock, read just before and just after each forward. kv: the KV manager,
-    whose batch_cache holds the decode rows."""
+    whose batch_cache holds the decode rows. keep_hidden (week 4 day 3): a mixed
+    step also keeps each request's hidden state for its draft head
+    (keep_hidden_states)."""
 
-    def __init__(self, model, clock, kv):
+    def __init__(self, model, clock, kv, keep_hidden: bool = False):
         self.model = model
         self.clock = clock
         self.kv = kv
+        self.keep_hidden = keep_hidden
 
     def run(self, plan: Plan) -> Forward | None:
         """Run the plan's forward; None when it failed (its requests failed with the
@@ -109,7 +113,26 @@ class ModelRunner:
             "draft_parts), mixed_forward, mx.eval of the logits and the chunk caches;"
             " then advance each chunk's request (observe_prompt first when it wants "
             "prompt logprobs) and sample the last row of each that ends its prompt, "
-            "accept_rows of the rows without drafts, and verify when there are drafts"
+            "accept_rows of the rows without drafts, and verify when there are "
+            "drafts. Week 4 Day 3: with keep_hidden, mixed_forward's hidden rows too,"
+            " then keep_hidden_states"
+        )
+
+    def keep_hidden_states(
+        self,
+        plan: Plan,
+        parts: list[PrefillChunk],
+        hidden: mx.array,
+        verified: list[tuple[Request, int, int]],
+    ) -> None:
+        """hidden: [rows, E], mixed_forward's third item over the plan's decode rows
+        and then each part's logit rows (its chunks, then its drafts). Each request
+        keeps (drafting.hidden) the row its next token was sampled from: a decode
+        row's own; the last row of a chunk that ended its prompt; for a request
+        that verified drafts, its decode row when it kept none, else the row of its
+        last kept draft."""
+        raise NotImplementedError(
+            "Week 4 Day 3 Task 3: keep_hidden_states: the docstring's three cases"
         )
 
     def draft_parts(self, plan: Plan) -> list[PrefillChunk]:

@@ -133,9 +133,12 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     (week 3 day 5 writes forced_tokens; no constrained request exists before it).
     Any other request proposes with config.speculative "ngram": prompt lookup over
     its tokens, prompt and generated (find_drafts over request.tokens with
-    prompt_lookup_max and _min); else nothing."""
+    prompt_lookup_max and _min); with "learned" (week 4 day 3) the same, and where
+    lookup finds nothing, config.draft_head's k drafts from the request's
+    drafting.hidden and next_token (none while hidden is None); else nothing."""
     raise NotImplementedError(
-        "Week 3 Day 4 Task 3: propose_drafts: the docstring's two cases"
+        "Week 3 Day 4 Task 3: propose_drafts: the docstring's two cases. Week 4 Day "
+        '3: "learned": prompt lookup first, then the draft head'
     )
 
 

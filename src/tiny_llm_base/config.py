@@ -55,11 +55,13 @@ class EngineConfig:
         prompt's chunk of L tokens at offset o keeps L x (o + L), its attention
         scores per head and layer, within this many (at least 1 token a chunk), so
         its chunks shrink as the prompt goes deeper. None: tokens alone cap it.
-    speculative: None, or "ngram" (mixed policy, week 3 day 4): each decoding request
-        proposes up to num_speculative_tokens draft tokens by prompt lookup (what
-        followed the latest earlier occurrence of its last prompt_lookup_max down to
-        prompt_lookup_min tokens) and the step verifies them; the output is the
-        same as without.
+    speculative: None, "ngram" or "learned" (mixed policy). "ngram" (week 3 day
+        4): each decoding request proposes up to num_speculative_tokens draft
+        tokens by prompt lookup (what followed the latest earlier occurrence of its
+        last prompt_lookup_max down to prompt_lookup_min tokens) and the step
+        verifies them; the output is the same as without. "learned" (week 4 day
+        3): prompt lookup where it finds a match, else draft_head's guesses from
+        the model's own hidden state (a DraftHead: load_draft_head).
     jump_forward (mixed policy, week 3 day 5): a constrained request proposes the
         tokens its constraint forces (a fixed key, punctuation) as drafts, verified
         like prompt lookup's, so its output is the same as without.
@@ -111,6 +113,7 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     prompt_lookup_max: int = 3
     prompt_lookup_min: int = 1
+    draft_head: object = None
     jump_forward: bool = False
     kv_cache: str = "dense"
     block_size: int = 16

@@ -15,7 +15,7 @@ from .prompts import check_int, is_int
 
 POLICIES = ("alternate", "mixed")
 KV_CACHES = ("dense", "paged")
-SPECULATIVE = (None, "ngram")
+SPECULATIVE = (None, "ngram", "learned")
 DEFAULT_KV_DISK_BUDGET = 4 * 2**30
 # The mixed step's limits (the first three vLLM's names), each an int >= 1 or None.
 STEP_LIMITS = (
@@ -112,8 +112,16 @@ def check_speculative(config) -> None:
     jump_forward, prefix_caching and step_ahead; drafts need the mixed policy."""
     if config.speculative not in SPECULATIVE:
         raise ValueError(
-            f"speculative must be None or 'ngram' (prompt lookup), got "
-            f"{config.speculative!r}"
+            f"speculative must be None, 'ngram' (prompt lookup) or 'learned' (prompt "
+            f"lookup, else a draft head), got {config.speculative!r}"
+        )
+    if (config.speculative == "learned") != (config.draft_head is not None):
+        raise ValueError(
+            "speculative='learned' drafts with a draft head: pass draft_head="
+            "load_draft_head(model, path) (pdm run train-drafter makes one)"
+            if config.draft_head is None
+            else "a draft_head drafts only with speculative='learned': pass it, or "
+            "leave draft_head None"
         )
     check_int("num_speculative_tokens", config.num_speculative_tokens, 1)
     check_int("prompt_lookup_min", config.prompt_lookup_min, 1)

@@ -85,10 +85,14 @@ def mixed_forward(
     decode_offsets: list[int],
     batch_cache: list[BatchingKvCache] | None,
     chunks: list[PrefillChunk],
-) -> tuple[mx.array | None, list[mx.array | None]]:
+    with_hidden: bool = False,
+) -> tuple:
     """ONE forward for a step: returns (decode logits [B, V] for the B decode rows, or
     None when decode_tokens is empty; and for each chunk the logits [logit_rows, V]
-    of its last logit_rows positions, or None when logit_rows is 0).
+    of its last logit_rows positions, or None when logit_rows is 0). with_hidden
+    (week 4 day 3): a third item, the last layer's output (before the final norm)
+    on the same rows, [rows, E] in the logits' order (decode rows, then each
+    chunk's), or None with no row: what a draft head reads.
 
     decode_tokens, decode_offsets: one per batch-cache row fed this step (from the
     rows in use to max_active_requests), an empty slot's row carrying a dummy token;
@@ -113,7 +117,8 @@ def mixed_forward(
     # (cache.stage); only then each part's cache.attend_staged(roped q,
     # attention.attention) (given: attention over cache.fetch_staged()); glues the
     # outputs with join_parts; then model.logits only on the decode rows and the last
-    # logit_rows positions of each chunk
+    # logit_rows positions of each chunk. Week 4 Day 3: with_hidden, a third item: the
+    # rows model.logits read
     B = len(decode_tokens)
     if B and batch_cache is None:
         raise ValueError("decode tokens need the batch cache their rows live in")
@@ -132,7 +137,7 @@ def mixed_forward(
             check_offset(chunk.offset, chunk.cache[layer])
     step_tokens = decode_tokens + [t for chunk in chunks for t in chunk.tokens]
     if not step_tokens:
-        return None, []
+        return (None, [], None) if with_hidden else (None, [])
     lengths = [len(chunk.tokens) for chunk in chunks]
     row_offsets = mx.array(decode_offsets)
 
@@ -172,11 +177,14 @@ def mixed_forward(
         for row in range(end - chunk.logit_rows, end)
     ]
     if not sampled:
-        return None, [None] * len(chunks)
-    logits = model.logits(h[0, mx.array(sampled)])  # [len(sampled), V]
+        nothing = None, [None] * len(chunks)
+        return (*nothing, None) if with_hidden else nothing
+    hidden = h[0, mx.array(sampled)]  # [len(sampled), E]
+    logits = model.logits(hidden)  # [len(sampled), V]
     starts = accumulate([chunk.logit_rows for chunk in chunks], initial=B)
     chunk_logits = [
         logits[start : start + chunk.logit_rows] if chunk.logit_rows else None
         for chunk, start in zip(chunks, starts)
     ]
-    return (logits[:B] if B else None), chunk_logits
+    result = (logits[:B] if B else None), chunk_logits
+    return (*result, hidden) if with_hidden else result

@@ -49,12 +49,15 @@ class DraftState:
     acceptance: an average of the share of its draft tokens accepted (1.0 before
     any). resume_at: the count of generated tokens before which it proposes no
     drafts (a pause once they stopped paying). pauses: how many pauses it has had
-    (each lasts twice the one before).
+    (each lasts twice the one before). hidden (week 4 day 3, with a draft head):
+    the model's last-layer output [E] at the position its next_token was sampled
+    from, which the head drafts from; None before its first.
     """
 
     acceptance: float = 1.0
     resume_at: int = 0
     pauses: int = 0
+    hidden: mx.array | None = None
 
 
 @dataclass

@@ -19,6 +19,7 @@ request's position and cache are left out of step, and is then raised again.
 """
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import mlx.core as mx
 
@@ -46,12 +47,15 @@ class Forward:
 class ModelRunner:
     """model: the week 2 model (model(tokens, offset, cache) -> logits). clock: the
     engine's clock, read just before and just after each forward. kv: the KV manager,
-    whose batch_cache holds the decode rows."""
+    whose batch_cache holds the decode rows. keep_hidden (week 4 day 3): a mixed
+    step also keeps each request's hidden state for its draft head
+    (keep_hidden_states)."""
 
-    def __init__(self, model, clock, kv):
+    def __init__(self, model, clock, kv, keep_hidden: bool = False):
         self.model = model
         self.clock = clock
         self.kv = kv
+        self.keep_hidden = keep_hidden
 
     def run(self, plan: Plan) -> Forward | None:
         """Run the plan's forward; None when it failed (its requests failed with the
@@ -134,7 +138,8 @@ class ModelRunner:
         # mixed_forward, mx.eval of the logits and the chunk caches; then advance each
         # chunk's request (observe_prompt first when it wants prompt logprobs) and
         # sample the last row of each that ends its prompt, accept_rows of the rows
-        # without drafts, and verify when there are drafts
+        # without drafts, and verify when there are drafts. Week 4 Day 3: with
+        # keep_hidden, mixed_forward's hidden rows too, then keep_hidden_states
         rows = plan.rows
         tokens, offsets = plan.decode_inputs()
         chunks = [
@@ -150,8 +155,13 @@ class ModelRunner:
         ]
         drafted = self.draft_parts(plan) if plan.drafts else []
         batch_cache = self.kv.batch_cache if rows else None
-        decode_logits, part_logits = mixed_forward(
-            self.model, tokens, offsets, batch_cache, chunks + drafted
+        decode_logits, part_logits, *hidden = mixed_forward(
+            self.model,
+            tokens,
+            offsets,
+            batch_cache,
+            chunks + drafted,
+            with_hidden=self.keep_hidden,
         )
         cache_state = [
             array
@@ -159,7 +169,7 @@ class ModelRunner:
             for layer in chunk.cache
             for array in (layer.keys, layer.values)
         ]
-        mx.eval(decode_logits, part_logits, cache_state)
+        mx.eval(decode_logits, part_logits, cache_state, hidden)
         chunk_logits = part_logits[: len(chunks)]
         for (request, fed), logits in zip(plan.chunks, chunk_logits):
             start = request.offset
@@ -172,9 +182,42 @@ class ModelRunner:
             self.accept_rows(
                 [None if r in plan.drafts else r for r in rows], decode_logits
             )
-        if not plan.drafts:
-            return []
-        return self.verify(plan, decode_logits, part_logits[len(chunks) :])
+        verified = (
+            self.verify(plan, decode_logits, part_logits[len(chunks) :])
+            if plan.drafts
+            else []
+        )
+        if hidden and hidden[0] is not None:
+            self.keep_hidden_states(plan, chunks + drafted, hidden[0], verified)
+        return verified
+
+    def keep_hidden_states(
+        self,
+        plan: Plan,
+        parts: list[PrefillChunk],
+        hidden: mx.array,
+        verified: list[tuple[Request, int, int]],
+    ) -> None:
+        """hidden: [rows, E], mixed_forward's third item over the plan's decode rows
+        and then each part's logit rows (its chunks, then its drafts). Each request
+        keeps (drafting.hidden) the row its next token was sampled from: a decode
+        row's own; the last row of a chunk that ended its prompt; for a request
+        that verified drafts, its decode row when it kept none, else the row of its
+        last kept draft."""
+        # Week 4 Day 3 Task 3: keep_hidden_states: the docstring's three cases
+        rows = len(plan.decode_inputs()[0])
+        starts = list(accumulate((part.logit_rows for part in parts), initial=rows))
+        for (request, _), part, start in zip(plan.chunks, parts, starts):
+            if part.logit_rows and request.is_prefill_done:
+                request.drafting.hidden = hidden[start + part.logit_rows - 1]
+        for row, request in enumerate(plan.rows):
+            if request is not None and request not in plan.drafts:
+                request.drafting.hidden = hidden[row]
+        for (request, _, kept), start in zip(verified, starts[len(plan.chunks) :]):
+            row = plan.rows.index(request)
+            request.drafting.hidden = (
+                hidden[row] if kept == 0 else hidden[start + kept - 1]
+            )
 
     def draft_parts(self, plan: Plan) -> list[PrefillChunk]:
         """Each drafting request's drafts as a part of the mixed forward: a

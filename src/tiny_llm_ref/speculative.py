@@ -158,17 +158,24 @@ def propose_drafts(request: Request, k: int, config) -> list[int]:
     (week 3 day 5 writes forced_tokens; no constrained request exists before it).
     Any other request proposes with config.speculative "ngram": prompt lookup over
     its tokens, prompt and generated (find_drafts over request.tokens with
-    prompt_lookup_max and _min); else nothing."""
-    # Week 3 Day 4 Task 3: propose_drafts: the docstring's two cases
+    prompt_lookup_max and _min); with "learned" (week 4 day 3) the same, and where
+    lookup finds nothing, config.draft_head's k drafts from the request's
+    drafting.hidden and next_token (none while hidden is None); else nothing."""
+    # Week 3 Day 4 Task 3: propose_drafts: the docstring's two cases. Week 4 Day 3:
+    # "learned": prompt lookup first, then the draft head
     if not isinstance(request.constraint_state, NoConstraint):
         if not config.jump_forward:
             return []
         return request.constraint_state.forced_tokens()[:k]
-    if config.speculative != "ngram":
+    if config.speculative not in ("ngram", "learned"):
         return []
-    return find_drafts(
+    found = find_drafts(
         request.tokens, k, config.prompt_lookup_max, config.prompt_lookup_min
     )
+    hidden = request.drafting.hidden
+    if found or config.speculative != "learned" or hidden is None:
+        return found
+    return config.draft_head.draft(hidden, request.next_token, k)
 
 
 def plan_drafts(planner, rows: list[Request | None], budget: float) -> dict:

@@ -149,3 +149,48 @@ def tool_calls(out: Path) -> Path:
         size=9,
     )
     return s.save(out, "concept-tool-calls.png")
+
+
+# draft_head.DraftHead: fc [2E -> E] over (feature, the token's embedding), a SwiGLU
+# MLP with a residual, out_norm; logits over the K draft rows of the embedding;
+# draft() feeds its own prediction and draft back k times. runner.keep_hidden_states
+# keeps the hidden state of the row the next token was sampled from; verification
+# is week 3 day 4's (the model checks every draft in the mixed step).
+def learned_drafter(out: Path) -> Path:
+    s = Sketch(9, 5.2, "A learned drafter: a head on the model's own hidden state")
+    s.box(0.3, 3.9, 2.3, 0.5, "the model's last layer at t", BLUE, size=TEXT)
+    s.text(1.55, 3.6, "h_t, kept by\nthe runner", GREY, size=9)
+    s.box(0.3, 2.75, 2.3, 0.5, "final norm: f_t", BLUE, fill=0.12, size=TEXT)
+    s.arrow(1.45, 3.88, 1.45, 3.27)
+    s.text(0.3, 2.5, "x_t+1: the token sampled from h_t", GREY)
+    x0, step = 3.1, 1.95
+    for j in range(3):
+        x = x0 + j * step
+        fed = "x_t+1" if j == 0 else f"d_{j}"
+        s.box(x, 3.95, 1.6, 0.4, f"e({fed})", ORANGE, size=TEXT)
+        s.box(x, 2.75, 1.6, 0.6, "head\nfc, MLP, norm", PURPLE, size=TEXT)
+        s.arrow(x + 0.8, 3.93, x + 0.8, 3.37)
+        s.box(x, 1.75, 1.6, 0.45, f"f^_t+{j + 1}", PURPLE, fill=0.12, size=TEXT)
+        s.arrow(x + 0.8, 2.73, x + 0.8, 2.22)
+        s.box(x + 0.2, 0.85, 1.2, 0.45, f"d_{j + 1}", GREEN, size=TEXT)
+        s.arrow(x + 0.8, 1.73, x + 0.8, 1.32)
+        s.text(x + 0.85, 1.52, "x draft rows", GREY, size=9)
+        if j < 2:  # its own prediction and its own draft feed the next call
+            s.arrow(x + 1.62, 1.97, x + step - 0.02, 3.0, PURPLE, rad=-0.25)
+            s.arrow(x + 1.42, 1.07, x + step - 0.02, 4.15, GREEN)
+    s.arrow(2.62, 3.0, x0 - 0.02, 3.0, BLUE)
+    s.bracket(
+        x0,
+        x0 + 2 * step + 1.6,
+        4.55,
+        "k calls, one evaluation at the end",
+        PURPLE,
+        False,
+    )
+    s.note(
+        0.3,
+        0.55,
+        "The drafts d_1 .. d_k join the step's mixed forward after x_t+1 and are",
+        "verified there (week 3 day 4): a wrong guess costs time, never a token.",
+    )
+    return s.save(out, "concept-learned-drafter.png")

@@ -1,0 +1,166 @@
+"""A learned drafter (week 4 day 3): a small head that guesses the model's next
+tokens from the model's own last hidden state.
+
+Prompt lookup (week 3 day 4) drafts only what a text repeats, and a chat answer
+rarely repeats its prompt. But the model's last hidden state already holds most of
+what its next tokens depend on (EAGLE). A head fed the feature at the last position
+and the token sampled from it predicts the feature after that token; the model's
+own embedding turns a feature into logits. Fed its own prediction and its own
+draft, it guesses one more token, and again:
+
+    f_t (the model's, final norm) + e(x_t+1) -> head -> f^_t+1 -> d_1 = argmax
+    f^_t+1                         + e(d_1)   -> head -> f^_t+2 -> d_2 ...
+
+The head: fc [2E -> E] over the feature and the token's embedding side by side,
+one SwiGLU MLP with a residual, an RMSNorm, so that its output lives where the
+model's normed features do. Its logits cover a draft vocabulary only: the K tokens
+the model's answers use most (the full 49,152-row table is 113 MB of float32, a
+fifth of the model; 4,096 rows are 9 MB). A draft is a guess: the model checks
+every one (speculative.py), so a bad head costs speed, never output.
+"""
+
+from collections import Counter
+from pathlib import Path
+
+import mlx.core as mx
+from mlx import nn
+
+from tiny_llm_base.draft_heads import TRAIN_COMMAND
+
+# What a head file records of the model it was trained for.
+FINGERPRINT_ROWS = 4
+
+
+def draft_vocabulary(answers: list[list[int]], size: int) -> list[int]:
+    """The `size` token ids that occur most often in `answers` (ties: the smaller
+    id first), most frequent first. Fewer when fewer distinct ids occur."""
+    raise NotImplementedError(
+        "Week 4 Day 3 Task 1: draft_vocabulary: count every answer's tokens; the most"
+        " common first, ties by the smaller id"
+    )
+
+
+class DraftHead(nn.Module):
+    """Drafts tokens for a model from its hidden states.
+
+    table: the model's embedding [V, E] (shared, not trained); norm_weight and eps:
+    its final RMSNorm's, which turn its hidden state into a feature; draft_ids: the
+    draft vocabulary, K target ids; hidden: the MLP's width. The trained
+    parameters are fc, mlp_norm, gate, up, down and out_norm; the shared arrays
+    are kept under names that start with "_", which nn.Module leaves out of its
+    parameters (so an optimizer never moves them and save never writes them).
+    """
+
+    def __init__(
+        self,
+        table: mx.array,
+        norm_weight: mx.array,
+        eps: float,
+        draft_ids: list[int],
+        hidden: int,
+    ):
+        raise NotImplementedError(
+            "Week 4 Day 3 Task 1: DraftHead.__init__: the parameters as the docstring"
+            " lists them (nn.Linear without bias, nn.RMSNorm with the model's eps); "
+            "keep the table, the norm's weight and eps, the draft ids as an mx.array,"
+            " the table's draft rows [K, E] and index_of's lookup [V] under names "
+            'that start with "_"'
+        )
+
+    @classmethod
+    def for_model(cls, model, draft_ids: list[int], hidden: int) -> "DraftHead":
+        """A fresh head for a Qwen2ModelWeek2 (its embedding table and final norm)."""
+        return cls(
+            model.embedding.weight, model.norm.weight, model.norm.eps, draft_ids, hidden
+        )
+
+    @property
+    def draft_ids(self) -> list[int]:
+        return self._ids.tolist()
+
+    def index_of(self, tokens: mx.array) -> mx.array:
+        """tokens: target ids -> their indices in the draft vocabulary, -1 for a
+        token outside it."""
+        return self._index[tokens]
+
+    def features(self, hidden: mx.array) -> mx.array:
+        """hidden: [..., E], the model's last layer's output -> [..., E]: after the
+        model's final norm, the space the head reads and writes."""
+        raise NotImplementedError(
+            "Week 4 Day 3 Task 1: features: mx.fast.rms_norm with the model's weight "
+            "and eps"
+        )
+
+    def __call__(self, feature: mx.array, token: mx.array) -> mx.array:
+        """feature: [N, E] at position t, token: [N] ids at t + 1 -> the predicted
+        feature at t + 1, [N, E]."""
+        raise NotImplementedError(
+            "Week 4 Day 3 Task 1: DraftHead.__call__: z = fc([feature, "
+            "table[token]]); z + down(silu(gate(y)) * up(y)) with y = mlp_norm(z); "
+            "out_norm of that"
+        )
+
+    def logits(self, feature: mx.array) -> mx.array:
+        """feature: [N, E] -> [N, K], over the draft vocabulary (tied: feature times
+        the table's draft rows)."""
+        raise NotImplementedError(
+            "Week 4 Day 3 Task 1: logits: feature @ the draft rows transposed"
+        )
+
+    def draft(self, hidden: mx.array, token: int, k: int) -> list[int]:
+        """k greedy draft tokens (target ids) after `token`, which the model sampled
+        from its hidden state `hidden` [E] (before the final norm). Each step feeds
+        the head its own last prediction and draft; one evaluation at the end."""
+        raise NotImplementedError(
+            "Week 4 Day 3 Task 1: draft: features(hidden) as [1, E]; k times: predict"
+            " the next feature from (feature, token), the draft is the argmax of its "
+            "logits mapped to a target id; read them once, at the end"
+        )
+
+
+def fingerprint(table: mx.array) -> str:
+    """A model's embedding, told apart: its shape and the first values of a few
+    rows spread over it (read, not summed, so every device agrees)."""
+    vocab, size = table.shape
+    rows = [round(vocab * i / FINGERPRINT_ROWS) for i in range(FINGERPRINT_ROWS)]
+    values = table[mx.array(rows), :4].astype(mx.float32).reshape(-1).tolist()
+    return f"{vocab}x{size}:" + ",".join(f"{v:.4g}" for v in values)
+
+
+def save_draft_head(head: DraftHead, path: str | Path) -> None:
+    """The head's parameters, its draft ids and its model's fingerprint, as one
+    safetensors file."""
+    arrays = dict(nn.utils.tree_flatten(head.parameters()))
+    arrays["draft_ids"] = head._ids.astype(mx.int32)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    metadata = {
+        "model": fingerprint(head._table),
+        "hidden": str(head.gate.weight.shape[0]),
+    }
+    mx.save_safetensors(str(path), arrays, metadata=metadata)
+
+
+def load_draft_head(model, path: str | Path) -> DraftHead:
+    """The head saved at `path`, on `model` (a Qwen2ModelWeek2).
+
+    FileNotFoundError when there is no file, ValueError when it was trained for
+    another model: both name the command that makes one."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no draft head at {path}: make one with `{TRAIN_COMMAND}` (or run "
+            "without --speculative learned)"
+        )
+    arrays, metadata = mx.load(str(path), return_metadata=True)
+    table = model.embedding.weight
+    if metadata.get("model") != fingerprint(table):
+        raise ValueError(
+            f"the draft head at {path} was trained for another model "
+            f"({metadata.get('model')!r}, this one is {fingerprint(table)!r}): make "
+            f"one for this model with `{TRAIN_COMMAND} --model <its folder>`"
+        )
+    ids = arrays.pop("draft_ids").tolist()
+    head = DraftHead.for_model(model, ids, int(metadata["hidden"]))
+    head.load_weights(list(arrays.items()))
+    mx.eval(head.parameters())
+    return head

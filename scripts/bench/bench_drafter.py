@@ -63,9 +63,9 @@ class TimedHead:
     def __init__(self, head):
         self.head, self.seconds, self.calls = head, 0.0, 0
 
-    def draft(self, hidden, token: int, k: int) -> list[int]:
+    def draft(self, hidden, token: int, k: int, confidence: float) -> list[int]:
         start = time.perf_counter()
-        drafts = self.head.draft(hidden, token, k)
+        drafts = self.head.draft(hidden, token, k, confidence)
         self.seconds += time.perf_counter() - start
         self.calls += 1
         return drafts

@@ -22,6 +22,7 @@ exit_on_interrupt()  # first: Ctrl-C during the imports below never shows a trac
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -185,7 +186,7 @@ def main() -> int:
         "final_loss": round(losses[-1], 4),
         "held_out_first_draft": round(first, 3),
         "held_out_two_drafts": round(both, 3),
-        "head": str(args.out),
+        "head": os.path.relpath(args.out),
     }
     record["minutes"]["total"] = round(sum(record["minutes"].values()), 2)
     args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")

@@ -107,14 +107,20 @@ class DraftHead(nn.Module):
             "Week 4 Day 3 Task 1: logits: feature @ the draft rows transposed"
         )
 
-    def draft(self, hidden: mx.array, token: int, k: int) -> list[int]:
-        """k greedy draft tokens (target ids) after `token`, which the model sampled
-        from its hidden state `hidden` [E] (before the final norm). Each step feeds
-        the head its own last prediction and draft; one evaluation at the end."""
+    def draft(
+        self, hidden: mx.array, token: int, k: int, confidence: float = 0.0
+    ) -> list[int]:
+        """Up to k greedy draft tokens (target ids) after `token`, which the model
+        sampled from its hidden state `hidden` [E] (before the final norm). Each
+        step feeds the head its own last prediction and draft. The drafts stop
+        before the first whose probability under the head (softmax over the draft
+        vocabulary) is below `confidence`: a guess the head doubts is seldom worth
+        a place in the forward. One evaluation, at the end."""
         raise NotImplementedError(
             "Week 4 Day 3 Task 1: draft: features(hidden) as [1, E]; k times: predict"
             " the next feature from (feature, token), the draft is the argmax of its "
-            "logits mapped to a target id; read them once, at the end"
+            "logits mapped to a target id, with its softmax probability; read them "
+            "once, at the end, and cut before the first below confidence"
         )
 
 

@@ -123,20 +123,31 @@ class DraftHead(nn.Module):
         # Week 4 Day 3 Task 1: logits: feature @ the draft rows transposed
         return feature @ self._draft_rows.T
 
-    def draft(self, hidden: mx.array, token: int, k: int) -> list[int]:
-        """k greedy draft tokens (target ids) after `token`, which the model sampled
-        from its hidden state `hidden` [E] (before the final norm). Each step feeds
-        the head its own last prediction and draft; one evaluation at the end."""
+    def draft(
+        self, hidden: mx.array, token: int, k: int, confidence: float = 0.0
+    ) -> list[int]:
+        """Up to k greedy draft tokens (target ids) after `token`, which the model
+        sampled from its hidden state `hidden` [E] (before the final norm). Each
+        step feeds the head its own last prediction and draft. The drafts stop
+        before the first whose probability under the head (softmax over the draft
+        vocabulary) is below `confidence`: a guess the head doubts is seldom worth
+        a place in the forward. One evaluation, at the end."""
         # Week 4 Day 3 Task 1: draft: features(hidden) as [1, E]; k times: predict the
         # next feature from (feature, token), the draft is the argmax of its logits
-        # mapped to a target id; read them once, at the end
+        # mapped to a target id, with its softmax probability; read them once, at the
+        # end, and cut before the first below confidence
         feature, tokens = self.features(hidden[None]), mx.array([token])
-        drafts = []
+        drafts, sure = [], []
         for _ in range(k):
             feature = self(feature, tokens)
-            tokens = self._ids[mx.argmax(self.logits(feature), axis=-1)]
+            logits = self.logits(feature)
+            best = mx.argmax(logits, axis=-1)
+            tokens = self._ids[best]
             drafts.append(tokens)
-        return mx.concatenate(drafts).tolist()
+            sure.append(mx.softmax(logits, axis=-1).max(axis=-1))
+        drafts, sure = mx.concatenate(drafts).tolist(), mx.concatenate(sure).tolist()
+        kept = next((j for j, p in enumerate(sure) if p < confidence), k)
+        return drafts[:kept]
 
 
 def fingerprint(table: mx.array) -> str:

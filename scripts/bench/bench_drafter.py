@@ -43,7 +43,7 @@ from scripts.bench.benchlib.workloads import (
     grounded_workload,
     warmup_workload,
 )
-from scripts.bench.bench_speculative import SIZES
+from scripts.bench.bench_speculative import SIZES, draft_counts
 from tiny_llm_base import greedy
 from tiny_llm_base.draft_heads import EMBEDDED_HEAD
 
@@ -127,6 +127,7 @@ def rows_of(runs: dict[str, Run], spent: dict[str, float]) -> dict[str, dict]:
             acceptance_by_position=by_position(run),
             drafting_share=spent[key] / decoding,
             same_tokens=sum(a == b for a, b in zip(run.tokens, base.tokens)),
+            **draft_counts(run),
         )
     return rows
 
@@ -134,7 +135,8 @@ def rows_of(runs: dict[str, Run], spent: dict[str, float]) -> dict[str, dict]:
 def table(title: str, rows: dict[str, dict]):
     columns = [
         "run", "tokens", "decode tok/s", "vs off", "vs ngram",
-        "kept at 1 / 2 / 3 / 4", "drafting share", "same tokens",
+        "kept at 1 / 2 / 3 / 4", "drafting steps", "verify / plain ms",
+        "drafting share", "same tokens",
     ]  # fmt: skip
     cells = [
         [
@@ -146,6 +148,8 @@ def table(title: str, rows: dict[str, dict]):
             " / ".join(f"{100 * a:.0f}%" for a in r["acceptance_by_position"])
             if not key.endswith("off")
             else "-",
+            f"{r['drafting_steps']}/{r['decode_steps']}",
+            f"{r['verify_ms']:.0f} / {r['plain_ms']:.0f}".replace("nan", "-"),
             f"{100 * r['drafting_share']:.1f}%" if key.endswith("learned") else "-",
             f"{r['same_tokens']}/{r['requests']}",
         ]
@@ -187,7 +191,10 @@ def goals_of(results: dict[str, dict], batch: int) -> list:
         ratio = r["speedup"] if against == "off" else r["over_ngram"]
         kept = " / ".join(f"{100 * a:.0f}%" for a in r["acceptance_by_position"])
         why = (
-            f"drafts kept by position {kept}; the head's drafting "
+            f"drafts kept by position {kept}; drafts in {r['drafting_steps']} of "
+            f"{r['decode_steps']} decode-only steps, a verifying step "
+            f"{r['verify_ms']:.0f} ms vs {r['plain_ms']:.0f} ms plain (and no step "
+            f"runs ahead under speculation); the head's drafting "
             f"{100 * r['drafting_share']:.1f}% of the run; ngram alone "
             f"{results[name][f'{key} ngram']['speedup']:.2f}x"
         )

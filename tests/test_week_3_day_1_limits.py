@@ -70,9 +70,9 @@ def test_a_step_feeds_at_most_token_budget_rows(pair, tokenizer, monkeypatch):
     fed = []
     real_forward = tiny.runner.mixed_forward
 
-    def counting_forward(model, decode_tokens, offsets, cache, chunks):
+    def counting_forward(model, decode_tokens, offsets, cache, chunks, **options):
         fed.append(len(decode_tokens) + sum(len(c.tokens) for c in chunks))
-        return real_forward(model, decode_tokens, offsets, cache, chunks)
+        return real_forward(model, decode_tokens, offsets, cache, chunks, **options)
 
     monkeypatch.setattr(tiny.runner, "mixed_forward", counting_forward)
     rng = np.random.default_rng(2)

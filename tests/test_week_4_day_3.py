@@ -11,6 +11,8 @@ its shipped head, arrivals, aborts, EOS, constraints), and sampled tokens follow
 the model's distribution (chi-square).
 """
 
+import threading
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -183,6 +185,22 @@ def test_a_head_file_round_trips_and_refuses_another_model(
         tiny.load_draft_head(random_pairs[2][1], path)
     with pytest.raises(FileNotFoundError, match=TRAIN_COMMAND):
         tiny.load_draft_head(model, tmp_path / "nowhere.safetensors")
+
+
+@pytest.mark.task(1)
+def test_a_loaded_head_drafts_on_another_thread(embedded):
+    """The server's engine thread drafts with a head loaded on the main thread
+    (every array the head holds is computed at load, none left to a thread
+    without the main thread's stream)."""
+    _, model, _ = embedded
+    head = tiny.load_draft_head(model, EMBEDDED_HEAD)
+    hidden = tiny.hidden_states(model, [[1, 2, 3]])[0][-1]
+    mx.eval(hidden)
+    got = []
+    worker = threading.Thread(target=lambda: got.append(head.draft(hidden, 7, 3)))
+    worker.start()
+    worker.join()
+    assert got == [head.draft(hidden, 7, 3)]
 
 
 # --- training -----------------------------------------------------------------------

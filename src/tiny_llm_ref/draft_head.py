@@ -47,7 +47,8 @@ class DraftHead(nn.Module):
     table: the model's embedding [V, E] (shared, not trained); norm_weight and eps:
     its final RMSNorm's, which turn its hidden state into a feature; draft_ids: the
     draft vocabulary, K target ids; hidden: the MLP's width. The trained
-    parameters are fc, mlp_norm, gate, up, down and out_norm; the shared arrays
+    parameters are fc, mlp_norm, gate, up, down and out_norm, each as MLX
+    initializes it (training starts from there); the shared arrays
     are kept under names that start with "_", which nn.Module leaves out of its
     parameters (so an optimizer never moves them and save never writes them).
     """
@@ -194,5 +195,5 @@ def load_draft_head(model, path: str | Path) -> DraftHead:
     ids = arrays.pop("draft_ids").tolist()
     head = DraftHead.for_model(model, ids, int(metadata["hidden"]))
     head.load_weights(list(arrays.items()))
-    mx.eval(head.parameters())
+    mx.eval(head)  # every array, the shared ones too: another thread may draft
     return head

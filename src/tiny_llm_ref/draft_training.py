@@ -71,9 +71,10 @@ def draft_examples(
     prompt_lengths: list[int],
     hidden: list[mx.array],
 ) -> DraftExamples:
-    """The examples of every sequence (prompt and answer, its hidden states [T, E]):
-    one per position t from the prompt's last (t = prompt length - 1, whose x_t+1
-    is the answer's first token) to T - 4, so that x_t+3 exists."""
+    """The examples of every sequence (prompt and answer, its hidden states [T, E];
+    every prompt at least one token): one per position t from the prompt's last
+    (t = prompt length - 1, whose x_t+1 is the answer's first token) to T - 4, so
+    that x_t+3 exists. A sequence too short for any adds none."""
     # Week 4 Day 3 Task 2: draft_examples: for each sequence, positions t from
     # prompt_length - 1 to T - 4; features head.features(hidden)[t], tokens at t + 1 ..
     # t + 3, targets the features at t + 1 and t + 2; all sequences concatenated
@@ -141,8 +142,9 @@ def train_head(
     on_batch: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train `head` in place with AdamW on draft_loss, the examples shuffled anew
-    each epoch (numpy's generator from `seed`). Returns each epoch's mean loss;
-    on_batch(batches done, loss) after each batch (a progress bar)."""
+    each epoch (numpy's generator from `seed`). Returns each epoch's mean loss
+    (the plain mean of its batches' losses); on_batch(batches done, loss) after
+    each batch (a progress bar)."""
     # Week 4 Day 3 Task 2: train_head: nn.value_and_grad(head, draft_loss), an
     # optim.AdamW, batches of a permutation; evaluate the parameters and the optimizer's
     # state after each update

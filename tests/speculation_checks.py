@@ -70,3 +70,37 @@ def engine_tokens(model, tokenizer, prompts, check=None, **settings) -> tuple:
     engine = tiny.Engine(model, tokenizer, policy="mixed", **settings)
     results = run_engine(engine, prompts, check)
     return [r.tokens for r in results], results, engine.metrics
+
+
+def third_token_distribution(
+    mlx_model, prompt: list[int], eos: int, temp: float = 1.0
+) -> np.ndarray:
+    """Over a vocabulary of 8 at `temp`: the exact probability of each third
+    generated token after `prompt` (EOS included), and in cell 8 of EOS ending
+    the answer sooner, from mlx-lm's logits."""
+
+    def probs_after(tokens):
+        logits = mlx_model(mx.array([tokens]))[0, -1].astype(mx.float32)
+        return np.array(mx.softmax(logits / temp), dtype=np.float64)
+
+    first = probs_after(prompt)
+    third, early = np.zeros(8), first[eos]
+    for t1 in set(range(8)) - {eos}:
+        second = probs_after(prompt + [t1])
+        early += first[t1] * second[eos]
+        for t2 in set(range(8)) - {eos}:
+            third += first[t1] * second[t2] * probs_after(prompt + [t1, t2])
+    return np.append(third, early)
+
+
+def third_token_counts(results, eos: int) -> np.ndarray:
+    """Each result's outcome counted as third_token_distribution's cells."""
+    counts = np.zeros(9)
+    for result in results:
+        if len(result.tokens) == 3:
+            counts[result.tokens[2]] += 1
+        elif len(result.tokens) == 2 and result.finish_reason == "stop":
+            counts[eos] += 1
+        else:
+            counts[8] += 1
+    return counts

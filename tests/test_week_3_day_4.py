@@ -40,6 +40,8 @@ from .random_models import SIZES, random_model
 from .solution import tiny
 from .speculation_checks import (
     CHI_SQUARE_999,
+    third_token_counts,
+    third_token_distribution,
     check_rows,
     chi_square,
     engine_tokens,
@@ -463,18 +465,8 @@ def test_sampled_engine_tokens_follow_the_model(tokenizer, temp):
     model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
     prompt = [0, 1, 2, 3, 4, 5, 6, 7, 1, 2]
 
-    def probs_after(tokens):
-        logits = mlx_model(mx.array([tokens]))[0, -1].astype(mx.float32)
-        return np.array(mx.softmax(logits / temp), dtype=np.float64)
-
     [eos] = [t for t in tokenizer.eos_token_ids if t < 8]
-    first = probs_after(prompt)
-    third, early = np.zeros(8), first[eos]
-    for t1 in set(range(8)) - {eos}:
-        second = probs_after(prompt + [t1])
-        early += first[t1] * second[eos]
-        for t2 in set(range(8)) - {eos}:
-            third += first[t1] * second[t2] * probs_after(prompt + [t1, t2])
+    expected = third_token_distribution(mlx_model, prompt, eos, temp)
     sampler = tiny.make_sampler(temp)
     engine = tiny.Engine(
         model,
@@ -494,17 +486,7 @@ def test_sampled_engine_tokens_follow_the_model(tokenizer, temp):
         for i in range(800)
     ]
     results = run_engine(engine, specs)
-    # Outcomes: the third token (EOS included), or 8 when EOS ended it sooner.
-    counts = np.zeros(9)
-    for result in results:
-        if len(result.tokens) == 3:
-            counts[result.tokens[2]] += 1
-        elif len(result.tokens) == 2 and result.finish_reason == "stop":
-            counts[eos] += 1
-        else:
-            counts[8] += 1
-    expected = np.zeros(9)
-    expected[:8], expected[8] = third, early
+    counts = third_token_counts(results, eos)
     statistic, freedom = chi_square(counts, expected)
     assert engine.metrics.drafts > 200
     assert statistic < CHI_SQUARE_999[freedom], (counts, expected * 800)

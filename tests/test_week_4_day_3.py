@@ -28,6 +28,8 @@ from .random_models import SIZES, random_model
 from .solution import tiny
 from .speculation_checks import (
     CHI_SQUARE_999,
+    third_token_counts,
+    third_token_distribution,
     check_rows,
     chi_square,
     engine_tokens,
@@ -553,19 +555,8 @@ def test_sampled_tokens_follow_the_model(tokenizer):
     model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32")
     head = random_head(model, 8, 4)
     prompt = [0, 1, 2, 3, 4, 5, 6, 7, 1, 2]
-
-    def probs_after(tokens):
-        logits = mlx_model(mx.array([tokens]))[0, -1].astype(mx.float32)
-        return np.array(mx.softmax(logits), dtype=np.float64)
-
     [eos] = [t for t in tokenizer.eos_token_ids if t < 8]
-    first = probs_after(prompt)
-    third, early = np.zeros(8), first[eos]
-    for t1 in set(range(8)) - {eos}:
-        second = probs_after(prompt + [t1])
-        early += first[t1] * second[eos]
-        for t2 in set(range(8)) - {eos}:
-            third += first[t1] * second[t2] * probs_after(prompt + [t1, t2])
+    expected = third_token_distribution(mlx_model, prompt, eos)
     engine = tiny.Engine(
         model,
         tokenizer,
@@ -585,16 +576,7 @@ def test_sampled_tokens_follow_the_model(tokenizer):
         for i in range(600)
     ]
     results = run_engine(engine, specs)
-    counts = np.zeros(9)
-    for result in results:
-        if len(result.tokens) == 3:
-            counts[result.tokens[2]] += 1
-        elif len(result.tokens) == 2 and result.finish_reason == "stop":
-            counts[eos] += 1
-        else:
-            counts[8] += 1
-    expected = np.zeros(9)
-    expected[:8], expected[8] = third, early
+    counts = third_token_counts(results, eos)
     statistic, freedom = chi_square(counts, expected)
     assert engine.metrics.drafts > 100
     assert statistic < CHI_SQUARE_999[freedom], (counts, expected * 600)

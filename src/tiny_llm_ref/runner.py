@@ -26,7 +26,7 @@ import mlx.core as mx
 from .mixed_step import PrefillChunk, mixed_forward
 from .planner import Plan
 from .request import Request
-from .speculative import record_verification, verified_tokens
+from .speculative import is_greedy, record_verification, verified_tokens
 
 
 @dataclass
@@ -274,12 +274,15 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     """logits: [1 + k, V], the verification logits of a request that fed its decode
     token and k drafts. Its constraint state masks row j as its sample would after
     drafts[:j] (constraint_state.masks_along, True where allowed:
-    mx.where(masks, logits, -inf); without a constraint, True masks nothing); the
-    rows become log-probabilities (logits - logsumexp; no sampling_state processing:
-    a request with sampling options never drafts). Accepts the verified tokens
-    (verified_tokens over the log-probabilities) one by one (advance 1, then
-    accept), stopping when one finishes the request (EOS, max_tokens, max_seq_len),
-    so the request ends at the right token; then record_verification. Returns the
+    mx.where(masks, logits, -inf); without a constraint, True masks nothing); for
+    a sampler that is not greedy (is_greedy) the rows become log-probabilities
+    (logits - logsumexp; no sampling_state processing: a request with sampling
+    options never drafts), while greedy reads its argmax from the masked logits as
+    they are (the same tokens, and no logsumexp over the vocabulary: about 3 ms a
+    verification on a CPU). Accepts the verified tokens (verified_tokens over
+    those rows) one by one (advance 1, then accept), stopping when one finishes the
+    request (EOS, max_tokens, max_seq_len), so the request ends at the right
+    token; then record_verification. Returns the
     drafts accepted: tokens taken - 1, the last token taken counted as the model's
     own even when it was a draft that ended the request (drafts [a, EOS] both
     verified: 1). Whatever fails fails this request alone: request.fail with a
@@ -290,9 +293,10 @@ def accept_drafts(request: Request, drafts: list[int], logits: mx.array) -> int:
     try:
         masks = request.constraint_state.masks_along(drafts)
         logits = mx.where(masks, logits, mx.array(-mx.inf, logits.dtype))
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        if not is_greedy(request.sampler):
+            logits = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         taken = 0
-        for token in verified_tokens(request.sampler, drafts, logprobs):
+        for token in verified_tokens(request.sampler, drafts, logits):
             request.advance(1)
             request.accept(token)
             taken += 1

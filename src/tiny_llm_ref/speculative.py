@@ -41,9 +41,9 @@ RETRY_AFTER = 16
 # How much one verification moves a request's acceptance average.
 ACCEPTANCE_WEIGHT = 0.3
 # The learned drafter (week 4 day 3) proposes a draft only while the head gives it
-# at least this probability. On bench-drafter's open chat at batch 1, k = 4, by
-# hand: no threshold kept 10% of the drafts fed, 0.6 45% and 0.8 55%, with the
-# fewest steps for the tokens (the week 4 day 3 chapter).
+# at least this probability. On bench-drafter's open chat at batch 1, k = 4: no
+# threshold kept 10% of the drafts fed, 0.6 45% and 0.8 55%, with the fewest steps
+# for the tokens (the appendix "The engine's days, in detail").
 DRAFT_CONFIDENCE = 0.8
 
 

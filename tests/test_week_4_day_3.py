@@ -173,6 +173,20 @@ def test_drafts_are_a_greedy_loop_over_its_own_predictions(qwen, k):
 
 
 @pytest.mark.task(1)
+def test_guess_drafts_many_rows_as_draft_does_one(qwen):
+    """Each row of guess is what draft gives that row alone, its probabilities the
+    head's softmax (in (0, 1])."""
+    _, model, head = qwen
+    hidden = tiny.hidden_states(model, [[4, 8, 15, 16, 23, 42, 7]])[0]
+    tokens = [9, 30, 77, 5]
+    drafts, sure = head.guess(head.features(hidden[:4]), mx.array(tokens), 3)
+    assert drafts.shape == sure.shape == (4, 3)
+    for row, token in enumerate(tokens):
+        assert drafts[row].tolist() == head.draft(hidden[row], token, 3)
+    assert ((sure > 0) & (sure <= 1 + 1e-6)).all().item()
+
+
+@pytest.mark.task(1)
 def test_a_head_file_round_trips_and_refuses_another_model(
     qwen, random_pairs, tmp_path
 ):

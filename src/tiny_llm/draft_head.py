@@ -108,20 +108,30 @@ class DraftHead(nn.Module):
             "Week 4 Day 3 Task 1: logits: feature @ the draft rows transposed"
         )
 
+    def guess(
+        self, feature: mx.array, token: mx.array, k: int
+    ) -> tuple[mx.array, mx.array]:
+        """feature: [N, E] (normed) at position t, token: [N] ids at t + 1 -> k
+        greedy drafts [N, k] (target ids) and each one's probability under the head
+        [N, k] (softmax over the draft vocabulary), not evaluated. Each step feeds
+        the head its own last prediction and draft, as drafting will."""
+        raise NotImplementedError(
+            "Week 4 Day 3 Task 1: guess: k times: predict the next feature from "
+            "(feature, token); the draft is the argmax of its logits mapped to a "
+            "target id, with its softmax probability; stack them along axis 1"
+        )
+
     def draft(
         self, hidden: mx.array, token: int, k: int, confidence: float = 0.0
     ) -> list[int]:
-        """Up to k greedy draft tokens (target ids) after `token`, which the model
-        sampled from its hidden state `hidden` [E] (before the final norm). Each
-        step feeds the head its own last prediction and draft. The drafts stop
-        before the first whose probability under the head (softmax over the draft
-        vocabulary) is below `confidence`: a guess the head doubts is seldom worth
-        a place in the forward. One evaluation, at the end."""
+        """Up to k drafts (target ids, guess's) after `token`, which the model sampled
+        from its hidden state `hidden` [E] (before the final norm), read once. They
+        stop before the first whose probability under the head is below
+        `confidence`: a guess the head doubts is seldom worth a place in the
+        forward."""
         raise NotImplementedError(
-            "Week 4 Day 3 Task 1: draft: features(hidden) as [1, E]; k times: predict"
-            " the next feature from (feature, token), the draft is the argmax of its "
-            "logits mapped to a target id, with its softmax probability; read them "
-            "once, at the end, and cut before the first below confidence"
+            "Week 4 Day 3 Task 1: draft: guess from features(hidden) as [1, E] and "
+            "the token; read them once, and cut before the first below confidence"
         )
 
 

@@ -99,8 +99,8 @@ def acceptance(head: DraftHead, examples: DraftExamples) -> tuple[float, float]:
     """What greedy drafting would keep on these examples: the share whose first
     draft is x_t+2, and the share whose first two drafts are x_t+2 and x_t+3."""
     raise NotImplementedError(
-        "Week 4 Day 3 Task 2: acceptance: draft as DraftHead.draft does (the second "
-        "from the head's own prediction and draft), compare with the tokens"
+        "Week 4 Day 3 Task 2: acceptance: two drafts each with head.guess, compared "
+        "with the tokens"
     )
 
 

@@ -124,29 +124,37 @@ class DraftHead(nn.Module):
         # Week 4 Day 3 Task 1: logits: feature @ the draft rows transposed
         return feature @ self._draft_rows.T
 
+    def guess(
+        self, feature: mx.array, token: mx.array, k: int
+    ) -> tuple[mx.array, mx.array]:
+        """feature: [N, E] (normed) at position t, token: [N] ids at t + 1 -> k
+        greedy drafts [N, k] (target ids) and each one's probability under the head
+        [N, k] (softmax over the draft vocabulary), not evaluated. Each step feeds
+        the head its own last prediction and draft, as drafting will."""
+        # Week 4 Day 3 Task 1: guess: k times: predict the next feature from (feature,
+        # token); the draft is the argmax of its logits mapped to a target id, with its
+        # softmax probability; stack them along axis 1
+        drafts, sure = [], []
+        for _ in range(k):
+            feature = self(feature, token)
+            logits = self.logits(feature)
+            token = self._ids[mx.argmax(logits, axis=-1)]
+            drafts.append(token)
+            sure.append(mx.softmax(logits, axis=-1).max(axis=-1))
+        return mx.stack(drafts, axis=1), mx.stack(sure, axis=1)
+
     def draft(
         self, hidden: mx.array, token: int, k: int, confidence: float = 0.0
     ) -> list[int]:
-        """Up to k greedy draft tokens (target ids) after `token`, which the model
-        sampled from its hidden state `hidden` [E] (before the final norm). Each
-        step feeds the head its own last prediction and draft. The drafts stop
-        before the first whose probability under the head (softmax over the draft
-        vocabulary) is below `confidence`: a guess the head doubts is seldom worth
-        a place in the forward. One evaluation, at the end."""
-        # Week 4 Day 3 Task 1: draft: features(hidden) as [1, E]; k times: predict the
-        # next feature from (feature, token), the draft is the argmax of its logits
-        # mapped to a target id, with its softmax probability; read them once, at the
-        # end, and cut before the first below confidence
-        feature, tokens = self.features(hidden[None]), mx.array([token])
-        drafts, sure = [], []
-        for _ in range(k):
-            feature = self(feature, tokens)
-            logits = self.logits(feature)
-            best = mx.argmax(logits, axis=-1)
-            tokens = self._ids[best]
-            drafts.append(tokens)
-            sure.append(mx.softmax(logits, axis=-1).max(axis=-1))
-        drafts, sure = mx.concatenate(drafts).tolist(), mx.concatenate(sure).tolist()
+        """Up to k drafts (target ids, guess's) after `token`, which the model sampled
+        from its hidden state `hidden` [E] (before the final norm), read once. They
+        stop before the first whose probability under the head is below
+        `confidence`: a guess the head doubts is seldom worth a place in the
+        forward."""
+        # Week 4 Day 3 Task 1: draft: guess from features(hidden) as [1, E] and the
+        # token; read them once, and cut before the first below confidence
+        drafts, sure = self.guess(self.features(hidden[None]), mx.array([token]), k)
+        drafts, sure = drafts[0].tolist(), sure[0].tolist()
         kept = next((j for j, p in enumerate(sure) if p < confidence), k)
         return drafts[:kept]
 

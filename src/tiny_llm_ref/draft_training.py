@@ -120,15 +120,11 @@ def draft_loss(head: DraftHead, batch: DraftExamples) -> mx.array:
 def acceptance(head: DraftHead, examples: DraftExamples) -> tuple[float, float]:
     """What greedy drafting would keep on these examples: the share whose first
     draft is x_t+2, and the share whose first two drafts are x_t+2 and x_t+3."""
-    # Week 4 Day 3 Task 2: acceptance: draft as DraftHead.draft does (the second from
-    # the head's own prediction and draft), compare with the tokens
-    ids = mx.array(head.draft_ids)
-    p1 = head(examples.features, examples.tokens[:, 0])
-    d1 = ids[mx.argmax(head.logits(p1), axis=-1)]
-    p2 = head(p1, d1)
-    d2 = ids[mx.argmax(head.logits(p2), axis=-1)]
-    first = d1 == examples.tokens[:, 1]
-    both = first & (d2 == examples.tokens[:, 2])
+    # Week 4 Day 3 Task 2: acceptance: two drafts each with head.guess, compared with
+    # the tokens
+    drafts, _ = head.guess(examples.features, examples.tokens[:, 0], 2)
+    first = drafts[:, 0] == examples.tokens[:, 1]
+    both = first & (drafts[:, 1] == examples.tokens[:, 2])
     return first.mean().item(), both.mean().item()
 
 

@@ -205,7 +205,7 @@ class ModelRunner:
         that verified drafts, its decode row when it kept none, else the row of its
         last kept draft."""
         # Week 4 Day 3 Task 3: keep_hidden_states: the docstring's three cases
-        rows = len(plan.decode_inputs()[0])
+        rows = hidden.shape[0] - sum(part.logit_rows for part in parts)
         starts = list(accumulate((part.logit_rows for part in parts), initial=rows))
         for (request, _), part, start in zip(plan.chunks, parts, starts):
             if part.logit_rows and request.is_prefill_done:

@@ -158,8 +158,9 @@ def cpu_attention(
     all the scores fit in SCORE_BLOCK (a longer decode step, a short chunk) every
     head is one attend_block. Otherwise each key/value head is, its queries cut into
     blocks of about SCORE_BLOCK scores (a causal chunk also into blocks of at most
-    QUERY_BLOCK queries, each against only the keys it sees). Any other mask name raises ValueError with a message that
-    names "causal", the one named mask (the tests check for that word).
+    QUERY_BLOCK queries, each against only the keys it sees). Any other mask name
+    raises ValueError with a message that names "causal", the one named mask (the
+    tests check for that word).
     """
     raise NotImplementedError(
         'Week 2 Day 3 Task 2: cpu_attention: refuse a mask name other than "causal" '

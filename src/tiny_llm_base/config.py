@@ -60,8 +60,9 @@ class EngineConfig:
         tokens by prompt lookup (what followed the latest earlier occurrence of its
         last prompt_lookup_max down to prompt_lookup_min tokens) and the step
         verifies them; the output is the same as without. "learned" (week 4 day
-        3): prompt lookup where it finds a match, else draft_head's guesses from
-        the model's own hidden state (a DraftHead: load_draft_head).
+        3): prompt lookup of prompt_lookup_max tokens where it finds one, else
+        draft_head's guesses from the model's own hidden state (a DraftHead:
+        load_draft_head).
     jump_forward (mixed policy, week 3 day 5): a constrained request proposes the
         tokens its constraint forces (a fixed key, punctuation) as drafts, verified
         like prompt lookup's, so its output is the same as without.

@@ -30,15 +30,16 @@ import tiny_llm_base  # noqa: E402, F401  (before mlx.core: the fast BLAS)
 import mlx.core as mx  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from scripts.commands.cli import fail  # noqa: E402
+from scripts.bench.benchlib.record import out_path, unwritable  # noqa: E402
+from scripts.commands.cli import fail, require_at_least  # noqa: E402
 from scripts.commands.drafter_prompts import training_prompts  # noqa: E402
+from scripts.commands.model_loading import load_model_or_exit  # noqa: E402
 from scripts.commands.solution import (  # noqa: E402
     add_solution_option,
     check_solution,
     not_written_yet,
     solution_package,
 )
-from tiny_llm_base import load_model  # noqa: E402
 from tiny_llm_base.draft_heads import EMBEDDED_HEAD  # noqa: E402
 
 # prompts, max_tokens, epochs: the full recipe and --quick's
@@ -52,7 +53,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small run in minutes")
     parser.add_argument("--model", help="a model folder (default: the embedded one)")
-    parser.add_argument("--out", type=Path, help="where the head goes")
+    parser.add_argument("--out", type=out_path, help="where the head goes")
     parser.add_argument("--prompts", type=int, help="training prompts")
     parser.add_argument("--max-tokens", type=int, help="tokens an answer may have")
     parser.add_argument("--epochs", type=int, help="passes over the examples")
@@ -61,21 +62,18 @@ def parse_args() -> argparse.Namespace:
     add_solution_option(parser)
     args = parser.parse_args()
     check_solution(args)
-    prompts, max_tokens, epochs = RECIPES[args.quick]
-    args.prompts = args.prompts or prompts
-    args.max_tokens = args.max_tokens or max_tokens
-    args.epochs = args.epochs or epochs
-    if args.out is None:
-        args.out = (
-            QUICK_OUT
-            if args.quick or args.model or args.prompts < 10
-            else EMBEDDED_HEAD
-        )
-    for name in ("prompts", "max_tokens", "epochs", "vocab", "hidden"):
-        if getattr(args, name) < 1:
-            fail(f"--{name.replace('_', '-')} must be at least 1")
+    recipe = zip(("prompts", "max_tokens", "epochs"), RECIPES[args.quick])
+    for name, default in recipe:
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    require_at_least(args, 1, "--max-tokens", "--epochs", "--vocab", "--hidden")
     if args.prompts < 10:
         fail("--prompts must be at least 10: one in ten is held out")
+    if args.out is None:
+        args.out = QUICK_OUT if args.quick or args.model else EMBEDDED_HEAD
+    problem = unwritable(args.out, "head.safetensors")
+    if problem:
+        fail(problem)
     return args
 
 
@@ -126,8 +124,7 @@ def main() -> int:
     args = parse_args()
     tiny = solution_package(args.solution)
     mx.random.seed(SEED)
-    mlx_model, tokenizer = load_model(args.model)
-    model = tiny.Qwen2ModelWeek2(mlx_model, weights="float32", use_fast_kernels=True)
+    mlx_model, tokenizer = load_model_or_exit(args.model)
     clock = {"start": time.perf_counter()}
 
     def lap(name: str) -> None:
@@ -136,6 +133,9 @@ def main() -> int:
         clock["last"] = now
 
     try:
+        model = tiny.Qwen2ModelWeek2(
+            mlx_model, weights="float32", use_fast_kernels=True
+        )
         prompts, answers = answer(
             tiny, model, tokenizer, training_prompts(args.prompts), args.max_tokens
         )

@@ -12,6 +12,7 @@ the model's distribution (chi-square).
 """
 
 import threading
+from types import SimpleNamespace
 
 import mlx.core as mx
 import numpy as np
@@ -199,6 +200,12 @@ def test_a_head_file_round_trips_and_refuses_another_model(
     assert loaded.draft(hidden, 7, 4) == head.draft(hidden, 7, 4)
     with pytest.raises(ValueError, match=f"another model.*{TRAIN_COMMAND}"):
         tiny.load_draft_head(random_pairs[2][1], path)
+    # The same model with its table in bfloat16 (a GPU's weights) is the same model.
+    table = model.embedding.weight.astype(mx.bfloat16)
+    in_bfloat16 = SimpleNamespace(
+        embedding=SimpleNamespace(weight=table), norm=model.norm
+    )
+    assert tiny.load_draft_head(in_bfloat16, path).draft_ids == head.draft_ids
     with pytest.raises(FileNotFoundError, match=TRAIN_COMMAND):
         tiny.load_draft_head(model, tmp_path / "nowhere.safetensors")
 

@@ -30,12 +30,11 @@ import tiny_llm_base  # noqa: F401  (first: the fast BLAS before mlx.core)
 import json
 import time
 
-import mlx.core as mx
 
 from scripts.bench.benchlib import plots, render
 from scripts.bench.benchlib.course import course, run_benchmark
 from scripts.bench.benchlib.goals import at_least, identical
-from scripts.bench.benchlib.harness import Bench, interleaved
+from scripts.bench.benchlib.harness import Bench
 from scripts.bench.benchlib.measure import Run, decode_tps
 from scripts.bench.benchlib.runners import Config, run_ours
 from scripts.bench.benchlib.workloads import (
@@ -43,11 +42,10 @@ from scripts.bench.benchlib.workloads import (
     grounded_workload,
     warmup_workload,
 )
-from scripts.bench.bench_speculative import SIZES, draft_counts
+from scripts.bench.bench_speculative import SIZES, draft_counts, fastest_ours
 from tiny_llm_base import greedy
 from tiny_llm_base.draft_heads import EMBEDDED_HEAD
 
-WAYS = (None, "ngram", "learned")
 K = 4  # the Engine's num_speculative_tokens default
 GOALS = (  # workload, batch key, against, least ratio
     ("open-ended chat", "1", "off", 1.5),
@@ -58,16 +56,15 @@ GOALS = (  # workload, batch key, against, least ratio
 
 
 class TimedHead:
-    """The head, its draft() calls timed (the rest passes through)."""
+    """The head, its draft() calls timed."""
 
     def __init__(self, head):
-        self.head, self.seconds, self.calls = head, 0.0, 0
+        self.head, self.seconds = head, 0.0
 
     def draft(self, hidden, token: int, k: int, confidence: float) -> list[int]:
         start = time.perf_counter()
         drafts = self.head.draft(hidden, token, k, confidence)
         self.seconds += time.perf_counter() - start
-        self.calls += 1
         return drafts
 
 
@@ -82,41 +79,23 @@ def by_position(run: Run) -> list[float]:
     ]
 
 
-def run_workload(model, head, tokenizer, workload, batch: int, repeats: int, limit_s):
-    """Every way at batch 1 and `batch`, in turn, `repeats` times; the fastest of
-    each kept, with its head's drafting seconds."""
-    mixed = Config("ours", "mixed", 128)
-    spent = {}
-
-    def ours(size: int, way: str | None) -> Run:
-        mx.clear_cache()
-        timed = TimedHead(head) if way == "learned" else None
-        settings = dict(speculative=way)
-        if timed is not None:
-            settings["draft_head"] = timed
-        run = run_ours(
-            model, tokenizer, workload, mixed, greedy, limit_s, size, **settings
-        )
-        run.config = f"ours b{size} {way or 'off'}"
-        spent[id(run)] = timed.seconds if timed else 0.0
-        return run
-
-    runs = {}
-    for size, key in ((1, "1"), (batch, "B")):
-        jobs = {
-            f"{key} {way or 'off'}": lambda w=way, b=size: ours(b, w) for way in WAYS
-        }
-        runs |= interleaved(jobs, repeats)
-    best = {name: max(tries, key=decode_tps) for name, tries in runs.items()}
-    return best, {name: spent[id(run)] for name, run in best.items()}
+def ways_of(head) -> dict:
+    """fastest_ours's ways: no drafts, prompt lookup, and the learned drafter with
+    its head timed afresh each run."""
+    return {
+        "off": dict,
+        "ngram": lambda: dict(speculative="ngram"),
+        "learned": lambda: dict(speculative="learned", draft_head=TimedHead(head)),
+    }
 
 
-def rows_of(runs: dict[str, Run], spent: dict[str, float]) -> dict[str, dict]:
+def rows_of(runs: dict[str, Run]) -> dict[str, dict]:
+    """Each run's numbers; its head's drafting time as a share of the whole run."""
     rows = {}
     for key, run in runs.items():
         size = key.split()[0]
         base = runs[f"{size} off"]
-        decoding = run.total_s  # the drafting share is of the whole run
+        timed = run.settings.get("draft_head")
         rows[key] = dict(
             config=run.config,
             requests=len(run.tokens),
@@ -125,7 +104,7 @@ def rows_of(runs: dict[str, Run], spent: dict[str, float]) -> dict[str, dict]:
             speedup=decode_tps(run) / decode_tps(base),
             over_ngram=decode_tps(run) / decode_tps(runs[f"{size} ngram"]),
             acceptance_by_position=by_position(run),
-            drafting_share=spent[key] / decoding,
+            drafting_share=timed.seconds / run.total_s if timed else 0.0,
             same_tokens=sum(a == b for a, b in zip(run.tokens, base.tokens)),
             **draft_counts(run),
         )
@@ -228,10 +207,10 @@ def main() -> int:
     head = course.load_draft_head(model, EMBEDDED_HEAD)
     training = json.loads(EMBEDDED_HEAD.with_suffix(".json").read_text())
     console.print(f"the shipped head's training: {json.dumps(training)}")
+    ways = ways_of(head)
     warm, mixed = warmup_workload(tokenizer), Config("ours", "mixed", 128)
-    for way in WAYS:  # every code path compiled once
-        extra = {"draft_head": head} if way == "learned" else {}
-        run_ours(model, tokenizer, warm, mixed, greedy, 60, 2, speculative=way, **extra)
+    for make in ways.values():  # every code path compiled once
+        run_ours(model, tokenizer, warm, mixed, greedy, 60, 2, **make())
     workloads = {
         "open-ended chat": chat_workload(tokenizer, requests, max_tokens),
         "input-grounded": grounded_workload(tokenizer, requests, max_tokens),
@@ -239,10 +218,10 @@ def main() -> int:
     results, runs = {}, {}
     for name, workload in workloads.items():
         with console.status(name):
-            runs[name], spent = run_workload(
-                model, head, tokenizer, workload, batch, repeats, args.time_limit
+            runs[name] = fastest_ours(
+                model, tokenizer, workload, batch, repeats, args.time_limit, ways
             )
-        results[name] = rows_of(runs[name], spent)
+        results[name] = rows_of(runs[name])
         console.print(table(f"{name}: {workload.describe()}", results[name]))
     image = bench.image("week4-drafter-acceptance.png")
     plot_acceptance(results, batch, image)

@@ -119,35 +119,45 @@ def draft_counts(run: Run) -> dict:
     )
 
 
-def run_workload(model, peer, tokenizer, workload, batch: int, repeats: int, limit_s):
-    """Ours without and with ngram at batch 1 and `batch`, each `repeats` times
-    (without and with in turn, so a busy spell of the machine hits both alike; the
-    fastest kept), then mlx-lm alone (as many times, the fastest kept)."""
+def fastest_ours(
+    model, tokenizer, workload, batch: int, repeats: int, limit_s: float, ways: dict
+) -> dict[str, Run]:
+    """Ours under each way (its name -> a function making that run's Engine
+    settings, called once a run) at batch 1 and `batch`, keys "1 <way>" and "B
+    <way>": each `repeats` times, the ways in turn so that a busy spell of the
+    machine hits all alike, the fastest kept. A run's config is "ours b<size>
+    <way>"; the settings it ran with stay in run.settings."""
     mixed = Config("ours", "mixed", 128)  # the Engine's default prefill_step
 
-    def ours(size: int, speculative: str | None) -> Run:
+    def ours(size: int, way: str) -> Run:
         mx.clear_cache()
+        settings = ways[way]()
         run = run_ours(
-            model, tokenizer, workload, mixed, greedy, limit_s, size,
-            speculative=speculative,
-        )  # fmt: skip
-        run.config = f"ours b{size} {speculative or 'off'}"
+            model, tokenizer, workload, mixed, greedy, limit_s, size, **settings
+        )
+        run.config, run.settings = f"ours b{size} {way}", settings
         return run
+
+    runs = {}
+    for size, key in ((1, "1"), (batch, "B")):
+        jobs = {f"{key} {way}": lambda w=way, b=size: ours(b, w) for way in ways}
+        runs |= interleaved(jobs, repeats)
+    return {name: max(tries, key=decode_tps) for name, tries in runs.items()}
+
+
+def run_workload(model, peer, tokenizer, workload, batch: int, repeats: int, limit_s):
+    """Ours without and with ngram (fastest_ours), then mlx-lm alone (as many
+    times, the fastest kept)."""
+    ways = {"off": dict, "ngram": lambda: dict(speculative="ngram")}
+    runs = fastest_ours(model, tokenizer, workload, batch, repeats, limit_s, ways)
 
     def mlx_lm() -> Run:
         mx.clear_cache()
         eos = tokenizer.eos_token_ids
         return run_mlx_lm_alone(peer, eos, workload, "mlx-lm b1", limit_s)
 
-    runs = {}
-    for size, key in ((1, "1"), (batch, "B")):
-        jobs = {
-            f"{key} {speculative or 'off'}": lambda s=speculative, b=size: ours(b, s)
-            for speculative in (None, "ngram")
-        }
-        runs |= interleaved(jobs, repeats)
-    runs |= interleaved({"mlx-lm": mlx_lm}, repeats)
-    return {name: max(tries, key=decode_tps) for name, tries in runs.items()}
+    tries = interleaved({"mlx-lm": mlx_lm}, repeats)["mlx-lm"]
+    return runs | {"mlx-lm": max(tries, key=decode_tps)}
 
 
 def rows_of(runs: dict[str, Run]) -> dict[str, dict]:

@@ -23,7 +23,7 @@ go to gemv_forward.c's own kernel, other one-row products to OpenBLAS's sgemv:
 OpenBLAS 0.3.21's sgemm copies the whole weight matrix into a packed buffer before
 it multiplies, even for one row, and the kernel reads the weights once, on every
 core (the fast-paths chapter's table). The file is compiled once, by the machine's
-C compiler, for its CPU and with OpenMP where it can, into ~/.cache/tiny-llm
+C compiler, for its CPU where it can, into ~/.cache/tiny-llm
 (XDG_CACHE_HOME), and loaded globally in OpenBLAS's place; OpenBLAS is then opened
 locally by it. Without a compiler, or with `TINY_LLM_GEMV_FORWARD=0`, OpenBLAS
 serves MLX directly.
@@ -115,19 +115,18 @@ def cache_folder() -> Path:
     return Path(base) / "tiny-llm"
 
 
-# Tried in order: the machine's own vector width and every core first (a compiler
-# without OpenMP, as clang without libomp, gets the next).
+# Tried in order: the machine's own vector width first (a compiler that cannot
+# name it, as older clangs on arm64, gets the next).
 BUILD_FLAGS = (
-    ("-O2", "-march=native", "-fopenmp"),
-    ("-O2", "-march=native"),
-    ("-O2",),
+    ("-O2", "-march=native", "-pthread"),
+    ("-O2", "-pthread"),
 )
 
 
 def build_gemv_forward() -> tuple[Path | None, str | None]:
     """gemv_forward.c compiled into the cache (once: the source's hash names the
-    library), or (None, why not). It is built for this machine's CPU and threaded
-    with OpenMP where the compiler can; otherwise more plainly. Concurrent first uses
+    library), or (None, why not). It is built for this machine's CPU where the
+    compiler can; otherwise more plainly. Concurrent first uses
     each compile to a file of their own and rename it into place."""
     source = GEMV_SOURCE.read_bytes() + repr((BUILD_FLAGS, platform.node())).encode()
     digest = hashlib.sha256(source).hexdigest()[:12]  # built for this host's CPU

@@ -12,20 +12,32 @@
    M <= MAX_ROWS that layout goes to few_rows: four rows of B at a time, each read
    once from memory (the next ones prefetched) and then from L1 for every pair of
    A's rows (one row of A: B read as one prefetched stream), split over OpenBLAS's
-   thread count. Other one-row layouts go to sgemv; everything else to OpenBLAS's
-   sgemm. gemv_forward_enable(0) sends everything to sgemm, as plain OpenBLAS would
-   (benchmarks measure a peer that way). */
+   thread count by helper threads of this file's own (below). Other one-row layouts
+   go to sgemv; everything else to OpenBLAS's sgemm. gemv_forward_enable(0) sends
+   everything to sgemm, as plain OpenBLAS would (benchmarks measure a peer that way).
+
+   Why not OpenMP: libgomp gives every thread that starts a parallel region a team
+   of its own, and each MLX stream runs its work on a thread of its own. Once two
+   streams have multiplied (mlx-lm's generation stream beside ours, or the server's
+   engine thread beside the main thread), libgomp manages more threads than there
+   are cores and cuts its spinning to ~100 turns: every product then waits for a
+   sleeping helper, and a decode step took 40 ms instead of 27. Here one pool serves
+   every stream: its helpers spin SPIN_NS for the next product before they sleep. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include <time.h>
 
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };
 enum { MAX_ROWS = 16 };       /* at 16 rows OpenBLAS's packed sgemm is as fast */
 enum { SPLIT_FROM = 1 << 15 }; /* N * K below which threads cost more than they save */
 enum { AHEAD = 512 };         /* one_row's prefetch distance, floats: best of 64-1024 */
+enum { MAX_THREADS = 64 };
+/* How long a helper waits awake for the next product: a decode step's products
+   come tens of microseconds apart, a step ahead's next step at once. */
+enum { SPIN_NS = 2000000 };
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
@@ -167,22 +179,130 @@ static void few_rows(int M, int n0, int n1, int K, float alpha, const float *A, 
   }
 }
 
-/* few_rows over B's rows split into one block (a multiple of 8) per thread. */
+/* The helpers' pool: the caller publishes a job and bumps `generation`; helper t
+   (1 .. started) computes block t of it and counts itself in `finished`; the caller
+   computes block 0 and waits for them all. One product at a time uses it (`busy`);
+   a product that finds it taken runs on its caller's thread alone. */
+typedef struct {
+  int M, N, K, lda, ldb, ldc, count;
+  float alpha, beta;
+  const float *A, *B;
+  float *C;
+} job_t;
+
+static struct {
+  pthread_mutex_t busy, lock;
+  pthread_cond_t wake;
+  int started;     /* helpers running; read and written under busy */
+  long born[MAX_THREADS]; /* the generation out when helper t started */
+  long generation; /* atomic: a new job is out */
+  int finished;    /* atomic: helpers done with it */
+  int sleeping;    /* atomic: helpers waiting on `wake` */
+  job_t job;
+} pool = {.busy = PTHREAD_MUTEX_INITIALIZER,
+          .lock = PTHREAD_MUTEX_INITIALIZER,
+          .wake = PTHREAD_COND_INITIALIZER};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static long now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* Block t of `count`: B's rows cut into blocks of a multiple of 8. */
+static void block(const job_t *j, int t) {
+  int per = ((j->N + j->count - 1) / j->count + 7) & ~7;
+  int n0 = t * per, n1 = n0 + per < j->N ? n0 + per : j->N;
+  if (t < j->count && n0 < n1)
+    few_rows(j->M, n0, n1, j->K, j->alpha, j->A, j->lda, j->B, j->ldb, j->beta, j->C,
+             j->ldc);
+}
+
+/* The generation after `seen`: spun for up to SPIN_NS, then slept for. */
+static long next_job(long seen) {
+  long g, start = now_ns();
+  for (unsigned i = 1;; i++) {
+    if ((g = __atomic_load_n(&pool.generation, __ATOMIC_ACQUIRE)) != seen) return g;
+    cpu_relax();
+    if (!(i & 255) && now_ns() - start > SPIN_NS) break;
+  }
+  pthread_mutex_lock(&pool.lock);
+  __atomic_add_fetch(&pool.sleeping, 1, __ATOMIC_SEQ_CST);
+  while ((g = __atomic_load_n(&pool.generation, __ATOMIC_SEQ_CST)) == seen)
+    pthread_cond_wait(&pool.wake, &pool.lock);
+  __atomic_sub_fetch(&pool.sleeping, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&pool.lock);
+  return g;
+}
+
+static void *helper(void *arg) {
+  int t = (int)(intptr_t)arg;
+  long seen = pool.born[t];
+  for (;;) {
+    seen = next_job(seen);
+    block(&pool.job, t);
+    __atomic_add_fetch(&pool.finished, 1, __ATOMIC_RELEASE);
+  }
+  return NULL;
+}
+
+/* Up to `wanted` helpers (under busy); fewer where a thread cannot start. */
+static void start_helpers(int wanted) {
+  while (pool.started < wanted) {
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pool.born[pool.started + 1] = pool.generation;
+    void *t = (void *)(intptr_t)(pool.started + 1);
+    int failed = pthread_create(&thread, &attr, helper, t);
+    pthread_attr_destroy(&attr);
+    if (failed) return;
+    pool.started++;
+  }
+}
+
+/* How many helper threads the pool has started (tests read it). */
+int gemv_forward_helpers(void) {
+  pthread_mutex_lock(&pool.busy);
+  int started = pool.started;
+  pthread_mutex_unlock(&pool.busy);
+  return started;
+}
+
+/* few_rows over B's rows split into one block per thread (OpenBLAS's count). */
 static void few_rows_split(int M, int N, int K, float alpha, const float *A, int lda,
                            const float *B, int ldb, float beta, float *C, int ldc) {
-#ifdef _OPENMP
   int threads = blas_threads ? blas_threads() : 1;
-  if (threads > 1 && (long)N * K >= SPLIT_FROM) {
-#pragma omp parallel num_threads(threads)
-    {
-      int t = omp_get_thread_num(), count = omp_get_num_threads();
-      int per = ((N + count - 1) / count + 7) & ~7;
-      int n0 = t * per, n1 = n0 + per < N ? n0 + per : N;
-      if (n0 < n1) few_rows(M, n0, n1, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  threads = threads < MAX_THREADS ? threads : MAX_THREADS;
+  if (threads > 1 && (long)N * K >= SPLIT_FROM && !pthread_mutex_trylock(&pool.busy)) {
+    start_helpers(threads - 1);
+    int count = pool.started + 1 < threads ? pool.started + 1 : threads;
+    if (count > 1) {
+      pool.job = (job_t){M, N, K, lda, ldb, ldc, count, alpha, beta, A, B, C};
+      __atomic_store_n(&pool.finished, 0, __ATOMIC_RELAXED);
+      __atomic_add_fetch(&pool.generation, 1, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&pool.sleeping, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&pool.lock);
+        pthread_cond_broadcast(&pool.wake);
+        pthread_mutex_unlock(&pool.lock);
+      }
+      block(&pool.job, 0);
+      while (__atomic_load_n(&pool.finished, __ATOMIC_ACQUIRE) < pool.started)
+        cpu_relax();
+      pthread_mutex_unlock(&pool.busy);
+      return;
     }
-    return;
+    pthread_mutex_unlock(&pool.busy);
   }
-#endif
   few_rows(M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 

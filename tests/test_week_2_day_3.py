@@ -251,6 +251,27 @@ def test_fast_rope_refuses_positions_past_its_table(monkeypatch, paths, traditio
         rope(mx.zeros((1, 2, 3, 16)), 98)
 
 
+def test_packed_rows_stack_dense_projections_and_refuse_the_rest():
+    """packed_rows against numpy: dense [out_i, in] weights stacked along their rows,
+    their biases likewise (or None with none); None for a quantized weight, or for
+    biases on some projections only (the one product could not add them)."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    weights = [rng.standard_normal((n, 6)).astype(np.float32) for n in (4, 2, 2)]
+    biases = [rng.standard_normal(n).astype(np.float32) for n in (4, 2, 2)]
+    dense = [mx.array(w) for w in weights]
+    packed, bias = tiny.packed_rows(dense, [mx.array(b) for b in biases])
+    assert np.array_equal(np.array(packed), np.concatenate(weights))
+    assert np.array_equal(np.array(bias), np.concatenate(biases))
+    packed, bias = tiny.packed_rows(dense, [None] * 3)
+    assert np.array_equal(np.array(packed), np.concatenate(weights)) and bias is None
+    assert tiny.packed_rows(dense, [mx.array(biases[0]), None, None]) is None
+    layer = nn.QuantizedLinear(64, 32, bias=False, group_size=32, bits=4)
+    quantized = tiny.QuantizedWeights.from_mlx_layer(layer)
+    assert tiny.packed_rows([quantized, mx.zeros((32, 64))], [None, None]) is None
+
+
 @pytest.mark.parametrize(
     "dtype", [mx.float32, mx.bfloat16], ids=["float32", "bfloat16"]
 )

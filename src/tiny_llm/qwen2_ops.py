@@ -37,6 +37,19 @@ def project(
     )
 
 
+def packed_rows(
+    weights: list[Weight], biases: list[mx.array | None]
+) -> tuple[mx.array, mx.array | None] | None:
+    """Projections of the same input stacked: dense weights [out_i, in] into one
+    [sum out_i, in] (and their biases into one), so that one product does the work
+    of len(weights). None when a weight is quantized or only some have a bias."""
+    raise NotImplementedError(
+        "Week 2 Day 3 Task 3: packed_rows: None unless every weight is a dense "
+        "mx.array and the biases are all None or all there; else the weights "
+        "concatenated along axis 0, and the biases (or None)"
+    )
+
+
 # ANCHOR: swiglu
 @mx.compile
 def swiglu_fast_exp(gate: mx.array, up: mx.array) -> mx.array:

@@ -37,6 +37,7 @@ from .qwen2_ops import (
     WeightLoader,
     check_offset,
     fast_attention,
+    packed_rows,
     project,
     rms_norm,
     swiglu,
@@ -58,7 +59,9 @@ class Qwen2AttentionWeek2:
             "Week 2 Day 1 Task 2: Qwen2AttentionWeek2: head counts and head_dim "
             "(q_proj's output size / num_attention_heads), wq wk wv wo and their "
             "biases (o_proj has one in a Llama with attention_bias) through `load`, "
-            "the shared rope"
+            "the shared rope. Day 3: wqkv, bqkv = packed_rows of wq wk wv and their "
+            "biases when fast (else None, None); with a wqkv, wq wk wv become "
+            "mx.split views of its rows"
         )
 
     def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
@@ -79,7 +82,8 @@ class Qwen2AttentionWeek2:
         raise NotImplementedError(
             "Week 2 Day 1 Task 2: project_qkv: project x (as rows [B * L, E]) through"
             " wq/wk/wv (with their biases), reshape to [B, L, heads, head_dim] and "
-            "swap axes 1 and 2"
+            "swap axes 1 and 2. Day 3: with a wqkv, one product through it (and "
+            "bqkv), reshaped to all the heads, then cut into q, k, v along the heads"
         )
 
     def attend(
@@ -130,7 +134,9 @@ class Qwen2BlockWeek2:
     ):
         raise NotImplementedError(
             "Week 2 Day 1 Task 2: Qwen2BlockWeek2: the attention, the MLP's "
-            "gate/up/down weights through `load`, the two RMSNorms"
+            "gate/up/down weights through `load`, the two RMSNorms. Day 3: w_gate_up "
+            "= packed_rows of w_gate and w_up when fast (else None); with it, w_gate "
+            "and w_up become mx.split views of its halves"
         )
 
     def __call__(
@@ -162,7 +168,8 @@ class Qwen2BlockWeek2:
         raise NotImplementedError(
             "Week 2 Day 1 Task 2: mlp: as rows [B * L, E], project through w_gate and"
             " w_up, silu(gate) * up, project through w_down, back to [B, L, E]. Day "
-            "3: swiglu(gate, up) when fast"
+            "3: swiglu(gate, up) when fast; with a w_gate_up, one product through it,"
+            " its output cut in halves (gate, up)"
         )
 
 

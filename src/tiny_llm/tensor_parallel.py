@@ -84,7 +84,8 @@ class ShardedAttention(Qwen2AttentionWeek2):
             "(rows q_start * head_dim .. q_stop * head_dim), wk and wv (the kv rows),"
             " the same rows of their biases (a bias that is None stays None: check "
             "before cutting); input_columns of wo over the query heads' columns; bo "
-            "whole (added once, after the sum); keep the group"
+            "whole (added once, after the sum); wqkv and bqkv None (one product "
+            "each); keep the group"
         )
 
     def project_out(self, out: mx.array) -> mx.array:
@@ -111,8 +112,8 @@ class ShardedBlock(Qwen2BlockWeek2):
             "Week 4 Day 1 Task 2: ShardedBlock: attention = "
             "ShardedAttention(full.attention, heads, group); output_rows of w_gate "
             "and w_up and input_columns of w_down over the hidden units hidden[0] .. "
-            "hidden[1] - 1; input_norm, post_attention_norm and fast from `full`; "
-            "keep the group"
+            "hidden[1] - 1; w_gate_up None; input_norm, post_attention_norm and fast "
+            "from `full`; keep the group"
         )
 
     def mlp(self, y: mx.array) -> mx.array:

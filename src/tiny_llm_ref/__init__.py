@@ -39,7 +39,7 @@ from .quantize import (
     unpack_quantized,
 )
 from .qwen2_week2 import Qwen2ModelWeek2
-from .qwen2_ops import FastRope, fused_rms_norm, fused_rope
+from .qwen2_ops import FastRope, fused_rms_norm, fused_rope, packed_rows
 from .cpu_kernels import cpu_attention, fast_exp
 from .flash_attention import flash_attention
 from .metrics import RequestMetrics, RunMetrics

@@ -50,6 +50,23 @@ def project(
     return out if bias is None else out + bias
 
 
+def packed_rows(
+    weights: list[Weight], biases: list[mx.array | None]
+) -> tuple[mx.array, mx.array | None] | None:
+    """Projections of the same input stacked: dense weights [out_i, in] into one
+    [sum out_i, in] (and their biases into one), so that one product does the work
+    of len(weights). None when a weight is quantized or only some have a bias."""
+    # Week 2 Day 3 Task 3: packed_rows: None unless every weight is a dense mx.array
+    # and the biases are all None or all there; else the weights concatenated along
+    # axis 0, and the biases (or None)
+    if not all(isinstance(w, mx.array) for w in weights):
+        return None
+    if any(b is None for b in biases) != all(b is None for b in biases):
+        return None
+    bias = None if biases[0] is None else mx.concatenate(biases)
+    return mx.concatenate(weights), bias
+
+
 # ANCHOR: swiglu
 @mx.compile
 def swiglu_fast_exp(gate: mx.array, up: mx.array) -> mx.array:

@@ -37,6 +37,7 @@ from .qwen2_ops import (
     WeightLoader,
     check_offset,
     fast_attention,
+    packed_rows,
     project,
     rms_norm,
     swiglu,
@@ -56,7 +57,9 @@ class Qwen2AttentionWeek2:
     ):
         # Week 2 Day 1 Task 2: Qwen2AttentionWeek2: head counts and head_dim (q_proj's
         # output size / num_attention_heads), wq wk wv wo and their biases (o_proj has
-        # one in a Llama with attention_bias) through `load`, the shared rope
+        # one in a Llama with attention_bias) through `load`, the shared rope. Day 3:
+        # wqkv, bqkv = packed_rows of wq wk wv and their biases when fast (else None,
+        # None); with a wqkv, wq wk wv become mx.split views of its rows
         self.num_heads = args.num_attention_heads
         self.num_kv_heads = args.num_key_value_heads
         self.head_dim = layer.q_proj.weight.shape[0] // self.num_heads
@@ -72,6 +75,13 @@ class Qwen2AttentionWeek2:
         )
         self.rope = rope
         self.fast = fast
+        # Day 3: with fast, q, k, v in one product; wq wk wv become views of its rows,
+        # so the weights are held once.
+        packed = packed_rows([self.wq, self.wk, self.wv], [self.bq, self.bk, self.bv])
+        self.wqkv, self.bqkv = packed if fast and packed else (None, None)
+        if self.wqkv is not None:
+            q_rows, kv_rows = self.wq.shape[0], self.wk.shape[0]
+            self.wq, self.wk, self.wv = mx.split(self.wqkv, [q_rows, q_rows + kv_rows])
 
     def apply_rope(self, x: mx.array, offset: int | mx.array) -> mx.array:
         """x: [B, H, L, D] rotated to positions offset .. offset + L - 1."""
@@ -91,9 +101,15 @@ class Qwen2AttentionWeek2:
         """
         # Week 2 Day 1 Task 2: project_qkv: project x (as rows [B * L, E]) through
         # wq/wk/wv (with their biases), reshape to [B, L, heads, head_dim] and swap axes
-        # 1 and 2
+        # 1 and 2. Day 3: with a wqkv, one product through it (and bqkv), reshaped
+        # to all the heads, then cut into q, k, v along the heads
         B, L, E = x.shape
         rows = x.reshape(B * L, E)
+        if self.wqkv is not None:
+            h, kv = self.num_heads, self.num_kv_heads
+            qkv = project(rows, self.wqkv, self.bqkv, self.fast)
+            qkv = qkv.reshape(B, L, h + 2 * kv, self.head_dim).swapaxes(1, 2)
+            return qkv[:, :h], qkv[:, h : h + kv], qkv[:, h + kv :]
 
         def heads(w: Weight, b: mx.array | None, n: int) -> mx.array:
             return (
@@ -158,7 +174,9 @@ class Qwen2BlockWeek2:
         self, layer: nn.Module, args, load: WeightLoader, rope: Rope, fast: bool
     ):
         # Week 2 Day 1 Task 2: Qwen2BlockWeek2: the attention, the MLP's gate/up/down
-        # weights through `load`, the two RMSNorms
+        # weights through `load`, the two RMSNorms. Day 3: w_gate_up = packed_rows of
+        # w_gate and w_up when fast (else None); with it, w_gate and w_up become
+        # mx.split views of its halves
         self.attention = Qwen2AttentionWeek2(layer.self_attn, args, load, rope, fast)
         mlp = layer.mlp
         self.w_gate, self.w_up, self.w_down = (
@@ -171,6 +189,10 @@ class Qwen2BlockWeek2:
             args.hidden_size, layer.post_attention_layernorm.weight, args.rms_norm_eps
         )
         self.fast = fast
+        packed = packed_rows([self.w_gate, self.w_up], [None, None])
+        self.w_gate_up = packed[0] if fast and packed else None
+        if self.w_gate_up is not None:
+            self.w_gate, self.w_up = mx.split(self.w_gate_up, 2)
 
     def __call__(
         self, x: mx.array, offset: int | mx.array, cache: TinyKvCache
@@ -203,10 +225,15 @@ class Qwen2BlockWeek2:
         rows [B * L, E]."""
         # Week 2 Day 1 Task 2: mlp: as rows [B * L, E], project through w_gate and w_up,
         # silu(gate) * up, project through w_down, back to [B, L, E]. Day 3:
-        # swiglu(gate, up) when fast
+        # swiglu(gate, up) when fast; with a w_gate_up, one product through it, its
+        # output cut in halves (gate, up)
         rows = y.reshape(-1, y.shape[-1])
-        gate = project(rows, self.w_gate, fast=self.fast)
-        up = project(rows, self.w_up, fast=self.fast)
+        if self.w_gate_up is not None:
+            both = project(rows, self.w_gate_up, fast=self.fast)
+            gate, up = mx.split(both, 2, axis=-1)
+        else:
+            gate = project(rows, self.w_gate, fast=self.fast)
+            up = project(rows, self.w_up, fast=self.fast)
         hidden = swiglu(gate, up) if self.fast else silu(gate) * up
         return project(hidden, self.w_down, fast=self.fast).reshape(y.shape)
 

@@ -101,7 +101,7 @@ class ShardedAttention(Qwen2AttentionWeek2):
         # q_start * head_dim .. q_stop * head_dim), wk and wv (the kv rows), the same
         # rows of their biases (a bias that is None stays None: check before cutting);
         # input_columns of wo over the query heads' columns; bo whole (added once,
-        # after the sum); keep the group
+        # after the sum); wqkv and bqkv None (one product each); keep the group
         D = full.head_dim
         q, kv = (
             (heads.q_start * D, heads.q_stop * D),
@@ -122,6 +122,7 @@ class ShardedAttention(Qwen2AttentionWeek2):
         )
         self.wo = input_columns(full.wo, *q)
         self.bo = full.bo
+        self.wqkv = self.bqkv = None  # the parent's project_qkv: three products
         self.group = group
 
     def project_out(self, out: mx.array) -> mx.array:
@@ -149,11 +150,13 @@ class ShardedBlock(Qwen2BlockWeek2):
         # Week 4 Day 1 Task 2: ShardedBlock: attention =
         # ShardedAttention(full.attention, heads, group); output_rows of w_gate and w_up
         # and input_columns of w_down over the hidden units hidden[0] .. hidden[1] - 1;
-        # input_norm, post_attention_norm and fast from `full`; keep the group
+        # w_gate_up None; input_norm, post_attention_norm and fast from `full`; keep the
+        # group
         self.attention = ShardedAttention(full.attention, heads, group)
         self.w_gate = output_rows(full.w_gate, *hidden)
         self.w_up = output_rows(full.w_up, *hidden)
         self.w_down = input_columns(full.w_down, *hidden)
+        self.w_gate_up = None
         self.input_norm = full.input_norm
         self.post_attention_norm = full.post_attention_norm
         self.fast = full.fast

@@ -21,7 +21,7 @@
    streams have multiplied (mlx-lm's generation stream beside ours, or the server's
    engine thread beside the main thread), libgomp manages more threads than there
    are cores and cuts its spinning to ~100 turns: every product then waits for a
-   sleeping helper, and a decode step took 40 ms instead of 27. Here one pool serves
+   sleeping helper, and a decode step took 40 ms instead of 26. Here one pool serves
    every stream: its helpers spin SPIN_NS for the next product before they sleep. */
 #include <dlfcn.h>
 #include <pthread.h>

@@ -77,8 +77,9 @@ class Qwen2AttentionWeek2:
         self.fast = fast
         # Day 3: with fast, q, k, v in one product; wq wk wv become views of its rows,
         # so the weights are held once.
-        packed = packed_rows([self.wq, self.wk, self.wv], [self.bq, self.bk, self.bv])
-        self.wqkv, self.bqkv = packed if fast and packed else (None, None)
+        weights, biases = [self.wq, self.wk, self.wv], [self.bq, self.bk, self.bv]
+        packed = packed_rows(weights, biases) if fast else None
+        self.wqkv, self.bqkv = packed or (None, None)
         if self.wqkv is not None:
             q_rows, kv_rows = self.wq.shape[0], self.wk.shape[0]
             self.wq, self.wk, self.wv = mx.split(self.wqkv, [q_rows, q_rows + kv_rows])
@@ -189,8 +190,8 @@ class Qwen2BlockWeek2:
             args.hidden_size, layer.post_attention_layernorm.weight, args.rms_norm_eps
         )
         self.fast = fast
-        packed = packed_rows([self.w_gate, self.w_up], [None, None])
-        self.w_gate_up = packed[0] if fast and packed else None
+        packed = packed_rows([self.w_gate, self.w_up], [None, None]) if fast else None
+        self.w_gate_up = packed[0] if packed else None
         if self.w_gate_up is not None:
             self.w_gate, self.w_up = mx.split(self.w_gate_up, 2)
 

@@ -181,6 +181,39 @@ def test_products_on_many_streams_at_once_share_one_pool_of_helpers():
     assert 1 <= helpers <= max(2, before) - 1
 
 
+@pytest.mark.skipif(
+    not fast_blas.STATUS.gemv_forward,
+    reason="no few-row forwarder here (test_fast_blas_serves_mlx_... says why)",
+)
+def test_a_chain_of_products_repeated_stays_exact_while_the_pool_learns():
+    """The same weights multiplied in the same order, round after round, as decode
+    steps do, on two BLAS threads: the pool learns which weight follows which (its
+    helper reads the next one ahead) and moves each weight's split between its
+    threads. Every product still equals numpy's: no row lost or computed twice,
+    for row counts that are not multiples of 8, 1 to 16 rows, and a view of a
+    weight's first rows (the same address, fewer rows)."""
+    import mlx.core as mx
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    shapes = [(960, 576), (576, 576), (3072, 576), (583, 1539), (577, 64 * 9)]
+    weights = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    held = [mx.array(w) for w in weights]
+    chain = [*zip(held, weights), (held[0][:576], weights[0][:576])]
+    before = fast_blas.set_threads(2)
+    try:
+        for round_number in range(40):
+            rows = 1 + round_number % 16
+            for w, weight in chain:
+                x = rng.standard_normal((rows, weight.shape[1])).astype(np.float32)
+                got = np.array(mx.array(x) @ w.T)
+                expected = x.astype(np.float64) @ weight.T.astype(np.float64)
+                scale = np.abs(x) @ np.abs(weight.T)
+                assert np.all(np.abs(got - expected) <= 1e-5 * scale + 1e-6)
+    finally:
+        fast_blas.set_threads(before)
+
+
 @pytest.mark.parametrize("device", ["cpu", "gpu"])
 def test_the_device_switch_follows_the_device_unless_the_environment_says(
     monkeypatch, device

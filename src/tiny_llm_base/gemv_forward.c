@@ -22,7 +22,8 @@
    engine thread beside the main thread), libgomp manages more threads than there
    are cores and cuts its spinning to ~100 turns: every product then waits for a
    sleeping helper, and a decode step took 40 ms instead of 26. Here one pool serves
-   every stream: its helpers spin SPIN_NS for the next product before they sleep. */
+   every stream: its helpers spin SPIN_NS for the next product before they sleep,
+   and between products read ahead the weight they expect next (below). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -180,14 +181,38 @@ static void few_rows(int M, int n0, int n1, int K, float alpha, const float *A, 
 }
 
 /* The helpers' pool: the caller publishes a job and bumps `generation`; helper t
-   (1 .. started) computes block t of it and counts itself in `finished`; the caller
-   computes block 0 and waits for them all. One product at a time uses it (`busy`);
-   a product that finds it taken runs on its caller's thread alone. */
+   (1 .. count - 1) computes block t of B's first `front` rows and counts itself in
+   `finished`; the caller computes the rows after `front` and waits for them all.
+   One product at a time uses it (`busy`); a product that finds it taken runs on
+   its caller's thread alone.
+
+   Between two products the caller runs the step's other operations (norms, RoPE,
+   attention: tens of microseconds a gap) and memory would sit idle. A decode step
+   multiplies the same weights in the same order every step, so the pool remembers,
+   for each weight, the one that came after it, and a helper done with its block
+   reads the start of its block of that next weight into its cache (up to
+   WARM_BYTES) until the next product comes. Its block then runs partly from cache,
+   so each weight also remembers its own split: the helpers' share grows by a step
+   when they finished before the caller, and shrinks when they did not. */
+enum { WARM_BYTES = 1 << 20 }; /* half an L2 here; 0.5 to 2 MB measured alike */
+enum { FOLLOWS = 1024 }; /* remembered weights: a model's projections, and more */
+
 typedef struct {
-  int M, N, K, lda, ldb, ldc, count;
+  const float *B; /* a weight (the slot's key) */
+  int front;      /* the helpers' rows of it, learned; 0: not yet */
+  const float *next; /* the weight multiplied after it last time, its rows' stride, */
+  long next_ldb;     /* in floats, and the slot of its own split */
+  int next_slot;
+} follow_t;
+
+typedef struct {
+  int M, N, K, lda, ldb, ldc, count, front;
   float alpha, beta;
   const float *A, *B;
   float *C;
+  const float *next; /* the weight expected next (NULL: unknown) */
+  long next_ldb;
+  int next_slot;
 } job_t;
 
 static struct {
@@ -199,6 +224,8 @@ static struct {
   int finished;    /* atomic: helpers done with it */
   int sleeping;    /* atomic: helpers waiting on `wake` */
   job_t job;
+  const float *last; /* under busy: the weight of the last product split */
+  follow_t follows[FOLLOWS];
 } pool = {.busy = PTHREAD_MUTEX_INITIALIZER,
           .lock = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER};
@@ -217,13 +244,37 @@ static long now_ns(void) {
   return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-/* Block t of `count`: B's rows cut into blocks of a multiple of 8. */
-static void block(const job_t *j, int t) {
-  int per = ((j->N + j->count - 1) / j->count + 7) & ~7;
-  int n0 = t * per, n1 = n0 + per < j->N ? n0 + per : j->N;
-  if (t < j->count && n0 < n1)
+/* Helper t's rows of a weight whose helpers share its first `front`: [*n0, *n1). */
+static void helper_rows(int front, int helpers, int t, int *n0, int *n1) {
+  *n0 = (int)((long)front * (t - 1) / helpers) & ~7;
+  *n1 = t == helpers ? front : (int)((long)front * t / helpers) & ~7;
+}
+
+static void block(const job_t *j, int n0, int n1) {
+  if (n0 < n1)
     few_rows(j->M, n0, n1, j->K, j->alpha, j->A, j->lda, j->B, j->ldb, j->beta, j->C,
              j->ldc);
+}
+
+static int slot_of(const float *B) {
+  return (int)(((uintptr_t)B >> 6) * 0x9E3779B97F4A7C15ull >> 54);
+}
+
+/* Helper t's block of the weight expected next, its first WARM_BYTES read into
+   this core's cache a page at a time, until a new product is out. */
+static void warm_next(const job_t *j, int t, long seen) {
+  const follow_t *next = &pool.follows[j->next_slot];
+  int front = next->B == j->next ? next->front : 0, n0, n1;
+  if (!j->next || !front) return;
+  helper_rows(front, j->count - 1, t, &n0, &n1);
+  const char *at = (const char *)(j->next + (size_t)n0 * j->next_ldb);
+  long bytes = (long)(n1 - n0) * j->next_ldb * (long)sizeof(float);
+  bytes = bytes < WARM_BYTES ? bytes : WARM_BYTES;
+  for (long page = 0; page < bytes; page += 4096) {
+    if (__atomic_load_n(&pool.generation, __ATOMIC_RELAXED) != seen) return;
+    long end = page + 4096 < bytes ? page + 4096 : bytes;
+    for (long b = page; b < end; b += 64) __builtin_prefetch(at + b, 0, 2);
+  }
 }
 
 /* The generation after `seen`: spun for up to SPIN_NS, then slept for. */
@@ -248,8 +299,15 @@ static void *helper(void *arg) {
   long seen = pool.born[t];
   for (;;) {
     seen = next_job(seen);
-    block(&pool.job, t);
+    /* a copy: once counted in, the caller may publish the next job */
+    job_t job = pool.job;
+    int n0, n1;
+    if (t < job.count) {
+      helper_rows(job.front, job.count - 1, t, &n0, &n1);
+      block(&job, n0, n1);
+    }
     __atomic_add_fetch(&pool.finished, 1, __ATOMIC_RELEASE);
+    if (t < job.count) warm_next(&job, t, seen);
   }
   return NULL;
 }
@@ -278,7 +336,8 @@ int gemv_forward_helpers(void) {
   return started;
 }
 
-/* few_rows over B's rows split into one block per thread (OpenBLAS's count). */
+/* few_rows over B's rows split between the caller and the pool's helpers
+   (OpenBLAS's thread count in all), at the split learned for B. */
 static void few_rows_split(int M, int N, int K, float alpha, const float *A, int lda,
                            const float *B, int ldb, float beta, float *C, int ldc) {
   int threads = blas_threads ? blas_threads() : 1;
@@ -287,7 +346,17 @@ static void few_rows_split(int M, int N, int K, float alpha, const float *A, int
     start_helpers(threads - 1);
     int count = pool.started + 1 < threads ? pool.started + 1 : threads;
     if (count > 1) {
-      pool.job = (job_t){M, N, K, lda, ldb, ldc, count, alpha, beta, A, B, C};
+      int slot = slot_of(B);
+      follow_t *mine = &pool.follows[slot];
+      if (mine->B != B) /* a weight not seen, or another in its slot */
+        *mine = (follow_t){B, (int)((long)N * (count - 1) / count) & ~7, NULL, 0, 0};
+      if (pool.last) { /* the last weight is followed by this one */
+        follow_t *prev = &pool.follows[slot_of(pool.last)];
+        if (prev->B == pool.last) prev->next = B, prev->next_ldb = ldb, prev->next_slot = slot;
+      }
+      pool.last = B;
+      pool.job = (job_t){M, N, K, lda, ldb, ldc, count, mine->front < N ? mine->front : N,
+                         alpha, beta, A, B, C, mine->next, mine->next_ldb, mine->next_slot};
       __atomic_store_n(&pool.finished, 0, __ATOMIC_RELAXED);
       __atomic_add_fetch(&pool.generation, 1, __ATOMIC_SEQ_CST);
       if (__atomic_load_n(&pool.sleeping, __ATOMIC_SEQ_CST)) {
@@ -295,7 +364,13 @@ static void few_rows_split(int M, int N, int K, float alpha, const float *A, int
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
       }
-      block(&pool.job, 0);
+      block(&pool.job, pool.job.front, N);
+      /* helpers done first: give them more rows next time; else fewer */
+      int step = 8 * (count - 1), front = pool.job.front;
+      if (__atomic_load_n(&pool.finished, __ATOMIC_ACQUIRE) >= pool.started)
+        mine->front = front + step <= N ? front + step : front;
+      else
+        mine->front = front - step >= step ? front - step : front;
       while (__atomic_load_n(&pool.finished, __ATOMIC_ACQUIRE) < pool.started)
         cpu_relax();
       pthread_mutex_unlock(&pool.busy);

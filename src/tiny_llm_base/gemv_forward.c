@@ -1,12 +1,11 @@
 /* cblas_sgemm for MLX on a Linux CPU: products of a few rows by a kernel of its own.
 
    A decode step multiplies one row per sequence (a few more under speculation) by
-   every weight matrix: it should cost one read of the weights. OpenBLAS's sgemm
-   (0.3.21, Debian 12's) first copies the whole weight panel into a packed buffer,
-   so a decode step read every weight twice and wrote it once, and its sgemv (one
-   row) gained nothing from a second core. fast_blas.py compiles this file, loads it
-   globally before mlx.core (libmlx resolves cblas_sgemm, cblas_dgemm and
-   cblas_cgemm, and finds these), and hands it OpenBLAS's path, opened locally.
+   every weight: it should cost one read of the weights. OpenBLAS 0.3.21's sgemm
+   first copies the weight into a packed buffer, and its sgemv gains nothing from a
+   second core. fast_blas.py compiles this file and loads it globally before
+   mlx.core (libmlx resolves cblas_sgemm, cblas_dgemm and cblas_cgemm and finds
+   these), then hands it OpenBLAS's path, opened locally.
 
    MLX's Linear is x @ W.T: row-major A [M, K] times B stored [N, K] (trans_b). For
    M <= MAX_ROWS that layout goes to few_rows: four rows of B at a time, each read
@@ -16,13 +15,10 @@
    go to sgemv; everything else to OpenBLAS's sgemm. gemv_forward_enable(0) sends
    everything to sgemm, as plain OpenBLAS would (benchmarks measure a peer that way).
 
-   Why not OpenMP: libgomp gives every thread that starts a parallel region a team
-   of its own, and each MLX stream runs its work on a thread of its own. Once two
-   streams have multiplied (mlx-lm's generation stream beside ours, or the server's
-   engine thread beside the main thread), libgomp manages more threads than there
-   are cores and cuts its spinning to ~100 turns: every product then waits for a
-   sleeping helper, and a decode step took 40 ms instead of 26. Here one pool serves
-   every stream: its helpers spin SPIN_NS for the next product before they sleep,
+   Not OpenMP: libgomp gives each thread that opens a parallel region (each MLX
+   stream's) a team of its own, and with more threads than cores it stops spinning:
+   a decode step took 40 ms instead of 26 (the fast-paths appendix). One pool serves
+   every stream; its helpers spin SPIN_NS for the next product before they sleep,
    and between products read ahead the weight they expect next (below). */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -36,9 +32,7 @@ enum { MAX_ROWS = 16 };       /* at 16 rows OpenBLAS's packed sgemm is as fast *
 enum { SPLIT_FROM = 1 << 15 }; /* N * K below which threads cost more than they save */
 enum { AHEAD = 512 };         /* one_row's prefetch distance, floats: best of 64-1024 */
 enum { MAX_THREADS = 64 };
-/* How long a helper waits awake for the next product: a decode step's products
-   come tens of microseconds apart, a step ahead's next step at once. */
-enum { SPIN_NS = 2000000 };
+enum { SPIN_NS = 2000000 }; /* a helper awake for the next product: 0.2-5 ms alike */
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
@@ -95,10 +89,9 @@ static inline void put(float *c, float v, float alpha, float beta) {
   *c = beta == 0.0f ? alpha * v : alpha * v + beta * *c; /* beta 0: C unread */
 }
 
-/* One row: C[0, n] for n in [n0, n1), B's rows one after another, so the whole
-   block is one stream through memory, prefetched AHEAD floats ahead (into the next
-   rows at a row's end). Four sums in flight hide the multiply-add's latency. Eight
-   rows at a time, eight streams, measured 15-20% slower here. Returns n1. */
+/* One row: C[0, n] for n in [n0, n1), B's rows one after another, one stream
+   through memory prefetched AHEAD floats ahead (eight streams were slower). Four
+   sums in flight hide the multiply-add's latency. Returns n1. */
 static int one_row(int n0, int n1, int K, float alpha, const float *A, const float *B,
                    int ldb, float beta, float *C) {
   int K32 = K & ~31;
@@ -181,28 +174,22 @@ static void few_rows(int M, int n0, int n1, int K, float alpha, const float *A, 
 }
 
 /* The helpers' pool: the caller publishes a job and bumps `generation`; helper t
-   (1 .. count - 1) computes block t of B's first `front` rows and counts itself in
-   `finished`; the caller computes the rows after `front` and waits for them all.
-   One product at a time uses it (`busy`); a product that finds it taken runs on
-   its caller's thread alone.
-
-   Between two products the caller runs the step's other operations (norms, RoPE,
-   attention: tens of microseconds a gap) and memory would sit idle. A decode step
-   multiplies the same weights in the same order every step, so the pool remembers,
-   for each weight, the one that came after it, and a helper done with its block
-   reads the start of its block of that next weight into its cache (up to
-   WARM_BYTES) until the next product comes. Its block then runs partly from cache,
-   so each weight also remembers its own split: the helpers' share grows by a step
-   when they finished before the caller, and shrinks when they did not. */
+   (1 .. count - 1) computes block t of B's first `front` rows, the caller the rest,
+   and waits for them all (`finished`). One product at a time uses it (`busy`);
+   a product that finds it taken runs on its caller's thread alone.
+   Between two products the caller runs the step's other operations, tens of
+   microseconds a gap, and memory would sit idle. A decode step multiplies the same
+   weights in the same order, so the pool remembers which weight came after which,
+   and a helper done with its block prefetches its block of the next one (up to
+   WARM_BYTES) until that product comes. Its block then runs partly from cache, so
+   each weight keeps its own split, moved a step to whoever finished first. */
 enum { WARM_BYTES = 1 << 20 }; /* half an L2 here; 0.5 to 2 MB measured alike */
 enum { FOLLOWS = 1024 }; /* remembered weights: a model's projections, and more */
 
-typedef struct {
-  const float *B; /* a weight (the slot's key) */
-  int front;      /* the helpers' rows of it, learned; 0: not yet */
-  const float *next; /* the weight multiplied after it last time, its rows' stride, */
-  long next_ldb;     /* in floats, and the slot of its own split */
-  int next_slot;
+typedef struct { /* a weight, the helpers' rows of it, and the weight after it */
+  const float *B, *next;
+  int front, next_slot;
+  long next_ldb;
 } follow_t;
 
 typedef struct {
@@ -250,18 +237,17 @@ static void helper_rows(int front, int helpers, int t, int *n0, int *n1) {
   *n1 = t == helpers ? front : (int)((long)front * t / helpers) & ~7;
 }
 
-static void block(const job_t *j, int n0, int n1) {
-  if (n0 < n1)
-    few_rows(j->M, n0, n1, j->K, j->alpha, j->A, j->lda, j->B, j->ldb, j->beta, j->C,
-             j->ldc);
+static void block(const job_t *j, int n0, int n1) { /* none when n0 >= n1 */
+  few_rows(j->M, n0, n1, j->K, j->alpha, j->A, j->lda, j->B, j->ldb, j->beta, j->C,
+           j->ldc);
 }
 
-static int slot_of(const float *B) {
+static int slot_of(const float *B) { /* FOLLOWS = 2^10 slots */
   return (int)(((uintptr_t)B >> 6) * 0x9E3779B97F4A7C15ull >> 54);
 }
 
-/* Helper t's block of the weight expected next, its first WARM_BYTES read into
-   this core's cache a page at a time, until a new product is out. */
+/* Helper t's block of the next weight, its first WARM_BYTES prefetched a page at
+   a time until a new product is out. */
 static void warm_next(const job_t *j, int t, long seen) {
   const follow_t *next = &pool.follows[j->next_slot];
   int front = next->B == j->next ? next->front : 0, n0, n1;
@@ -336,8 +322,7 @@ int gemv_forward_helpers(void) {
   return started;
 }
 
-/* few_rows over B's rows split between the caller and the pool's helpers
-   (OpenBLAS's thread count in all), at the split learned for B. */
+/* few_rows split between the caller and the helpers (OpenBLAS's thread count). */
 static void few_rows_split(int M, int N, int K, float alpha, const float *A, int lda,
                            const float *B, int ldb, float beta, float *C, int ldc) {
   int threads = blas_threads ? blas_threads() : 1;
@@ -349,14 +334,14 @@ static void few_rows_split(int M, int N, int K, float alpha, const float *A, int
       int slot = slot_of(B);
       follow_t *mine = &pool.follows[slot];
       if (mine->B != B) /* a weight not seen, or another in its slot */
-        *mine = (follow_t){B, (int)((long)N * (count - 1) / count) & ~7, NULL, 0, 0};
-      if (pool.last) { /* the last weight is followed by this one */
-        follow_t *prev = &pool.follows[slot_of(pool.last)];
-        if (prev->B == pool.last) prev->next = B, prev->next_ldb = ldb, prev->next_slot = slot;
-      }
+        *mine = (follow_t){B, NULL, (int)((long)N * (count - 1) / count) & ~7, 0, 0};
+      follow_t *prev = pool.last ? &pool.follows[slot_of(pool.last)] : NULL;
+      if (prev && prev->B == pool.last) /* the last weight is followed by this one */
+        prev->next = B, prev->next_ldb = ldb, prev->next_slot = slot;
       pool.last = B;
-      pool.job = (job_t){M, N, K, lda, ldb, ldc, count, mine->front < N ? mine->front : N,
-                         alpha, beta, A, B, C, mine->next, mine->next_ldb, mine->next_slot};
+      int front = mine->front < N ? mine->front : N, step = 8 * (count - 1);
+      pool.job = (job_t){M, N, K, lda, ldb, ldc, count, front, alpha, beta, A, B, C,
+                         mine->next, mine->next_ldb, mine->next_slot};
       __atomic_store_n(&pool.finished, 0, __ATOMIC_RELAXED);
       __atomic_add_fetch(&pool.generation, 1, __ATOMIC_SEQ_CST);
       if (__atomic_load_n(&pool.sleeping, __ATOMIC_SEQ_CST)) {
@@ -364,9 +349,8 @@ static void few_rows_split(int M, int N, int K, float alpha, const float *A, int
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.lock);
       }
-      block(&pool.job, pool.job.front, N);
+      block(&pool.job, front, N);
       /* helpers done first: give them more rows next time; else fewer */
-      int step = 8 * (count - 1), front = pool.job.front;
       if (__atomic_load_n(&pool.finished, __ATOMIC_ACQUIRE) >= pool.started)
         mine->front = front + step <= N ? front + step : front;
       else

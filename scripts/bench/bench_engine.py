@@ -16,9 +16,10 @@ whose rows differ in length, side by side in one run.
    outside the forward (planning, sampling, accepting, detokenizing).
    Beside them, model bandwidth utilization (benchlib/roofline.py): the bytes a
    decode step reads (the float32 weights, and the rows' float32 keys and values
-   at the mean context) times steps per second (ours end to end: tokens/s over the
-   batch; the forward alone: one over its time) over the read bandwidth measured
-   in the same run, one thread's or every core's, the larger. And llama.cpp at
+   at the mean context) times steps per second (ours' decode steps: one over their
+   median; ours end to end: tokens/s over the batch, the prefill included; the
+   forward alone: one over its time) over the read bandwidth measured in the same
+   run, one thread's or every core's, the larger. And llama.cpp at
    batch 1 on the embedded model's own GGUF, where it is installed
    (benchlib/llama_cpp_peer.py; where not, one line says how to get it).
 2. A paged decode step with one --long-row row and three 200-token rows against
@@ -30,9 +31,10 @@ whose rows differ in length, side by side in one run.
    runs the matmuls (a thread per core, its default), the same steps and floor on
    one thread as a baseline.
 Goals: ours / mlx-lm (on OpenBLAS alone) at least 1.1 at batch 1 and 1.3 at batch
-8 with identical tokens, and mlx-lm's own tokens the same on both BLAS paths; ours
-end to end at batch 1 at least 0.5 MBU; the mixed step at most 1.25x the long row
-alone.
+8 with identical tokens, and mlx-lm's own tokens the same on both BLAS paths; ours'
+decode steps at batch 1 at least 0.5 MBU (issue 44 asks it of decode; end to end, a
+37-token prefill is a twelfth of the run's time, is printed beside); the mixed step
+at most 1.25x the long row alone.
 """
 
 from scripts.commands.interrupt import exit_on_interrupt
@@ -59,7 +61,7 @@ from scripts.commands.model_loading import context_length
 from tiny_llm_base.embedded_model import gguf_path
 from tiny_llm_base.fast_blas import openblas_alone
 
-# ours / mlx-lm's tokens/s by batch (issue 44); ours' MBU at batch 1 end to end.
+# ours / mlx-lm's tokens/s by batch (issue 44); ours' decode steps' MBU at batch 1.
 RATIO_GOALS = {1: 1.1, 8: 1.3}
 MBU_GOAL = 0.5
 
@@ -68,8 +70,8 @@ def end_to_end(
     bench, models, args, batch: int, bandwidth: Bandwidth
 ) -> tuple[dict, list]:
     """One table row per batch size: each contender's median tokens/s, ours over
-    mlx-lm, the step timeline, ours' MBU end to end and the forward alone's; and
-    its goals."""
+    mlx-lm, the step timeline, ours' MBU (end to end, decode steps, the forward
+    alone); and its goals."""
     tok, sampler = models.tokenizer, models.no_eos
     prompts = es.chat_prompts(tok, SHORT_QUESTIONS[:batch])
     ours, peer, n = models.float32, models.peer, args.tokens
@@ -98,6 +100,7 @@ def end_to_end(
     tokens_per_s, step_bytes = medians(speed), bytes_per_step(peer, context, batch)
     used = {
         "end to end": mbu(step_bytes, tokens_per_s["ours"] / batch, bandwidth.best),
+        "decode steps": mbu(step_bytes, 1 / step["ours"], bandwidth.best),
         "forward alone": mbu(step_bytes, 1 / alone, bandwidth.best),
     }
     row = dict(
@@ -141,12 +144,12 @@ def end_to_end(
     if batch == 1:
         goals.append(
             at_least(
-                "MBU of ours end to end, batch 1",
-                used["end to end"],
+                "MBU of ours' decode steps, batch 1",
+                used["decode steps"],
                 MBU_GOAL,
-                f"the forward alone's MBU {used['forward alone']:.2f}, and "
-                f"{outside['ours']} ms a step outside the forward "
-                f"({step_bytes / 1e6:.0f} MB a step, "
+                f"end to end (the prefill included) {used['end to end']:.2f}, the "
+                f"forward alone {used['forward alone']:.2f}; {outside['ours']} ms "
+                f"a step outside the forward ({step_bytes / 1e6:.0f} MB a step, "
                 f"{bandwidth.best / 1e9:.1f} GB/s)",
             )
         )
@@ -199,6 +202,12 @@ def main() -> int:
         fail(
             f"--long-row {args.long_row} and {ps.ROOM} decode steps pass the model's context of {context}: give at most {context - ps.ROOM}"
         )
+    with console.status("moving our weights onto huge pages"):
+        models.float32  # noqa: B018  (built here, before anything is timed)
+    console.print(
+        f"our weights on 2 MB pages: {models.huge_page_bytes / 1e6:.0f} MB "
+        "(tiny_llm_base/huge_pages.py; mlx-lm's stay on 4 KB pages)"
+    )
     with console.status("measuring memory bandwidth"):
         bandwidth = measure_bandwidth()
     console.print(bandwidth.line())
@@ -221,8 +230,9 @@ def main() -> int:
         ),
         "forward alone ms": lambda r: f"{r['forward_alone_ms']:.1f}",
         "MB a step": lambda r: f"{r['bytes_per_step'] / 1e6:.0f}",
-        "MBU (end to end, forward alone)": lambda r: ", ".join(
-            f"{r['mbu'][c]:.2f}" for c in ("end to end", "forward alone")
+        "MBU (end to end, decode steps, forward alone)": lambda r: ", ".join(
+            f"{r['mbu'][c]:.2f}"
+            for c in ("end to end", "decode steps", "forward alone")
         ),
     }
     title = f"generated tokens/s, {args.tokens} tokens a prompt (medians)"
@@ -233,6 +243,7 @@ def main() -> int:
     )
     return bench.finish(
         dict(
+            huge_page_bytes=models.huge_page_bytes,
             bandwidth=bandwidth.record(),
             end_to_end=rows,
             llama_cpp=peer,

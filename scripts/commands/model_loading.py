@@ -119,9 +119,12 @@ def build_model(package, mlx_model, kind: str):
     """`package`'s model of `kind` (a MODEL_KINDS key), after one token through it.
 
     The token raises NotImplementedError where the learner has not written that day
-    yet, and dequantizes the lazily loaded weights before anything is timed.
+    yet, and dequantizes the lazily loaded weights before anything is timed; then
+    the weights move onto huge pages where the system offers them (huge_pages.py).
     """
     import mlx.core as mx
+
+    from tiny_llm_base.huge_pages import arrays_of, back_with_huge_pages
 
     token = mx.array([[0]])
     if kind == "week1":
@@ -131,6 +134,7 @@ def build_model(package, mlx_model, kind: str):
         fast = kind == "week2-fast"
         model = package.Qwen2ModelWeek2(mlx_model, use_fast_kernels=fast)
         mx.eval(model(token, 0, model.create_kv_cache()))
+    back_with_huge_pages(arrays_of(model))
     return model
 
 

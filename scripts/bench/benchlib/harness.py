@@ -108,17 +108,30 @@ class Models:
     mlx_model: object
     tokenizer: object
 
+    huge_page_bytes: int = 0  # of our models' weights, on 2 MB pages (huge_pages.py)
+
     @cached_property
     def float32(self):
         """Ours in float32 on the fast path: the same weights as the peer."""
-        return course.Qwen2ModelWeek2(
-            self.mlx_model, weights="float32", use_fast_kernels=True
+        return self.on_huge_pages(
+            course.Qwen2ModelWeek2(
+                self.mlx_model, weights="float32", use_fast_kernels=True
+            )
         )
 
     @cached_property
     def served(self):
         """Ours as main and serve run it (the weights' own format)."""
-        return course.Qwen2ModelWeek2(self.mlx_model, use_fast_kernels=True)
+        return self.on_huge_pages(
+            course.Qwen2ModelWeek2(self.mlx_model, use_fast_kernels=True)
+        )
+
+    def on_huge_pages(self, model):
+        """`model`, its weights moved onto huge pages as serve's are."""
+        from tiny_llm_base.huge_pages import arrays_of, back_with_huge_pages
+
+        self.huge_page_bytes += back_with_huge_pages(arrays_of(model))
+        return model
 
     @cached_property
     def peer(self):

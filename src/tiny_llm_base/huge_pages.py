@@ -46,16 +46,16 @@ def arrays_of(obj, found: dict | None = None) -> list[mx.array]:
     found = {} if found is None else found
     if isinstance(obj, mx.array):
         found.setdefault(id(obj), obj)
-    elif isinstance(obj, (list, tuple)):
-        for item in obj:
-            arrays_of(item, found)
-    elif isinstance(obj, dict):
-        for item in obj.values():
+        return [a for a in found.values() if a is not None]
+    if id(obj) in found:  # a container or object already walked (cycles end here)
+        return [a for a in found.values() if a is not None]
+    if isinstance(obj, (list, tuple, dict)):
+        found[id(obj)] = None
+        for item in obj.values() if isinstance(obj, dict) else obj:
             arrays_of(item, found)
     elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-        if id(obj) not in found:
-            found[id(obj)] = None  # visited
-            arrays_of(vars(obj), found)
+        found[id(obj)] = None
+        arrays_of(vars(obj), found)
     return [a for a in found.values() if a is not None]
 
 

@@ -32,9 +32,9 @@ whose rows differ in length, side by side in one run.
    one thread as a baseline.
 Goals: ours / mlx-lm (on OpenBLAS alone) at least 1.1 at batch 1 and 1.3 at batch
 8 with identical tokens, and mlx-lm's own tokens the same on both BLAS paths; ours'
-decode steps at batch 1 at least 0.5 MBU (issue 44 asks it of decode; end to end, a
-37-token prefill is a twelfth of the run's time, is printed beside); the mixed step
-at most 1.25x the long row alone.
+decode steps at batch 1 at least 0.5 MBU (issue 44 asks it of decode; the end-to-end
+figure, where the 37-token prefill is a twelfth of the time, is printed beside); the
+mixed step at most 1.25x the long row alone.
 """
 
 from scripts.commands.interrupt import exit_on_interrupt

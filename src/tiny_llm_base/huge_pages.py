@@ -24,6 +24,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from .kv_identity import model_state
+
 HUGE_PAGE = 1 << 21
 MADV_COLLAPSE = 25  # Linux 6.1+
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -40,23 +42,11 @@ def huge_pages_offered() -> bool:
         return False
 
 
-def arrays_of(obj, found: dict | None = None) -> list[mx.array]:
-    """Every mx.array reachable from `obj` through attributes, lists, tuples and
-    dicts (a model's weights, its layers' weights...), each once."""
-    found = {} if found is None else found
-    if isinstance(obj, mx.array):
-        found.setdefault(id(obj), obj)
-        return [a for a in found.values() if a is not None]
-    if id(obj) in found:  # a container or object already walked (cycles end here)
-        return [a for a in found.values() if a is not None]
-    if isinstance(obj, (list, tuple, dict)):
-        found[id(obj)] = None
-        for item in obj.values() if isinstance(obj, dict) else obj:
-            arrays_of(item, found)
-    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-        found[id(obj)] = None
-        arrays_of(vars(obj), found)
-    return [a for a in found.values() if a is not None]
+def arrays_of(model) -> list[mx.array]:
+    """Every mx.array reachable from `model` as kv_identity.model_state walks it
+    (attributes but those named _like_this, lists, tuples, dicts), each once."""
+    found = {id(v): v for _, v in model_state(model, "") if isinstance(v, mx.array)}
+    return list(found.values())
 
 
 def spans(arrays: Iterable[mx.array]) -> list[tuple[int, int]]:

@@ -80,15 +80,17 @@ def fastest(read: Callable[[], object], passes: int) -> float:
     return best
 
 
-def read_array(huge_pages: bool = False) -> np.ndarray:
-    """BANDWIDTH_BYTES of random float32, on 2 MB pages if asked (Linux: memory
-    advised MADV_HUGEPAGE before it is first written)."""
-    values = np.random.default_rng(0).random(BANDWIDTH_BYTES // 4, dtype=np.float32)
-    if not huge_pages:
-        return values
-    memory = mmap.mmap(-1, BANDWIDTH_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+def read_array() -> np.ndarray:
+    return np.random.default_rng(0).random(BANDWIDTH_BYTES // 4, dtype=np.float32)
+
+
+def on_huge_pages(values: np.ndarray) -> np.ndarray:
+    """A copy of `values` on 2 MB pages (Linux: memory advised MADV_HUGEPAGE before
+    it is first written)."""
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    memory = mmap.mmap(-1, values.nbytes, flags=flags)
     memory.madvise(mmap.MADV_HUGEPAGE)
-    data = np.frombuffer(memory, dtype=np.float32)
+    data = np.frombuffer(memory, dtype=values.dtype)
     data[:] = values
     return data
 
@@ -124,9 +126,8 @@ class Bandwidth:
     one_thread: float
     machine: float
     threads: int
-    pages: str = (
-        "4 KB pages"  # what the reads ran on: "the best of 4 KB and 2 MB pages"
-    )
+    # What the reads ran on: "4 KB pages", or "the best of 4 KB and 2 MB pages".
+    pages: str = "4 KB pages"
 
     @property
     def best(self) -> float:
@@ -155,7 +156,8 @@ def measure_bandwidth(passes: int = 7) -> Bandwidth:
     and, where the system offers them, on 2 MB pages."""
     threads = os.cpu_count() or 1
     huge = huge_pages_offered() and hasattr(mmap, "MADV_HUGEPAGE")
-    arrays = [read_array(), read_array(huge_pages=True)] if huge else [read_array()]
+    data = read_array()
+    arrays = [data, on_huge_pages(data)] if huge else [data]
     return Bandwidth(
         max(read_bandwidth(data, passes) for data in arrays),
         max(machine_read_bandwidth(data, passes, threads) for data in arrays),

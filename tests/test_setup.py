@@ -70,6 +70,14 @@ FEW_ROW_CASES = [
     (1, 64, 37, True, False, True),  # A a column: its row is strided
     (1, 300, 5, True, True, True),
     (3, 64, 37, False, False, False),  # several rows in another layout: sgemm
+    # 2^18 to 2^21 multiply-adds, where OpenBLAS would start its threads: on the
+    # calling thread alone, in every layout
+    (305, 64, 15, False, True, True),  # a chunk's scores: keys @ queries.T
+    (15, 305, 64, True, False, True),  # its weights.T @ values
+    (20, 300, 70, False, False, True),  # N past the kernel's 32 and 8 columns
+    (40, 1000, 50, True, True, True),
+    (64, 64, 513, False, False, False),  # past 2^21: sgemm
+    (70, 4100, 2, False, False, False),  # K past small_product's row: sgemm
 ]
 
 

@@ -19,10 +19,12 @@ Python loads extension modules with RTLD_NOW and libmlx's BLAS symbols are alrea
 bound.
 
 Products of up to 16 rows (a decode step's projections, and a speculative step's)
-go to gemv_forward.c's own kernel, other one-row products to OpenBLAS's sgemv:
-OpenBLAS 0.3.21's sgemm copies the whole weight matrix into a packed buffer before
-it multiplies, even for one row, and the kernel reads the weights once, on every
-core (the fast-paths chapter's table). The file is compiled once, by the machine's
+go to gemv_forward.c's own kernel (gemv_kernels.h), other one-row products to
+OpenBLAS's sgemv, and products just big enough for OpenBLAS to start its threads
+(a short chunk's attention) to a kernel on the calling thread, since those threads
+wait for a core beside the kernel's helpers. OpenBLAS 0.3.21's sgemm copies the
+whole weight matrix into a packed buffer before it multiplies, even for one row,
+and the kernel reads the weights once, on every core (the fast-paths chapter's table). The file is compiled once, by the machine's
 C compiler, for its CPU where it can, into ~/.cache/tiny-llm
 (XDG_CACHE_HOME), and loaded globally in OpenBLAS's place; OpenBLAS is then opened
 locally by it. Without a compiler, or with `TINY_LLM_GEMV_FORWARD=0`, OpenBLAS
@@ -52,6 +54,7 @@ SYSTEM_OPENBLAS = [
 DEBIAN_PACKAGE = "libopenblas0-pthread"
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 GEMV_SOURCE = Path(__file__).with_name("gemv_forward.c")
+GEMV_KERNELS = GEMV_SOURCE.with_name("gemv_kernels.h")  # gemv_forward.c includes it
 GEMV_VARIABLE = "TINY_LLM_GEMV_FORWARD"  # 0: few-row products through sgemm too
 IMPORTED_TOO_LATE = (
     "mlx.core was imported before tiny_llm, so float32 matmul runs on MLX's slow "
@@ -124,11 +127,12 @@ BUILD_FLAGS = (
 
 
 def build_gemv_forward() -> tuple[Path | None, str | None]:
-    """gemv_forward.c compiled into the cache (once: the source's hash names the
-    library), or (None, why not). It is built for this machine's CPU where the
+    """gemv_forward.c compiled into the cache (once: the hash of the source and the
+    kernels it includes names the library), or (None, why not). It is built for this machine's CPU where the
     compiler can; otherwise more plainly. Concurrent first uses
     each compile to a file of their own and rename it into place."""
-    source = GEMV_SOURCE.read_bytes() + repr((BUILD_FLAGS, platform.node())).encode()
+    source = GEMV_SOURCE.read_bytes() + GEMV_KERNELS.read_bytes()
+    source += repr((BUILD_FLAGS, platform.node())).encode()
     digest = hashlib.sha256(source).hexdigest()[:12]  # built for this host's CPU
     target = cache_folder() / f"gemv_forward-{digest}-{platform.machine()}.so"
     if target.exists():

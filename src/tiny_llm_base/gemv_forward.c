@@ -12,7 +12,9 @@
    once from memory (the next ones prefetched) and then from L1 for every pair of
    A's rows (one row of A: B read as one prefetched stream), split over OpenBLAS's
    thread count by helper threads of this file's own (below). Other one-row layouts
-   go to sgemv; everything else to OpenBLAS's sgemm. gemv_forward_enable(0) sends
+   go to sgemv; products of 2^18 to 2^21 multiply-adds (a chunk's attention), which
+   OpenBLAS would share with threads that then wait for a core, to small_product on
+   the calling thread; everything else to OpenBLAS's sgemm. gemv_forward_enable(0) sends
    everything to sgemm, as plain OpenBLAS would (benchmarks measure a peer that way).
 
    Not OpenMP: libgomp gives each thread that opens a parallel region (each MLX
@@ -33,6 +35,7 @@ enum { SPLIT_FROM = 1 << 15 }; /* N * K below which threads cost more than they 
 enum { AHEAD = 512 };         /* one_row's prefetch distance, floats: best of 64-1024 */
 enum { MAX_THREADS = 64 };
 enum { SPIN_NS = 2000000 }; /* a helper awake for the next product: 0.2-5 ms alike */
+enum { THREADED = 1 << 18, SMALL = 1 << 21, SMALL_K = 4096 }; /* below: see small_product */
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
@@ -73,105 +76,7 @@ int gemv_forward_enable(int on) {
   return __atomic_exchange_n(&enabled, on, __ATOMIC_SEQ_CST);
 }
 
-typedef float v8 __attribute__((vector_size(32))); /* AVX's register, NEON's pair */
-
-static inline v8 load8(const float *p) {
-  v8 v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-
-static inline float sum8(v8 v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
-
-static inline void put(float *c, float v, float alpha, float beta) {
-  *c = beta == 0.0f ? alpha * v : alpha * v + beta * *c; /* beta 0: C unread */
-}
-
-/* One row: C[0, n] for n in [n0, n1), B's rows one after another, one stream
-   through memory prefetched AHEAD floats ahead (eight streams were slower). Four
-   sums in flight hide the multiply-add's latency. Returns n1. */
-static int one_row(int n0, int n1, int K, float alpha, const float *A, const float *B,
-                   int ldb, float beta, float *C) {
-  int K32 = K & ~31;
-  for (int n = n0; n < n1; n++) {
-    const float *b = B + (size_t)n * ldb;
-    v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-    int k = 0;
-    for (; k < K32; k += 32) {
-      __builtin_prefetch(b + k + AHEAD), __builtin_prefetch(b + k + AHEAD + 16);
-      c0 += load8(A + k) * load8(b + k), c1 += load8(A + k + 8) * load8(b + k + 8);
-      c2 += load8(A + k + 16) * load8(b + k + 16);
-      c3 += load8(A + k + 24) * load8(b + k + 24);
-    }
-    float s = sum8((c0 + c1) + (c2 + c3));
-    for (; k < K; k++) s += A[k] * b[k];
-    put(C + n, s, alpha, beta);
-  }
-  return n1;
-}
-
-/* C[m, n] for every m < M and n in [n0, n1). */
-static void few_rows(int M, int n0, int n1, int K, float alpha, const float *A, int lda,
-                     const float *B, int ldb, float beta, float *C, int ldc) {
-  int K8 = K & ~7, n = M == 1 ? one_row(n0, n1, K, alpha, A, B, ldb, beta, C) : n0;
-  for (; n + 4 <= n1; n += 4) {
-    const float *b[4];
-    for (int j = 0; j < 4; j++) b[j] = B + (size_t)(n + j) * ldb;
-    const float *next = b[0] + 4 * (size_t)ldb;
-    int m = 0;
-    for (; m + 2 <= M; m += 2) {
-      const float *a0 = A + (size_t)m * lda, *a1 = a0 + lda;
-      v8 c00 = {0}, c01 = {0}, c02 = {0}, c03 = {0};
-      v8 c10 = {0}, c11 = {0}, c12 = {0}, c13 = {0};
-      for (int k = 0; k < K8; k += 8) {
-        if (m == 0)
-          for (int j = 0; j < 4; j++) __builtin_prefetch(next + j * (size_t)ldb + k);
-        v8 x0 = load8(a0 + k), x1 = load8(a1 + k), w;
-        w = load8(b[0] + k), c00 += x0 * w, c10 += x1 * w;
-        w = load8(b[1] + k), c01 += x0 * w, c11 += x1 * w;
-        w = load8(b[2] + k), c02 += x0 * w, c12 += x1 * w;
-        w = load8(b[3] + k), c03 += x0 * w, c13 += x1 * w;
-      }
-      float s[2][4] = {{sum8(c00), sum8(c01), sum8(c02), sum8(c03)},
-                       {sum8(c10), sum8(c11), sum8(c12), sum8(c13)}};
-      for (int j = 0; j < 4; j++) {
-        for (int k = K8; k < K; k++)
-          s[0][j] += a0[k] * b[j][k], s[1][j] += a1[k] * b[j][k];
-        put(C + (size_t)m * ldc + n + j, s[0][j], alpha, beta);
-        put(C + (size_t)(m + 1) * ldc + n + j, s[1][j], alpha, beta);
-      }
-    }
-    if (m < M) { /* an odd row */
-      const float *a0 = A + (size_t)m * lda;
-      v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-      for (int k = 0; k < K8; k += 8) {
-        if (m == 0)
-          for (int j = 0; j < 4; j++) __builtin_prefetch(next + j * (size_t)ldb + k);
-        v8 x0 = load8(a0 + k);
-        c0 += x0 * load8(b[0] + k), c1 += x0 * load8(b[1] + k);
-        c2 += x0 * load8(b[2] + k), c3 += x0 * load8(b[3] + k);
-      }
-      float s[4] = {sum8(c0), sum8(c1), sum8(c2), sum8(c3)};
-      for (int j = 0; j < 4; j++) {
-        for (int k = K8; k < K; k++) s[j] += a0[k] * b[j][k];
-        put(C + (size_t)m * ldc + n + j, s[j], alpha, beta);
-      }
-    }
-  }
-  for (; n < n1; n++) { /* the last N % 4 rows of B */
-    const float *b0 = B + (size_t)n * ldb;
-    for (int m = 0; m < M; m++) {
-      const float *a0 = A + (size_t)m * lda;
-      v8 c = {0};
-      for (int k = 0; k < K8; k += 8) c += load8(a0 + k) * load8(b0 + k);
-      float s = sum8(c);
-      for (int k = K8; k < K; k++) s += a0[k] * b0[k];
-      put(C + (size_t)m * ldc + n, s, alpha, beta);
-    }
-  }
-}
+#include "gemv_kernels.h" /* the kernels: one_row, few_rows, small_product */
 
 /* The helpers' pool: the caller publishes a job and bumps `generation`; helper t
    (1 .. count - 1) computes block t of B's first `front` rows, the caller the rest,
@@ -382,6 +287,12 @@ void cblas_sgemm(int order, int trans_a, int trans_b, int M, int N, int K,
       real_sgemv(ROW_MAJOR, TRANS, K, N, alpha, B, ldb, A, incx, beta, C, 1);
     else /* B stored [N, K], x strided: y = B x */
       real_sgemv(ROW_MAJOR, NO_TRANS, N, K, alpha, B, ldb, A, incx, beta, C, 1);
+    return;
+  }
+  long size = (long)M * N * K;
+  if (mine && size > THREADED && size <= SMALL && K <= SMALL_K) {
+    __atomic_fetch_add(&forwarded, 1, __ATOMIC_RELAXED);
+    small_product(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   real_sgemm(order, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -256,6 +256,7 @@ def test_greedy_tokens_equal_plain_decoding_and_mlx_lm(data, random_pairs, token
         block_size=data.draw(st.sampled_from([2, 4, 16]), label="block"),
         max_tokens=20,
         max_seq_len=128,
+        step_ahead=data.draw(st.booleans(), label="step_ahead"),
     )
     k = data.draw(st.sampled_from([1, 2, 4, 8]), label="k")
 
@@ -285,10 +286,11 @@ def test_greedy_tokens_equal_plain_decoding_and_mlx_lm(data, random_pairs, token
 
 
 @pytest.mark.task(3)
-@pytest.mark.parametrize("kv_cache", ["dense", "paged"])
-def test_rows_hold_exactly_the_accepted_tokens(pair, tokenizer, kv_cache):
+@pytest.mark.parametrize("kv_cache,batch", [("dense", 3), ("paged", 3), ("paged", 1)])
+def test_rows_hold_exactly_the_accepted_tokens(pair, tokenizer, kv_cache, batch):
     """After every step, a speculating row's keys are a fresh prefill's of its
-    accepted tokens, and drafts were both accepted and rejected on the way."""
+    accepted tokens, and drafts were both accepted and rejected on the way (at
+    batch 1 every drafting step drafts in every row: verify_alone)."""
     mlx_model, model = pair
     rng = np.random.default_rng(5)
     prompts = [repeating_prompt(rng, 211, 30) for _ in range(3)]
@@ -297,7 +299,7 @@ def test_rows_hold_exactly_the_accepted_tokens(pair, tokenizer, kv_cache):
         tokenizer,
         prompts,
         lambda engine: check_rows(engine, model),
-        batch_size=3,
+        batch_size=batch,
         kv_cache=kv_cache,
         block_size=4,
         max_tokens=16,

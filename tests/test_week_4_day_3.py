@@ -417,6 +417,7 @@ def test_greedy_tokens_equal_plain_decoding_and_mlx_lm(data, random_pairs, token
         block_size=4,
         max_tokens=20,
         max_seq_len=128,
+        step_ahead=data.draw(st.booleans(), label="step_ahead"),
     )
     k = data.draw(st.sampled_from([1, 2, 4]), label="k")
 
@@ -446,15 +447,16 @@ def test_greedy_tokens_equal_plain_decoding_and_mlx_lm(data, random_pairs, token
 
 
 @pytest.mark.task(3)
-@pytest.mark.parametrize("kv_cache", ["dense", "paged"])
+@pytest.mark.parametrize("kv_cache,batch", [("dense", 6), ("paged", 6), ("paged", 1)])
 def test_a_trained_head_drafts_and_rows_hold_the_accepted_tokens(
-    pair, tokenizer, kv_cache
+    pair, tokenizer, kv_cache, batch
 ):
     """A head trained (30 epochs, so that it is sure of what it learned) on the
     model's own answers to 12 prompts; three of those prompts again and three new
     ones: drafts are kept and rejected, and after every step each row holds
     exactly its accepted tokens and each request the hidden state of its last fed
-    position."""
+    position. At batch 1 every step that drafts drafts in every row (the step-ahead
+    runner's verify_alone)."""
     mlx_model, model = pair
     vocab = mlx_model.args.vocab_size
     sequences = greedy_answers(model, vocab, 12, 3)
@@ -462,7 +464,7 @@ def test_a_trained_head_drafts_and_rows_hold_the_accepted_tokens(
     new = greedy_answers(model, vocab, 3, 4)
     prompts = [s[:4] for s in sequences[:3] + new]
     plain, _, _ = engine_tokens(
-        model, tokenizer, prompts, batch_size=6, max_tokens=24, kv_cache=kv_cache
+        model, tokenizer, prompts, batch_size=batch, max_tokens=24, kv_cache=kv_cache
     )
 
     def check(engine):
@@ -474,7 +476,7 @@ def test_a_trained_head_drafts_and_rows_hold_the_accepted_tokens(
         tokenizer,
         prompts,
         check,
-        batch_size=6,
+        batch_size=batch,
         max_tokens=24,
         kv_cache=kv_cache,
         block_size=4,

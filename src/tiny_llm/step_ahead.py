@@ -1,6 +1,6 @@
 """Decode a step ahead: the next decode forward starts before this step's tokens are
 read, so that the engine's Python (accepting tokens, detokenizing, planning, the
-caller's loop) runs while the model computes. mlx-lm's generate_step and
+caller's loop) runs while the model computes; and verify drafts alone. mlx-lm's generate_step and
 BatchGenerator do the same with mx.async_eval; vLLM and SGLang schedule a step ahead.
 
 Given code: a fast path of the model runner (runner.py), which stays the one place a
@@ -34,7 +34,12 @@ a row freed since it started), takes its rows' logits from that forward and runs
 its chunks in a forward of their own (ModelRunner.run_mixed without rows); drafts
 planned then are not fed (each row decodes one token: the same output). No forward
 starts ahead under speculative decoding (a row's drafts depend on the token read),
-so a plan with drafts runs as ModelRunner.run_mixed does.
+so a plan with drafts runs as ModelRunner.run_mixed does; but when every decoding
+row drafts (always so at batch 1), its second fast path, verify_alone, feeds each
+request's decode token and drafts as one part, with no decode rows (same tokens,
+one attention call a request instead of two). With keep_hidden (the learned
+drafter, week 4 day 3) a plan of decode rows runs as ModelRunner.run_mixed, which
+keeps their hidden states.
 
 A step runs as ModelRunner.decode does, synchronously, when some row cannot go
 ahead: a constraint or sampling options that read each token (reads_each_token: a
@@ -47,9 +52,10 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from .mixed_step import PrefillChunk, mixed_forward
 from .planner import Plan
 from .request import Request
-from .runner import Forward, ModelRunner
+from .runner import Forward, ModelRunner, accept_drafts
 
 
 @dataclass
@@ -95,8 +101,15 @@ class StepAheadRunner(ModelRunner):
     quiet: True when no request can take a row next step: only then does a step
     start the next forward, since a request placed in a new row would not fit it."""
 
-    def __init__(self, model, clock, kv, quiet: Callable[[], bool] = lambda: True):
-        super().__init__(model, clock, kv)
+    def __init__(
+        self,
+        model,
+        clock,
+        kv,
+        quiet: Callable[[], bool] = lambda: True,
+        keep_hidden: bool = False,
+    ):
+        super().__init__(model, clock, kv, keep_hidden)
         self.quiet = quiet
         self.ahead: Ahead | None = None
         self.late: list[Request] = []
@@ -139,12 +152,17 @@ class StepAheadRunner(ModelRunner):
         self.land(landing, drawn)
 
     def run_mixed(self, plan: Plan) -> list[tuple[Request, int, int]]:
-        """A mixed plan: decode rows alone as decode (the same forward); with chunks
-        while a forward runs ahead, its rows from that forward, then the chunks'
-        own forward; else ModelRunner.run_mixed."""
-        if not plan.chunks and not plan.drafts:
+        """A mixed plan: decode rows alone as decode (the same forward; with
+        keep_hidden, ModelRunner.run_mixed, which keeps their hidden states);
+        drafts in every decoding row and no chunk, verify_alone; with chunks while a
+        forward runs ahead, its rows from that forward, then the chunks' own
+        forward; else ModelRunner.run_mixed."""
+        if not plan.chunks and not plan.drafts and not self.keep_hidden:
             self.decode(plan)
             return []
+        drafting = [r for r in plan.rows if r is not None]
+        if plan.drafts and not plan.chunks and len(plan.drafts) == len(drafting):
+            return self.verify_alone(plan)
         if self.ahead is None:
             return super().run_mixed(plan)
         if plan.rows:
@@ -152,6 +170,39 @@ class StepAheadRunner(ModelRunner):
         if plan.chunks:
             super().run_mixed(Plan(chunks=plan.chunks, mixed=True))
         return []
+
+    def verify_alone(self, plan: Plan) -> list[tuple[Request, int, int]]:
+        """A plan whose every decoding request drafts (no forward runs ahead under
+        speculation): each one's decode token and drafts go as ONE part at its
+        offset, in its batch-cache row (row_view), with no decode rows beside
+        them. Two parts a request (ModelRunner.run_mixed's decode row, then its
+        drafts) cost a second attention call and cache write in every layer: at
+        batch 1, 45 ms against 36 for one draft. Then as ModelRunner.verify and
+        keep_hidden_states: part row j follows the decode token and drafts[:j], so
+        a request that keeps a drafts sampled its next token from row a."""
+        slots = {r: plan.rows.index(r) for r in plan.drafts}
+        parts = [
+            PrefillChunk(
+                [r.next_token, *drafts],
+                r.offset,
+                [layer.row_view(slots[r], r.offset) for layer in self.kv.batch_cache],
+                logit_rows=1 + len(drafts),
+            )
+            for r, drafts in plan.drafts.items()
+        ]
+        _, logits, *hidden = mixed_forward(
+            self.model, [], [], None, parts, with_hidden=self.keep_hidden
+        )
+        mx.eval(logits, hidden)
+        done, start = [], 0
+        for (request, drafts), checked in zip(plan.drafts.items(), logits):
+            accepted = accept_drafts(request, drafts, checked)
+            self.kv.keep_accepted(request, slots[request])
+            if self.keep_hidden:
+                request.drafting.hidden = hidden[0][start + accepted]
+            start += 1 + len(drafts)
+            done.append((request, len(drafts), accepted))
+        return done
 
     def take_ahead(
         self, rows: list[Request | None]

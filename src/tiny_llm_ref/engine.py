@@ -77,8 +77,8 @@ class Engine:
     The state: model, tokenizer, config, clock, on_forward as given; kv
     (make_kv_manager); planner, the Planner; policy (make_policy); runner, your
     ModelRunner, or with config.step_ahead the given StepAheadRunner (step_ahead.py:
-    decode forwards started a step ahead, same tokens), but with speculative
-    "learned" a ModelRunner that keeps hidden states (week 4 day 3); reports, the Reports
+    decode forwards started a step ahead, drafts verified alone, same tokens); with
+    speculative "learned" either keeps hidden states (week 4 day 3); reports, the Reports
     (reporting.py: the metrics, the ids until each request is reported finished);
     inbox, a queue.SimpleQueue of notes from add_request and abort; next_id: ids 0,
     1, 2, ...; arriving: (arrival_step, request) read, not admitted; steps_done;
@@ -108,8 +108,10 @@ class Engine:
         self.policy = make_policy(config, self.planner)
         learned = config.speculative == "learned"
         self.runner = (
-            StepAheadRunner(model, clock, self.kv, quiet=self.nothing_waits)
-            if config.step_ahead and not learned
+            StepAheadRunner(
+                model, clock, self.kv, quiet=self.nothing_waits, keep_hidden=learned
+            )
+            if config.step_ahead
             else ModelRunner(model, clock, self.kv, keep_hidden=learned)
         )
         self.reports = Reports(clock, self.planner, self.policy, self.kv)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlx.utils import tree_flatten, tree_map_with_path
 
-from tiny_llm_base import EngineConfig, PromptSpec, prompt_token_ids
+from tiny_llm_base import EngineConfig, NoConstraint, PromptSpec, prompt_token_ids
 from tiny_llm_base.draft_heads import EMBEDDED_HEAD, TRAIN_COMMAND
 
 from .helpers import assert_same_tokens, assert_within, expected_tokens, run_engine
@@ -342,6 +342,39 @@ def test_acceptance_counts_what_greedy_drafting_keeps(qwen):
 
 
 # --- in the engine ------------------------------------------------------------------
+
+
+@pytest.mark.task(3)
+def test_learned_drafts_quote_runs_of_two_tokens_else_ask_the_head(qwen):
+    """Under "learned", prompt lookup drafts after a run of at least
+    LEARNED_LOOKUP_MIN (2) tokens that occurred before, never a run shorter than
+    prompt_lookup_min; otherwise the head drafts from the request's hidden state."""
+    _, model, head = qwen
+    hidden = tiny.hidden_states(model, [[4, 8, 15, 16, 23]])[0][-1]
+    config = SimpleNamespace(
+        speculative="learned",
+        prompt_lookup_max=3,
+        prompt_lookup_min=1,
+        draft_head=head,
+        jump_forward=False,
+    )
+
+    def drafts(tokens):
+        request = SimpleNamespace(
+            tokens=tokens,
+            next_token=tokens[-1],
+            constraint_state=NoConstraint(),
+            drafting=SimpleNamespace(hidden=hidden),
+        )
+        return tiny.speculative.propose_drafts(request, 3, config)
+
+    assert tiny.speculative.LEARNED_LOOKUP_MIN == 2
+    heads = head.draft(hidden, 30, 3, tiny.speculative.DRAFT_CONFIDENCE)
+    quoting = [5, 9, 30, 31, 2, 9, 30]  # "9 30" came before, then 31 2 9
+    assert drafts(quoting) == [31, 2, 9]
+    assert drafts([5, 9, 30, 31, 2, 7, 30]) == heads  # only "30" came before
+    config.prompt_lookup_min = 3
+    assert drafts(quoting) == heads
 
 
 @pytest.mark.task(3)

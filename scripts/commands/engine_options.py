@@ -116,8 +116,8 @@ def add_scheduling_options(parser: argparse.ArgumentParser) -> None:
         choices=("ngram", "learned", NO_LIMIT),
         help="ngram: each decoding request drafts tokens by prompt lookup and the "
         "mixed step verifies them, same output (week 3 day 4; the default once the "
-        "package has it, with the mixed policy); learned: prompt lookup of the "
-        "longest runs, else a draft head's guesses (week 4 day 3; --draft-head); "
+        "package has it, with the mixed policy); learned: prompt lookup of runs of "
+        "2 tokens or more, else a draft head's guesses (week 4 day 3; --draft-head); "
         "none: one token a step",
     )
     parser.add_argument(

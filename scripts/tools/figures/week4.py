@@ -183,7 +183,7 @@ def learned_drafter(out: Path) -> Path:
         x0,
         x0 + 2 * step + 1.6,
         4.55,
-        "k calls, one evaluation at the end",
+        "k calls, each read before the next",
         PURPLE,
         False,
     )

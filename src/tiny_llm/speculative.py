@@ -30,10 +30,10 @@ from .request import Request
 from .sampler import TokenSampler
 
 # A draft token's extra cost, as a fraction of a one-token forward, as the engine
-# pays it: the forward alone feeds a decode token and 4 drafts in 1.34x one token's
-# time (0.09 a draft), but a verifying step also loses the step ahead and attends in
-# a call of its own; 0.33 drafted faster than 0.09 in three workloads of four (the
-# week 3 day 4 chapter has both).
+# pays it: the forward alone feeds a decode token and 4 drafts in 1.55x one token's
+# time (0.14 a draft), but a verifying step also loses the step ahead (and beside
+# other rows attends in a call of its own); 0.33 drafted faster than 0.09 in three
+# workloads of four (the week 3 day 4 chapter has both).
 DRAFT_TOKEN_COST = 0.33
 # Generated tokens a request waits, the first time its drafts stop paying, before it
 # tries again; each later pause lasts twice the one before.

@@ -154,14 +154,15 @@ class StepAheadRunner(ModelRunner):
     def run_mixed(self, plan: Plan) -> list[tuple[Request, int, int]]:
         """A mixed plan: decode rows alone as decode (the same forward; with
         keep_hidden, ModelRunner.run_mixed, which keeps their hidden states);
-        drafts in every decoding row and no chunk, verify_alone; with chunks while a
-        forward runs ahead, its rows from that forward, then the chunks' own
-        forward; else ModelRunner.run_mixed."""
+        drafts in every decoding row, no chunk and no forward ahead, verify_alone;
+        with chunks or drafts while a forward runs ahead, its rows from that
+        forward, then the chunks' own forward; else ModelRunner.run_mixed."""
         if not plan.chunks and not plan.drafts and not self.keep_hidden:
             self.decode(plan)
             return []
         drafting = [r for r in plan.rows if r is not None]
-        if plan.drafts and not plan.chunks and len(plan.drafts) == len(drafting):
+        alone = plan.drafts and len(plan.drafts) == len(drafting)
+        if alone and not plan.chunks and self.ahead is None:
             return self.verify_alone(plan)
         if self.ahead is None:
             return super().run_mixed(plan)

@@ -113,13 +113,17 @@ static void small_product(int ta, int tb, int M, int N, int K, float alpha,
     few_rows(M, 0, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  float row[SMALL_K];
-  for (int m = 0; m < M; m++) { /* B [K, N]: eight columns of C at a time */
+  float row[SMALL_K]; /* A's row m, contiguous */
+  for (int m = 0; m < M; m++) {
     for (int k = 0; k < K; k++)
       row[k] = ta == NO_TRANS ? A[(size_t)m * lda + k] : A[(size_t)k * lda + m];
     float *c = C + (size_t)m * ldc;
-    int n = 0;
-    for (; n + 32 <= N && tb == NO_TRANS; n += 32) { /* four sums in flight */
+    if (tb == TRANS) { /* B [N, K]: a dot product for each n */
+      few_rows(1, 0, N, K, alpha, row, K, B, ldb, beta, c, ldc);
+      continue;
+    }
+    int n = 0; /* B [K, N]: its rows, scaled, added into 32 or 8 columns at a time */
+    for (; n + 32 <= N; n += 32) { /* four sums in flight */
       v8 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
       for (int k = 0; k < K; k++) {
         const float *b = B + (size_t)k * ldb + n;
@@ -128,18 +132,18 @@ static void small_product(int ta, int tb, int M, int N, int K, float alpha,
       }
       for (int j = 0; j < 8; j++) {
         put(c + n + j, c0[j], alpha, beta), put(c + n + 8 + j, c1[j], alpha, beta);
-        put(c + n + 16 + j, c2[j], alpha, beta), put(c + n + 24 + j, c3[j], alpha, beta);
+        put(c + n + 16 + j, c2[j], alpha, beta);
+        put(c + n + 24 + j, c3[j], alpha, beta);
       }
     }
-    for (; n + 8 <= N && tb == NO_TRANS; n += 8) {
+    for (; n + 8 <= N; n += 8) {
       v8 acc = {0};
       for (int k = 0; k < K; k++) acc += row[k] * load8(B + (size_t)k * ldb + n);
       for (int j = 0; j < 8; j++) put(c + n + j, acc[j], alpha, beta);
     }
     for (; n < N; n++) {
       float s = 0;
-      for (int k = 0; k < K; k++)
-        s += row[k] * (tb == TRANS ? B[(size_t)n * ldb + k] : B[(size_t)k * ldb + n]);
+      for (int k = 0; k < K; k++) s += row[k] * B[(size_t)k * ldb + n];
       put(c + n, s, alpha, beta);
     }
   }

@@ -1,7 +1,8 @@
 """Decode a step ahead: the next decode forward starts before this step's tokens are
 read, so that the engine's Python (accepting tokens, detokenizing, planning, the
-caller's loop) runs while the model computes; and verify drafts alone. mlx-lm's generate_step and
+caller's loop) runs while the model computes. mlx-lm's generate_step and
 BatchGenerator do the same with mx.async_eval; vLLM and SGLang schedule a step ahead.
+Also verify_alone, the speculative step's fast path (below).
 
 Given code: a fast path of the model runner (runner.py), which stays the one place a
 step's results land. The Engine runs it; ModelRunner alone (week 2 day 6) is the
@@ -160,8 +161,8 @@ class StepAheadRunner(ModelRunner):
         if not plan.chunks and not plan.drafts and not self.keep_hidden:
             self.decode(plan)
             return []
-        drafting = [r for r in plan.rows if r is not None]
-        alone = plan.drafts and len(plan.drafts) == len(drafting)
+        decoding = [r for r in plan.rows if r is not None]
+        alone = plan.drafts and len(plan.drafts) == len(decoding)
         if alone and not plan.chunks and self.ahead is None:
             return self.verify_alone(plan)
         if self.ahead is None:

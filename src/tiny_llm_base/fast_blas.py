@@ -24,11 +24,11 @@ OpenBLAS's sgemv, and products just big enough for OpenBLAS to start its threads
 (a short chunk's attention) to a kernel on the calling thread, since those threads
 wait for a core beside the kernel's helpers. OpenBLAS 0.3.21's sgemm copies the
 whole weight matrix into a packed buffer before it multiplies, even for one row,
-and the kernel reads the weights once, on every core (the fast-paths chapter's table). The file is compiled once, by the machine's
-C compiler, for its CPU where it can, into ~/.cache/tiny-llm
-(XDG_CACHE_HOME), and loaded globally in OpenBLAS's place; OpenBLAS is then opened
-locally by it. Without a compiler, or with `TINY_LLM_GEMV_FORWARD=0`, OpenBLAS
-serves MLX directly.
+and the kernel reads the weights once, on every core (the fast-paths chapter's
+table). The file is compiled once, by the machine's C compiler, for its CPU where
+it can, into ~/.cache/tiny-llm (XDG_CACHE_HOME), and loaded globally in OpenBLAS's
+place; OpenBLAS is then opened locally by it. Without a compiler, or with
+`TINY_LLM_GEMV_FORWARD=0`, OpenBLAS serves MLX directly.
 """
 
 import ctypes
@@ -128,9 +128,9 @@ BUILD_FLAGS = (
 
 def build_gemv_forward() -> tuple[Path | None, str | None]:
     """gemv_forward.c compiled into the cache (once: the hash of the source and the
-    kernels it includes names the library), or (None, why not). It is built for this machine's CPU where the
-    compiler can; otherwise more plainly. Concurrent first uses
-    each compile to a file of their own and rename it into place."""
+    kernels it includes names the library), or (None, why not). It is built for
+    this machine's CPU where the compiler can; otherwise more plainly. Concurrent
+    first uses each compile to a file of their own and rename it into place."""
     source = GEMV_SOURCE.read_bytes() + GEMV_KERNELS.read_bytes()
     source += repr((BUILD_FLAGS, platform.node())).encode()
     digest = hashlib.sha256(source).hexdigest()[:12]  # built for this host's CPU

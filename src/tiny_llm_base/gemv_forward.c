@@ -14,8 +14,9 @@
    thread count by helper threads of this file's own (below). Other one-row layouts
    go to sgemv; products of 2^18 to 2^21 multiply-adds (a chunk's attention), which
    OpenBLAS would share with threads that then wait for a core, to small_product on
-   the calling thread; everything else to OpenBLAS's sgemm. gemv_forward_enable(0) sends
-   everything to sgemm, as plain OpenBLAS would (benchmarks measure a peer that way).
+   the calling thread; everything else to OpenBLAS's sgemm. gemv_forward_enable(0)
+   sends everything to sgemm, as plain OpenBLAS would (benchmarks measure a peer
+   that way).
 
    Not OpenMP: libgomp gives each thread that opens a parallel region (each MLX
    stream's) a team of its own, and with more threads than cores it stops spinning:
@@ -35,7 +36,8 @@ enum { SPLIT_FROM = 1 << 15 }; /* N * K below which threads cost more than they 
 enum { AHEAD = 512 };         /* one_row's prefetch distance, floats: best of 64-1024 */
 enum { MAX_THREADS = 64 };
 enum { SPIN_NS = 2000000 }; /* a helper awake for the next product: 0.2-5 ms alike */
-enum { THREADED = 1 << 18, SMALL = 1 << 21, SMALL_K = 4096 }; /* below: see small_product */
+/* Products of THREADED to SMALL multiply-adds (K <= SMALL_K): small_product. */
+enum { THREADED = 1 << 18, SMALL = 1 << 21, SMALL_K = 4096 };
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);

@@ -147,6 +147,9 @@ def test_shape_limited_compile_keeps_few_shapes_and_stays_correct():
         (1, 4, 4, 333, 333, 16),  # a whole prompt, longer than QUERY_BLOCK
         (1, 6, 2, 300, 1500, 80),  # a long chunk after cached keys
         (3, 6, 3, 1, 777, 8),  # decode rows
+        (1, 9, 3, 5, 180, 64),  # a decode token and 4 drafts: attend_few
+        (1, 9, 3, 5, 405, 64),  # the same at a longer context: attend_block
+        (2, 6, 2, 3, 40, 16),  # two rows of 3 queries
     ],
 )
 def test_cpu_attention_causal_matches_numpy(B, H_q, H, L, S, D):
@@ -199,16 +202,18 @@ def test_cpu_attention_in_tiny_blocks(monkeypatch, score_block):
 
 
 @pytest.mark.task(2)
-@pytest.mark.parametrize("one_query_scores", [0, 1 << 30], ids=["blocks", "one"])
-def test_cpu_attention_of_one_query_either_way(monkeypatch, one_query_scores):
-    """A decode step's attention by attend_block or attend_one (ONE_QUERY_SCORES 0
-    or huge), equal to NumPy under every mask a decode step gets, in both dtypes."""
-    monkeypatch.setattr(kernels(), "ONE_QUERY_SCORES", one_query_scores)
-    q, k, v = inputs(3, 10, 2, 1, 130, 24, seed=7)
-    additive = row_mask([129, 3, 60], 1, 130)
+@pytest.mark.parametrize("few_scores", [0, 1 << 30], ids=["blocks", "few"])
+@pytest.mark.parametrize("L", [1, 2, 6])
+def test_cpu_attention_of_few_queries_either_way(monkeypatch, few_scores, L):
+    """A decode step's attention (L = 1), or a decode token's with its drafts, by
+    attend_block or attend_few (FEW_SCORES 0 or huge), equal to NumPy under every
+    mask such a step gets, in both dtypes."""
+    monkeypatch.setattr(kernels(), "FEW_SCORES", few_scores)
+    q, k, v = inputs(3, 10, 2, L, 130, 24, seed=7 + L)
+    additive = row_mask([130 - L, 3, 60], L, 130)
     for mask in (None, "causal", additive, additive == 0):
         actual = tiny.cpu_attention(q, k, v, 0.3, mask)
-        expected = numpy_attention(q, k, v, 0.3, None if mask == "causal" else mask)
+        expected = numpy_attention(q, k, v, 0.3, mask)
         assert_within(actual, expected, ATTENTION_ATOL[mx.float32], f"mask {mask}")
     q, k, v = inputs(2, 6, 3, 1, 40, 16, dtype=mx.bfloat16, seed=8)
     actual = tiny.cpu_attention(q, k, v, 0.25, None)

@@ -14,8 +14,10 @@ kernel there (week 2 day 3).
 """
 
 import math
+from functools import lru_cache
 
 import mlx.core as mx
+import numpy as np
 
 LN2 = math.log(2.0)
 # Adding then subtracting 1.5 * 2**23 rounds a float32 of magnitude below 2**22 to
@@ -30,10 +32,10 @@ SCORE_BLOCK = 1 << 19
 # A long causal chunk is cut into blocks of at most this many queries, each block
 # against only the keys it can see.
 QUERY_BLOCK = 128
-# One query per row with at most this many scores in all: attend_one. Its softmax's
-# exps cost ~10 ns each, but it takes a dozen fewer operations (~3 us each) than
-# attend_block; the two measured level at ~9,000 scores.
-ONE_QUERY_SCORES = 8192
+# Attention with at most this many scores in all: attend_few. Its softmax's exps cost
+# ~10 ns each, but it takes a dozen fewer operations (~3 us each) than attend_block;
+# the two measured level at ~9,000 scores of one query per row.
+FEW_SCORES = 8192
 
 
 # ANCHOR: fast_exp
@@ -158,24 +160,38 @@ def attend_block(
     # ANCHOR_END: attend_block
 
 
-# ANCHOR: attend_one
-def attend_one(
+# ANCHOR: attend_few
+def attend_few(
     q: mx.array, k: mx.array, v: mx.array, mask: mx.array | None
 ) -> mx.array:
-    """Attention of one query per row in few operations: a decode step's.
+    """Attention of few scores in few operations: a decode step's at a short context,
+    or a decode token's and its drafts' (week 3 day 4).
 
-    q: [B, H, R, 1, D], already scaled; k, v: [B, H, S, D]; mask None or additive
-    [B, H, R, 1, S]. Returns [B, H, R, D] in float32. The scores [B, H, R, S] run
-    along the rows, through mx.softmax: one operation.
+    q: [B, H, R, n, D], already scaled; k, v: [B, H, S, D]; mask None or additive,
+    broadcastable to the scores [B, H, R * n, S] (head r's query i on row r * n + i).
+    Returns [B, H, R * n, D] in float32. The scores run along the rows, through
+    mx.softmax: one operation.
     """
-    # Week 2 Day 3 Task 2: attend_one: scores = q as [B, H, R, D] @ k^T (plus the mask
-    # as [B, H, R, S]), mx.softmax over the keys, @ v
-    *lead, R, _, D = q.shape
-    scores = q.reshape(*lead, R, D) @ k.swapaxes(-1, -2)
+    # Week 2 Day 3 Task 2: attend_few: scores = q as [B, H, R * n, D] @ k^T (plus the
+    # mask), mx.softmax over the keys, @ v
+    *lead, R, n, D = q.shape
+    scores = q.reshape(*lead, R * n, D) @ k.swapaxes(-1, -2)
     if mask is not None:
-        scores = scores + mask.reshape(scores.shape)
+        scores = scores + mask
     return mx.softmax(scores, axis=-1) @ v
-    # ANCHOR_END: attend_one
+    # ANCHOR_END: attend_few
+
+
+@lru_cache(maxsize=16)
+def causal_rows(R: int, L: int, S: int) -> mx.array:
+    """The "causal" mask of attend_few's scores, additive [R * L, S]: L queries, the
+    last L of S positions, for each of R heads; query i sees keys 0 .. S - L + i.
+    Every layer of a step asks for the same one, so it is built once, in NumPy."""
+    # Week 2 Day 3 Task 2: causal_rows: 0 where a key is visible, -inf elsewhere, as
+    # the docstring says, the L rows repeated R times (built with NumPy, then mx.array)
+    visible = np.arange(S)[None, :] <= np.arange(S - L, S)[:, None]
+    rows = np.where(visible, 0.0, -np.inf).astype(np.float32)
+    return mx.array(np.tile(rows, (R, 1)))
 
 
 # ANCHOR: cpu_attention
@@ -187,20 +203,22 @@ def cpu_attention(
     q: [B, H_q, L, D], k and v: [B, H, S, D] -> [B, H_q, L, D] in q's dtype; the
     softmax runs in float32. mask: "causal" (the chunk mask: the L queries are the
     last L of the S positions), None, or an array broadcastable to [B, H_q, L, S]
-    (additive, or boolean: True keeps a key). One query per row with at most
-    ONE_QUERY_SCORES scores (a decode step at a short context) is attend_one. When
-    all the scores fit in SCORE_BLOCK (a longer decode step, a short chunk) every
-    head is one attend_block. Otherwise each key/value head is, its queries cut into
-    blocks of about SCORE_BLOCK scores (a causal chunk also into blocks of at most
-    QUERY_BLOCK queries, each against only the keys it sees). Any other mask name
+    (additive, or boolean: True keeps a key). At most FEW_SCORES scores in all (a
+    decode step at a short context, a decode token and its drafts) is attend_few
+    (a "causal" mask as causal_rows). When all the scores fit in SCORE_BLOCK (a
+    longer decode step, a short chunk) every head is one attend_block. Otherwise
+    each key/value head is, its queries cut into blocks of about SCORE_BLOCK scores
+    (a causal chunk also into blocks of at most QUERY_BLOCK queries, each against
+    only the keys it sees). Any other mask name
     raises ValueError with a message that names "causal", the one named mask (the
     tests check for that word).
     """
     # Week 2 Day 3 Task 2: cpu_attention: refuse a mask name other than "causal"
     # (ValueError, the message naming "causal"); a boolean mask becomes additive, an
     # array mask is broadcast to [B, H_q, L, S]; scale q; q [B, H, n_repeats, L, D], the
-    # mask [B, H, n_repeats, L, S], k and v in float32; if L == 1 and B * H_q * S <=
-    # ONE_QUERY_SCORES, attend_one (a "causal" mask hides nothing there); if B * H_q *
+    # mask [B, H, n_repeats, L, S], k and v in float32; if B * H_q * L * S <=
+    # FEW_SCORES, attend_few (the mask as [B, H, n_repeats * L, S]; "causal" as
+    # causal_rows, or None for one query: it hides nothing there); if B * H_q *
     # L * S <= SCORE_BLOCK (and L <= QUERY_BLOCK for "causal"), one attend_block for
     # all heads; else attend_block for each kv head and block of queries (at most
     # SCORE_BLOCK scores and, for "causal", QUERY_BLOCK queries; a block's queries
@@ -218,9 +236,12 @@ def cpu_attention(
     q = (q.astype(mx.float32) * scale).reshape(B, H, n_repeats, L, D)
     k, v = k.astype(mx.float32), v.astype(mx.float32)
     causal = isinstance(mask, str)
-    if L == 1 and B * H_q * S <= ONE_QUERY_SCORES:
-        out = attend_one(q, k, v, None if causal else mask)
-        return out.reshape(B, H_q, L, D).astype(dtype)
+    if B * H_q * L * S <= FEW_SCORES:
+        if causal:
+            mask = causal_rows(n_repeats, L, S) if L > 1 else None
+        elif mask is not None:
+            mask = mask.reshape(B, H, n_repeats * L, S)
+        return attend_few(q, k, v, mask).reshape(B, H_q, L, D).astype(dtype)
     if B * H_q * L * S <= SCORE_BLOCK and not (causal and L > QUERY_BLOCK):
         return attend_block(q, k, v, mask, S - L).reshape(B, H_q, L, D).astype(dtype)
     blocks = math.ceil(B * n_repeats * L * S / SCORE_BLOCK)

@@ -155,6 +155,29 @@ def test_a_request_whose_drafts_fail_pauses_longer_each_time():
 
 
 @pytest.mark.task(1)
+def test_a_request_decoding_alone_pays_the_cheaper_cost():
+    """Alone (rows 1) a request's drafts cost DRAFT_TOKEN_COST_ALONE, beside other
+    rows DRAFT_TOKEN_COST: an acceptance between the two break-evens keeps it
+    drafting alone and pauses it beside one other row."""
+    speculative = tiny.speculative
+    alone = tiny.break_even(1, speculative.DRAFT_TOKEN_COST_ALONE)
+    assert alone < tiny.break_even(1, speculative.DRAFT_TOKEN_COST)
+    between = (alone + tiny.break_even(1, speculative.DRAFT_TOKEN_COST)) / 2
+    request = drafting_request()
+    request.drafting.acceptance = between
+    assert tiny.may_draft(request, 1)
+    assert not tiny.may_draft(request, 2)
+    assert math.isclose(
+        request.drafting.acceptance,
+        tiny.break_even(2, speculative.DRAFT_TOKEN_COST),
+    )
+    request = drafting_request()
+    request.drafting.acceptance = 0.9 * alone
+    assert not tiny.may_draft(request, 1)
+    assert math.isclose(request.drafting.acceptance, alone)
+
+
+@pytest.mark.task(1)
 def test_only_verifiable_requests_with_a_next_token_draft():
     assert not tiny.may_draft(drafting_request(sampler=lambda logprobs: 0), 1)
     request = drafting_request()

@@ -63,6 +63,7 @@ from .prefix_cache import PrefixCachingKvManager
 from .disk_tier import DiskTierKvManager, SpillingBlockPool
 from .speculative import (
     DRAFT_TOKEN_COST,
+    DRAFT_TOKEN_COST_ALONE,
     break_even,
     can_verify,
     find_drafts,

@@ -30,11 +30,17 @@ from .request import Request
 from .sampler import TokenSampler
 
 # A draft token's extra cost, as a fraction of a one-token forward, as the engine
-# pays it: the forward alone feeds a decode token and 4 drafts in 1.55x one token's
-# time (0.14 a draft), but a verifying step also loses the step ahead (and beside
-# other rows attends in a call of its own); 0.33 drafted faster than 0.09 in three
-# workloads of four (the week 3 day 4 chapter has both).
+# pays it beside other decode rows: the forward alone feeds a decode token and 4
+# drafts in 1.55x one token's time (0.14 a draft), but the request's drafts attend
+# in a call of their own and no forward runs a step ahead of a verifying step; 0.33
+# drafted faster than 0.09 in three workloads of four, and than 0.15 at batch 4
+# (the week 3 day 4 chapter has both).
 DRAFT_TOKEN_COST = 0.33
+# The same for a request decoding alone: its decode token and drafts go as one part
+# (the step-ahead runner's verify_alone), so a draft costs about the forward's own
+# share (at 150 tokens of context 2 tokens cost 1.12x one, 5 tokens 1.42x); 0.15
+# drafted faster than 0.33 in all four of bench-drafter's batch-1 runs.
+DRAFT_TOKEN_COST_ALONE = 0.15
 # Generated tokens a request waits, the first time its drafts stop paying, before it
 # tries again; each later pause lasts twice the one before.
 RETRY_AFTER = 16
@@ -131,17 +137,18 @@ def may_draft(request: Request, rows: int) -> bool:
     Only with a sampler that can be verified (can_verify), a sampling state that
     allows_drafts (a request with sampling options, tiny_llm_base, goes one token
     at a time) and a next token to feed, and not while it is paused. When its
-    acceptance average no longer pays (worth_drafting), it pauses: RETRY_AFTER
-    generated tokens the first time, twice as long as the last pause each time
-    after (drafting.pauses counts them). Its average is set to break_even(rows), so
+    acceptance average no longer pays (worth_drafting at `cost`: DRAFT_TOKEN_COST,
+    or DRAFT_TOKEN_COST_ALONE when rows is 1), it pauses: RETRY_AFTER generated
+    tokens the first time, twice as long as the last pause each time after
+    (drafting.pauses counts them). Its average is set to break_even(rows, cost), so
     the verification after the pause is a probe: a better acceptance than
     break-even keeps it drafting, a worse one starts the next pause.
 
     In this order: the sampler, allows_drafts and next_token (None: False); while
     len(request.generated) < drafting.resume_at, False with nothing changed; then
     worth_drafting; when it says no, resume_at = len(request.generated) +
-    RETRY_AFTER * 2 ** pauses, pauses + 1, acceptance = break_even(rows), False.
-    Generated tokens are len(request.generated) (an EOS is never among them).
+    RETRY_AFTER * 2 ** pauses, pauses + 1, acceptance = break_even(rows, cost),
+    False. Generated tokens are len(request.generated) (an EOS is never among them).
     """
     # Week 3 Day 4 Task 1: may_draft: the docstring's rule (the chapter's "When drafts
     # do not pay")
@@ -152,11 +159,12 @@ def may_draft(request: Request, rows: int) -> bool:
     drafting = request.drafting
     if len(request.generated) < drafting.resume_at:
         return False
-    if not worth_drafting(drafting.acceptance, rows):
+    cost = DRAFT_TOKEN_COST_ALONE if rows == 1 else DRAFT_TOKEN_COST
+    if not worth_drafting(drafting.acceptance, rows, cost):
         pause = RETRY_AFTER * 2**drafting.pauses
         drafting.resume_at = len(request.generated) + pause
         drafting.pauses += 1
-        drafting.acceptance = break_even(rows)
+        drafting.acceptance = break_even(rows, cost)
         return False
     return True
 

@@ -64,6 +64,7 @@ FEW_ROW_CASES = [
     (2, 576, 1536, False, True, True),
     (1, 1539, 583, False, True, True),  # K and N not multiples of the kernel's 8
     (5, 1539, 583, False, True, True),
+    (7, 203, 45, False, True, True),  # an odd last row, K past one block of 128
     (16, 64, 37, False, True, True),  # the most rows few_rows takes
     (17, 576, 1536, False, True, False),  # one more: sgemm
     (1, 576, 1536, False, False, True),  # one row in another layout: sgemv

@@ -31,7 +31,7 @@ from .sampler import TokenSampler
 
 # A draft token's extra cost, as a fraction of a one-token forward, as the engine
 # pays it beside other decode rows: the forward alone feeds a decode token and 4
-# drafts in 1.55x one token's time (0.14 a draft), but the request's drafts attend
+# drafts in 1.52x one token's time (0.13 a draft), but the request's drafts attend
 # in a call of their own and no forward runs a step ahead of a verifying step; 0.33
 # drafted faster than 0.09 in three workloads of four, and than 0.15 at batch 4
 # (the week 3 day 4 chapter has both).

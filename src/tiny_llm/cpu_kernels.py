@@ -121,10 +121,10 @@ def attend_block(
     raise NotImplementedError(
         'Week 2 Day 3 Task 2: attend_block: for "causal", keep only the keys the last'
         ' query sees; scores = k @ q^T, [..., keys, R * n]; for "causal", overwrite '
-        "the rows of the keys some query must not see with a where() over their own "
-        "small matmul; add an array mask (its key axis moved in front of R, n); the "
-        "max and the sum over the keys (axis -2), softmax_numerators, then (p^T @ v) "
-        "/ sum"
+        "in place (scores[..., hidden:, :] = ...) the rows of the keys some query "
+        "must not see with a where() over their own small matmul (those keys @ q^T "
+        "again); add an array mask (its key axis moved in front of R, n); the max and"
+        " the sum over the keys (axis -2), softmax_numerators, then (p^T @ v) / sum"
     )
     # ANCHOR_END: attend_block
 
@@ -188,8 +188,11 @@ def cpu_attention(
         '"causal" as causal_rows, or None for one query: it hides nothing there); if '
         'B * H_q * L * S <= SCORE_BLOCK (and L <= QUERY_BLOCK for "causal"), one '
         "attend_block for all heads; else attend_block for each kv head and block of "
-        'queries (at most SCORE_BLOCK scores and, for "causal", QUERY_BLOCK queries; '
-        "a block's queries start at position S - L + start), joined along L, then the"
-        " heads stacked; [B, H_q, L, D] in q's dtype"
+        'queries (blocks = ceil(B * n_repeats * L * S / SCORE_BLOCK), for "causal" at'
+        " least ceil(L / QUERY_BLOCK), each of ceil(L / blocks) queries; an array "
+        "mask sliced to the head and the block; a block's queries start at position S"
+        " - L + start), joined along L, then the heads stacked; [B, H_q, L, D] in q's"
+        " dtype. Read FEW_SCORES, SCORE_BLOCK and QUERY_BLOCK when called: the tests "
+        "change them"
     )
     # ANCHOR_END: cpu_attention

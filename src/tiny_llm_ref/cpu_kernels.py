@@ -127,8 +127,9 @@ def attend_block(
     a >= i, its score -inf; with one query (n == 1) no key is hidden.
     """
     # Week 2 Day 3 Task 2: attend_block: for "causal", keep only the keys the last query
-    # sees; scores = k @ q^T, [..., keys, R * n]; for "causal", overwrite the rows of
-    # the keys some query must not see with a where() over their own small matmul; add
+    # sees; scores = k @ q^T, [..., keys, R * n]; for "causal", overwrite in place
+    # (scores[..., hidden:, :] = ...) the rows of the keys some query must not see with
+    # a where() over their own small matmul (those keys @ q^T again); add
     # an array mask (its key axis moved in front of R, n); the max and the sum over the
     # keys (axis -2), softmax_numerators, then (p^T @ v) / sum
     *lead, R, n, D = q.shape
@@ -220,10 +221,12 @@ def cpu_attention(
     # FEW_SCORES, attend_few (the mask as [B, H, n_repeats * L, S]; "causal" as
     # causal_rows, or None for one query: it hides nothing there); if B * H_q *
     # L * S <= SCORE_BLOCK (and L <= QUERY_BLOCK for "causal"), one attend_block for
-    # all heads; else attend_block for each kv head and block of queries (at most
-    # SCORE_BLOCK scores and, for "causal", QUERY_BLOCK queries; a block's queries
-    # start at position S - L + start), joined along L, then the heads stacked; [B,
-    # H_q, L, D] in q's dtype
+    # all heads; else attend_block for each kv head and block of queries (blocks =
+    # ceil(B * n_repeats * L * S / SCORE_BLOCK), for "causal" at least ceil(L /
+    # QUERY_BLOCK), each of ceil(L / blocks) queries; an array mask sliced to the head
+    # and the block; a block's queries start at position S - L + start), joined along
+    # L, then the heads stacked; [B, H_q, L, D] in q's dtype. Read FEW_SCORES,
+    # SCORE_BLOCK and QUERY_BLOCK when called: the tests change them
     B, H_q, L, D = q.shape
     H, S = k.shape[1], k.shape[2]
     n_repeats, dtype = H_q // H, q.dtype

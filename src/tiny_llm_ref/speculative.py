@@ -3,9 +3,9 @@ own text, check every guess in the step's one forward, keep what the model would
 produced anyway.
 
 A decode step streams every weight to produce one token per request, and feeding a
-few more tokens costs little more (this CPU: 2 tokens 1.19x one, 5 tokens 1.71x). So
-a request that can guess its next k tokens (drafts) feeds them after its decode
-token, as one short part of the mixed step:
+few more tokens costs little more (the chapter's table: 2 tokens 1.14x one, 5 tokens
+1.52x). So a request that can guess its next k tokens (drafts) feeds them after its
+decode token, as one short part of the mixed step:
 
     decode row:  next_token at offset         -> logits 0: the token after it
     draft part:  d_1 .. d_k at offset + 1 ..  -> logits 1 .. k: after each draft
@@ -32,14 +32,17 @@ from .sampler import TokenSampler
 # A draft token's extra cost, as a fraction of a one-token forward, as the engine
 # pays it beside other decode rows: the forward alone feeds a decode token and 4
 # drafts in 1.52x one token's time (0.13 a draft), but the request's drafts attend
-# in a call of their own and no forward runs a step ahead of a verifying step; 0.33
+# in a call of their own and no forward runs a step ahead of a verifying step (the
+# step-ahead runner, week 2 day 6: its drafts come from the token it reads); 0.33
 # drafted faster than 0.09 in three workloads of four, and than 0.15 at batch 4
 # (the week 3 day 4 chapter has both).
 DRAFT_TOKEN_COST = 0.33
 # The same for a request decoding alone: its decode token and drafts go as one part
 # (the step-ahead runner's verify_alone), so a draft costs about the forward's own
-# share (at 150 tokens of context 2 tokens cost 1.12x one, 5 tokens 1.42x); 0.15
-# drafted faster than 0.33 in all four of bench-drafter's batch-1 runs.
+# share (at 150 tokens of context 2 tokens cost 1.12x one, 5 tokens 1.42x: the
+# fast-paths appendix); at batch 1 0.15 drafted faster than 0.33 on grounded prompts
+# (both drafters) and on chat with week 4 day 3's head, and alike with prompt lookup
+# on chat (the week 3 day 4 chapter).
 DRAFT_TOKEN_COST_ALONE = 0.15
 # Generated tokens a request waits, the first time its drafts stop paying, before it
 # tries again; each later pause lasts twice the one before.
@@ -98,7 +101,7 @@ def break_even(rows: int, cost: float = DRAFT_TOKEN_COST) -> float:
     Without drafts the step costs 1 + cost x (rows - 1) one-token forwards and makes
     `rows` tokens; k drafts add cost x k and bring acceptance x k tokens. Tokens per
     second are unchanged when acceptance x (1 + cost x (rows - 1)) = cost x rows,
-    whatever k: at 1 row 33%, at 4 rows 66%.
+    whatever k: at cost 0.33, at 1 row 33% and at 4 rows 66%; at 0.15 alone, 15%.
     """
     # Week 3 Day 4 Task 1: break_even: the acceptance at which drafting's gain pays for
     # its cost (derive it: the chapter's "When drafts do not pay")
